@@ -1,0 +1,1 @@
+"""The ``autarch`` command line."""

@@ -1,0 +1,44 @@
+"""Base classes and codecs shared by every contract."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+__all__ = ["Command", "Contract", "Query", "Reply", "decoder_for", "encode"]
+
+T = TypeVar("T")
+
+
+class Contract(msgspec.Struct, kw_only=True, forbid_unknown_fields=False):
+    """Base of every message. Unknown fields are ignored so older readers accept newer writers."""
+
+
+class Command(Contract, kw_only=True):
+    """A request that changes state."""
+
+
+class Query(Contract, kw_only=True):
+    """A request that only reads state."""
+
+
+class Reply(Contract, kw_only=True):
+    """A successful answer to a command or query."""
+
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def encode(message: Any) -> bytes:
+    """Encode any contract (or builtin value) as JSON bytes."""
+    return _encoder.encode(message)
+
+
+def decoder_for(kind: type[T] | Any) -> msgspec.json.Decoder[T]:
+    """Return the cached JSON decoder for ``kind``; decoders are built once and reused."""
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    return decoder

@@ -1,0 +1,71 @@
+"""Every NATS subject Autarch uses, defined in one place.
+
+Requests go to ``autarch.svc.<service>.<verb>`` (one ``nats.micro`` endpoint per verb, queue
+groups for load sharing). Events are published to the JetStream stream ``AUTARCH_EVENTS``
+under ``autarch.events.<workflow>.<aggregate kind>.<aggregate id>.<event name>``: a fixed
+number of tokens, so ``autarch.events.<workflow>.>`` follows exactly one workflow. Live
+token deltas go over core NATS (unpersisted) under ``autarch.deltas.<workflow>.<session>``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DELTAS_ALL",
+    "EVENTS_ALL",
+    "EVENTS_STREAM",
+    "NO_WORKFLOW",
+    "SERVICES",
+    "deltas",
+    "event",
+    "event_type_from_subject",
+    "request",
+    "workflow_events",
+]
+
+EVENTS_STREAM = "AUTARCH_EVENTS"
+"""The JetStream stream that distributes every recorded event."""
+
+EVENTS_PREFIX = "autarch.events"
+EVENTS_ALL = f"{EVENTS_PREFIX}.>"
+DELTAS_PREFIX = "autarch.deltas"
+DELTAS_ALL = f"{DELTAS_PREFIX}.>"
+REQUEST_PREFIX = "autarch.svc"
+
+NO_WORKFLOW = "_"
+"""The workflow token for events that belong to no workflow (channel discussions)."""
+
+SERVICES = ("orchestrator", "tools", "git", "agent_runner", "indexer")
+"""The services ``autarch up`` runs; each registers a ``nats.micro`` service of this name."""
+
+# Verbs, grouped by the service that answers them. A verb is added here before it is served.
+ORCHESTRATOR_VERBS = ("create_workflow", "get_workflow", "list_workflows", "replay_workflow")
+TOOLS_VERBS: tuple[str, ...] = ()
+GIT_VERBS: tuple[str, ...] = ()
+AGENT_RUNNER_VERBS: tuple[str, ...] = ()
+INDEXER_VERBS: tuple[str, ...] = ()
+
+
+def request(service: str, verb: str) -> str:
+    """Subject of one request endpoint, e.g. ``autarch.svc.orchestrator.create_workflow``."""
+    return f"{REQUEST_PREFIX}.{service}.{verb}"
+
+
+def event(workflow_id: str, aggregate_kind: str, aggregate_id: str, name: str) -> str:
+    """Subject of one event; ``name`` is the part of the event type after the colon."""
+    return f"{EVENTS_PREFIX}.{workflow_id}.{aggregate_kind}.{aggregate_id}.{name}"
+
+
+def workflow_events(workflow_id: str) -> str:
+    """Wildcard subject matching every event of one workflow."""
+    return f"{EVENTS_PREFIX}.{workflow_id}.>"
+
+
+def event_type_from_subject(subject: str) -> str:
+    """Recover the seed-003 event type (``workflow:created``) from an event subject."""
+    tokens = subject.split(".")
+    return f"{tokens[3]}:{tokens[5]}"
+
+
+def deltas(workflow_id: str, session_id: str) -> str:
+    """Core-NATS subject of one session's live deltas."""
+    return f"{DELTAS_PREFIX}.{workflow_id}.{session_id}"

@@ -1,0 +1,1 @@
+"""Runtime helpers shared by every service: settings, NATS connection, typed endpoints and requests."""

@@ -1,0 +1,58 @@
+"""Connecting to NATS with reconnects, and the JetStream stream every event goes to."""
+
+from __future__ import annotations
+
+import logging
+
+import nats
+from autarch.contracts import subjects
+from nats.aio.client import Client
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+__all__ = ["connect", "ensure_event_stream"]
+
+log = logging.getLogger(__name__)
+
+
+async def connect(url: str, *, name: str, connect_timeout: float = 5.0) -> Client:
+    """Connect to ``url`` and keep reconnecting forever if the server goes away."""
+
+    async def on_disconnect() -> None:
+        log.warning("%s: disconnected from NATS", name)
+
+    async def on_reconnect() -> None:
+        log.info("%s: reconnected to NATS", name)
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("%s: NATS error: %s", name, exc)
+
+    return await nats.connect(
+        url,
+        name=name,
+        connect_timeout=connect_timeout,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        disconnected_cb=on_disconnect,
+        reconnected_cb=on_reconnect,
+        error_cb=on_error,
+    )
+
+
+async def ensure_event_stream(nc: Client, *, duplicate_window: float = 3600.0, replicas: int = 1) -> None:
+    """Create ``AUTARCH_EVENTS`` if it is missing (idempotent; safe from every service at once)."""
+    js = nc.jetstream()
+    config = StreamConfig(
+        name=subjects.EVENTS_STREAM,
+        subjects=[subjects.EVENTS_ALL],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        duplicate_window=duplicate_window,
+        num_replicas=replicas,
+    )
+    try:
+        await js.stream_info(subjects.EVENTS_STREAM)
+    except NotFoundError:
+        await js.add_stream(config)
+        log.info("created stream %s", subjects.EVENTS_STREAM)

@@ -1,0 +1,107 @@
+"""One typed settings object for every process.
+
+Sources, later ones winning: defaults, the TOML file (``AUTARCH_CONFIG`` or
+``<data dir>/config.toml``), ``AUTARCH_*`` environment variables, command-line flags.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+__all__ = ["Settings", "SettingsError", "load_settings"]
+
+
+def _default_data_dir() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "autarch")
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message names the setting."""
+
+
+class Settings(msgspec.Struct, kw_only=True):
+    """Configuration shared by the CLI, the supervisor and every service."""
+
+    data_dir: str = msgspec.field(default_factory=_default_data_dir)
+    """Where event stores, worktrees, the token and the embedded NATS server's storage live."""
+    host: str = "127.0.0.1"
+    """Interface the gateway listens on."""
+    port: int = 8765
+    """Port of the gateway (HTTP API and SSE)."""
+    nats_url: str | None = None
+    """An existing NATS server to use; unset means ``autarch up`` starts an embedded one."""
+    nats_port: int = 4333
+    """Port of the embedded NATS server (loopback only)."""
+    postgres_url: str | None = None
+    """``postgresql://user:pass@host:port/db``: event stores in PostgreSQL instead of SQLite."""
+    request_timeout: float = 10.0
+    """Seconds a service request may take before the caller gets a ``timeout`` error."""
+    log_level: str = "INFO"
+    sse_keepalive: float = 15.0
+    """Seconds between SSE keep-alive comments when no event flows."""
+    duplicate_window: float = 3600.0
+    """Seconds JetStream remembers ``Nats-Msg-Id`` values: a relay restarted within it never publishes twice."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise SettingsError(f"port must be between 1 and 65535, got {self.port}")
+        if not 0 < self.nats_port < 65536:
+            raise SettingsError(f"nats_port must be between 1 and 65535, got {self.nats_port}")
+        if self.request_timeout <= 0:
+            raise SettingsError(f"request_timeout must be positive, got {self.request_timeout}")
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser()
+
+    @property
+    def token_path(self) -> Path:
+        return self.data_path / "token"
+
+    @property
+    def effective_nats_url(self) -> str:
+        return self.nats_url or f"nats://127.0.0.1:{self.nats_port}"
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that hands these settings to a child process."""
+        env = {}
+        for name, value in msgspec.structs.asdict(self).items():
+            if value is not None:
+                env[f"AUTARCH_{name.upper()}"] = str(value)
+        return env
+
+
+_FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
+
+
+def load_settings(overrides: dict[str, Any] | None = None, *, environ: dict[str, str] | None = None) -> Settings:
+    """Build the settings from the TOML file, ``AUTARCH_*`` variables and ``overrides``."""
+    environ = dict(os.environ if environ is None else environ)
+    raw: dict[str, Any] = {}
+    env_values = {
+        name: environ[f"AUTARCH_{name.upper()}"] for name in _FIELDS if f"AUTARCH_{name.upper()}" in environ
+    }
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    data_dir = given.get("data_dir") or env_values.get("data_dir") or _default_data_dir()
+    config_path = Path(environ.get("AUTARCH_CONFIG") or Path(data_dir).expanduser() / "config.toml")
+    if config_path.is_file():
+        try:
+            raw.update(tomllib.loads(config_path.read_text()))
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"{config_path}: {exc}") from exc
+        unknown = sorted(set(raw) - set(_FIELDS))
+        if unknown:
+            raise SettingsError(f"{config_path}: unknown settings {', '.join(unknown)}")
+    raw.update(env_values)
+    raw.update(given)
+    try:
+        # Environment values are strings; msgspec converts "8765" to int under strict=False.
+        return msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(f"invalid setting: {exc}") from exc

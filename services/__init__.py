@@ -1,0 +1,1 @@
+"""Autarch services, one package each; a service imports only contracts and runtime."""

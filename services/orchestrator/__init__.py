@@ -1,0 +1,1 @@
+"""The orchestrator: workflow aggregates, their state machines, and the event relay."""
