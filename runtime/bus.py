@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 
 import nats
-from autarch.contracts import subjects
 from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
+
+from autarch.contracts import subjects
 
 __all__ = ["connect", "ensure_event_stream"]
 
@@ -18,7 +19,11 @@ log = logging.getLogger(__name__)
 async def connect(url: str, *, name: str, connect_timeout: float = 5.0) -> Client:
     """Connect to ``url`` and keep reconnecting forever if the server goes away."""
 
+    client: Client | None = None
+
     async def on_disconnect() -> None:
+        if client is not None and (client.is_closed or client.is_draining):
+            return  # our own close, not an outage
         log.warning("%s: disconnected from NATS", name)
 
     async def on_reconnect() -> None:
@@ -27,7 +32,7 @@ async def connect(url: str, *, name: str, connect_timeout: float = 5.0) -> Clien
     async def on_error(exc: Exception) -> None:
         log.warning("%s: NATS error: %s", name, exc)
 
-    return await nats.connect(
+    client = await nats.connect(
         url,
         name=name,
         connect_timeout=connect_timeout,
@@ -37,6 +42,7 @@ async def connect(url: str, *, name: str, connect_timeout: float = 5.0) -> Clien
         reconnected_cb=on_reconnect,
         error_cb=on_error,
     )
+    return client
 
 
 async def ensure_event_stream(nc: Client, *, duplicate_window: float = 3600.0, replicas: int = 1) -> None:

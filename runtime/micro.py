@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
-from autarch.contracts import subjects
-from autarch.contracts.base import decoder_for, encode
-from autarch.contracts.errors import ErrorCode, ErrorReply
 from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, Service, ServiceConfig
+
+from autarch.contracts import subjects
+from autarch.contracts.base import decoder_for, encode
+from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import ServiceFailure
 

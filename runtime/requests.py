@@ -6,11 +6,12 @@ import asyncio
 from typing import Any, TypeVar
 
 import msgspec
-from autarch.contracts.base import decoder_for, encode
-from autarch.contracts.errors import ErrorCode, ErrorReply
 from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
+
+from autarch.contracts.base import decoder_for, encode
+from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import RemoteError
 

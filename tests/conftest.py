@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from nats.aio.client import Client
+
 from autarch.runtime.bus import connect, ensure_event_stream
 from autarch.runtime.natsserver import EmbeddedNats
-from nats.aio.client import Client
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import asyncio
 
 import msgspec
 import pytest
+
 from autarch.contracts.errors import ErrorCode
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.micro import TypedService

@@ -1,0 +1,57 @@
+"""``autarch contracts export DIR``: one JSON Schema per contract."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import pkgutil
+from pathlib import Path
+
+import msgspec
+
+import autarch.contracts as contracts_pkg
+
+__all__ = ["all_contracts", "export_schemas", "register"]
+
+
+def all_contracts() -> dict[str, type[msgspec.Struct]]:
+    """Every Struct defined in ``autarch.contracts``, keyed ``<module>.<Name>``."""
+    found: dict[str, type[msgspec.Struct]] = {}
+    for info in pkgutil.iter_modules(contracts_pkg.__path__):
+        module = importlib.import_module(f"{contracts_pkg.__name__}.{info.name}")
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and issubclass(obj, msgspec.Struct) and obj.__module__ == module.__name__:
+                found[f"{info.name}.{name}"] = obj
+    return dict(sorted(found.items()))
+
+
+def export_schemas(out: Path) -> list[Path]:
+    """Write ``<out>/<module>.<Name>.json`` for every contract and ``events.AnyEvent.json`` for the union."""
+    from autarch.contracts.events import AnyEvent
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    targets: dict[str, object] = dict(all_contracts())
+    targets["events.AnyEvent"] = AnyEvent
+    for key, kind in targets.items():
+        path = out / f"{key}.json"
+        path.write_text(json.dumps(msgspec.json.schema(kind), indent=2, sort_keys=True) + "\n")
+        written.append(path)
+    return written
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    written = export_schemas(Path(args.dir))
+    print(f"wrote {len(written)} schemas to {args.dir}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    contracts = sub.add_parser("contracts", help="the wire contracts")
+    verbs = contracts.add_subparsers(dest="contracts_command", metavar="VERB")
+    verbs.required = True
+    export = verbs.add_parser("export", help="write a JSON Schema per contract into DIR")
+    export.add_argument("dir")
+    export.set_defaults(handler=cmd_export)

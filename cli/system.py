@@ -1,0 +1,192 @@
+"""``autarch up | status | events | replay | config``: running and inspecting the system."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+import msgspec
+
+from autarch.runtime.settings import Settings, SettingsError, load_settings
+
+__all__ = ["register"]
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        "data_dir": getattr(args, "data_dir", None),
+        "port": getattr(args, "port", None),
+        "nats_url": getattr(args, "nats", None),
+    }
+    try:
+        return load_settings(overrides)
+    except SettingsError as exc:
+        print(f"autarch: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _common(parser: argparse.ArgumentParser, *, port: bool = False) -> None:
+    parser.add_argument("--data-dir", help="data directory (env AUTARCH_DATA_DIR; default ~/.local/share/autarch)")
+    parser.add_argument("--nats", metavar="URL", help="use this NATS server instead of the embedded one")
+    if port:
+        parser.add_argument("--port", type=int, help="gateway port (env AUTARCH_PORT; default 8765)")
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from autarch.runtime.process import configure_logging
+    from autarch.runtime.supervisor import AVAILABLE_SERVICES, Supervisor
+    from autarch.runtime.token import ensure_token
+
+    settings = _settings(args)
+    configure_logging(settings.log_level)
+    ensure_token(settings.token_path)
+    services = tuple(args.services.split(",")) if args.services else AVAILABLE_SERVICES
+    unknown = sorted(set(services) - set(AVAILABLE_SERVICES))
+    if unknown:
+        print(f"autarch up: unknown or uninstalled services: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    print(f"Autarch starting: services {', '.join(services)} + gateway", flush=True)
+    print(f"  API      http://{settings.host}:{settings.port}  (OpenAPI at /schema, health at /healthz)", flush=True)
+    print(f"  token    {settings.token_path}  (send 'Authorization: Bearer <token>')", flush=True)
+    print(f"  data     {settings.data_path}", flush=True)
+    print(f"  NATS     {settings.effective_nats_url}{'' if settings.nats_url else ' (embedded)'}", flush=True)
+    print("  stop     Ctrl-C", flush=True)
+    return asyncio.run(Supervisor(settings, services=services).run())
+
+
+async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
+    from autarch.gateway.health import ping_service
+    from autarch.runtime.bus import connect
+
+    try:
+        nc = await connect(settings.effective_nats_url, name="autarch-status", connect_timeout=2)
+    except Exception as exc:
+        return {"nats": False, "error": str(exc), "services": {}}
+    try:
+        result: dict[str, Any] = {"nats": True, "services": {}}
+        for name in services:
+            instances = await ping_service(nc, name, wait=0.5)
+            entry: dict[str, Any] = {"ok": instances > 0, "instances": instances}
+            if instances:
+                try:
+                    stats = json.loads((await nc.request(f"$SRV.STATS.{name}", b"", timeout=1)).data)
+                    entry["requests"] = sum(e.get("num_requests", 0) for e in stats.get("endpoints", []))
+                    entry["errors"] = sum(e.get("num_errors", 0) for e in stats.get("endpoints", []))
+                    entry["started"] = stats.get("started")
+                except Exception:
+                    pass
+            result["services"][name] = entry
+        return result
+    finally:
+        await nc.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from autarch.runtime.supervisor import AVAILABLE_SERVICES
+
+    settings = _settings(args)
+    result = asyncio.run(_status(settings, list(AVAILABLE_SERVICES)))
+    run_file = settings.data_path / "run.json"
+    if run_file.exists():
+        result["supervisor"] = json.loads(run_file.read_text())
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"NATS {settings.effective_nats_url}: {'up' if result['nats'] else 'DOWN ' + result.get('error', '')}")
+        for name, entry in result["services"].items():
+            n = entry["instances"]
+            state = f"ok ({n} instance{'s' if n != 1 else ''})" if entry["ok"] else "DOWN"
+            extra = f"  requests {entry['requests']}, errors {entry['errors']}" if "requests" in entry else ""
+            print(f"  {name:<13} {state}{extra}")
+    healthy = result["nats"] and all(e["ok"] for e in result["services"].values())
+    return 0 if healthy else 1
+
+
+async def _tail(settings: Settings, workflow: str | None, since: int | None, limit: int | None) -> None:
+    from nats.js.api import ConsumerConfig, DeliverPolicy
+
+    from autarch.contracts import subjects
+    from autarch.runtime.bus import connect, ensure_event_stream
+
+    nc = await connect(settings.effective_nats_url, name="autarch-events", connect_timeout=2)
+    await ensure_event_stream(nc, duplicate_window=settings.duplicate_window)
+    subject = subjects.workflow_events(workflow) if workflow else subjects.EVENTS_ALL
+    if since is None:
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+    else:
+        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=since + 1)
+    sub = await nc.jetstream().subscribe(subject, stream=subjects.EVENTS_STREAM, ordered_consumer=True, config=config)
+    seen = 0
+    try:
+        async for msg in sub.messages:
+            event_type = (msg.headers or {}).get("Autarch-Event") or subjects.event_type_from_subject(msg.subject)
+            print(f"{msg.metadata.sequence.stream}\t{event_type}\t{msg.data.decode()}", flush=True)
+            seen += 1
+            if limit is not None and seen >= limit:
+                return
+    finally:
+        await nc.close()
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    try:
+        asyncio.run(_tail(settings, args.workflow, args.since, args.limit))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from autarch.services.orchestrator.replay import replay_from_store
+
+    settings = _settings(args)
+    try:
+        result = replay_from_store(settings, args.workflow_id, at=args.at)
+    except (LookupError, ValueError) as exc:
+        print(f"autarch replay: {exc}", file=sys.stderr)
+        return 1
+    print(msgspec.json.format(msgspec.json.encode(result), indent=2).decode())
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    shown = msgspec.structs.asdict(settings)
+    for secret in ("postgres_url", "exa_api_key", "anthropic_api_key"):
+        if shown.get(secret):
+            shown[secret] = "***"
+    print(msgspec.json.format(msgspec.json.encode(shown), indent=2).decode())
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    up = sub.add_parser("up", help="start NATS, every service and the gateway on this machine")
+    _common(up, port=True)
+    up.add_argument("--services", help="comma-separated subset of services to run (default: all installed)")
+    up.set_defaults(handler=cmd_up)
+
+    status = sub.add_parser("status", help="show each service and its health")
+    _common(status)
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=cmd_status)
+
+    events = sub.add_parser("events", help="tail the event stream")
+    _common(events)
+    events.add_argument("--workflow", metavar="ID", help="only this workflow's events")
+    events.add_argument("--since", type=int, metavar="SEQ", help="start after this stream sequence (0: from the start)")
+    events.add_argument("--limit", type=int, metavar="N", help="exit after N events")
+    events.set_defaults(handler=cmd_events)
+
+    replay = sub.add_parser("replay", help="rebuild a workflow's state from its event log alone")
+    _common(replay)
+    replay.add_argument("workflow_id")
+    replay.add_argument("--at", type=int, metavar="N", help="state after the workflow's N-th event (N >= 1)")
+    replay.set_defaults(handler=cmd_replay)
+
+    config = sub.add_parser("config", help="show the effective settings")
+    _common(config, port=True)
+    config.set_defaults(handler=cmd_config)

@@ -1,0 +1,173 @@
+"""The Litestar app: the HTTP API and SSE in front of the services on NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from litestar import Litestar, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.params import Parameter
+from litestar.response import ServerSentEvent
+from nats.aio.client import Client
+
+from autarch.contracts import subjects
+from autarch.contracts.errors import ErrorCode, ErrorReply
+from autarch.contracts.http import CreateWorkflowBody, Health
+from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, ListWorkflows, WorkflowList, WorkflowView
+from autarch.runtime.bus import connect, ensure_event_stream
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.requests import request as nats_request
+from autarch.runtime.settings import Settings
+from autarch.runtime.token import ensure_token
+
+from .auth import NO_AUTH, token_guard
+from .errors import EXCEPTION_HANDLERS, error_response
+from .health import check_health
+from .sse import event_stream
+
+__all__ = ["create_app"]
+
+# Idempotency-Key → workflow id: the same key always names the same workflow.
+_IDEMPOTENCY_NS = uuid.UUID("6f0b7c1e-3a51-4d5e-9a57-5a3c2f0e8b11")
+_RETRYABLE = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
+
+
+def _bad_request(message: str, **details: Any) -> RemoteError:
+    return RemoteError(ErrorReply(code=ErrorCode.BAD_REQUEST, message=message, details=details), subject="-")
+
+
+def _resolve_repo(given: str) -> Path:
+    repo = Path(given).expanduser()
+    if not repo.is_absolute():
+        repo = Path.cwd() / repo
+    if not repo.is_dir():
+        raise _bad_request(f"repo {given!r} is not a directory", field="repo")
+    return repo.resolve()
+
+
+def _nc(state: State) -> Client:
+    nc: Client | None = state.get("nc")
+    if nc is None or not nc.is_connected:
+        raise RemoteError(ErrorReply(code=ErrorCode.UNAVAILABLE, message="not connected to NATS"), subject="-")
+    return nc
+
+
+async def _ask(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+    """Ask the orchestrator; idempotent requests ride out a restart (retried until the deadline)."""
+    settings: Settings = state["settings"]
+    subject = subjects.request("orchestrator", verb)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (3 * settings.request_timeout if idempotent else 0)
+    while True:
+        try:
+            return await nats_request(
+                _nc(state), subject, payload, reply_type,
+                timeout=settings.request_timeout, retry_unavailable=settings.request_timeout if idempotent else 0,
+            )
+        except RemoteError as exc:
+            if not idempotent or exc.code not in _RETRYABLE or loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+@post("/api/workflows", status_code=201, summary="Create a workflow", tags=["workflows"])
+async def create_workflow(
+    data: CreateWorkflowBody,
+    state: State,
+    idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key", required=False)] = None,
+) -> WorkflowView:
+    """Start a workflow for ``repo``. Send ``Idempotency-Key`` to make retries safe."""
+    repo = _resolve_repo(data.repo)
+    workflow_id = str(uuid.uuid5(_IDEMPOTENCY_NS, idempotency_key) if idempotency_key else uuid.uuid4())
+    command = CreateWorkflow(
+        workflow_id=workflow_id, title=data.title, request=data.request, repo=str(repo),
+        base_branch=data.base_branch,
+    )
+    # The orchestrator's create is idempotent on workflow_id, so retrying through a crash is safe.
+    return await _ask(state, "create_workflow", command, WorkflowView, idempotent=True)
+
+
+@get("/api/workflows", summary="List workflows", tags=["workflows"])
+async def list_workflows(
+    state: State,
+    limit: Annotated[int, Parameter(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, Parameter(ge=0)] = 0,
+) -> WorkflowList:
+    return await _ask(state, "list_workflows", ListWorkflows(limit=limit, offset=offset), WorkflowList, idempotent=True)
+
+
+@get("/api/workflows/{workflow_id:str}", summary="Get one workflow", tags=["workflows"])
+async def get_workflow(workflow_id: str, state: State) -> WorkflowView | Response[ErrorReply]:
+    try:
+        uuid.UUID(workflow_id)
+    except ValueError:
+        return error_response(ErrorReply(code=ErrorCode.NOT_FOUND, message=f"no workflow {workflow_id}"))
+    return await _ask(state, "get_workflow", GetWorkflow(workflow_id=str(uuid.UUID(workflow_id))), WorkflowView,
+                      idempotent=True)
+
+
+@get("/api/events", summary="Live events (Server-Sent Events)", tags=["events"], opt={"query_token": True})
+async def events(
+    request: Request,
+    state: State,
+    workflow: Annotated[str | None, Parameter(description="Only this workflow's events")] = None,
+    since: Annotated[int | None, Parameter(ge=0, description="Resume after this stream sequence (0: all)")] = None,
+) -> ServerSentEvent:
+    """Every event as SSE; ``Last-Event-ID`` (or ``since``) resumes right after that event."""
+    after = since
+    last_event_id = request.headers.get("last-event-id")
+    if last_event_id:
+        if not last_event_id.isdigit():
+            raise _bad_request(f"Last-Event-ID must be a stream sequence, got {last_event_id!r}", field="Last-Event-ID")
+        after = int(last_event_id)
+    if workflow is not None:
+        try:
+            workflow = str(uuid.UUID(workflow))
+        except ValueError:
+            raise _bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow") from None
+    settings: Settings = state["settings"]
+    stream = event_stream(_nc(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive)
+    return ServerSentEvent(stream)
+
+
+@get("/healthz", summary="Health of NATS and every service", tags=["health"], opt=NO_AUTH)
+async def healthz(state: State) -> Response[Health]:
+    health = await check_health(state.get("nc"), list(state["expected_services"]))
+    return Response(health, status_code=200 if health.status == "ok" else 503)
+
+
+def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orchestrator",)) -> Litestar:
+    """Build the gateway for ``settings``; NATS is connected in the app's lifespan."""
+    token = ensure_token(settings.token_path)
+
+    @asynccontextmanager
+    async def nats_connection(app: Litestar):
+        app.state["nc"] = await connect(settings.effective_nats_url, name="autarch-gateway")
+        # SSE consumers need the stream even before the first service has created it.
+        await ensure_event_stream(app.state["nc"], duplicate_window=settings.duplicate_window)
+        try:
+            yield
+        finally:
+            await app.state["nc"].drain()
+
+    return Litestar(
+        route_handlers=[create_workflow, list_workflows, get_workflow, events, healthz],
+        guards=[token_guard(token)],
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=[nats_connection],
+        state=State({"settings": settings, "expected_services": expected_services}),
+        openapi_config=OpenAPIConfig(
+            title="Autarch",
+            version="0.1.0",
+            description="Turn a developer's request into reviewed, committed code. Bearer token required "
+            "(see <data dir>/token) except on /healthz.",
+            path="/schema",
+            render_plugins=[SwaggerRenderPlugin()],
+        ),
+    )

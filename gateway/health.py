@@ -1,0 +1,48 @@
+"""``/healthz``: NATS and each expected service, by ``$SRV.PING``."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.aio.client import Client
+
+from autarch.contracts.http import Health, ServiceHealth
+
+__all__ = ["check_health", "ping_service"]
+
+
+async def ping_service(nc: Client, name: str, *, wait: float = 0.25) -> int:
+    """How many instances of ``name`` answer a ``$SRV.PING`` within ``wait`` seconds."""
+    inbox = nc.new_inbox()
+    answers = 0
+    got_one = asyncio.Event()
+
+    async def on_reply(_msg: object) -> None:
+        nonlocal answers
+        answers += 1
+        got_one.set()
+
+    sub = await nc.subscribe(inbox, cb=on_reply)
+    try:
+        await nc.publish(f"$SRV.PING.{name}", b"", reply=inbox)
+        try:
+            await asyncio.wait_for(got_one.wait(), wait)
+            await asyncio.sleep(0.02)  # let other instances' answers arrive
+        except TimeoutError:
+            pass
+    finally:
+        await sub.unsubscribe()
+    return answers
+
+
+async def check_health(nc: Client | None, services: list[str]) -> Health:
+    if nc is None or not nc.is_connected:
+        return Health(
+            status="degraded",
+            nats=False,
+            services={name: ServiceHealth(ok=False, instances=0) for name in services},
+        )
+    counts = await asyncio.gather(*(ping_service(nc, name) for name in services))
+    result = {name: ServiceHealth(ok=count > 0, instances=count) for name, count in zip(services, counts, strict=True)}
+    status = "ok" if all(s.ok for s in result.values()) else "degraded"
+    return Health(status=status, nats=True, services=result)

@@ -1,0 +1,56 @@
+"""Where each service's eventsourcing application keeps its events.
+
+Embedded default: SQLite at ``<data dir>/<service>/events.sqlite`` (WAL). Scale-out: PostgreSQL
+from ``AUTARCH_POSTGRES_URL``, one schema-less table set per application name. eventsourcing's
+own variables (``PERSISTENCE_MODULE``, ``POSTGRES_*``, ``SQLITE_*``) still win when set, so an
+operator can configure the store exactly as eventsourcing documents.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from .settings import Settings, SettingsError
+
+__all__ = ["describe_store", "event_store_env"]
+
+
+def _postgres_env(url: str) -> dict[str, str]:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql") or not parsed.path.strip("/"):
+        raise SettingsError(f"postgres_url must look like postgresql://user:pass@host:5432/dbname, got {url!r}")
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": parsed.path.strip("/"),
+        "POSTGRES_HOST": parsed.hostname or "127.0.0.1",
+        "POSTGRES_PORT": str(parsed.port or 5432),
+        "POSTGRES_USER": unquote(parsed.username or "postgres"),
+        "POSTGRES_PASSWORD": unquote(parsed.password or ""),
+        "POSTGRES_CONNECT_TIMEOUT": "5",
+    }
+    return env
+
+
+def event_store_env(settings: Settings, service: str) -> dict[str, str]:
+    """The eventsourcing environment for ``service``'s application."""
+    if os.environ.get("PERSISTENCE_MODULE"):
+        # The operator configured eventsourcing directly; take it as given.
+        return {k: v for k, v in os.environ.items() if k.startswith(("PERSISTENCE_", "POSTGRES_", "SQLITE_"))}
+    if settings.postgres_url:
+        return _postgres_env(settings.postgres_url)
+    path = Path(settings.data_path) / service
+    path.mkdir(parents=True, exist_ok=True)
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": str(path / "events.sqlite"),
+        "SQLITE_LOCK_TIMEOUT": "10",
+    }
+
+
+def describe_store(env: dict[str, str]) -> str:
+    """One line naming the store, for logs and ``autarch config`` (never the password)."""
+    if env.get("PERSISTENCE_MODULE") == "eventsourcing.postgres":
+        return f"postgresql://{env.get('POSTGRES_HOST')}:{env.get('POSTGRES_PORT')}/{env.get('POSTGRES_DBNAME')}"
+    return f"sqlite:{env.get('SQLITE_DBNAME')}"

@@ -1,0 +1,139 @@
+"""The relay: from an eventsourcing application's notification log to the JetStream stream.
+
+The store is the truth; the stream is the distribution log. The relay publishes each
+notification in order with ``Nats-Msg-Id = <app>:<store>:<notification id>`` and only then records
+its position (an eventsourcing tracking record, in the same database as the events). A
+crash between publish and position save republishes a few events on restart, and JetStream
+drops them as duplicates (``duplicate_window`` in the stream config). A crash before publish
+loses nothing: the events are in the store and the position was not advanced.
+
+``<store>`` names the store itself (the id of its first aggregate), so a fresh store on a
+stream that outlived an older one never has its events dropped as the older one's duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from eventsourcing.application import Application
+from eventsourcing.domain import DomainEvent
+from eventsourcing.persistence import Tracking, TrackingRecorder
+from nats.aio.client import Client
+
+from autarch.contracts.base import encode
+from autarch.contracts.events import Event, event_subject
+
+__all__ = ["EventRelay"]
+
+log = logging.getLogger(__name__)
+
+MSG_ID = "Nats-Msg-Id"
+
+
+@dataclass
+class EventRelay:
+    """Follows ``app``'s notification log and publishes every event it maps to a wire event."""
+
+    app: Application
+    """The application whose notification log is followed."""
+    nc: Client
+    """Connection used for JetStream publishes."""
+    to_contract: Callable[[DomainEvent], Event | None]
+    """Maps a stored domain event to its wire event (None: not distributed)."""
+    batch: int = 500
+    """Notifications read and published per round."""
+    poll_interval: float = 1.0
+    """Seconds between polls when nobody calls :meth:`wake` (another process wrote events)."""
+    on_published: Callable[[int], None] | None = None
+    """Called with the last published notification id after each round (for metrics and tests)."""
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+    _tracking: TrackingRecorder | None = None
+    _store_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"relay-{self.app.name}"
+
+    def position(self) -> int:
+        """The last notification id known to be on the stream."""
+        return self._recorder().max_tracking_id(self.name) or 0
+
+    def wake(self) -> None:
+        """Tell the relay that new events were saved (it also polls)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def _recorder(self) -> TrackingRecorder:
+        if self._tracking is None:
+            self._tracking = self.app.factory.tracking_recorder()
+            # Tracking tables share the store's database; create them if this is a new store.
+            create = getattr(self._tracking, "create_table", None)
+            if create is not None:
+                create()
+        return self._tracking
+
+    async def _run(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                published = await self.publish_pending()
+                delay = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # NATS away, stream missing, database locked: nothing is lost, try again.
+                log.warning("%s: %s; retrying in %.1fs", self.name, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            if published == 0:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+                except TimeoutError:
+                    pass
+
+    async def publish_pending(self) -> int:
+        """Publish one batch of unpublished notifications; returns how many were read."""
+        recorder = self._recorder()
+        start = (recorder.max_tracking_id(self.name) or 0) + 1
+        notifications = await asyncio.to_thread(
+            self.app.recorder.select_notifications, start=start, limit=self.batch
+        )
+        if not notifications:
+            return 0
+        if self._store_id is None:
+            first = await asyncio.to_thread(self.app.recorder.select_notifications, start=1, limit=1)
+            self._store_id = first[0].originator_id.hex[:12]
+        js = self.nc.jetstream()
+        acks = []
+        for notification in notifications:
+            contract = self.to_contract(self.app.mapper.to_domain_event(notification))
+            if contract is None:
+                continue
+            headers = {MSG_ID: f"{self.app.name}:{self._store_id}:{notification.id}", "Autarch-Event": _tag(contract)}
+            # publish_async sends in order and returns the ack future: the stream keeps store order.
+            acks.append(await js.publish_async(event_subject(contract), encode(contract), headers=headers))
+        if acks:
+            await asyncio.wait_for(asyncio.gather(*acks), timeout=10)
+        last = notifications[-1].id
+        await asyncio.to_thread(recorder.insert_tracking, Tracking(application_name=self.name, notification_id=last))
+        if self.on_published is not None:
+            self.on_published(last)
+        return len(notifications)
+
+
+def _tag(event: Event) -> str:
+    return str(type(event).__struct_config__.tag)

@@ -1,0 +1,197 @@
+"""``autarch up``: the embedded NATS server, every service as its own OS process, and the gateway.
+
+A child that exits unexpectedly is restarted with exponential backoff (reset once it has stayed
+up for a while). Every line a child prints is prefixed with its name. SIGINT/SIGTERM stop the
+children (SIGTERM, then SIGKILL after a grace period); children also get SIGTERM from the
+kernel if the supervisor itself dies (PR_SET_PDEATHSIG), so no process is orphaned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib.util
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .natsserver import EmbeddedNats
+from .settings import Settings
+
+__all__ = ["AVAILABLE_SERVICES", "Child", "Supervisor"]
+
+log = logging.getLogger("supervisor")
+
+SERVICE_ORDER = ("orchestrator", "tools", "git", "indexer", "agent_runner")
+
+
+def _available() -> tuple[str, ...]:
+    found = []
+    for name in SERVICE_ORDER:
+        try:
+            if importlib.util.find_spec(f"autarch.services.{name}.__main__") is not None:
+                found.append(name)
+        except ModuleNotFoundError:
+            continue
+    return tuple(found)
+
+
+AVAILABLE_SERVICES = _available()
+"""Services installed in this environment, in start order."""
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    process: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    started_at: float = 0.0
+    stopping: bool = False
+    _pump: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    async def spawn(self, out: asyncio.StreamWriter | None = None) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            env=self.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+        self.started_at = time.monotonic()
+        self._pump = asyncio.create_task(self._prefix_lines())
+
+    async def _prefix_lines(self) -> None:
+        assert self.process and self.process.stdout
+        width = 13
+        while line := await self.process.stdout.readline():
+            sys.stdout.write(f"{self.name:<{width}}| {line.decode(errors='replace')}")
+            sys.stdout.flush()
+
+    async def terminate(self, grace: float) -> None:
+        self.stopping = True
+        proc = self.process
+        if proc is None or proc.returncode is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        if self._pump:
+            await asyncio.gather(self._pump, return_exceptions=True)
+
+
+@dataclass
+class Supervisor:
+    """Runs the whole system on one machine."""
+
+    settings: Settings
+    services: tuple[str, ...] = AVAILABLE_SERVICES
+    """Services to run (each ``python -m autarch.services.<name>``)."""
+    gateway: bool = True
+    grace: float = 10.0
+    """Seconds a child gets to stop after SIGTERM before SIGKILL."""
+    max_backoff: float = 10.0
+    children: dict[str, Child] = field(default_factory=dict)
+    nats: EmbeddedNats | None = None
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def run_file(self) -> Path:
+        """``<data dir>/run.json``: the supervisor's and children's pids (read by ``autarch status``)."""
+        return self.settings.data_path / "run.json"
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.settings.to_env())
+        env["AUTARCH_NATS_URL"] = self.settings.effective_nats_url
+        env["AUTARCH_EXPECTED_SERVICES"] = ",".join(self.services)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _write_run_file(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "nats_url": self.settings.effective_nats_url,
+            "nats_pid": self.nats.process.pid if self.nats and self.nats.process else None,
+            "gateway_url": f"http://{self.settings.host}:{self.settings.port}",
+            "children": {name: child.pid for name, child in self.children.items()},
+        }
+        tmp = self.run_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=2))
+        tmp.replace(self.run_file)
+
+    async def run(self) -> int:
+        self.settings.data_path.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop.set)
+        if self.settings.nats_url is None:
+            self.nats = EmbeddedNats(self.settings.data_path / "nats", port=self.settings.nats_port)
+            await asyncio.to_thread(self.nats.start)
+            log.info("embedded nats-server on %s (JetStream in %s)", self.nats.url, self.nats.data_dir)
+        env = self._child_env()
+        py = sys.executable
+        for name in self.services:
+            self.children[name] = Child(name, [py, "-m", f"autarch.services.{name}"], env)
+        if self.gateway:
+            self.children["gateway"] = Child("gateway", [py, "-m", "autarch.gateway"], env)
+        try:
+            for child in self.children.values():
+                await child.spawn()
+            self._write_run_file()
+            watchers = [asyncio.create_task(self._watch(child)) for child in self.children.values()]
+            await self._stop.wait()
+            log.info("stopping")
+            for task in watchers:
+                task.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+        finally:
+            # Gateway first (no new requests), then services in reverse start order, then NATS.
+            for child in reversed(list(self.children.values())):
+                await child.terminate(self.grace)
+            if self.nats is not None:
+                await asyncio.to_thread(self.nats.stop)
+            self.run_file.unlink(missing_ok=True)
+        return 0
+
+    async def _watch(self, child: Child) -> None:
+        backoff = 0.25
+        while True:
+            assert child.process is not None
+            code = await child.process.wait()
+            if child.stopping or self._stop.is_set():
+                return
+            up_for = time.monotonic() - child.started_at
+            if up_for > 30:
+                backoff = 0.25  # it ran fine for a while: this is a new failure, not a crash loop
+            log.warning("%s exited with %s after %.1fs; restarting in %.2fs", child.name, code, up_for, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.max_backoff)
+            child.restarts += 1
+            await child.spawn()
+            self._write_run_file()

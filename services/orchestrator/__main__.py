@@ -1,0 +1,8 @@
+"""``python -m autarch.services.orchestrator``: run one orchestrator process."""
+
+from autarch.runtime.process import run_service
+
+from .service import start
+
+if __name__ == "__main__":
+    run_service("orchestrator", start)

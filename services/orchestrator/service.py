@@ -1,0 +1,113 @@
+"""The orchestrator service: workflow endpoints on NATS, the event relay, the in-memory read model."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from nats.aio.client import Client
+
+from autarch.contracts.workflows import (
+    CreateWorkflow,
+    GetWorkflow,
+    ListWorkflows,
+    ReplayedWorkflow,
+    ReplayWorkflow,
+    WorkflowList,
+    WorkflowView,
+)
+from autarch.runtime.bus import ensure_event_stream
+from autarch.runtime.errors import ServiceFailure
+from autarch.runtime.eventstore import describe_store, event_store_env
+from autarch.runtime.micro import TypedService
+from autarch.runtime.relay import EventRelay
+from autarch.runtime.settings import Settings
+
+from .application import WorkflowApplication
+from .contract_events import to_contract, view_of
+from .replay import replay
+from .writer import BatchedWriter
+
+__all__ = ["Orchestrator", "start"]
+
+log = logging.getLogger("orchestrator")
+
+
+@dataclass
+class Orchestrator:
+    """Handles the commands of each workflow one at a time (a mailbox per workflow)."""
+
+    app: WorkflowApplication
+    writer: BatchedWriter
+    views: dict[str, WorkflowView] = field(default_factory=dict)
+    """Read model: every workflow's current view, rebuilt from the store at start."""
+    _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+
+    def load_views(self) -> None:
+        for workflow_id in self.app.workflow_ids():
+            self.views[workflow_id] = view_of(self.app.get_workflow(workflow_id))
+
+    async def create_workflow(self, command: CreateWorkflow) -> WorkflowView:
+        async with self._mailboxes[command.workflow_id]:
+            try:
+                workflow, is_new = await asyncio.to_thread(self.app.new_workflow, command)
+            except ValueError as exc:
+                raise ServiceFailure.conflict(str(exc), workflow_id=command.workflow_id) from None
+            if is_new:
+                await self.writer.save(workflow)
+            view = view_of(workflow)
+            self.views[view.id] = view
+            return view
+
+    async def get_workflow(self, query: GetWorkflow) -> WorkflowView:
+        view = self.views.get(query.workflow_id)
+        if view is None:
+            raise ServiceFailure.not_found(f"no workflow {query.workflow_id}", workflow_id=query.workflow_id)
+        return view
+
+    async def list_workflows(self, query: ListWorkflows) -> WorkflowList:
+        items = list(self.views.values())
+        return WorkflowList(items=items[query.offset : query.offset + query.limit], total=len(items))
+
+    async def replay_workflow(self, query: ReplayWorkflow) -> ReplayedWorkflow:
+        try:
+            return await asyncio.to_thread(replay, self.app, query.workflow_id, at=query.at)
+        except LookupError:
+            raise ServiceFailure.not_found(f"no workflow {query.workflow_id}", workflow_id=query.workflow_id) from None
+
+
+async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
+    """Open the store, rebuild the read model, start the relay and serve the endpoints."""
+    env = event_store_env(settings, "orchestrator")
+    app = WorkflowApplication(env=env)
+    log.info("event store: %s", describe_store(env))
+    await ensure_event_stream(nc, duplicate_window=settings.duplicate_window)
+    relay = EventRelay(app=app, nc=nc, to_contract=to_contract)
+    writer = BatchedWriter(app=app, after_save=relay.wake)
+    orchestrator = Orchestrator(app=app, writer=writer)
+    await asyncio.to_thread(orchestrator.load_views)
+    log.info("rebuilt %d workflows from the event store", len(orchestrator.views))
+    writer.start()
+    relay.start()
+    service = TypedService(nc, name="orchestrator", description="Workflows, pulses and their state machines")
+    service.endpoint("create_workflow", CreateWorkflow, orchestrator.create_workflow)
+    service.endpoint("get_workflow", GetWorkflow, orchestrator.get_workflow)
+    service.endpoint("list_workflows", ListWorkflows, orchestrator.list_workflows)
+    service.endpoint("replay_workflow", ReplayWorkflow, orchestrator.replay_workflow)
+    await service.start()
+
+    async def stop() -> None:
+        await service.stop()
+        await writer.stop()
+        # Drain what is already saved to the stream before leaving; the rest waits for the next start.
+        try:
+            await asyncio.wait_for(relay.publish_pending(), timeout=5)
+        except Exception as exc:
+            log.warning("relay did not finish on stop: %s", exc)
+        await relay.stop()
+        app.close()
+
+    return stop

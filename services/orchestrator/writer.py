@@ -1,0 +1,69 @@
+"""Group commit: aggregates saved by concurrent commands share one transaction (one fsync)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from eventsourcing.application import Application
+from eventsourcing.domain import Aggregate
+
+__all__ = ["BatchedWriter"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchedWriter:
+    """Saves aggregates for many waiting commands at once; each caller learns its own outcome."""
+
+    app: Application
+    """The application whose ``save`` is called."""
+    after_save: Callable[[], None] | None = None
+    """Called after every successful transaction (wakes the relay)."""
+    max_batch: int = 256
+    _queue: asyncio.Queue[tuple[Aggregate, asyncio.Future[None]]] = field(default_factory=asyncio.Queue)
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="batched-writer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def save(self, aggregate: Aggregate) -> None:
+        """Return once ``aggregate``'s pending events are durably recorded."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await self._queue.put((aggregate, future))
+        await future
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self.max_batch and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                await asyncio.to_thread(self.app.save, *(agg for agg, _ in batch))
+                outcomes: list[BaseException | None] = [None] * len(batch)
+            except Exception:
+                # One bad aggregate must not fail its neighbours: retry them one by one.
+                outcomes = []
+                for aggregate, _ in batch:
+                    try:
+                        await asyncio.to_thread(self.app.save, aggregate)
+                        outcomes.append(None)
+                    except Exception as exc:
+                        outcomes.append(exc)
+            if self.after_save is not None and any(o is None for o in outcomes):
+                self.after_save()
+            for (_, future), outcome in zip(batch, outcomes, strict=True):
+                if future.done():
+                    continue
+                if outcome is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(outcome)
