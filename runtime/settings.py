@@ -16,8 +16,10 @@ import msgspec
 __all__ = ["Settings", "SettingsError", "load_settings"]
 
 
-def _default_data_dir() -> str:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+def _default_data_dir(environ: dict[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    home = environ.get("HOME") or str(Path.home())
+    base = environ.get("XDG_DATA_HOME") or str(Path(home) / ".local" / "share")
     return str(Path(base) / "autarch")
 
 
@@ -83,12 +85,12 @@ _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
 def load_settings(overrides: dict[str, Any] | None = None, *, environ: dict[str, str] | None = None) -> Settings:
     """Build the settings from the TOML file, ``AUTARCH_*`` variables and ``overrides``."""
     environ = dict(os.environ if environ is None else environ)
-    raw: dict[str, Any] = {}
     env_values = {
         name: environ[f"AUTARCH_{name.upper()}"] for name in _FIELDS if f"AUTARCH_{name.upper()}" in environ
     }
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    data_dir = given.get("data_dir") or env_values.get("data_dir") or _default_data_dir()
+    data_dir = given.get("data_dir") or env_values.get("data_dir") or _default_data_dir(environ)
+    raw: dict[str, Any] = {"data_dir": data_dir}
     config_path = Path(environ.get("AUTARCH_CONFIG") or Path(data_dir).expanduser() / "config.toml")
     if config_path.is_file():
         try:

@@ -1,0 +1,59 @@
+"""Settings: defaults, TOML file, AUTARCH_* variables and flags, in that order of precedence."""
+
+from __future__ import annotations
+
+import pytest
+
+from autarch.runtime.eventstore import event_store_env
+from autarch.runtime.settings import SettingsError, load_settings
+
+
+def test_defaults(tmp_path):
+    s = load_settings(environ={"HOME": str(tmp_path)})
+    assert s.data_dir == str(tmp_path / ".local" / "share" / "autarch")
+    assert (s.port, s.nats_url, s.postgres_url) == (8765, None, None)
+    assert s.effective_nats_url == f"nats://127.0.0.1:{s.nats_port}"
+
+
+def test_precedence_file_then_env_then_flags(tmp_path):
+    (tmp_path / "config.toml").write_text('port = 9000\nlog_level = "DEBUG"\nrequest_timeout = 3.5\n')
+    env = {"AUTARCH_DATA_DIR": str(tmp_path), "AUTARCH_PORT": "9100"}
+    s = load_settings(environ=env)
+    assert (s.port, s.log_level, s.request_timeout) == (9100, "DEBUG", 3.5)
+    assert load_settings({"port": 9200}, environ=env).port == 9200
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "message"),
+    [
+        ("", {"AUTARCH_PORT": "eighty"}, "port"),
+        ("", {"AUTARCH_PORT": "70000"}, "port must be between"),
+        ("colour = 1\n", {}, "unknown settings colour"),
+        ("port = [\n", {}, "config.toml"),
+        ("", {"AUTARCH_REQUEST_TIMEOUT": "-1"}, "request_timeout must be positive"),
+    ],
+)
+def test_bad_values_name_the_setting(tmp_path, toml, env, message):
+    (tmp_path / "config.toml").write_text(toml)
+    with pytest.raises(SettingsError, match=message):
+        load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path), **env})
+
+
+def test_event_store_defaults_to_sqlite_in_the_data_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("PERSISTENCE_MODULE", raising=False)
+    env = event_store_env(load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path)}), "orchestrator")
+    assert env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite"
+    assert env["SQLITE_DBNAME"] == str(tmp_path / "orchestrator" / "events.sqlite")
+
+
+def test_postgres_url_is_translated_to_eventsourcing_settings(tmp_path, monkeypatch):
+    monkeypatch.delenv("PERSISTENCE_MODULE", raising=False)
+    s = load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path),
+                               "AUTARCH_POSTGRES_URL": "postgresql://ada:s%40cret@db.local:6543/autarch"})
+    env = event_store_env(s, "orchestrator")
+    assert env["PERSISTENCE_MODULE"] == "eventsourcing.postgres"
+    assert (env["POSTGRES_HOST"], env["POSTGRES_PORT"], env["POSTGRES_DBNAME"]) == ("db.local", "6543", "autarch")
+    assert (env["POSTGRES_USER"], env["POSTGRES_PASSWORD"]) == ("ada", "s@cret")
+    with pytest.raises(SettingsError, match="postgres_url"):
+        event_store_env(load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path),
+                                               "AUTARCH_POSTGRES_URL": "mysql://x/y"}), "orchestrator")
