@@ -1,7 +1,8 @@
 """Where each service's eventsourcing application keeps its events.
 
 Embedded default: SQLite at ``<data dir>/<service>/events.sqlite`` (WAL). Scale-out: PostgreSQL
-from ``AUTARCH_POSTGRES_URL``, one schema-less table set per application name. eventsourcing's
+from ``AUTARCH_POSTGRES_URL`` (``?schema=NAME`` selects an existing schema), one table set
+per application name. eventsourcing's
 own variables (``PERSISTENCE_MODULE``, ``POSTGRES_*``, ``SQLITE_*``) still win when set, so an
 operator can configure the store exactly as eventsourcing documents.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from .settings import Settings, SettingsError
 
@@ -30,6 +31,10 @@ def _postgres_env(url: str) -> dict[str, str]:
         "POSTGRES_PASSWORD": unquote(parsed.password or ""),
         "POSTGRES_CONNECT_TIMEOUT": "5",
     }
+    schema = parse_qs(parsed.query).get("schema")
+    if schema:
+        # ?schema=NAME keeps several installations (or test runs) apart in one database.
+        env["POSTGRES_SCHEMA"] = schema[0]
     return env
 
 
