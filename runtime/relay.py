@@ -87,6 +87,8 @@ class EventRelay:
     async def _run(self) -> None:
         delay = 0.1
         while True:
+            # Clear before reading: a wake() that lands while we read is then never lost.
+            self._wake.clear()
             try:
                 published = await self.publish_pending()
                 delay = 0.1
@@ -99,7 +101,6 @@ class EventRelay:
                 delay = min(delay * 2, 5.0)
                 continue
             if published == 0:
-                self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval)
                 except TimeoutError:
