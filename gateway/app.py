@@ -150,7 +150,9 @@ def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orc
     async def nats_connection(app: Litestar):
         app.state["nc"] = await connect(settings.effective_nats_url, name="autarch-gateway")
         # SSE consumers need the stream even before the first service has created it.
-        await ensure_event_stream(app.state["nc"], duplicate_window=settings.duplicate_window)
+        await ensure_event_stream(
+            app.state["nc"], duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas
+        )
         try:
             yield
         finally:

@@ -33,7 +33,8 @@ async def connect(url: str, *, name: str, connect_timeout: float = 5.0) -> Clien
         log.warning("%s: NATS error: %s", name, exc)
 
     client = await nats.connect(
-        url,
+        # A comma-separated list names the servers of a cluster.
+        [server.strip() for server in url.split(",") if server.strip()],
         name=name,
         connect_timeout=connect_timeout,
         max_reconnect_attempts=-1,

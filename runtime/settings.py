@@ -47,6 +47,8 @@ class Settings(msgspec.Struct, kw_only=True):
     log_level: str = "INFO"
     sse_keepalive: float = 15.0
     """Seconds between SSE keep-alive comments when no event flows."""
+    stream_replicas: int = 1
+    """Replicas of the ``AUTARCH_EVENTS`` stream (3 on a three-node JetStream cluster)."""
     duplicate_window: float = 3600.0
     """Seconds JetStream remembers ``Nats-Msg-Id`` values: a relay restarted within it never publishes twice."""
 

@@ -84,7 +84,7 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
     env = event_store_env(settings, "orchestrator")
     app = WorkflowApplication(env=env)
     log.info("event store: %s", describe_store(env))
-    await ensure_event_stream(nc, duplicate_window=settings.duplicate_window)
+    await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
     relay = EventRelay(app=app, nc=nc, to_contract=to_contract)
     writer = BatchedWriter(app=app, after_save=relay.wake)
     orchestrator = Orchestrator(app=app, writer=writer)
