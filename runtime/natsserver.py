@@ -6,7 +6,9 @@ test-suite (one real server per test session).
 
 from __future__ import annotations
 
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +17,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["EmbeddedNats", "NatsServerNotFound", "find_nats_server", "free_port"]
+__all__ = ["EmbeddedNats", "NatsServerNotFound", "die_with_parent", "find_nats_server", "free_port"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for children: the kernel sends them SIGTERM when the parent dies, even by SIGKILL.
+
+    Linux ties this to the *thread* that forked the child, so spawn from the main thread only.
+    """
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux: the supervisor's own shutdown path still stops its children
+        pass
 
 
 class NatsServerNotFound(RuntimeError):
@@ -87,6 +102,7 @@ class EmbeddedNats:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -9,7 +9,6 @@ kernel if the supervisor itself dies (PR_SET_PDEATHSIG), so no process is orphan
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import importlib.util
 import json
 import logging
@@ -20,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .natsserver import EmbeddedNats
+from .natsserver import EmbeddedNats, die_with_parent
 from .settings import Settings
 
 __all__ = ["AVAILABLE_SERVICES", "Child", "Supervisor"]
@@ -43,16 +42,6 @@ def _available() -> tuple[str, ...]:
 
 AVAILABLE_SERVICES = _available()
 """Services installed in this environment, in start order."""
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
-
 
 @dataclass
 class Child:
@@ -78,7 +67,7 @@ class Child:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self.started_at = time.monotonic()
         self._pump = asyncio.create_task(self._prefix_lines())
@@ -152,7 +141,8 @@ class Supervisor:
             loop.add_signal_handler(sig, self._stop.set)
         if self.settings.nats_url is None:
             self.nats = EmbeddedNats(self.settings.data_path / "nats", port=self.settings.nats_port)
-            await asyncio.to_thread(self.nats.start)
+            # In this (main) thread: the server's parent-death signal is tied to the thread that forks it.
+            self.nats.start()
             log.info("embedded nats-server on %s (JetStream in %s)", self.nats.url, self.nats.data_dir)
         env = self._child_env()
         py = sys.executable
@@ -175,7 +165,7 @@ class Supervisor:
             for child in reversed(list(self.children.values())):
                 await child.terminate(self.grace)
             if self.nats is not None:
-                await asyncio.to_thread(self.nats.stop)
+                self.nats.stop()
             self.run_file.unlink(missing_ok=True)
         return 0
 

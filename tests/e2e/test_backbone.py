@@ -202,3 +202,28 @@ def test_replay_cli_errors(system: System):
     assert r.returncode == 1 and "not a workflow id" in r.stderr
     r = system.cli("replay", "00000000-0000-4000-8000-000000000000", "--at", "0")
     assert r.returncode == 1 and "counts events from 1" in r.stderr
+
+
+def test_events_cli_tails_the_stream_and_logs_are_prefixed(system: System, tmp_path):
+    ids = [httpx.post(f"{system.url}/api/workflows", json=_body(str(tmp_path), title=f"t{i}"),
+                      headers=system.headers).json()["id"] for i in range(2)]
+    r = system.cli("events", "--since", "0", "--limit", "2")
+    assert r.returncode == 0, r.stderr
+    lines = [line.split("\t") for line in r.stdout.splitlines()]
+    assert [(seq, kind) for seq, kind, _ in lines] == [("1", "workflow:created"), ("2", "workflow:created")]
+    assert [json.loads(data)["workflow_id"] for *_, data in lines] == ids
+    only = system.cli("events", "--since", "0", "--limit", "1", "--workflow", ids[1])
+    assert json.loads(only.stdout.split("\t")[2])["workflow_id"] == ids[1]
+    log = system.log.read_text()
+    assert "orchestrator | " in log and "orchestrator ready" in log
+
+
+def test_a_killed_supervisor_leaves_no_orphans(system: System):
+    pids = system.all_pids()
+    system.proc.kill()  # SIGKILL: the supervisor gets no chance to clean up
+    system.proc.wait()
+    system.proc = None
+    deadline = time.monotonic() + 15
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in pids if pid_alive(p)] == []
