@@ -62,7 +62,7 @@ async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
     from autarch.runtime.bus import connect
 
     try:
-        nc = await connect(settings.effective_nats_url, name="autarch-status", connect_timeout=2)
+        nc = await connect(settings.effective_nats_url, name="autarch-status", connect_timeout=2, reconnect=False)
     except Exception as exc:
         return {"nats": False, "error": str(exc), "services": {}}
     try:
@@ -111,7 +111,10 @@ async def _tail(settings: Settings, workflow: str | None, since: int | None, lim
     from autarch.contracts import subjects
     from autarch.runtime.bus import connect, ensure_event_stream
 
-    nc = await connect(settings.effective_nats_url, name="autarch-events", connect_timeout=2)
+    try:
+        nc = await connect(settings.effective_nats_url, name="autarch-events", connect_timeout=2, reconnect=False)
+    except Exception as exc:
+        raise SystemExit(f"autarch events: cannot reach NATS at {settings.effective_nats_url}: {exc}") from None
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window)
     subject = subjects.workflow_events(workflow) if workflow else subjects.EVENTS_ALL
     if since is None:

@@ -16,8 +16,11 @@ __all__ = ["connect", "ensure_event_stream"]
 log = logging.getLogger(__name__)
 
 
-async def connect(url: str, *, name: str, connect_timeout: float = 5.0) -> Client:
-    """Connect to ``url`` and keep reconnecting forever if the server goes away."""
+async def connect(url: str, *, name: str, connect_timeout: float = 5.0, reconnect: bool = True) -> Client:
+    """Connect to ``url`` and keep reconnecting forever if the server goes away.
+
+    With ``reconnect=False`` (one-shot CLI commands) a server that is down fails at once instead.
+    """
 
     client: Client | None = None
 
@@ -30,14 +33,17 @@ async def connect(url: str, *, name: str, connect_timeout: float = 5.0) -> Clien
         log.info("%s: reconnected to NATS", name)
 
     async def on_error(exc: Exception) -> None:
-        log.warning("%s: NATS error: %s", name, exc)
+        if reconnect:  # a one-shot command reports the failure itself, once
+            log.warning("%s: NATS error: %s", name, exc)
 
     client = await nats.connect(
         # A comma-separated list names the servers of a cluster.
         [server.strip() for server in url.split(",") if server.strip()],
         name=name,
         connect_timeout=connect_timeout,
-        max_reconnect_attempts=-1,
+        # nats.py treats 0 as "forever" on the first connect; 1 means: try each server, then give up.
+        max_reconnect_attempts=-1 if reconnect else 1,
+        allow_reconnect=reconnect,
         reconnect_time_wait=0.5,
         disconnected_cb=on_disconnect,
         reconnected_cb=on_reconnect,

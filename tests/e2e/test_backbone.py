@@ -227,3 +227,17 @@ def test_a_killed_supervisor_leaves_no_orphans(system: System):
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert [p for p in pids if pid_alive(p)] == []
+
+
+def test_ctrl_c_stops_everything_and_status_then_reports_down(system: System):
+    pids = system.all_pids()
+    system.proc.send_signal(signal.SIGINT)
+    try:
+        assert system.proc.wait(30) == 0
+    except Exception:
+        print(system.log.read_text())
+        raise
+    system.proc = None
+    assert [p for p in pids if pid_alive(p)] == []
+    status = system.cli("status")
+    assert status.returncode == 1 and "DOWN" in status.stdout
