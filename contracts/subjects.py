@@ -40,7 +40,20 @@ SERVICES = ("orchestrator", "tools", "git", "agent_runner", "indexer")
 # Verbs, grouped by the service that answers them. A verb is added here before it is served.
 ORCHESTRATOR_VERBS = ("create_workflow", "get_workflow", "list_workflows", "replay_workflow")
 TOOLS_VERBS: tuple[str, ...] = ()
-GIT_VERBS: tuple[str, ...] = ()
+GIT_VERBS = (
+    "register_repository",
+    "list_worktrees",
+    "create_workflow_branch",
+    "get_workflow_branch",
+    "start_pulse",
+    "checkpoint_pulse",
+    "recovery_checkpoint",
+    "modified_tracked_files",
+    "remove_worktree",
+    "workflow_diff",
+    "pulse_diff",
+    "get_diff_artifact",
+)
 AGENT_RUNNER_VERBS: tuple[str, ...] = ()
 INDEXER_VERBS: tuple[str, ...] = ()
 

@@ -51,6 +51,14 @@ class Settings(msgspec.Struct, kw_only=True):
     """Replicas of the ``AUTARCH_EVENTS`` stream (3 on a three-node JetStream cluster)."""
     duplicate_window: float = 3600.0
     """Seconds JetStream remembers ``Nats-Msg-Id`` values: a relay restarted within it never publishes twice."""
+    git_author_name: str = "Autarch"
+    """Author of the commits the git service makes."""
+    git_author_email: str = "autarch@localhost"
+    """Author e-mail of the commits the git service makes."""
+    git_committer_name: str | None = None
+    """Committer of those commits; unset means the author."""
+    git_committer_email: str | None = None
+    """Committer e-mail of those commits; unset means the author's."""
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

@@ -1,0 +1,104 @@
+"""Diff artifacts: a workflow's or a pulse's unified diff, stored once, fetched by id.
+
+An artifact's id is derived from what it compares (kind, workflow, pulse, both commits), so
+asking twice for the same diff returns the same artifact without recomputing it, and a diff's
+text never changes once stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+from dulwich.graph import find_merge_base
+
+from autarch.contracts.errors import ErrorCode
+from autarch.contracts.git import DiffArtifact, DiffArtifactRef, GetDiffArtifact, PulseDiff, WorkflowDiff
+
+from .checkout import commit_tree_id
+from .diffs import tree_diff
+from .engine import GitEngine
+from .refs import branch_ref, read_branch
+from .store import ArtifactStore
+from .workspace import Workspace, fail
+
+__all__ = ["get_diff_artifact", "pulse_diff", "workflow_diff"]
+
+_ref_decoder = msgspec.json.Decoder(DiffArtifactRef)
+
+
+def workflow_diff(engine: GitEngine, query: WorkflowDiff) -> DiffArtifactRef:
+    """The workflow branch against its base branch, from their merge base (what a pull request shows)."""
+    with engine.open_workspace(query.workflow_id) as ws:
+        head = ws.workflow_head()
+        base_head = read_branch(ws.repo, branch_ref(ws.record.base_branch))
+        start = ws.record.base_commit.encode()
+        if base_head is not None:
+            bases = find_merge_base(ws.repo, [base_head, head])
+            if bases:
+                start = bases[0]
+        return _artifact(engine.artifacts, ws, kind="workflow", pulse_id=None, start=start, end=head)
+
+
+def pulse_diff(engine: GitEngine, query: PulseDiff) -> DiffArtifactRef:
+    """One ended pulse's commit (checkpoint or recovery) against the commit it started from."""
+    with engine.open_workspace(query.workflow_id) as ws:
+        pulse = ws.record.pulses.get(query.pulse_id)
+        if pulse is None or pulse.commit is None:
+            state = pulse.state if pulse else "unknown"
+            raise fail(
+                ErrorCode.NOT_FOUND,
+                f"pulse {query.pulse_id} of workflow {query.workflow_id} has no commit ({state})",
+                pulse_id=query.pulse_id,
+                state=state,
+            )
+        return _artifact(
+            engine.artifacts,
+            ws,
+            kind="pulse",
+            pulse_id=pulse.id,
+            start=pulse.base_commit.encode(),
+            end=pulse.commit.encode(),
+        )
+
+
+def get_diff_artifact(artifacts: ArtifactStore, query: GetDiffArtifact) -> DiffArtifact:
+    """One page of a stored diff."""
+    meta = artifacts.read_meta(query.artifact_id)
+    if meta is None:
+        raise fail(ErrorCode.NOT_FOUND, f"no diff artifact {query.artifact_id}", artifact_id=query.artifact_id)
+    ref = _ref_decoder.decode(meta)
+    text = artifacts.read_text(query.artifact_id)
+    end = query.offset + query.limit
+    return DiffArtifact(
+        ref=ref,
+        diff=text[query.offset : end],
+        offset=query.offset,
+        next_offset=end if end < len(text) else None,
+    )
+
+
+def _artifact(
+    artifacts: ArtifactStore, ws: Workspace, *, kind: str, pulse_id: str | None, start: bytes, end: bytes
+) -> DiffArtifactRef:
+    key = f"{kind}:{ws.record.id}:{pulse_id or ''}:{start.decode()}:{end.decode()}"
+    artifact_id = hashlib.sha256(key.encode()).hexdigest()[:32]
+    meta = artifacts.read_meta(artifact_id)
+    if meta is not None:
+        return _ref_decoder.decode(meta)
+    raw, stats = tree_diff(ws.objects, commit_tree_id(ws.objects, start), commit_tree_id(ws.objects, end))
+    text = raw.decode("utf-8", errors="replace")
+    ref = DiffArtifactRef(
+        artifact_id=artifact_id,
+        kind=kind,  # type: ignore[arg-type]
+        workflow_id=ws.record.id,
+        pulse_id=pulse_id,
+        from_commit=start.decode(),
+        to_commit=end.decode(),
+        files_changed=stats.files_changed,
+        insertions=stats.insertions,
+        deletions=stats.deletions,
+        size=len(text),
+    )
+    artifacts.save(artifact_id, meta=msgspec.json.encode(ref), text=text)
+    return ref

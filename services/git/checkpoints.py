@@ -1,0 +1,327 @@
+"""Ending a pulse: the checkpoint (commit → fast-forward → reset) and the recovery checkpoint.
+
+A checkpoint runs these steps, each idempotent:
+
+1. ``commit``: snapshot the worktree like ``git add -A``, store blobs, trees and the commit
+   (parent: the pulse's base), then journal it as the workflow's pending operation;
+2. ``pulse_branch``: move the pulse branch to the commit;
+3. ``fast_forward``: move the workflow branch from the pulse base to the commit;
+4. ``head``: point the worktree's HEAD back at the workflow branch;
+5. ``delete_branch``: delete the pulse branch;
+6. ``reset``: bring the worktree's index (and files, if needed) to the workflow head.
+
+Until step 1 has journaled the commit, nothing visible changed and a retry starts over. From
+then on, :func:`finish_pending` derives what is left from the refs (every move is a
+compare-and-swap from the value it must replace) and completes it; a restarted service does so
+before it serves any request. A recovery checkpoint keeps its commit on the pulse branch and
+skips steps 3 and 5 (or, with nothing to keep, makes no commit and deletes the pulse branch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from dulwich.graph import can_fast_forward
+from dulwich.objects import Commit
+
+from autarch.contracts.git import (
+    CheckpointPulse,
+    GitErrorCode,
+    PulseCheckpointed,
+    RecoveryCheckpoint,
+    RecoveryCheckpointed,
+)
+
+from .checkout import commit_tree_id, reset_worktree, snapshot_trees
+from .commits import Identity, checkpoint_message, make_commit, recovery_message
+from .faults import FaultInjector
+from .index_file import IndexEntry, read_index
+from .loose import LooseObjectWriter
+from .refs import delete_branch, move_branch, pulse_branch_name, read_branch
+from .snapshots import Snapshot, leaves, scan_worktree
+from .store import GitStore, PendingOperation, PulseRecord
+from .trees import TreeSet, build_trees, diff_trees, write_trees
+from .workspace import Workspace, fail
+from .worktrees import break_stale_locks, set_head
+
+__all__ = ["checkpoint_pulse", "finish_pending", "recovery_checkpoint"]
+
+Current = tuple[Snapshot, TreeSet]
+
+
+def _is_ancestor(ws: Workspace, ancestor: bytes, descendant: bytes) -> bool:
+    return ancestor == descendant or can_fast_forward(ws.repo, ancestor, descendant)
+
+
+def _snapshot_all(ws: Workspace) -> Current:
+    snapshot = scan_worktree(
+        ws.worktree,
+        read_index(ws.index_path),
+        include_untracked=True,
+        is_ignored=ws.ignore_check(),
+        keep_blobs=True,
+        filemode=ws.filemode,
+    )
+    return snapshot, snapshot_trees(ws.index_path, snapshot)
+
+
+def _store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes, int]:
+    """Store the snapshot's new blobs and trees; return its root tree id and the paths changed since ``base``."""
+    snapshot, trees = current
+    differing: set[bytes] = set()
+    files_changed = sum(
+        1 for _ in diff_trees(ws.objects, trees, commit_tree_id(ws.objects, base), differing=differing)
+    )
+    if files_changed:
+        writer = LooseObjectWriter(ws.objects.path)
+        for sha, data in snapshot.blobs.items():
+            writer.add(b"blob", data, sha)
+        write_trees(writer, trees, differing)
+    return trees.root, files_changed
+
+
+def _store_commit(ws: Workspace, commit: Commit) -> None:
+    LooseObjectWriter(ws.objects.path).add(b"commit", commit.as_raw_string(), bytes.fromhex(commit.id.decode()))
+
+
+def checkpoint_pulse(
+    ws: Workspace, cmd: CheckpointPulse, *, store: GitStore, identity: Identity, faults: FaultInjector
+) -> PulseCheckpointed:
+    """Commit the worktree as the pulse's checkpoint and fast-forward the workflow branch to it."""
+    record = ws.record
+    done = record.pulses.get(cmd.pulse_id)
+    if done is not None and done.state == "succeeded":
+        return _checkpointed(ws, done)  # a retry of a checkpoint that completed
+    pulse = ws.running_pulse(cmd.pulse_id)
+    base = pulse.base_commit.encode()
+    head = ws.workflow_head()
+    if not _is_ancestor(ws, head, base):
+        raise fail(
+            GitErrorCode.NOT_FAST_FORWARD,
+            f"the workflow branch {record.branch} moved to {head.decode()[:10]} since pulse {pulse.id} "
+            f"started from {pulse.base_commit[:10]}: the checkpoint cannot fast-forward it",
+            workflow_head=head.decode(),
+            pulse_base=pulse.base_commit,
+        )
+    current = _snapshot_all(ws)
+    tree, files_changed = _store_snapshot(ws, current, base)
+    commit = make_commit(
+        tree=tree,
+        parents=[base],
+        message=checkpoint_message(summary=cmd.summary, body=cmd.body, co_author=cmd.co_author),
+        identity=identity,
+    )
+    _store_commit(ws, commit)
+    record.pending = PendingOperation(
+        kind="checkpoint",
+        pulse_id=pulse.id,
+        commit=commit.id.decode(),
+        pulse_head=_decode(read_branch(ws.repo, ws.pulse_ref(pulse.id))),
+        files_changed=files_changed,
+    )
+    store.save_workflow(record)
+    faults.step_done("commit")
+    _finish_checkpoint(ws, store=store, identity=identity, faults=faults, current=current)
+    return _checkpointed(ws, record.pulses[pulse.id])
+
+
+def recovery_checkpoint(
+    ws: Workspace, cmd: RecoveryCheckpoint, *, store: GitStore, identity: Identity, faults: FaultInjector
+) -> RecoveryCheckpointed:
+    """Keep a failed or stopped pulse's work as a recovery commit on its branch; reset the worktree."""
+    record = ws.record
+    done = record.pulses.get(cmd.pulse_id)
+    if done is not None and done.state in ("recovered", "discarded"):
+        return _recovered(ws, done)
+    pulse = ws.running_pulse(cmd.pulse_id)
+    base = pulse.base_commit.encode()
+    current = _snapshot_all(ws)
+    tree, files_changed = _store_snapshot(ws, current, base)
+    commit_id = None
+    if files_changed:
+        commit = make_commit(
+            tree=tree,
+            parents=[base],
+            message=recovery_message(
+                pulse_id=pulse.id, status=cmd.status, reason=cmd.reason, co_author=cmd.co_author
+            ),
+            identity=identity,
+        )
+        _store_commit(ws, commit)
+        commit_id = commit.id.decode()
+    record.pending = PendingOperation(
+        kind="recovery",
+        pulse_id=pulse.id,
+        commit=commit_id,
+        pulse_head=_decode(read_branch(ws.repo, ws.pulse_ref(pulse.id))),
+        files_changed=files_changed,
+    )
+    store.save_workflow(record)
+    faults.step_done("commit")
+    _finish_recovery(ws, store=store, identity=identity, faults=faults, current=current)
+    return _recovered(ws, record.pulses[pulse.id])
+
+
+def finish_pending(ws: Workspace, *, store: GitStore, identity: Identity, faults: FaultInjector) -> str | None:
+    """Complete the workflow's journaled operation, if any; return its kind."""
+    pending = ws.record.pending
+    if pending is None:
+        return None
+    # This process did not write these (it is finishing another's work): locks left by a
+    # killed process would block every later write.
+    break_stale_locks(ws.admin)
+    for ref in (ws.workflow_ref, ws.pulse_ref(pending.pulse_id)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ws.repo.refs.refpath(ref) + b".lock")
+    if pending.kind == "checkpoint":
+        _finish_checkpoint(ws, store=store, identity=identity, faults=faults, current=None)
+    else:
+        _finish_recovery(ws, store=store, identity=identity, faults=faults, current=None)
+    return pending.kind
+
+
+def _finish_checkpoint(
+    ws: Workspace, *, store: GitStore, identity: Identity, faults: FaultInjector, current: Current | None
+) -> None:
+    record = ws.record
+    pending = record.pending
+    assert pending is not None and pending.commit is not None
+    pulse = record.pulses[pending.pulse_id]
+    commit = pending.commit.encode()
+    base = pulse.base_commit.encode()
+    pulse_ref = ws.pulse_ref(pulse.id)
+    committer = identity.committer
+    head = read_branch(ws.repo, ws.workflow_ref)
+    if head != commit:
+        subject = ws.objects[commit].message.split(b"\n", 1)[0]
+        move_branch(
+            ws.repo,
+            pulse_ref,
+            old=read_branch(ws.repo, pulse_ref),
+            new=commit,
+            committer=committer,
+            message=b"commit: " + subject,
+        )
+        faults.step_done("pulse_branch")
+        if head is None or not _is_ancestor(ws, head, base):
+            # Moved by someone else while this operation was cut short: the checkpoint stays on
+            # the pulse branch and the pulse keeps running; a retry reports not_fast_forward.
+            record.pending = None
+            store.save_workflow(record)
+            raise fail(
+                GitErrorCode.NOT_FAST_FORWARD,
+                f"the workflow branch {record.branch} moved; checkpoint {pending.commit[:10]} kept on "
+                f"{pulse_branch_name(record.branch, pulse.id)}",
+                workflow_head=_decode(head),
+                commit=pending.commit,
+            )
+        move_branch(
+            ws.repo,
+            ws.workflow_ref,
+            old=head,
+            new=commit,
+            committer=committer,
+            message=b"merge " + pulse_ref[len(b"refs/heads/") :] + b": Fast-forward",
+        )
+        faults.step_done("fast_forward")
+    set_head(ws.admin, ws.workflow_ref)
+    faults.step_done("head")
+    if read_branch(ws.repo, pulse_ref) == commit:
+        delete_branch(ws.repo, pulse_ref, expected=commit)
+    faults.step_done("delete_branch")
+    reset_worktree(
+        ws.worktree, ws.index_path, ws.objects, commit_tree_id(ws.objects, commit), current=current,
+        filemode=ws.filemode,
+    )  # fmt: skip
+    faults.step_done("reset")
+    pulse.state = "succeeded"
+    pulse.commit = pending.commit
+    pulse.files_changed = pending.files_changed
+    record.active_pulse = None
+    record.worktree_commit = pending.commit
+    record.pending = None
+    store.save_workflow(record)
+
+
+def _finish_recovery(
+    ws: Workspace, *, store: GitStore, identity: Identity, faults: FaultInjector, current: Current | None
+) -> None:
+    record = ws.record
+    pending = record.pending
+    assert pending is not None
+    pulse = record.pulses[pending.pulse_id]
+    pulse_ref = ws.pulse_ref(pulse.id)
+    if pending.commit is not None:
+        move_branch(
+            ws.repo,
+            pulse_ref,
+            old=read_branch(ws.repo, pulse_ref),
+            new=pending.commit.encode(),
+            committer=identity.committer,
+            message=b"commit: recovery checkpoint",
+        )
+        faults.step_done("pulse_branch")
+    set_head(ws.admin, ws.workflow_ref)
+    faults.step_done("head")
+    if pending.commit is None:
+        delete_branch(ws.repo, pulse_ref)
+        faults.step_done("delete_branch")
+    head = ws.workflow_head()
+    if current is None and pending.commit is not None:
+        current = _state_including(ws, pending.commit.encode())
+    reset_worktree(
+        ws.worktree, ws.index_path, ws.objects, commit_tree_id(ws.objects, head), current=current,
+        filemode=ws.filemode,
+    )  # fmt: skip
+    faults.step_done("reset")
+    pulse.state = "recovered" if pending.commit else "discarded"
+    pulse.commit = pending.commit
+    pulse.recovery = pending.commit is not None
+    pulse.files_changed = pending.files_changed
+    record.active_pulse = None
+    record.worktree_commit = head.decode()
+    record.pending = None
+    store.save_workflow(record)
+
+
+def _state_including(ws: Workspace, commit: bytes) -> Current:
+    """The worktree's tracked state, counting the paths of ``commit`` as tracked.
+
+    A recovery cut short after its commit has an index that predates the pulse's new files;
+    they are in the recovery commit, and the reset must remove them as it would have.
+    """
+    index = read_index(ws.index_path)
+    known = build_trees(leaves(index.entries))
+    for path, ours, theirs in diff_trees(ws.objects, known, commit_tree_id(ws.objects, commit)):
+        if ours is None and theirs is not None:
+            # Zero stat data: the scan re-reads the file (or drops the entry if it is gone).
+            index.entries[path] = IndexEntry(0, 0, 0, 0, 0, 0, theirs[0], 0, 0, 0, theirs[1])
+    snapshot = scan_worktree(ws.worktree, index, include_untracked=False, filemode=ws.filemode)
+    return snapshot, build_trees(leaves(snapshot.entries))
+
+
+def _checkpointed(ws: Workspace, pulse: PulseRecord) -> PulseCheckpointed:
+    assert pulse.commit is not None
+    return PulseCheckpointed(
+        workflow_id=ws.record.id,
+        pulse_id=pulse.id,
+        commit=pulse.commit,
+        workflow_branch=ws.record.branch,
+        files_changed=pulse.files_changed,
+    )
+
+
+def _recovered(ws: Workspace, pulse: PulseRecord) -> RecoveryCheckpointed:
+    return RecoveryCheckpointed(
+        workflow_id=ws.record.id,
+        pulse_id=pulse.id,
+        is_recovery_checkpoint=pulse.recovery,
+        commit=pulse.commit,
+        pulse_branch=pulse.branch if pulse.recovery else None,
+        files_changed=pulse.files_changed,
+    )
+
+
+def _decode(sha: bytes | None) -> str | None:
+    return sha.decode() if sha is not None else None

@@ -1,0 +1,117 @@
+"""Unified diffs between two trees in git's format, as ``git apply`` reads them.
+
+dulwich finds the changed paths and computes the hunks; the headers are written here because
+dulwich's differ from git's for mode changes (``old file mode`` instead of ``old mode``, which
+``git apply`` rejects) and it does not quote unusual path names as git does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dulwich.diff_tree import tree_changes
+from dulwich.object_store import BaseObjectStore
+from dulwich.objects import Blob
+from dulwich.patch import is_binary, unified_diff_with_algorithm
+
+from .trees import MODE_GITLINK
+
+__all__ = ["DiffStats", "quote_path", "tree_diff"]
+
+_NULL = b"0" * 40
+
+
+@dataclass
+class DiffStats:
+    files_changed: int = 0
+    insertions: int = 0
+    deletions: int = 0
+
+
+_ESCAPES = {0x07: b"\\a", 0x08: b"\\b", 0x09: b"\\t", 0x0A: b"\\n", 0x0B: b"\\v", 0x0C: b"\\f", 0x0D: b"\\r"}
+
+
+def quote_path(prefix: bytes, path: bytes) -> bytes:
+    """``prefix + path``, C-quoted the way git quotes names with special bytes (core.quotePath)."""
+    name = prefix + path
+    if not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in name):
+        return name
+    out = bytearray(b'"')
+    for b in name:
+        if b in (0x22, 0x5C):
+            out += b"\\" + bytes([b])
+        elif b in _ESCAPES:
+            out += _ESCAPES[b]
+        elif b < 0x20 or b >= 0x7F:
+            out += b"\\%03o" % b
+        else:
+            out.append(b)
+    out += b'"'
+    return bytes(out)
+
+
+def _content(store: BaseObjectStore, mode: int | None, sha: bytes | None) -> bytes:
+    if sha is None or mode is None:
+        return b""
+    if mode == MODE_GITLINK:
+        return b"Subproject commit " + sha + b"\n"
+    blob = store[sha]
+    return blob.data if isinstance(blob, Blob) else b""
+
+
+def tree_diff(store: BaseObjectStore, old_tree: bytes | None, new_tree: bytes | None) -> tuple[bytes, DiffStats]:
+    """The unified diff from ``old_tree`` to ``new_tree`` (hex ids; None is the empty tree)."""
+    out: list[bytes] = []
+    stats = DiffStats()
+    changes = sorted(
+        tree_changes(store, old_tree, new_tree),
+        key=lambda c: (c.old.path if c.old and c.old.path else c.new.path) or b"",
+    )
+    for change in changes:
+        old, new = change.old, change.new
+        old_path = old.path if old and old.path else None
+        new_path = new.path if new and new.path else None
+        path = old_path or new_path
+        assert path is not None
+        old_mode, old_sha = (old.mode, old.sha) if old_path else (None, None)
+        new_mode, new_sha = (new.mode, new.sha) if new_path else (None, None)
+        stats.files_changed += 1
+        a_name, b_name = quote_path(b"a/", path), quote_path(b"b/", path)
+        out.append(b"diff --git " + a_name + b" " + b_name + b"\n")
+        if old_mode is None:
+            out.append(b"new file mode %o\n" % new_mode)
+        elif new_mode is None:
+            out.append(b"deleted file mode %o\n" % old_mode)
+        elif old_mode != new_mode:
+            out.append(b"old mode %o\nnew mode %o\n" % (old_mode, new_mode))
+        if old_sha != new_sha:
+            index = b"index " + (old_sha or _NULL)[:7] + b".." + (new_sha or _NULL)[:7]
+            if old_mode is not None and old_mode == new_mode:
+                index += b" %o" % old_mode
+            out.append(index + b"\n")
+        else:
+            continue  # a mode change only: git writes no index line and no hunks
+        old_data = _content(store, old_mode, old_sha)
+        new_data = _content(store, new_mode, new_sha)
+        from_name = a_name if old_mode is not None else b"/dev/null"
+        to_name = b_name if new_mode is not None else b"/dev/null"
+        if is_binary(old_data) or is_binary(new_data):
+            out.append(b"Binary files " + from_name + b" and " + to_name + b" differ\n")
+            continue
+        lines = list(
+            unified_diff_with_algorithm(
+                old_data.splitlines(keepends=True), new_data.splitlines(keepends=True), from_name, to_name
+            )
+        )
+        if not lines:
+            continue
+        for line in lines[2:]:  # after the ---/+++ header lines
+            if line.startswith(b"+"):
+                stats.insertions += 1
+            elif line.startswith(b"-"):
+                stats.deletions += 1
+        # git ends a name holding a space with a tab on these two lines (for GNU patch).
+        out.append(b"--- " + from_name + (b"\t" if b" " in from_name else b"") + b"\n")
+        out.append(b"+++ " + to_name + (b"\t" if b" " in to_name else b"") + b"\n")
+        out.extend(lines[2:])
+    return b"".join(out), stats

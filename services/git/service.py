@@ -1,0 +1,141 @@
+"""The ``git`` service: one ``nats.micro`` endpoint per verb of ``contracts.git``.
+
+Each request runs in a worker thread under its repository's lock (see ``locks.py``), so two
+operations on one repository never interleave while different repositories proceed in
+parallel. Before serving, the service finishes any checkpoint or recovery a previous instance
+was killed in the middle of.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from nats.aio.client import Client
+
+from autarch.contracts.git import (
+    CheckpointPulse,
+    CreateWorkflowBranch,
+    GetDiffArtifact,
+    GetWorkflowBranch,
+    ListWorktrees,
+    ModifiedTrackedFiles,
+    PulseDiff,
+    RecoveryCheckpoint,
+    RegisterRepository,
+    RemoveWorktree,
+    StartPulse,
+    WorkflowDiff,
+)
+from autarch.runtime.micro import TypedService
+from autarch.runtime.settings import Settings
+
+from . import artifacts
+from .commits import Identity
+from .engine import GitEngine, repository_id_for
+from .faults import FaultInjector
+from .locks import RepositoryLocks
+
+__all__ = ["GitService", "identity_from_settings", "start"]
+
+log = logging.getLogger("git")
+
+T = TypeVar("T")
+
+
+def identity_from_settings(settings: Settings) -> Identity:
+    """The commit identity configured in the settings (default author and committer "Autarch")."""
+    return Identity(
+        author_name=settings.git_author_name,
+        author_email=settings.git_author_email,
+        committer_name=settings.git_committer_name,
+        committer_email=settings.git_committer_email,
+    )
+
+
+class GitService:
+    """The engine behind typed endpoints, with per-repository serialisation."""
+
+    def __init__(
+        self,
+        nc: Client,
+        *,
+        data_dir: Path,
+        identity: Identity | None = None,
+        faults: FaultInjector | None = None,
+        max_workers: int = 8,
+    ) -> None:
+        self.engine = GitEngine(data_dir=data_dir, identity=identity, faults=faults)
+        self.locks = RepositoryLocks(self.engine.store.lock_path, max_workers=max_workers)
+        self.micro = TypedService(nc, name="git", description="branches, worktrees, checkpoints and diffs")
+        engine = self.engine
+        by_workflow = self._by_workflow
+        self._add("register_repository", RegisterRepository, self._register)
+        self._add("list_worktrees", ListWorktrees, self._list_worktrees)
+        self._add("create_workflow_branch", CreateWorkflowBranch, self._create_workflow_branch)
+        self._add("get_workflow_branch", GetWorkflowBranch, by_workflow(engine.view))
+        self._add("start_pulse", StartPulse, by_workflow(engine.start_pulse))
+        self._add("checkpoint_pulse", CheckpointPulse, by_workflow(engine.checkpoint_pulse))
+        self._add("recovery_checkpoint", RecoveryCheckpoint, by_workflow(engine.recovery_checkpoint))
+        self._add("modified_tracked_files", ModifiedTrackedFiles, by_workflow(engine.modified_tracked_files))
+        self._add("remove_worktree", RemoveWorktree, by_workflow(engine.remove_worktree))
+        self._add("workflow_diff", WorkflowDiff, by_workflow(lambda q: artifacts.workflow_diff(engine, q)))
+        self._add("pulse_diff", PulseDiff, by_workflow(lambda q: artifacts.pulse_diff(engine, q)))
+        self._add("get_diff_artifact", GetDiffArtifact, self._get_diff_artifact)
+
+    def _add(self, verb: str, request_type: type[Any], handler: Callable[[Any], Awaitable[Any]]) -> None:
+        self.micro.endpoint(verb, request_type, handler)
+
+    def _by_workflow(self, operation: Callable[[Any], T]) -> Callable[[Any], Awaitable[T]]:
+        async def handle(request: Any) -> T:
+            repository_id = self.engine.repository_of(request.workflow_id)
+            return await self.locks.run(repository_id, lambda: operation(request))
+
+        return handle
+
+    async def _register(self, cmd: RegisterRepository) -> Any:
+        return await self.locks.run(repository_id_for(cmd.path), lambda: self.engine.register_repository(cmd))
+
+    async def _list_worktrees(self, query: ListWorktrees) -> Any:
+        return await self.locks.run(query.repository_id, lambda: self.engine.list_worktrees(query))
+
+    async def _create_workflow_branch(self, cmd: CreateWorkflowBranch) -> Any:
+        return await self.locks.run(cmd.repository_id, lambda: self.engine.create_workflow_branch(cmd))
+
+    async def _get_diff_artifact(self, query: GetDiffArtifact) -> Any:
+        # Artifacts never change once written: no lock.
+        return await asyncio.to_thread(artifacts.get_diff_artifact, self.engine.artifacts, query)
+
+    async def recover(self) -> None:
+        """Finish every operation a killed instance left half done."""
+        for repository_id, workflow_id in self.engine.pending_workflows():
+            try:
+                kind = await self.locks.run(repository_id, lambda w=workflow_id: self.engine.finish_pending(w))
+            except Exception:
+                log.exception("could not finish the interrupted operation of workflow %s", workflow_id)
+                continue
+            if kind:
+                log.info("finished the interrupted %s of workflow %s", kind, workflow_id)
+
+    async def start(self) -> None:
+        await self.recover()
+        await self.micro.start()
+
+    async def stop(self) -> None:
+        await self.micro.stop()
+        await asyncio.to_thread(self.locks.close)
+
+
+async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
+    """The ``run_service`` starter: serve on ``nc`` with the data dir and identity from ``settings``."""
+    service = GitService(
+        nc,
+        data_dir=settings.data_path,
+        identity=identity_from_settings(settings),
+        faults=FaultInjector.from_env(),
+    )
+    await service.start()
+    return service.stop

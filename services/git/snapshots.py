@@ -1,0 +1,241 @@
+"""What a worktree holds right now, computed like ``git add -A`` against its index.
+
+One directory walk does it: a tracked file whose stat data matches its index entry (and is
+not racily clean) is taken as unchanged without reading it, anything else is hashed. Only
+directories holding tracked files are always entered; an untracked directory is skipped when
+ignored, so ``node_modules`` costs one ignore check. Nothing is written: the caller decides
+what to store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat as stat_mod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .index_file import EXT_SKIP_WORKTREE, IndexContents, IndexEntry, entry_from_stat
+from .trees import MODE_GITLINK, MODE_SYMLINK, Leaf
+
+__all__ = ["Snapshot", "blob_id", "leaves", "scan_worktree"]
+
+_NS = 1_000_000_000
+_U32 = 0xFFFFFFFF
+
+IgnoreCheck = Callable[[str], bool]
+"""Whether a worktree-relative path (``dir/`` for directories) is ignored."""
+
+
+@dataclass
+class Snapshot:
+    """The index as it would be after ``git add`` (tracked only, or ``-A``)."""
+
+    entries: dict[bytes, IndexEntry]
+    """Path → entry, with fresh stat data for every file that was hashed."""
+    blobs: dict[bytes, bytes] = field(default_factory=dict)
+    """Raw id → content of every file whose content differs from its index entry (when kept)."""
+    changed: set[bytes] = field(default_factory=set)
+    """Paths whose content or mode differs from the index (added, modified, removed)."""
+    refreshed: bool = False
+    """Some entry's stat data changed: the index on disk is stale even if no content did."""
+    index: IndexContents | None = None
+    """The index the snapshot was taken against (its unchanged entries are written back as read)."""
+
+
+def blob_id(data: bytes) -> bytes:
+    """Raw git object id of a blob holding ``data``."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).digest()
+
+
+def leaves(entries: dict[bytes, IndexEntry]) -> dict[bytes, Leaf]:
+    """The (mode, id) view of index entries that trees are built from."""
+    return {path: (e.mode, e.sha) for path, e in entries.items()}
+
+
+def scan_worktree(
+    root: Path,
+    index: IndexContents,
+    *,
+    include_untracked: bool,
+    is_ignored: IgnoreCheck | None = None,
+    keep_blobs: bool = False,
+    filemode: bool = True,
+) -> Snapshot:
+    """Compare the files under ``root`` with ``index`` and return the resulting snapshot.
+
+    Args:
+        root: The worktree's top directory.
+        index: Its index as read.
+        include_untracked: Add files not in the index unless ignored (``git add -A``).
+        is_ignored: The ignore rules; required with ``include_untracked``.
+        keep_blobs: Keep the content of changed files so the caller can store them.
+        filemode: Honour the executable bit (``core.fileMode``).
+    """
+    scan = _Scan(
+        root=os.fsencode(root),
+        index=index,
+        include_untracked=include_untracked,
+        is_ignored=is_ignored or (lambda _path: False),
+        keep_blobs=keep_blobs,
+        filemode=filemode,
+    )
+    scan.walk(b"")
+    return scan.finish()
+
+
+class _Scan:
+    def __init__(
+        self,
+        *,
+        root: bytes,
+        index: IndexContents,
+        include_untracked: bool,
+        is_ignored: IgnoreCheck,
+        keep_blobs: bool,
+        filemode: bool,
+    ) -> None:
+        self.root = root
+        self.old = index.entries
+        self.racy_after = index.mtime
+        self.include_untracked = include_untracked
+        self.is_ignored = is_ignored
+        self.keep_blobs = keep_blobs
+        self.filemode = filemode
+        self.entries: dict[bytes, IndexEntry] = dict(index.entries)
+        self.seen: set[bytes] = set()
+        self.snapshot = Snapshot(entries=self.entries, index=index)
+        # Unmerged paths count as changed: their worktree file is the resolution.
+        self.unmerged = index.conflicted
+        self.tracked_dirs: set[bytes] = set()
+        for path in list(self.old) + list(index.conflicted):
+            directory = path.rpartition(b"/")[0]
+            while directory and directory not in self.tracked_dirs:
+                self.tracked_dirs.add(directory)
+                directory = directory.rpartition(b"/")[0]
+
+    def walk(self, prefix: bytes) -> None:
+        try:
+            listing = os.scandir(self.root + b"/" + prefix if prefix else self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        # The hot loop of a checkpoint (one pass per tracked file): locals, no helper calls
+        # for the common case of an unchanged regular file.
+        old_get = self.old.get
+        seen_add = self.seen.add
+        racy_s, racy_ns = self.racy_after
+        filemode = self.filemode
+        with listing:
+            for item in listing:
+                name = item.name
+                if name == b".git":
+                    continue  # the worktree's link file, or a nested repository's directory
+                path = prefix + name
+                entry = old_get(path)
+                if item.is_dir(follow_symlinks=False):
+                    if entry is not None and entry.mode == MODE_GITLINK:
+                        seen_add(path)  # a submodule: its recorded commit is kept as is
+                    elif path in self.tracked_dirs:
+                        self.walk(path + b"/")
+                    elif self.include_untracked:
+                        self._walk_untracked_dir(path, item.path)
+                    continue
+                if entry is None:
+                    if path in self.unmerged or (
+                        self.include_untracked and not self.is_ignored(os.fsdecode(path))
+                    ):
+                        self._add(path, item, None)
+                    continue
+                seen_add(path)
+                if entry.ext_flags:
+                    if entry.ext_flags & EXT_SKIP_WORKTREE:
+                        continue
+                    self._add(path, item, entry)  # intent-to-add: nothing staged yet
+                    continue
+                st = item.stat(follow_symlinks=False)
+                st_mode = st.st_mode
+                if filemode and st_mode & 0o170000 == 0o100000:
+                    mode = 0o100755 if st_mode & 0o100 else 0o100644
+                else:
+                    mode = self._mode(st, entry)
+                    if mode is None:
+                        continue  # no longer a file git can track; left as is
+                # Cheapest and most telling comparisons first; scalars only (no tuples to build).
+                mtime_ns = st.st_mtime_ns
+                ctime_ns = st.st_ctime_ns
+                if (
+                    entry.size == st.st_size & _U32
+                    and entry.mtime_ns == mtime_ns % _NS
+                    and entry.mode == mode
+                    and entry.mtime_s == (mtime_ns // _NS) & _U32
+                    and entry.ctime_ns == ctime_ns % _NS
+                    and entry.ctime_s == (ctime_ns // _NS) & _U32
+                    and entry.ino == st.st_ino & _U32
+                    # Racily clean: written in the same clock tick as the index, the stat data
+                    # cannot tell a later same-size write apart, so the content is checked.
+                    and (entry.mtime_s < racy_s or (entry.mtime_s == racy_s and entry.mtime_ns < racy_ns))
+                ):
+                    continue
+                self._add(path, item, entry, st=st, mode=mode)
+
+    def _walk_untracked_dir(self, path: bytes, abs_path: bytes) -> None:
+        if self.is_ignored(os.fsdecode(path) + "/"):
+            return
+        if os.path.lexists(abs_path + b"/.git"):
+            return  # an embedded repository: git add -A would refuse it too (without --force)
+        self.walk(path + b"/")
+
+    def _mode(self, st: os.stat_result, entry: IndexEntry | None) -> int | None:
+        if stat_mod.S_ISLNK(st.st_mode):
+            return MODE_SYMLINK
+        if not stat_mod.S_ISREG(st.st_mode):
+            return None  # fifos, sockets, devices: git does not track them
+        if not self.filemode:
+            return entry.mode if entry is not None and entry.mode != MODE_SYMLINK else 0o100644
+        return 0o100755 if st.st_mode & 0o100 else 0o100644
+
+    def _add(
+        self,
+        path: bytes,
+        item: os.DirEntry[bytes],
+        entry: IndexEntry | None,
+        *,
+        st: os.stat_result | None = None,
+        mode: int | None = None,
+    ) -> None:
+        if st is None:
+            st = item.stat(follow_symlinks=False)
+            mode = self._mode(st, entry)
+            if mode is None:
+                return
+        assert mode is not None
+        try:
+            data = os.readlink(item.path) if mode == MODE_SYMLINK else _read(item.path)
+        except FileNotFoundError:
+            return  # vanished between listing and reading: treated as deleted below
+        sha = blob_id(data)
+        self.entries[path] = entry_from_stat(st, sha=sha, mode=mode)
+        self.seen.add(path)
+        if entry is not None and entry.sha == sha and entry.mode == mode and not entry.ext_flags:
+            self.snapshot.refreshed = True
+            return
+        self.snapshot.changed.add(path)
+        if self.keep_blobs:
+            self.snapshot.blobs[sha] = data
+
+    def finish(self) -> Snapshot:
+        if len(self.seen) != len(self.old) or not self.seen.issuperset(self.old):
+            for path, entry in self.old.items():
+                if path in self.seen or entry.ext_flags & EXT_SKIP_WORKTREE:
+                    continue
+                if entry.mode == MODE_GITLINK:
+                    continue  # an uninitialised submodule keeps its recorded commit
+                del self.entries[path]
+                self.snapshot.changed.add(path)
+        return self.snapshot
+
+
+def _read(path: bytes) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()

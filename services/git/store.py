@@ -1,0 +1,152 @@
+"""The git service's own state: small JSON records under ``<data dir>/git``.
+
+A workflow's record doubles as its operation journal: a multi-step operation (checkpoint,
+recovery) records what it is about to do (``pending``, with the commit already made) before
+moving any branch, so a restarted service finishes it instead of guessing. Each record is
+replaced atomically (write a temporary file, rename).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+__all__ = [
+    "ArtifactStore",
+    "GitStore",
+    "PendingOperation",
+    "PulseRecord",
+    "RepositoryRecord",
+    "WorkflowRecord",
+]
+
+
+class RepositoryRecord(msgspec.Struct, kw_only=True):
+    id: str
+    path: str
+    base_branch: str
+    registered_at: float
+
+
+class PulseRecord(msgspec.Struct, kw_only=True):
+    id: str
+    branch: str
+    base_commit: str
+    state: Literal["running", "succeeded", "recovered", "discarded"] = "running"
+    commit: str | None = None
+    recovery: bool = False
+    files_changed: int = 0
+
+
+class PendingOperation(msgspec.Struct, kw_only=True):
+    """A checkpoint or recovery whose commit exists but whose branch moves may not be done."""
+
+    kind: Literal["checkpoint", "recovery"]
+    pulse_id: str
+    commit: str | None
+    """The checkpoint or recovery commit; None for a recovery with nothing to keep."""
+    pulse_head: str | None
+    """Where the pulse branch pointed before this operation."""
+    files_changed: int
+
+
+class WorkflowRecord(msgspec.Struct, kw_only=True):
+    id: str
+    repository_id: str
+    repository_path: str
+    branch: str
+    base_branch: str
+    base_commit: str
+    worktree_path: str
+    worktree_id: str
+    state: Literal["creating", "ready", "removed"] = "creating"
+    worktree_commit: str | None = None
+    """The commit the worktree was last reset to (what "clean" is measured against)."""
+    active_pulse: str | None = None
+    pulses: dict[str, PulseRecord] = {}
+    pending: PendingOperation | None = None
+    created_at: float = 0.0
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class GitStore:
+    """Records of repositories and workflows under one directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.repositories_dir = root / "repositories"
+        self.workflows_dir = root / "workflows"
+        self.locks_dir = root / "locks"
+        for directory in (self.repositories_dir, self.workflows_dir, self.locks_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._repo_decoder = msgspec.json.Decoder(RepositoryRecord)
+        self._workflow_decoder = msgspec.json.Decoder(WorkflowRecord)
+
+    def repository(self, repository_id: str) -> RepositoryRecord | None:
+        try:
+            return self._repo_decoder.decode((self.repositories_dir / f"{repository_id}.json").read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def save_repository(self, record: RepositoryRecord) -> None:
+        _write_atomic(self.repositories_dir / f"{record.id}.json", _encoder.encode(record))
+
+    def workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        try:
+            return self._workflow_decoder.decode((self.workflows_dir / f"{workflow_id}.json").read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def save_workflow(self, record: WorkflowRecord) -> None:
+        _write_atomic(self.workflows_dir / f"{record.id}.json", _encoder.encode(record))
+
+    def delete_workflow(self, workflow_id: str) -> None:
+        (self.workflows_dir / f"{workflow_id}.json").unlink(missing_ok=True)
+
+    def workflows(self) -> Iterator[WorkflowRecord]:
+        for path in sorted(self.workflows_dir.glob("*.json")):
+            yield self._workflow_decoder.decode(path.read_bytes())
+
+    def lock_path(self, repository_id: str) -> Path:
+        return self.locks_dir / f"{repository_id}.lock"
+
+
+class ArtifactStore:
+    """Diff artifacts: ``<id>.diff`` (the text) beside ``<id>.json`` (what it is), written in that order."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def meta_path(self, artifact_id: str) -> Path:
+        return self.root / f"{artifact_id}.json"
+
+    def text_path(self, artifact_id: str) -> Path:
+        return self.root / f"{artifact_id}.diff"
+
+    def read_meta(self, artifact_id: str) -> bytes | None:
+        try:
+            return self.meta_path(artifact_id).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def read_text(self, artifact_id: str) -> str:
+        with open(self.text_path(artifact_id), encoding="utf-8", newline="") as f:  # keep \r\n as stored
+            return f.read()
+
+    def save(self, artifact_id: str, *, meta: bytes, text: str) -> None:
+        _write_atomic(self.text_path(artifact_id), text.encode("utf-8"))
+        _write_atomic(self.meta_path(artifact_id), meta)

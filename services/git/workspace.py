@@ -1,0 +1,135 @@
+"""One workflow's repository, records and worktree, opened for the length of one operation."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from dulwich.errors import NotGitRepository
+from dulwich.ignore import IgnoreFilter, IgnoreFilterManager, default_user_ignore_filter_path
+from dulwich.object_store import BaseObjectStore
+from dulwich.repo import Repo
+
+from autarch.contracts.errors import ErrorCode
+from autarch.contracts.git import GitErrorCode
+from autarch.runtime.errors import ServiceFailure
+
+from .refs import branch_ref, pulse_branch_name, read_branch
+from .store import PulseRecord, WorkflowRecord
+from .worktrees import admin_dir
+
+__all__ = ["Workspace", "fail", "open_repository"]
+
+
+def fail(code: str, message: str, **details: object) -> ServiceFailure:
+    """The typed error a handler raises (``code`` from :class:`GitErrorCode` or :class:`ErrorCode`)."""
+    return ServiceFailure(code, message, dict(details))
+
+
+def open_repository(path: str | os.PathLike[str]) -> Repo:
+    """Open the repository whose top directory is ``path``, or fail with ``not_a_repository``."""
+    if not os.path.isdir(path):
+        raise fail(GitErrorCode.NOT_A_REPOSITORY, f"{path} is not a directory", path=str(path))
+    try:
+        repo = Repo(str(path))
+    except NotGitRepository:
+        raise fail(
+            GitErrorCode.NOT_A_REPOSITORY,
+            f"{path} is not the top directory of a git repository",
+            path=str(path),
+        ) from None
+    except Exception as exc:  # unsupported repository extensions, unreadable config, …
+        raise fail(
+            GitErrorCode.NOT_A_REPOSITORY, f"{path}: cannot open the repository: {exc}", path=str(path)
+        ) from None
+    try:
+        object_format = repo.get_config().get((b"extensions",), b"objectformat")
+    except KeyError:
+        object_format = b"sha1"
+    if object_format.lower() != b"sha1":
+        repo.close()
+        raise fail(GitErrorCode.NOT_A_REPOSITORY, f"{path}: {object_format.decode()} repositories are not supported")
+    return repo
+
+
+@dataclass
+class Workspace:
+    """A workflow's record with its repository open; close it when the operation ends."""
+
+    repo: Repo
+    record: WorkflowRecord
+
+    def close(self) -> None:
+        self.repo.close()
+
+    @property
+    def objects(self) -> BaseObjectStore:
+        return self.repo.object_store
+
+    @property
+    def admin(self) -> Path:
+        return admin_dir(self.repo, self.record.worktree_id)
+
+    @property
+    def worktree(self) -> Path:
+        return Path(self.record.worktree_path)
+
+    @property
+    def index_path(self) -> Path:
+        return self.admin / "index"
+
+    @property
+    def workflow_ref(self) -> bytes:
+        return branch_ref(self.record.branch)
+
+    def pulse_ref(self, pulse_id: str) -> bytes:
+        return branch_ref(pulse_branch_name(self.record.branch, pulse_id))
+
+    def workflow_head(self) -> bytes:
+        head = read_branch(self.repo, self.workflow_ref)
+        if head is None:
+            raise fail(
+                ErrorCode.CONFLICT,
+                f"the workflow branch {self.record.branch} no longer exists",
+                branch=self.record.branch,
+            )
+        return head
+
+    def running_pulse(self, pulse_id: str) -> PulseRecord:
+        """The pulse if it is the running one, else a ``no_active_pulse`` error."""
+        pulse = self.record.pulses.get(pulse_id)
+        if pulse is None or pulse.state != "running" or self.record.active_pulse != pulse_id:
+            state = pulse.state if pulse else "unknown"
+            raise fail(
+                GitErrorCode.NO_ACTIVE_PULSE,
+                f"pulse {pulse_id} is not running in workflow {self.record.id} ({state}); "
+                f"running: {self.record.active_pulse or 'none'}",
+                pulse_id=pulse_id,
+                state=state,
+                active_pulse=self.record.active_pulse,
+            )
+        return pulse
+
+    @cached_property
+    def filemode(self) -> bool:
+        return self.repo.get_config().get_boolean((b"core",), b"filemode", True)
+
+    def ignore_check(self) -> Callable[[str], bool]:
+        """The worktree's ignore rules (.gitignore files, info/exclude, core.excludesFile)."""
+        config = self.repo.get_config_stack()
+        global_filters = []
+        for path in (
+            os.path.join(self.repo.commondir(), "info", "exclude"),
+            default_user_ignore_filter_path(config),
+        ):
+            try:
+                global_filters.append(IgnoreFilter.from_path(os.path.expanduser(path)))
+            except OSError:
+                pass
+        manager = IgnoreFilterManager(
+            str(self.worktree), global_filters, config.get_boolean((b"core",), b"ignorecase", False)
+        )
+        return lambda path: manager.is_ignored(path) is True

@@ -1,0 +1,183 @@
+"""The building blocks against git itself: ref-name rules, the index codec, the worktree scan."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autarch.contracts.git import CheckpointPulse, CreateWorkflowBranch, RegisterRepository, StartPulse
+from autarch.runtime.settings import load_settings
+from autarch.services.git.commits import Identity
+from autarch.services.git.engine import GitEngine
+from autarch.services.git.index_file import IndexFormatError, read_index, write_index
+from autarch.services.git.refs import BranchNameError, pulse_branch_name, validate_branch_name
+from autarch.services.git.service import identity_from_settings
+from autarch.services.git.snapshots import leaves, scan_worktree
+from autarch.services.git.trees import build_trees, update_trees
+
+from .gitcli import GIT_ENV, fsck, git, make_user_repo
+
+NAMES = [
+    "feature/x", "autarch/wf-1", "a..b", "a b", "x.lock", "x/", "a//b", ".hidden", "a/.b", "x@{1}", "@",
+    "a~1", "a^", "a:b", "a?b", "a*b", "a[b", "a\\b", "ok.name", "unicod\u00e9", "tab\tx", "x.", "a/b.lock/c",
+    "@x", "x@y", "a/b/c", "UPPER_case-9", "a\x7fb", "trailing.lock/ok", "x/y.",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_branch_names_follow_git_check_ref_format(name: str):
+    git_says = subprocess.run(["git", "check-ref-format", "--branch", name], capture_output=True, env=GIT_ENV)
+    try:
+        validate_branch_name(name)
+        ours = True
+    except BranchNameError:
+        ours = False
+    assert ours == (git_says.returncode == 0)
+
+
+def test_names_git_reads_as_options_or_head_are_refused():
+    for name in ("-x", "HEAD", ""):
+        with pytest.raises(BranchNameError):
+            validate_branch_name(name)
+
+
+def test_pulse_branches_are_legal_and_never_nested_under_the_workflow_branch():
+    name = pulse_branch_name("autarch/wf-1", "0b9e-42")
+    assert name == "autarch/wf-1.pulse-0b9e-42"
+    validate_branch_name(name)
+
+
+def _repo_with_files(path: Path) -> Path:
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    for i in range(40):
+        (path / f"d{i % 4}" / f"sub{i % 3}").mkdir(parents=True, exist_ok=True)
+        (path / f"d{i % 4}" / f"sub{i % 3}" / f"f{i}.txt").write_text(f"{i}\n")
+    (path / ("long-" + "n" * 200 + ".txt")).write_text("a long name: padding differs\n")
+    (path / "exec.sh").write_text("#!/bin/sh\n")
+    (path / "exec.sh").chmod(0o755)
+    os.symlink("exec.sh", path / "link")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "files")
+    return path
+
+
+def test_index_codec_round_trips_what_git_wrote(tmp_path: Path):
+    repo = _repo_with_files(tmp_path / "r")
+    index_path = repo / ".git" / "index"
+    contents = read_index(index_path)
+    assert len(contents.entries) == 43
+    staged = git(repo, "ls-files", "-s")
+    write_index(index_path, contents.entries)
+    assert git(repo, "ls-files", "-s") == staged
+    assert git(repo, "status", "--porcelain") == ""
+    assert read_index(index_path).entries == contents.entries
+    # Trees built from the index are the ones git built.
+    trees = build_trees(leaves(contents.entries))
+    assert trees.root.decode() == git(repo, "rev-parse", "HEAD^{tree}")
+    fsck(repo)
+
+
+def test_index_with_extended_flags_is_read_and_written(tmp_path: Path):
+    repo = _repo_with_files(tmp_path / "r")
+    (repo / "later.txt").write_text("intent\n")
+    git(repo, "add", "-N", "later.txt")  # intent-to-add: a version 3 index
+    index_path = repo / ".git" / "index"
+    contents = read_index(index_path)
+    assert contents.entries[b"later.txt"].ext_flags
+    write_index(index_path, contents.entries)
+    assert "later.txt" in git(repo, "ls-files")
+    snapshot = scan_worktree(repo, read_index(index_path), include_untracked=False)
+    assert b"later.txt" in snapshot.changed  # nothing was staged for it yet
+
+
+def test_scan_is_git_add_all(tmp_path: Path):
+    repo = _repo_with_files(tmp_path / "r")
+    (repo / ".gitignore").write_text("build/\n*.tmp\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "out.bin").write_text("ignored\n")
+    (repo / "x.tmp").write_text("ignored\n")
+    (repo / "d0" / "sub0" / "f0.txt").write_text("changed\n")
+    (repo / "d1" / "sub1" / "f1.txt").unlink()
+    (repo / "d9").mkdir()
+    (repo / "d9" / "new.txt").write_text("new\n")
+    (repo / "exec.sh").chmod(0o644)
+    snapshot = scan_worktree(
+        repo,
+        read_index(repo / ".git" / "index"),
+        include_untracked=True,
+        is_ignored=lambda p: p.startswith("build/") or p == "build/" or p.endswith(".tmp"),
+    )
+    ours = build_trees(leaves(snapshot.entries)).root.decode()
+    git(repo, "add", "-A")
+    assert ours == git(repo, "write-tree")
+    assert snapshot.changed == {b".gitignore", b"d0/sub0/f0.txt", b"d1/sub1/f1.txt", b"d9/new.txt", b"exec.sh"}
+
+
+def test_commit_identity_comes_from_the_settings(tmp_path: Path):
+    settings = load_settings(
+        environ={
+            "AUTARCH_DATA_DIR": str(tmp_path / "data"),
+            "AUTARCH_GIT_AUTHOR_NAME": "Review Bot",
+            "AUTARCH_GIT_AUTHOR_EMAIL": "bot@example.com",
+            "AUTARCH_GIT_COMMITTER_EMAIL": "ci@example.com",
+        }
+    )
+    assert Identity() == identity_from_settings(load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path)}))
+    repo = make_user_repo(tmp_path / "repo")
+    engine = GitEngine(data_dir=settings.data_path, identity=identity_from_settings(settings))
+    registered = engine.register_repository(RegisterRepository(path=str(repo)))
+    engine.create_workflow_branch(
+        CreateWorkflowBranch(workflow_id="w", repository_id=registered.repository_id, branch="bot/w")
+    )
+    engine.start_pulse(StartPulse(workflow_id="w", pulse_id="p"))
+    done = engine.checkpoint_pulse(CheckpointPulse(workflow_id="w", pulse_id="p", summary="chore: nothing"))
+    assert git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", done.commit) == (
+        "Review Bot <bot@example.com>|Review Bot <ci@example.com>"
+    )
+
+
+def test_a_split_index_is_refused_not_misread(tmp_path: Path):
+    repo = _repo_with_files(tmp_path / "r")
+    git(repo, "-c", "core.splitIndex=true", "update-index", "--split-index")
+    with pytest.raises(IndexFormatError, match="split index"):
+        read_index(repo / ".git" / "index")
+
+
+def test_updating_trees_equals_building_them_anew():
+    rng = random.Random(4)
+    names = [b"a", b"b", b"c", b"a.txt", b"a-b"]
+
+    def random_path() -> bytes:
+        return b"/".join(rng.choice(names) for _ in range(rng.randint(1, 4)))
+
+    def leaf() -> tuple[int, bytes]:
+        return rng.choice([0o100644, 0o100755, 0o120000]), hashlib.sha1(rng.randbytes(8)).digest()
+
+    def consistent(leaves: dict[bytes, tuple[int, bytes]]) -> dict[bytes, tuple[int, bytes]]:
+        # Drop paths that would make a file also a directory (git cannot hold both).
+        kept: dict[bytes, tuple[int, bytes]] = {}
+        for path in sorted(leaves, key=len):
+            prefixes = {b"/".join(path.split(b"/")[:i]) for i in range(1, path.count(b"/") + 1)}
+            if not prefixes & kept.keys() and not any(k.startswith(path + b"/") for k in kept):
+                kept[path] = leaves[path]
+        return kept
+
+    for _ in range(200):
+        before = consistent({random_path(): leaf() for _ in range(rng.randint(0, 12))})
+        after = dict(before)
+        for path in rng.sample(sorted(before), k=min(len(before), rng.randint(0, 4))):
+            del after[path]
+        for _ in range(rng.randint(0, 4)):
+            after[random_path()] = leaf()
+        after = consistent(after)
+        changes = {p: after.get(p) for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+        updated = update_trees(build_trees(before), changes)
+        fresh = build_trees(after)
+        assert updated.ids == fresh.ids and updated.raw == fresh.raw
+        assert {d: c for d, c in updated.listing.items()} == fresh.listing
