@@ -20,7 +20,7 @@ from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.http import CreateWorkflowBody, Health
 from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, ListWorkflows, WorkflowList, WorkflowView
-from autarch.runtime.bus import connect, ensure_event_stream
+from autarch.runtime.bus import close_quietly, connect, ensure_event_stream
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request as nats_request
 from autarch.runtime.settings import Settings
@@ -156,7 +156,7 @@ def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orc
         try:
             yield
         finally:
-            await app.state["nc"].drain()
+            await close_quietly(app.state["nc"])
 
     return Litestar(
         route_handlers=[create_workflow, list_workflows, get_workflow, events, healthz],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import nats
@@ -11,7 +12,7 @@ from nats.js.errors import NotFoundError
 
 from autarch.contracts import subjects
 
-__all__ = ["connect", "ensure_event_stream"]
+__all__ = ["close_quietly", "connect", "ensure_event_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +70,14 @@ async def ensure_event_stream(nc: Client, *, duplicate_window: float = 3600.0, r
     except NotFoundError:
         await js.add_stream(config)
         log.info("created stream %s", subjects.EVENTS_STREAM)
+
+
+async def close_quietly(nc: Client, *, timeout: float = 5.0) -> None:
+    """Drain ``nc`` (deliver what is in flight), or just close it when the server is already gone."""
+    if nc.is_closed:
+        return
+    try:
+        await asyncio.wait_for(nc.drain(), timeout)
+    except Exception:  # reconnecting, server gone, drain timeout: nothing more to deliver
+        if not nc.is_closed:
+            await nc.close()

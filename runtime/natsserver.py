@@ -102,6 +102,7 @@ class EmbeddedNats:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # stopped by its owner, last, not by a terminal's Ctrl-C
             preexec_fn=die_with_parent,
         )
         log.close()

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 
-from .bus import connect
+from .bus import close_quietly, connect
 from .settings import Settings, load_settings
 
 __all__ = ["Starter", "configure_logging", "run_service"]
@@ -40,7 +40,7 @@ async def _main(name: str, start: Starter, settings: Settings) -> None:
     await stop_requested.wait()
     logging.getLogger(name).info("%s stopping", name)
     await stop()
-    await nc.drain()
+    await close_quietly(nc)
 
 
 def run_service(name: str, start: Starter, settings: Settings | None = None) -> None:

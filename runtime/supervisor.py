@@ -67,6 +67,9 @@ class Child:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            # Its own session: a terminal's Ctrl-C (sent to the whole foreground group) reaches only the
+            # supervisor, which then stops the children in order (gateway, services, NATS last).
+            start_new_session=True,
             preexec_fn=die_with_parent,
         )
         self.started_at = time.monotonic()
