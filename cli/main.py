@@ -15,6 +15,7 @@ __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 COMMAND_MODULES = (
     "autarch.cli.system",
     "autarch.cli.contracts_cmd",
+    "autarch.cli.tools_cmd",
     "autarch.cli.model_cmd",
 )
 """Modules that contribute subcommands, in the order ``--help`` lists them."""

@@ -39,7 +39,7 @@ SERVICES = ("orchestrator", "tools", "git", "agent_runner", "indexer")
 
 # Verbs, grouped by the service that answers them. A verb is added here before it is served.
 ORCHESTRATOR_VERBS = ("create_workflow", "get_workflow", "list_workflows", "replay_workflow")
-TOOLS_VERBS: tuple[str, ...] = ()
+TOOLS_VERBS = ("call", "list_tools", "file_access")
 GIT_VERBS = (
     "register_repository",
     "list_worktrees",

@@ -59,6 +59,14 @@ class Settings(msgspec.Struct, kw_only=True):
     """Committer of those commits; unset means the author."""
     git_committer_email: str | None = None
     """Committer e-mail of those commits; unset means the author's."""
+    exa_api_key: str | None = None
+    """Key of the Exa API for the ``web_code_search`` tool (``AUTARCH_EXA_API_KEY``); unset: the tool says so."""
+    exa_base_url: str = "https://api.exa.ai"
+    """Base URL of the Exa API (``POST <base>/context``)."""
+    tools_grep_workers: int | None = None
+    """Worker processes the tools service's grep spreads big trees over; unset: one per CPU, 0: in-process."""
+    tools_shell_output_chars: int = 512
+    """Characters of a shell command's stdout (and of its stderr) shown to the model; seed 004's threshold."""
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

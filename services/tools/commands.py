@@ -1,0 +1,60 @@
+"""The ``shell`` tool, in its pulsing and preflight variants.
+
+Output is redacted before it is truncated (a secret cut in half would no longer be recognised),
+with the values found in the worktree's sensitive files added to the redactor: a command is not
+confined by the path checks, so ``cat .env`` must still not leak ``.env``'s values. The preflight
+variant also compares the tracked files before and after the command: any tracked file the
+command left modified turns the result into a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from autarch.contracts.tool_args import ShellArgs
+
+from .context import ToolContext
+from .gitstate import GitStateError, changed_tracked_files, tracked_state
+from .sensitivity import worktree_secret_values
+from .shell import effective_timeout, run_command, scrubbed_environment, truncate_output
+
+__all__ = ["shell"]
+
+
+async def shell(ctx: ToolContext, args: ShellArgs) -> Any:
+    root = ctx.worktree.root
+    timeout = effective_timeout(args.timeout_seconds)
+    env = scrubbed_environment()
+    preflight = ctx.variant == "preflight"
+    before = None
+    if preflight:
+        try:
+            before = await tracked_state(root, env=env)
+        except GitStateError as exc:
+            return {"success": False, "error": f"Preflight commands must run in a git worktree: {exc}"}
+    try:
+        outcome = await run_command(args.command, cwd=root, timeout=timeout, env=env)
+    except OSError as exc:
+        return {"success": False, "error": f"Could not start the command: {exc.strerror or exc}"}
+    redactor = ctx.redactor.with_literals(await asyncio.to_thread(worktree_secret_values, root))
+    limit = ctx.settings.shell_output_chars
+    stdout = truncate_output(redactor.redact(outcome.stdout), limit)
+    stderr = truncate_output(redactor.redact(outcome.stderr), limit)
+    errors = []
+    if outcome.timed_out:
+        errors.append(f"Command timed out after {timeout:g} seconds")
+    if before is not None:
+        try:
+            changed = changed_tracked_files(before, await tracked_state(root, env=env))
+        except GitStateError as exc:
+            changed = [f"(git status failed: {exc})"]
+        if changed:
+            errors.append("Preflight must not modify tracked files; this command left modified: " + ", ".join(changed))
+    if errors:
+        result: dict[str, Any] = {"success": False, "error": "; ".join(errors)}
+        if outcome.exit_code is not None:
+            result["exit_code"] = outcome.exit_code
+        result.update(stdout=stdout, stderr=stderr)
+        return result
+    return {"success": True, "exit_code": outcome.exit_code, "stdout": stdout, "stderr": stderr}

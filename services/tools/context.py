@@ -1,0 +1,81 @@
+"""What a tool handler gets: the call, its confined worktree, the session store and the gates."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from nats.aio.client import Client
+
+from autarch.contracts import subjects
+from autarch.contracts.errors import ErrorCode, ErrorReply
+from autarch.contracts.tool_catalog import SUCCESS_SHAPED_TOOLS
+from autarch.contracts.tools import ToolCall
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.requests import request
+
+from .grep_pool import GrepEngine
+from .paths import Worktree
+from .sensitivity import Redactor
+from .store import SessionStore
+
+__all__ = ["Forwarder", "Handler", "ToolContext", "ToolSettings", "failure"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    """The settings tools need (a subset of :class:`autarch.runtime.settings.Settings`)."""
+
+    exa_api_key: str | None = None
+    exa_base_url: str = "https://api.exa.ai"
+    shell_output_chars: int = 512
+
+
+class Forwarder:
+    """Sends the typed commands of tools whose effect belongs to another service."""
+
+    def __init__(self, nc: Client | None, *, timeout: float = 10.0) -> None:
+        self.nc = nc
+        self.timeout = timeout
+
+    async def send(self, service: str, verb: str, payload: Any, reply_type: type[T]) -> T:
+        """The owner's typed reply; :class:`RemoteError` (``unavailable`` without a connection) otherwise."""
+        subject = subjects.request(service, verb)
+        if self.nc is None or not self.nc.is_connected:
+            raise RemoteError(
+                ErrorReply(code=ErrorCode.UNAVAILABLE, message=f"not connected to NATS; no {service} to ask"),
+                subject=subject,
+            )
+        return await request(self.nc, subject, payload, reply_type, timeout=self.timeout)
+
+
+@dataclass
+class ToolContext:
+    """Everything one tool call may use."""
+
+    call: ToolCall
+    variant: str
+    """The description variant of the tool for the caller's role (``pulsing``, ``preflight``, ``base``, …)."""
+    worktree: Worktree
+    store: SessionStore
+    engine: GrepEngine
+    forwarder: Forwarder
+    redactor: Redactor
+    settings: ToolSettings
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.call.session_id}:{self.call.tool_call_id}"
+
+
+Handler = Callable[[ToolContext, Any], Awaitable[Any]]
+
+
+def failure(tool: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The seed's error shape for ``tool``: ``{success: false, error}`` or ``{error}``."""
+    if tool in SUCCESS_SHAPED_TOOLS:
+        return {"success": False, "error": message, **extra}
+    return {"error": message, **extra}

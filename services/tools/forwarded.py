@@ -1,0 +1,307 @@
+"""Tools whose effect belongs to another service: validated here as seed 004 says, then forwarded.
+
+Notes, baselines, the scope card and the review card go to the orchestrator, the workflow diff
+to the git service, semantic search to the indexer. The owner's ``not_found`` becomes the seed's
+"… not found" error; a missing owner (``unavailable``/``timeout``) becomes an error the model can
+read and act on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from autarch.contracts import git, indexer
+from autarch.contracts import orchestrator_tools as fx
+from autarch.contracts.errors import ErrorCode
+from autarch.contracts.tool_args import (
+    AddFileCommentArgs,
+    AddLineCommentArgs,
+    AddReviewCommentArgs,
+    CompleteReviewArgs,
+    GetDiffArgs,
+    GetScopeCardArgs,
+    RecordBaselineArgs,
+    SemanticSearchArgs,
+    TakeNoteArgs,
+)
+from autarch.runtime.errors import RemoteError
+
+from .context import ToolContext
+from .sensitivity import BLOCKED, is_sensitive_path
+
+__all__ = [
+    "add_file_comment",
+    "add_line_comment",
+    "add_review_comment",
+    "complete_review",
+    "get_diff",
+    "get_scope_card",
+    "record_baseline",
+    "semantic_search",
+    "take_note",
+]
+
+NOT_INDEXED = indexer.NOT_INDEXED_MESSAGE
+REVIEW_CARD_NOT_FOUND = "Review card not found"
+_NOT_INDEXED_CODES = frozenset(
+    {
+        indexer.IndexerErrorCode.NOT_INDEXED,
+        indexer.IndexerErrorCode.UNKNOWN_PROJECT,
+        indexer.IndexerErrorCode.NOT_A_REPOSITORY,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.UNAVAILABLE,
+    }
+)
+_SEVERITIES = {"high": "High", "medium": "Medium", "low": "Low"}
+_RECOMMENDATIONS = ("approve", "reject", "manual_review")
+_ISSUE_TYPES = {"error": "Error", "warning": "Warning"}
+_SOURCES = {"build": "Build", "lint": "Lint", "test": "Test"}
+
+
+def _unreachable(what: str, exc: RemoteError) -> str:
+    if exc.code in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT):
+        return f"Could not {what}: the service that stores it did not answer ({exc.message}). Try again later."
+    return f"Could not {what}: {exc.message}"
+
+
+async def take_note(ctx: ToolContext, args: TakeNoteArgs) -> Any:
+    if not ctx.call.workflow_id:
+        return {"success": False, "error": "Notes are only available in workflow channels"}
+    if not args.note.strip():
+        return {"success": False, "error": "Note content cannot be empty"}
+    command = fx.TakeNote(
+        workflow_id=ctx.call.workflow_id,
+        session_id=ctx.call.session_id,
+        idempotency_key=ctx.idempotency_key,
+        note=args.note,
+    )
+    try:
+        await ctx.forwarder.send("orchestrator", fx.TAKE_NOTE_VERB, command, fx.NoteTaken)
+    except RemoteError as exc:
+        return {"success": False, "error": _unreachable("store the note", exc)}
+    return {"success": True}
+
+
+def _preview(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+async def record_baseline(ctx: ToolContext, args: RecordBaselineArgs) -> Any:
+    issue_type = _ISSUE_TYPES.get(args.issue_type.strip().lower())
+    if issue_type is None:
+        return {"success": False, "error": f"Invalid issueType '{args.issue_type}'. Must be 'Error' or 'Warning'."}
+    source = _SOURCES.get(args.source.strip().lower())
+    if source is None:
+        return {"success": False, "error": f"Invalid source '{args.source}'. Must be 'Build', 'Lint', or 'Test'."}
+    if not ctx.call.workflow_id:
+        return {"success": False, "error": "Baselines can only be recorded during a workflow's preflight"}
+    command = fx.RecordBaseline(
+        workflow_id=ctx.call.workflow_id,
+        session_id=ctx.call.session_id,
+        idempotency_key=ctx.idempotency_key,
+        issue_type=issue_type,  # type: ignore[arg-type]
+        source=source,  # type: ignore[arg-type]
+        pattern=args.pattern,
+        file_path=args.file_path,
+        description=args.description,
+    )
+    try:
+        reply = await ctx.forwarder.send("orchestrator", fx.RECORD_BASELINE_VERB, command, fx.BaselineRecorded)
+    except RemoteError as exc:
+        return {"success": False, "error": _unreachable("record the baseline", exc)}
+    return {
+        "success": True,
+        "baselineId": reply.baseline_id,
+        "message": f"Recorded {issue_type} baseline from {source}: {_preview(args.pattern)}",
+    }
+
+
+def _severity(value: str) -> str | None:
+    return _SEVERITIES.get(value.strip().lower())
+
+
+def _invalid_severity(value: str) -> dict[str, Any]:
+    return {"success": False, "error": f"Invalid severity '{value}'. Must be High, Medium, or Low."}
+
+
+async def _add_comment(ctx: ToolContext, kind: str, severity: str, args: Any, **where: Any) -> dict[str, Any]:
+    if not ctx.call.workflow_id:
+        return {"success": False, "error": REVIEW_CARD_NOT_FOUND}
+    command = fx.AddReviewComment(
+        workflow_id=ctx.call.workflow_id,
+        session_id=ctx.call.session_id,
+        idempotency_key=ctx.idempotency_key,
+        kind=kind,  # type: ignore[arg-type]
+        severity=severity,  # type: ignore[arg-type]
+        category=args.category,
+        description=args.description,
+        **where,
+    )
+    try:
+        reply = await ctx.forwarder.send("orchestrator", fx.ADD_REVIEW_COMMENT_VERB, command, fx.ReviewCommentAdded)
+    except RemoteError as exc:
+        if exc.code == ErrorCode.NOT_FOUND:
+            return {"success": False, "error": REVIEW_CARD_NOT_FOUND}
+        return {"success": False, "error": _unreachable("add the comment", exc)}
+    label = {"line": "Line", "file": "File", "review": "Review"}[kind]
+    return {"success": True, "comment_id": reply.comment_id, "message": f"{label} comment added successfully"}
+
+
+async def add_line_comment(ctx: ToolContext, args: AddLineCommentArgs) -> Any:
+    severity = _severity(args.severity)
+    if severity is None:
+        return _invalid_severity(args.severity)
+    if not args.file_path.strip():
+        return {"success": False, "error": "file_path is required for line comments"}
+    if args.start_line < 1:
+        return {"success": False, "error": "start_line must be a positive integer"}
+    if args.end_line is not None and args.end_line < args.start_line:
+        return {"success": False, "error": "end_line must be greater than or equal to start_line"}
+    return await _add_comment(
+        ctx, "line", severity, args, file_path=args.file_path, start_line=args.start_line, end_line=args.end_line
+    )
+
+
+async def add_file_comment(ctx: ToolContext, args: AddFileCommentArgs) -> Any:
+    severity = _severity(args.severity)
+    if severity is None:
+        return _invalid_severity(args.severity)
+    if not args.file_path.strip():
+        return {"success": False, "error": "file_path is required for file comments"}
+    return await _add_comment(ctx, "file", severity, args, file_path=args.file_path)
+
+
+async def add_review_comment(ctx: ToolContext, args: AddReviewCommentArgs) -> Any:
+    severity = _severity(args.severity)
+    if severity is None:
+        return _invalid_severity(args.severity)
+    return await _add_comment(ctx, "review", severity, args)
+
+
+async def complete_review(ctx: ToolContext, args: CompleteReviewArgs) -> Any:
+    recommendation = args.recommendation.strip().lower()
+    if recommendation not in _RECOMMENDATIONS:
+        return {
+            "success": False,
+            "error": f"Invalid recommendation '{args.recommendation}'. Must be one of: approve, reject, manual_review.",
+        }
+    if not args.summary.strip():
+        return {"success": False, "error": "Summary is required."}
+    if not ctx.call.workflow_id:
+        return {"success": False, "error": REVIEW_CARD_NOT_FOUND}
+    command = fx.CompleteReview(
+        workflow_id=ctx.call.workflow_id,
+        session_id=ctx.call.session_id,
+        idempotency_key=ctx.idempotency_key,
+        recommendation=recommendation,  # type: ignore[arg-type]
+        summary=args.summary,
+    )
+    try:
+        await ctx.forwarder.send("orchestrator", fx.COMPLETE_REVIEW_VERB, command, fx.ReviewCompleted)
+    except RemoteError as exc:
+        if exc.code == ErrorCode.NOT_FOUND:
+            return {"success": False, "error": REVIEW_CARD_NOT_FOUND}
+        return {"success": False, "error": _unreachable("complete the review", exc)}
+    return {"success": True, "recommendation": recommendation, "message": "Review completed successfully"}
+
+
+_DIFF_HEADER = re.compile(r"^diff --git a/(.*?) b/(.*)$")
+
+
+def gate_diff(ctx: ToolContext, diff: str) -> str:
+    """The diff with sensitive files' hunks withheld and secrets in the rest redacted."""
+    out: list[str] = []
+    withholding = False
+    for line in diff.split("\n"):
+        header = _DIFF_HEADER.match(line)
+        if header:
+            withholding = is_sensitive_path(header.group(1)) or is_sensitive_path(header.group(2))
+            out.append(line)
+            if withholding:
+                out.append(f"{BLOCKED} (changes to a sensitive file are not shown)")
+            continue
+        if not withholding:
+            out.append(line)
+    return ctx.redactor.redact("\n".join(out))
+
+
+async def _fetch_diff(ctx: ToolContext, workflow_id: str) -> str:
+    ref = await ctx.forwarder.send(
+        "git", "workflow_diff", git.WorkflowDiff(workflow_id=workflow_id), git.DiffArtifactRef
+    )
+    pages: list[str] = []
+    offset: int | None = 0
+    while offset is not None:
+        page = await ctx.forwarder.send(
+            "git",
+            "get_diff_artifact",
+            git.GetDiffArtifact(artifact_id=ref.artifact_id, offset=offset),
+            git.DiffArtifact,
+        )
+        pages.append(page.diff)
+        offset = page.next_offset
+    return "".join(pages)
+
+
+async def get_diff(ctx: ToolContext, args: GetDiffArgs) -> Any:
+    if not ctx.call.workflow_id:
+        return {"error": "Diff artifact not found"}
+    try:
+        diff = await _fetch_diff(ctx, ctx.call.workflow_id)
+    except RemoteError as exc:
+        if exc.code == ErrorCode.NOT_FOUND:
+            return {"error": "Diff artifact not found"}
+        return {"success": False, "error": _unreachable("get the diff", exc)}
+    return {"success": True, "diff": gate_diff(ctx, diff)}
+
+
+async def get_scope_card(ctx: ToolContext, args: GetScopeCardArgs) -> Any:
+    if not ctx.call.workflow_id:
+        return {"error": "Scope card not found"}
+    try:
+        card = await ctx.forwarder.send(
+            "orchestrator", fx.GET_SCOPE_CARD_VERB, fx.GetScopeCard(workflow_id=ctx.call.workflow_id), fx.ScopeCard
+        )
+    except RemoteError as exc:
+        if exc.code == ErrorCode.NOT_FOUND:
+            return {"error": "Scope card not found"}
+        return {"success": False, "error": _unreachable("get the scope card", exc)}
+    return {
+        "success": True,
+        "title": card.title,
+        "description": card.description,
+        "in_scope": card.in_scope,
+        "out_of_scope": card.out_of_scope,
+        "constraints": card.constraints,
+    }
+
+
+async def semantic_search(ctx: ToolContext, args: SemanticSearchArgs) -> Any:
+    query = indexer.SemanticSearch(
+        query=args.query,
+        root=ctx.worktree.root,
+        pattern_weights=args.pattern_weights or None,
+        max_results=args.max_results,
+    )
+    try:
+        reply = await ctx.forwarder.send("indexer", "semantic_search", query, indexer.SearchResults)
+    except RemoteError as exc:
+        # No indexer running yet is, for the model, the same as no index yet.
+        if exc.code in _NOT_INDEXED_CODES:
+            return {"error": NOT_INDEXED}
+        if exc.code == indexer.IndexerErrorCode.INVALID_PATTERN_WEIGHTS:
+            return {"error": exc.message}
+        return {"error": f"Semantic search failed: {exc.message}"}
+    return [
+        {
+            "file_path": hit.file_path,
+            "start_line": hit.start_line,
+            "end_line": hit.end_line,
+            "snippet": ctx.redactor.redact(hit.snippet),
+            "score": hit.score,
+            "adjusted_score": hit.adjusted_score,
+        }
+        for hit in reply.results[: args.max_results]
+        if not is_sensitive_path(hit.file_path)
+    ]

@@ -1,0 +1,82 @@
+"""Snapshots of a worktree's tracked files, for preflight's "must not modify tracked files" rule.
+
+A snapshot is ``git status`` of tracked files (untracked ones are ignored: preflight may create
+``node_modules``, ``bin/`` and the like) plus a content hash of every tracked file that already
+differed from HEAD, and HEAD itself. Comparing the snapshots taken before and after a command
+names every tracked file the command changed, even one that was already dirty before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass, field
+
+__all__ = ["GitStateError", "TrackedState", "changed_tracked_files", "tracked_state"]
+
+
+class GitStateError(Exception):
+    """The directory is not a git worktree (or git failed); the message is git's."""
+
+
+@dataclass(frozen=True)
+class TrackedState:
+    head: str
+    dirty: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Path → (status code, content hash) of every tracked file that differs from HEAD."""
+
+
+async def _git(root: str, *args: str, env: dict[str, str]) -> bytes:
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise GitStateError(err.decode("utf-8", "replace").strip() or f"git {args[0]} failed")
+    return out
+
+
+def _hash(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+async def tracked_state(root: str, *, env: dict[str, str]) -> TrackedState:
+    """The state of ``root``'s tracked files right now."""
+    # Optional locks off: a status taken alongside a running command must not take index.lock.
+    env = {**env, "GIT_OPTIONAL_LOCKS": "0"}
+    head = (await _git(root, "rev-parse", "--verify", "-q", "HEAD", env=env)).decode().strip()
+    raw = await _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no", env=env)
+    dirty: dict[str, tuple[str, str]] = {}
+    entries = raw.split(b"\x00")
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2].decode(), entry[3:].decode("utf-8", "surrogateescape")
+        if "R" in code or "C" in code:
+            i += 1  # the rename's source path follows
+        dirty[path] = (code, await asyncio.to_thread(_hash, os.path.join(root, path)))
+    return TrackedState(head=head, dirty=dirty)
+
+
+def changed_tracked_files(before: TrackedState, after: TrackedState) -> list[str]:
+    """Tracked files whose state differs between the snapshots (HEAD moving counts as ``HEAD``)."""
+    paths = before.dirty.keys() | after.dirty.keys()
+    changed = sorted(path for path in paths if before.dirty.get(path) != after.dirty.get(path))
+    if before.head != after.head:
+        changed.insert(0, "HEAD")
+    return changed

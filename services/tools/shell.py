@@ -1,0 +1,200 @@
+"""Running one shell command: own process group, scrubbed environment, a timeout that kills everything.
+
+The command runs under ``bash -c`` in the worktree as the leader of a new session
+(``start_new_session``). When it times out, or when it finishes but left background processes
+behind, every process of its process group *and* of its session is killed with SIGKILL, so a
+command that spawns children and outlives its timeout leaves nothing running. (A child that
+calls ``setsid`` itself leaves the session and escapes; that is the limit of process groups.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+
+from .sensitivity import secret_env_name
+
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_TIMEOUT_SECONDS",
+    "OUTPUT_TRUNCATION_CHARS",
+    "ShellOutcome",
+    "effective_timeout",
+    "run_command",
+    "scrubbed_environment",
+    "truncate_output",
+]
+
+DEFAULT_TIMEOUT_SECONDS = 60.0
+MAX_TIMEOUT_SECONDS = 300.0
+OUTPUT_TRUNCATION_CHARS = 512
+"""Seed 004's output truncation threshold: longer stdout/stderr keep their head and tail around a notice."""
+
+_CAPTURE_BYTES = 256 * 1024  # kept from each end of a stream; far more than is ever shown
+_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+
+@dataclass(frozen=True)
+class ShellOutcome:
+    """What a command did: its exit code (None when it timed out) and its captured output."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+
+def effective_timeout(requested: float | None) -> float:
+    """The seed's rule: 60 s by default, never more than 300 s."""
+    if requested is None or requested <= 0:
+        return DEFAULT_TIMEOUT_SECONDS
+    return min(float(requested), MAX_TIMEOUT_SECONDS)
+
+
+def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The child environment: this process's environment without anything that may carry a secret."""
+    source = os.environ if environ is None else environ
+    env = {name: value for name, value in source.items() if not secret_env_name(name)}
+    # Never wait for a password prompt or a pager that nobody will answer.
+    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat"})
+    return env
+
+
+def truncate_output(text: str, limit: int = OUTPUT_TRUNCATION_CHARS) -> str:
+    """Keep the first quarter and last three quarters of ``limit`` characters of a long output."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    tail = limit - head
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n... [{omitted} characters omitted] ...\n{text[-tail:]}"
+
+
+class _Capture:
+    """Keeps the head and the tail of a stream without holding all of it."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def feed(self, chunk: bytes) -> None:
+        room = _CAPTURE_BYTES - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            excess = len(self.tail) - _CAPTURE_BYTES
+            if excess > 0:
+                self.dropped += excess
+                del self.tail[:excess]
+
+    def text(self) -> str:
+        middle = f"\n... [{self.dropped} bytes omitted] ...\n".encode() if self.dropped else b""
+        return bytes(self.head + middle + self.tail).decode("utf-8", "replace")
+
+
+async def _pump(stream: asyncio.StreamReader, capture: _Capture) -> None:
+    while chunk := await stream.read(65536):
+        capture.feed(chunk)
+
+
+def _session_members(leader: int) -> list[int]:
+    """Processes whose process group or session is ``leader``'s (Linux ``/proc``)."""
+    members = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return members
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                raw = handle.read()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        # After the command name: state, ppid, pgrp, session, … A zombie is already dead.
+        if len(fields) > 3 and fields[0] != b"Z" and (int(fields[2]) == leader or int(fields[3]) == leader):
+            members.append(int(name))
+    return members
+
+
+async def _kill_everything(leader: int) -> None:
+    """SIGKILL the command's process group and every process left in its session, until none remain."""
+    for _ in range(50):
+        try:
+            os.killpg(leader, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        members = [pid for pid in _session_members(leader) if pid != os.getpid()]
+        if not members:
+            return
+        for pid in members:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        await asyncio.sleep(0.02)
+
+
+async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
+    """Wait until the shell itself exits (True) or ``timeout`` passes (False).
+
+    ``Process.wait()`` is not used: it also waits for the pipes to close, which a background
+    child holding them open would delay until the timeout.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    delay = 0.002
+    while proc.returncode is None:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.05)
+    return True
+
+
+async def run_command(command: str, *, cwd: str, timeout: float, env: dict[str, str]) -> ShellOutcome:
+    """Run ``command`` with ``bash -c`` in ``cwd``; kill its whole process tree on timeout or exit."""
+    proc = await asyncio.create_subprocess_exec(
+        _SHELL,
+        "-c",
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    out, err = _Capture(), _Capture()
+    pumps = [
+        asyncio.ensure_future(_pump(proc.stdout, out)),  # type: ignore[arg-type]
+        asyncio.ensure_future(_pump(proc.stderr, err)),  # type: ignore[arg-type]
+    ]
+    timed_out = False
+    try:
+        timed_out = not await _exited(proc, timeout)
+    finally:
+        # On timeout this ends the command; after a normal exit it ends what it left running
+        # in the background (which would otherwise hold the pipes open, and outlive the call).
+        await _kill_everything(proc.pid)
+        if proc.returncode is None:
+            await proc.wait()
+    _, pending = await asyncio.wait(pumps, timeout=2.0)
+    for task in pending:  # only a process that escaped the session still holds a pipe
+        task.cancel()
+    await asyncio.gather(*pumps, return_exceptions=True)
+    return ShellOutcome(
+        exit_code=None if timed_out else proc.returncode,
+        stdout=out.text(),
+        stderr=err.text(),
+        timed_out=timed_out,
+    )
