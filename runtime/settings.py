@@ -59,6 +59,10 @@ class Settings(msgspec.Struct, kw_only=True):
     """Committer of those commits; unset means the author."""
     git_committer_email: str | None = None
     """Committer e-mail of those commits; unset means the author's."""
+    anthropic_api_key: str | None = None
+    """Key for the model API (``AUTARCH_ANTHROPIC_API_KEY``); unset sends a placeholder (the scripted model)."""
+    anthropic_base_url: str | None = None
+    """Any Anthropic-compatible endpoint (a proxy, the scripted model); unset means the SDK's default."""
     exa_api_key: str | None = None
     """Key of the Exa API for the ``web_code_search`` tool (``AUTARCH_EXA_API_KEY``); unset: the tool says so."""
     exa_base_url: str = "https://api.exa.ai"
