@@ -14,6 +14,7 @@ stream that outlived an older one never has its events dropped as the older one'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class EventRelay:
     _task: asyncio.Task[None] | None = None
     _tracking: TrackingRecorder | None = None
     _store_id: str | None = None
+    _stopping: bool = False
 
     @property
     def name(self) -> str:
@@ -69,11 +71,22 @@ class EventRelay:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=self.name)
 
-    async def stop(self) -> None:
-        if self._task is not None:
+    async def stop(self, *, timeout: float = 15.0) -> None:
+        """Finish the round in progress, then stop.
+
+        Never cancel mid-round: a cancelled ``to_thread`` read keeps running in its thread, and the
+        store may be closed under it right after we return.
+        """
+        if self._task is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        self._task = None
 
     def _recorder(self) -> TrackingRecorder:
         if self._tracking is None:
@@ -86,7 +99,7 @@ class EventRelay:
 
     async def _run(self) -> None:
         delay = 0.1
-        while True:
+        while not self._stopping:
             # Clear before reading: a wake() that lands while we read is then never lost.
             self._wake.clear()
             try:
@@ -97,7 +110,8 @@ class EventRelay:
             except Exception as exc:
                 # NATS away, stream missing, database locked: nothing is lost, try again.
                 log.warning("%s: %s; retrying in %.1fs", self.name, exc, delay)
-                await asyncio.sleep(delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)  # a stop() wakes us early
                 delay = min(delay * 2, 5.0)
                 continue
             if published == 0:

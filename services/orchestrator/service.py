@@ -102,12 +102,12 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
     async def stop() -> None:
         await service.stop()
         await writer.stop()
-        # Drain what is already saved to the stream before leaving; the rest waits for the next start.
+        await relay.stop()
+        # Publish what is already saved before leaving (what is left waits for the next start: nothing is lost).
         try:
             await asyncio.wait_for(relay.publish_pending(), timeout=5)
         except Exception as exc:
             log.warning("relay did not finish on stop: %s", exc)
-        await relay.stop()
         app.close()
 
     return stop

@@ -26,14 +26,20 @@ class BatchedWriter:
     max_batch: int = 256
     _queue: asyncio.Queue[tuple[Aggregate, asyncio.Future[None]]] = field(default_factory=asyncio.Queue)
     _task: asyncio.Task[None] | None = None
+    _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     def start(self) -> None:
+        self._idle.set()
         self._task = asyncio.create_task(self._run(), name="batched-writer")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop after the transaction in flight (cancelling would leave its thread writing to a closing store)."""
+        if self._task is None:
+            return
+        await self._idle.wait()
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
 
     async def save(self, aggregate: Aggregate) -> None:
         """Return once ``aggregate``'s pending events are durably recorded."""
@@ -46,24 +52,31 @@ class BatchedWriter:
             batch = [await self._queue.get()]
             while len(batch) < self.max_batch and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
+            self._idle.clear()
             try:
-                await asyncio.to_thread(self.app.save, *(agg for agg, _ in batch))
-                outcomes: list[BaseException | None] = [None] * len(batch)
-            except Exception:
-                # One bad aggregate must not fail its neighbours: retry them one by one.
-                outcomes = []
-                for aggregate, _ in batch:
-                    try:
-                        await asyncio.to_thread(self.app.save, aggregate)
-                        outcomes.append(None)
-                    except Exception as exc:
-                        outcomes.append(exc)
-            if self.after_save is not None and any(o is None for o in outcomes):
-                self.after_save()
-            for (_, future), outcome in zip(batch, outcomes, strict=True):
-                if future.done():
-                    continue
-                if outcome is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(outcome)
+                await self._commit(batch)
+            finally:
+                self._idle.set()
+
+    async def _commit(self, batch: list[tuple[Aggregate, asyncio.Future[None]]]) -> None:
+        try:
+            await asyncio.to_thread(self.app.save, *(agg for agg, _ in batch))
+            outcomes: list[BaseException | None] = [None] * len(batch)
+        except Exception:
+            # One bad aggregate must not fail its neighbours: retry them one by one.
+            outcomes = []
+            for aggregate, _ in batch:
+                try:
+                    await asyncio.to_thread(self.app.save, aggregate)
+                    outcomes.append(None)
+                except Exception as exc:
+                    outcomes.append(exc)
+        if self.after_save is not None and any(o is None for o in outcomes):
+            self.after_save()
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if future.done():
+                continue
+            if outcome is None:
+                future.set_result(None)
+            else:
+                future.set_exception(outcome)
