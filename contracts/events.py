@@ -8,13 +8,28 @@ derived by :func:`event_subject`. Adding an event: a new Struct here, a member o
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 
 from . import subjects
 
-__all__ = ["AnyEvent", "Event", "WorkflowCreated", "WorkflowError", "event_subject"]
+__all__ = [
+    "AnyEvent",
+    "Event",
+    "SessionCompleted",
+    "SessionError",
+    "SessionEvent",
+    "SessionStarted",
+    "TurnCompleted",
+    "TurnEvent",
+    "TurnStarted",
+    "TurnToolCompleted",
+    "TurnToolStarted",
+    "WorkflowCreated",
+    "WorkflowError",
+    "event_subject",
+]
 
 
 class Event(msgspec.Struct, kw_only=True, tag_field="type"):
@@ -48,12 +63,120 @@ class WorkflowError(Event, tag="workflow:error", kw_only=True):
     message: str
 
 
-AnyEvent = WorkflowCreated | WorkflowError
+class SessionEvent(Event, kw_only=True):
+    """An agent session's event: its subject carries the session id, so one wildcard follows one session."""
+
+    aggregate_kind = "session"
+    session_id: str
+
+    @property
+    def aggregate_id(self) -> str:
+        return self.session_id
+
+
+class TurnEvent(SessionEvent, kw_only=True):
+    # Kind "turn" (aggregate id still the session) keeps turn:started apart from session:started on the
+    # stream: the subject's last tokens read back as the seed name (subjects.event_type_from_subject).
+    aggregate_kind = "turn"
+    turn_id: str
+
+
+class SessionStarted(SessionEvent, tag="session:started", kw_only=True):
+    """An agent session was opened (by a workflow stage or a channel)."""
+
+    role: str
+    model: str
+    root: str
+    channel_id: str | None = None
+
+
+class SessionCompleted(SessionEvent, tag="session:completed", kw_only=True):
+    """The session was closed; it takes no more messages."""
+
+    reason: str
+
+
+class SessionError(SessionEvent, tag="session:error", kw_only=True):
+    """A turn failed for a reason the model cannot fix (the model API refused, a bug); the session stays usable."""
+
+    message: str
+    turn_id: str | None = None
+
+
+class TurnStarted(TurnEvent, tag="turn:started", kw_only=True):
+    """A turn began with a user message (or the session's kickoff)."""
+
+    index: int
+    """0 for the kickoff turn, then 1, 2, …"""
+    text: str
+
+
+class TurnToolStarted(TurnEvent, tag="turn:tool_started", kw_only=True):
+    """The runner is about to run one tool call of the model."""
+
+    tool_use_id: str
+    tool: str
+    input: dict[str, Any]
+
+
+class TurnToolCompleted(TurnEvent, tag="turn:tool_completed", kw_only=True):
+    """A tool call finished; ``output`` is exactly what the model is given back."""
+
+    tool_use_id: str
+    tool: str
+    output: str
+    is_error: bool
+    duration_ms: float
+
+
+class TurnCompleted(TurnEvent, tag="turn:completed", kw_only=True):
+    """A turn ended: the full text and thoughts (deltas may have been missed), usage, cost and outcome.
+
+    ``outcome`` is ``block`` (``tool`` + ``arguments``: the block tool, e.g. ``submit_research``, or
+    ``complete_review``), ``end_turn``, ``cancelled``, ``error`` or ``budget_exceeded``.
+    """
+
+    text: str
+    thoughts: str
+    outcome: str
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    detail: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cost_usd: float = 0.0
+    tool_calls: int = 0
+    model_calls: int = 0
+
+
+AnyEvent = (
+    WorkflowCreated
+    | WorkflowError
+    | SessionStarted
+    | SessionCompleted
+    | SessionError
+    | TurnStarted
+    | TurnToolStarted
+    | TurnToolCompleted
+    | TurnCompleted
+)
 """The union every consumer decodes with."""
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__struct_config__.tag: cls  # type: ignore[misc]
-    for cls in (WorkflowCreated, WorkflowError)
+    for cls in (
+        WorkflowCreated,
+        WorkflowError,
+        SessionStarted,
+        SessionCompleted,
+        SessionError,
+        TurnStarted,
+        TurnToolStarted,
+        TurnToolCompleted,
+        TurnCompleted,
+    )
 }
 
 

@@ -54,7 +54,7 @@ GIT_VERBS = (
     "pulse_diff",
     "get_diff_artifact",
 )
-AGENT_RUNNER_VERBS: tuple[str, ...] = ()
+AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions")
 INDEXER_VERBS: tuple[str, ...] = ()
 
 

@@ -63,6 +63,26 @@ class Settings(msgspec.Struct, kw_only=True):
     """Key for the model API (``AUTARCH_ANTHROPIC_API_KEY``); unset sends a placeholder (the scripted model)."""
     anthropic_base_url: str | None = None
     """Any Anthropic-compatible endpoint (a proxy, the scripted model); unset means the SDK's default."""
+    model_max_retries: int = 4
+    """Retries, with backoff, of a model request answered 429, 529 or 5xx (or not answered)."""
+    agent_models: str = ""
+    """Model per agent role as ``role=model,role=model`` (``*=model`` for every role); unset roles keep defaults."""
+    agent_thinking: bool = True
+    """Extended thinking for the roles whose agent asks for it; off sends no ``thinking`` parameter."""
+    agent_max_steps: int = 200
+    """Model calls one turn may make before it is ended with an error (a runaway loop guard)."""
+    tool_output_limit: int = 100_000
+    """Bytes of one tool result given to the model; longer output is cut with a marker saying so."""
+    workflow_token_budget: int | None = None
+    """Tokens (input, output, cache read and write) all sessions of one workflow may use; unset: no limit."""
+    workflow_cost_budget: float | None = None
+    """US dollars all sessions of one workflow may spend on the model; unset: no limit."""
+    context_window_tokens: int | None = None
+    """Context window of the models; unset uses each model's own (from the price table)."""
+    compaction_threshold: float = 0.8
+    """Fraction of the context window above which older turns are replaced by a digest in requests."""
+    agent_store_synchronous: str = "NORMAL"
+    """SQLite ``synchronous`` of the runner's store: NORMAL survives a killed process; FULL also a power cut."""
     exa_api_key: str | None = None
     """Key of the Exa API for the ``web_code_search`` tool (``AUTARCH_EXA_API_KEY``); unset: the tool says so."""
     exa_base_url: str = "https://api.exa.ai"

@@ -1,0 +1,253 @@
+"""The Session aggregate: read this file and you know every event an agent session can record.
+
+Session → Turn → model replies (content blocks, thinking signatures included), tool calls (input,
+output, duration, error) and thoughts. The turn loop is a deterministic function of these events:
+everything a restarted runner needs to carry a turn on is in them, and nothing else is.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.domain import Aggregate, event
+
+from autarch.contracts.agents import TurnUsage
+
+__all__ = ["Reply", "Session", "ToolCall", "Turn", "add_usage"]
+
+
+def add_usage(total: TurnUsage, usage: TurnUsage) -> None:
+    """Add ``usage`` into ``total`` in place."""
+    total.input_tokens += usage.input_tokens
+    total.output_tokens += usage.output_tokens
+    total.cache_read_input_tokens += usage.cache_read_input_tokens
+    total.cache_creation_input_tokens += usage.cache_creation_input_tokens
+
+
+class ToolCall:
+    """One ``tool_use`` of a model reply and, once known, its result."""
+
+    __slots__ = ("duration_ms", "input", "is_error", "name", "output", "replayed", "started", "step", "tool_use_id")
+
+    def __init__(self, *, tool_use_id: str, name: str, input: Any, step: int) -> None:
+        self.tool_use_id = tool_use_id
+        self.name = name
+        self.input = input
+        self.step = step
+        self.started = False
+        self.output: str | None = None
+        self.is_error = False
+        self.duration_ms = 0.0
+        self.replayed = False
+
+    @property
+    def done(self) -> bool:
+        return self.output is not None
+
+
+class Reply:
+    """One recorded model reply."""
+
+    __slots__ = ("content", "cost_usd", "ending_id", "model", "stop_reason", "tool_calls", "usage")
+
+    def __init__(
+        self,
+        *,
+        content: list[dict[str, Any]],
+        stop_reason: str | None,
+        usage: TurnUsage,
+        cost_usd: float,
+        model: str,
+        ending_id: str | None,
+        tool_calls: list[ToolCall],
+    ) -> None:
+        self.content = content
+        self.stop_reason = stop_reason
+        self.usage = usage
+        self.cost_usd = cost_usd
+        self.model = model
+        self.ending_id = ending_id
+        self.tool_calls = tool_calls
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens the request that produced this reply carried (what counts against the context window)."""
+        u = self.usage
+        return u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+
+
+class Turn:
+    """One user message and everything the agent did about it."""
+
+    def __init__(self, *, turn_id: str, index: int, text: str, notes: list[str], message_id: str | None,
+                 started_at: datetime) -> None:
+        self.turn_id = turn_id
+        self.index = index
+        self.text = text
+        self.notes = notes
+        self.message_id = message_id
+        self.started_at = started_at
+        self.replies: list[Reply] = []
+        self.calls: dict[str, ToolCall] = {}
+        self.violations: list[str] = []
+        self.usage = TurnUsage()
+        self.cost_usd = 0.0
+        self.outcome: dict[str, Any] | None = None
+        self.completed_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.outcome is None
+
+
+class Session(Aggregate):
+    """An agent session of one role, tied to a workflow stage or a channel."""
+
+    @staticmethod
+    def create_id(session_id: str, **_: object) -> UUID:
+        # The caller chooses the id (a UUID) so that a retried start is recognised, not doubled.
+        return UUID(session_id)
+
+    @event("Started")
+    def __init__(self, *, session_id: str, role: str, model: str, root: str, workflow_id: str | None,
+                 channel_id: str | None, script: str | None, notes: list[str]) -> None:
+        self.role = role
+        self.model = model
+        self.root = root
+        self.workflow_id = workflow_id
+        self.channel_id = channel_id
+        self.script = script
+        self.stage_notes = list(notes)
+        """Notes of this stage the caller handed over (taken by earlier sessions)."""
+        self.turns: list[Turn] = []
+        self.compacted_through = -1
+        self.closed_reason: str | None = None
+        self.usage = TurnUsage()
+        self.cost_usd = 0.0
+        self.completion_rejections = 0
+
+    # --- turns -----------------------------------------------------------------------------------------
+
+    @event("TurnStarted")
+    def start_turn(self, *, turn_id: str, index: int, text: str, notes: list[str], message_id: str | None,
+                   stage_notes: list[str] | None, at: datetime) -> None:
+        """A user message opens a turn; ``notes`` is what is injected into it (stage notes and this session's)."""
+        if stage_notes is not None:
+            self.stage_notes = list(stage_notes)
+        self.turns.append(
+            Turn(turn_id=turn_id, index=index, text=text, notes=list(notes), message_id=message_id,
+                 started_at=at)
+        )
+
+    @event("ModelReplied")
+    def record_reply(self, *, turn_id: str, content: list[dict[str, Any]], stop_reason: str | None,
+                     usage: dict[str, int], cost_usd: float, model: str, ending_id: str | None) -> None:
+        """The full reply of one model call, recorded before anything acts on it.
+
+        ``ending_id`` is the ``tool_use`` that validly ends the turn (a block tool, or ``complete_review``).
+        """
+        turn = self._turn(turn_id)
+        step = len(turn.replies)
+        calls = []
+        for block in content:
+            if block.get("type") == "tool_use":
+                call = ToolCall(tool_use_id=block["id"], name=block["name"], input=block.get("input"), step=step)
+                turn.calls[call.tool_use_id] = call
+                calls.append(call)
+        reply_usage = TurnUsage(**usage)
+        turn.replies.append(Reply(content=content, stop_reason=stop_reason, usage=reply_usage, cost_usd=cost_usd,
+                                  model=model, ending_id=ending_id, tool_calls=calls))
+        for total in (turn.usage, self.usage):
+            add_usage(total, reply_usage)
+        turn.cost_usd += cost_usd
+        self.cost_usd += cost_usd
+
+    @event("BlockRejected")
+    def reject_block(self, *, turn_id: str, tool_use_id: str, name: str, rule: str, message: str) -> None:
+        """A block tool broke a rule (or its arguments were invalid); ``message`` is the model's error result."""
+        turn = self._turn(turn_id)
+        call = turn.calls[tool_use_id]
+        call.output, call.is_error = message, True
+        turn.violations.append(f"{call.name}: {rule}")
+        if rule == "completion_rejected":
+            self.completion_rejections += 1
+
+    @event("ToolStarted")
+    def start_tool(self, *, turn_id: str, tool_use_id: str, name: str, input: Any) -> None:
+        """The runner is about to run this tool call (it may run again after a crash; the tools service dedupes)."""
+        self._turn(turn_id).calls[tool_use_id].started = True
+
+    @event("ToolCompleted")
+    def complete_tool(self, *, turn_id: str, tool_use_id: str, name: str, output: str, is_error: bool,
+                      duration_ms: float, replayed: bool) -> None:
+        """A tool call's result, exactly as the model will be given it."""
+        call = self._turn(turn_id).calls[tool_use_id]
+        call.output, call.is_error, call.duration_ms, call.replayed = output, is_error, duration_ms, replayed
+
+    @event("Compacted")
+    def compact(self, *, turn_id: str, through: int, context_tokens: int) -> None:
+        """From now on, turns up to index ``through`` are sent to the model as a digest."""
+        self.compacted_through = through
+
+    @event("TurnCompleted")
+    def complete_turn(self, *, turn_id: str, outcome: dict[str, Any], at: datetime, text: str, thoughts: str,
+                      usage: dict[str, int], cost_usd: float, tool_calls: int, model_calls: int) -> None:
+        """The turn ended: ``outcome`` is a :class:`~autarch.contracts.agents.TurnOutcome` as a dict.
+
+        The text, thoughts and totals are derivable from the turn's events; they are recorded here too so
+        that ``turn:completed`` is complete on its own for every consumer of the stream.
+        """
+        turn = self._turn(turn_id)
+        turn.outcome = outcome
+        turn.completed_at = at
+
+    # --- the session -----------------------------------------------------------------------------------
+
+    @event("ErrorRecorded")
+    def record_error(self, *, turn_id: str | None, message: str) -> None:
+        """A failure the model cannot fix (the model API refused the request, a bug)."""
+
+    @event("Closed")
+    def close(self, *, reason: str) -> None:
+        """The session takes no more messages."""
+        self.closed_reason = reason
+
+    # --- queries ---------------------------------------------------------------------------------------
+
+    def _turn(self, turn_id: str) -> Turn:
+        # Turns are appended in order and the running one is nearly always the last.
+        for turn in reversed(self.turns):
+            if turn.turn_id == turn_id:
+                return turn
+        raise KeyError(f"no turn {turn_id} in session {self.id}")
+
+    @property
+    def current_turn(self) -> Turn | None:
+        """The running turn, if any."""
+        if self.turns and self.turns[-1].running:
+            return self.turns[-1]
+        return None
+
+    @property
+    def closed(self) -> bool:
+        return self.closed_reason is not None
+
+    def session_notes(self) -> list[str]:
+        """Notes this session took with ``take_note`` (successful calls only), in order."""
+        notes = []
+        for turn in self.turns:
+            for call in turn.calls.values():
+                if call.name == "take_note" and call.done and not call.is_error and isinstance(call.input, dict):
+                    note = call.input.get("note")
+                    if isinstance(note, str) and note.strip():
+                        notes.append(note)
+        return notes
+
+    def last_context_tokens(self) -> int:
+        """Context size of the most recent model request (0 before the first)."""
+        for turn in reversed(self.turns):
+            if turn.replies:
+                return turn.replies[-1].context_tokens
+        return 0

@@ -1,0 +1,224 @@
+"""The model client: one streaming Messages API call through the ``anthropic`` SDK.
+
+The SDK builds and sends the request, authenticates, and retries it with backoff when the API
+answers 429, 529, other 5xx or not at all (``model_max_retries``, honouring ``retry-after``). The
+reply is accumulated here from the raw stream events rather than by ``messages.stream()``: its
+accumulator raises on a tool input that is not valid JSON, which would lose the whole reply, while
+here such a call is kept (with empty input) and answered with an error the model can read. An
+error event in the middle of a stream (``overloaded_error``) is retried here, as the SDK cannot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+
+from autarch.contracts.agents import TurnUsage
+from autarch.runtime.settings import Settings
+
+from .agents import AgentConfig
+from .pricing import model_info
+
+__all__ = ["ModelClient", "ModelError", "ModelReply"]
+
+log = logging.getLogger(__name__)
+
+_BLOCK_FIELDS = {
+    "text": ("type", "text"),
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+    "tool_use": ("type", "id", "name", "input"),
+}
+_RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+
+class ModelError(Exception):
+    """The model API refused or failed the request for good (after retries)."""
+
+
+@dataclass
+class ModelReply:
+    """One complete reply, ready to be recorded."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str | None
+    usage: TurnUsage
+    model: str
+    malformed: dict[str, str] = field(default_factory=dict)
+    """``tool_use`` id → the raw input text that was not a JSON object."""
+    received_at: float = 0.0
+    """``time.perf_counter()`` when the last stream event was read (for overhead measurements)."""
+
+
+class _Accumulator:
+    """Builds the reply's content blocks from raw stream events."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.json_parts: dict[int, list[str]] = {}
+        self.malformed: dict[str, str] = {}
+        self.usage = TurnUsage()
+        self.stop_reason: str | None = None
+        self.model = ""
+
+    def feed(self, event: Any) -> tuple[bool, str] | None:
+        """Take one stream event; returns ``(is_thinking, text)`` for a text or thinking delta."""
+        kind = event.type
+        if kind == "content_block_delta":
+            delta = event.delta
+            block = self.blocks[event.index]
+            dtype = delta.type
+            if dtype == "text_delta":
+                block["text"] += delta.text
+                return False, delta.text
+            elif dtype == "input_json_delta":
+                self.json_parts.setdefault(event.index, []).append(delta.partial_json)
+            elif dtype == "thinking_delta":
+                block["thinking"] += delta.thinking
+                return True, delta.thinking
+            elif dtype == "signature_delta":
+                block["signature"] = block.get("signature", "") + delta.signature
+            # citations_delta and unknown deltas carry nothing the runner acts on.
+        elif kind == "content_block_start":
+            block = event.content_block.to_dict(exclude_none=True)
+            keep = _BLOCK_FIELDS.get(block.get("type", ""))
+            # Only the fields the API takes back: a newer SDK may add read-only ones.
+            self.blocks[event.index] = {k: v for k, v in block.items() if k in keep} if keep else block
+        elif kind == "content_block_stop":
+            self._finish(event.index)
+        elif kind == "message_start":
+            message = event.message
+            self.model = message.model
+            self._usage(message.usage)
+        elif kind == "message_delta":
+            self.stop_reason = event.delta.stop_reason
+            self._usage(event.usage)
+        return None
+
+    def _usage(self, usage: Any) -> None:
+        # message_delta carries cumulative counts; a field it leaves out keeps message_start's value.
+        for name in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+            value = getattr(usage, name, None)
+            if value is not None:
+                setattr(self.usage, name, value)
+
+    def _finish(self, index: int) -> None:
+        block = self.blocks.get(index)
+        if block is None or block.get("type") != "tool_use":
+            return
+        raw = "".join(self.json_parts.pop(index, ()))
+        if not raw.strip():
+            block["input"] = block.get("input") or {}
+            return
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            block["input"] = value
+        else:
+            # Keep the call (the API needs an object as input) and let the runner answer it with an error.
+            block["input"] = {}
+            self.malformed[block["id"]] = raw
+
+    def content(self) -> list[dict[str, Any]]:
+        for index in list(self.json_parts):
+            self._finish(index)  # a stream cut short never sent content_block_stop
+        return [self.blocks[i] for i in sorted(self.blocks)]
+
+
+class ModelClient:
+    """Streams model replies; one instance (one connection pool) per runner process."""
+
+    def __init__(self, *, settings: Settings, http_client: Any | None = None) -> None:
+        self._max_retries = settings.model_max_retries
+        self._client = anthropic.AsyncAnthropic(
+            api_key=settings.anthropic_api_key or "scripted",
+            base_url=settings.anthropic_base_url,
+            max_retries=settings.model_max_retries,
+            http_client=http_client,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def reply(
+        self,
+        *,
+        agent: AgentConfig,
+        messages: list[dict[str, Any]],
+        headers: dict[str, str],
+        on_delta: Callable[[bool, str], Awaitable[None]],
+    ) -> ModelReply:
+        """Stream one reply to ``messages``; ``on_delta(is_thinking, text)`` is awaited for each delta.
+
+        Raises:
+            ModelError: the API refused the request, or kept failing after every retry.
+        """
+        params: dict[str, Any] = {
+            "model": agent.model,
+            "max_tokens": agent.max_tokens,
+            "system": agent.system,
+            "tools": agent.tools,
+            "messages": messages,
+            "stream": True,
+            "extra_headers": headers,
+        }
+        if agent.thinking_budget:
+            # Newer models decide how much to think (and deprecate a fixed budget); older ones take the budget.
+            if model_info(agent.model).adaptive_thinking:
+                params["thinking"] = {"type": "adaptive"}
+            else:
+                params["thinking"] = {"type": "enabled", "budget_tokens": agent.thinking_budget}
+        attempt = 0
+        while True:
+            acc = _Accumulator()
+            try:
+                stream = await self._client.messages.create(**params)
+            except anthropic.APIStatusError as exc:
+                raise ModelError(f"model API answered {exc.status_code}: {_message(exc)}") from exc
+            except anthropic.APIConnectionError as exc:
+                raise ModelError(f"model API unreachable: {exc}") from exc
+            try:
+                async for event in stream:
+                    delta = acc.feed(event)
+                    if delta is not None:
+                        await on_delta(*delta)
+                received = time.perf_counter()
+            except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+                kind = _error_type(exc)
+                attempt += 1
+                if attempt > self._max_retries or (kind is not None and kind not in _RETRYABLE_STREAM_ERRORS):
+                    raise ModelError(f"model stream failed: {kind or type(exc).__name__}: {_message(exc)}") from exc
+                delay = min(0.5 * 2 ** (attempt - 1), 8.0) * (1 - 0.25 * random.random())
+                log.warning("model stream failed (%s); retry %d in %.2fs", kind or exc, attempt, delay)
+                await asyncio.sleep(delay)
+                continue
+            finally:
+                await stream.close()
+            return ModelReply(content=acc.content(), stop_reason=acc.stop_reason, usage=acc.usage,
+                              model=acc.model or agent.model, malformed=acc.malformed, received_at=received)
+
+
+def _error_type(exc: Exception) -> str | None:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict):
+            return error.get("type")
+    return None
+
+
+def _message(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message", exc))
+    return str(exc)

@@ -1,0 +1,307 @@
+"""The agent runner service: session endpoints on NATS, one task per running turn, resumption, the relay.
+
+One embedded instance owns every session: on start it rebuilds them all from the store and resumes
+each turn that was in progress. Scaling out needs a lease per session (for example a JetStream KV
+entry with a TTL, renewed while a turn runs) so that exactly one instance drives a session; requests
+for a session would then be routed to its owner. Until then, run one agent_runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from nats.aio.client import Client
+
+from autarch.contracts.agents import (
+    GetSession,
+    ListSessions,
+    SendMessage,
+    SessionList,
+    SessionStopped,
+    SessionView,
+    StartSession,
+    StopSession,
+    TurnAccepted,
+)
+from autarch.runtime.bus import ensure_event_stream
+from autarch.runtime.errors import ServiceFailure
+from autarch.runtime.eventstore import describe_store, event_store_env
+from autarch.runtime.micro import TypedService
+from autarch.runtime.relay import EventRelay
+from autarch.runtime.settings import Settings
+
+from .agents import AgentConfig, AgentRegistry
+from .application import SYNCHRONOUS_ENV, SessionApplication
+from .budget import WorkflowBudget
+from .contract_events import ContractMapper
+from .domainmodel import Session
+from .model_client import ModelClient
+from .turn_loop import RunnerDeps, TurnLoop
+from .views import status_of, summary_of, view_of
+
+__all__ = ["AgentRunner", "open_runner", "start"]
+
+log = logging.getLogger("agent_runner")
+
+
+class AgentRunner:
+    """Every session of this process, the task of each running turn, and the session commands."""
+
+    def __init__(self, *, nc: Client, app: SessionApplication, settings: Settings, model: ModelClient,
+                 after_save: Callable[[], None] | None = None, inline_writes: bool = False) -> None:
+        self.app = app
+        self._inline_writes = inline_writes
+        self.settings = settings
+        self.registry = AgentRegistry(settings=settings)
+        self.budget = WorkflowBudget(token_limit=settings.workflow_token_budget,
+                                     cost_limit=settings.workflow_cost_budget)
+        self.deps = RunnerDeps(nc=nc, model=model, budget=self.budget, settings=settings, save=self.save)
+        self.sessions: dict[str, Session] = {}
+        self._after_save = after_save
+        self._running: dict[str, tuple[asyncio.Task[None], TurnLoop]] = {}
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._agents: dict[tuple[str, str], AgentConfig] = {}
+        self._shutting_down = False
+
+    # --- lifecycle -------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild every session from the store (and the workflows' budget totals with them)."""
+        for session_id in self.app.session_ids():
+            session = self.app.get_session(session_id)
+            self.sessions[session_id] = session
+            for turn in session.turns:
+                for reply in turn.replies:
+                    self.budget.add(session.workflow_id, reply.usage, reply.cost_usd)
+
+    def resume(self) -> int:
+        """Start a task for every turn that was in progress when the last process stopped."""
+        resumed = 0
+        for session in self.sessions.values():
+            if session.current_turn is not None and str(session.id) not in self._running:
+                self._spawn(session)
+                resumed += 1
+        return resumed
+
+    async def shutdown(self) -> None:
+        """Stop every turn task without recording anything: the next process resumes them."""
+        self._shutting_down = True
+        tasks = [task for task, _ in self._running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def save(self, session: Session) -> None:
+        """Durably record ``session``'s pending events (finishes the write even if the caller is cancelled)."""
+        if self._inline_writes:
+            # An embedded SQLite commit (WAL, synchronous=NORMAL) takes ~0.1 ms: less than a hop to a
+            # worker thread and back, so it is done right here. A networked store goes to a thread.
+            self.app.save(session)
+            if self._after_save is not None:
+                self._after_save()
+            return
+        write = asyncio.ensure_future(asyncio.to_thread(self.app.save, session))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await write
+            raise
+        if self._after_save is not None:
+            self._after_save()
+
+    def workflow_of(self, session_id: str) -> str | None:
+        session = self.sessions.get(session_id)
+        return session.workflow_id if session is not None else None
+
+    # --- commands --------------------------------------------------------------------------------------
+
+    async def start_session(self, command: StartSession) -> TurnAccepted:
+        sid = command.session_id
+        async with self._locks[sid]:
+            existing = self.sessions.get(sid)
+            if existing is not None:
+                first = existing.turns[0]
+                same = (existing.role, existing.root, existing.workflow_id, existing.channel_id, first.text) == (
+                    command.role, command.root, command.workflow_id, command.channel_id, command.kickoff)
+                if not same:
+                    raise ServiceFailure.conflict(f"session {sid} already exists with other fields", session_id=sid)
+                return TurnAccepted(session_id=sid, turn_id=first.turn_id, created=False)
+            agent = self.registry.get(command.role)
+            session = Session(session_id=sid, role=command.role, model=agent.model, root=command.root,
+                              workflow_id=command.workflow_id, channel_id=command.channel_id, script=command.script,
+                              notes=list(command.notes))
+            turn_id = str(uuid.uuid4())
+            session.start_turn(turn_id=turn_id, index=0, text=command.kickoff, notes=list(command.notes),
+                               message_id=None, stage_notes=None, at=datetime.now(UTC))
+            await self.save(session)
+            self.sessions[sid] = session
+            self._spawn(session)
+            return TurnAccepted(session_id=sid, turn_id=turn_id)
+
+    async def send_message(self, command: SendMessage) -> TurnAccepted:
+        sid = command.session_id
+        async with self._locks[sid]:
+            session = self._get(sid)
+            if command.message_id is not None:
+                for turn in session.turns:
+                    if turn.message_id == command.message_id:
+                        return TurnAccepted(session_id=sid, turn_id=turn.turn_id, created=False)
+            if session.closed:
+                raise ServiceFailure.conflict(f"session {sid} is closed ({session.closed_reason})", session_id=sid)
+            running = session.current_turn
+            if running is not None:
+                raise ServiceFailure.conflict(f"session {sid} is still running turn {running.turn_id}; stop it or "
+                                              "wait for turn:completed", session_id=sid, turn_id=running.turn_id)
+            stage_notes = command.notes if command.notes is not None else session.stage_notes
+            turn_id = str(uuid.uuid4())
+            session.start_turn(turn_id=turn_id, index=len(session.turns), text=command.text,
+                               notes=[*stage_notes, *session.session_notes()], message_id=command.message_id,
+                               stage_notes=command.notes, at=datetime.now(UTC))
+            await self.save(session)
+            self._spawn(session)
+            return TurnAccepted(session_id=sid, turn_id=turn_id)
+
+    async def stop_session(self, command: StopSession) -> SessionStopped:
+        sid = command.session_id
+        async with self._locks[sid]:
+            session = self._get(sid)
+            turn_id = None
+            entry = self._running.get(sid)
+            if entry is not None:
+                task, loop = entry
+                turn_id = loop.turn.turn_id
+                loop.stop_reason = command.reason
+                task.cancel()
+                # The task records turn:completed (cancelled) before it ends; wait for that.
+                await asyncio.gather(task, return_exceptions=True)
+            if command.close and not session.closed:
+                session.close(reason=command.reason)
+                await self.save(session)
+            return SessionStopped(session_id=sid, turn_id=turn_id, closed=session.closed)
+
+    async def get_session(self, query: GetSession) -> SessionView:
+        return view_of(self._get(query.session_id))
+
+    async def list_sessions(self, query: ListSessions) -> SessionList:
+        items = []
+        for session in self.sessions.values():
+            if query.workflow_id is not None and session.workflow_id != query.workflow_id:
+                continue
+            if query.running is not None and (status_of(session) == "running") != query.running:
+                continue
+            items.append(summary_of(session))
+        return SessionList(items=items)
+
+    # --- turns -----------------------------------------------------------------------------------------
+
+    def _get(self, session_id: str) -> Session:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise ServiceFailure.not_found(f"no session {session_id}", session_id=session_id)
+        return session
+
+    def _agent(self, session: Session) -> AgentConfig:
+        # The model is fixed when the session starts; a later settings change applies to new sessions.
+        key = (session.role, session.model)
+        agent = self._agents.get(key)
+        if agent is None:
+            agent = self.registry.get(session.role)
+            if agent.model != session.model:
+                agent = dataclasses.replace(agent, model=session.model)
+            self._agents[key] = agent
+        return agent
+
+    def _spawn(self, session: Session) -> None:
+        turn = session.current_turn
+        assert turn is not None
+        sid = str(session.id)
+        loop = TurnLoop(deps=self.deps, session=session, turn=turn, agent=self._agent(session))
+        task = asyncio.create_task(self._drive(loop), name=f"turn-{turn.turn_id}")
+        self._running[sid] = (task, loop)
+
+        def forget(done: asyncio.Task[None]) -> None:
+            if self._running.get(sid, (None,))[0] is done:
+                del self._running[sid]
+
+        task.add_done_callback(forget)
+
+    async def _drive(self, loop: TurnLoop) -> None:
+        try:
+            await loop.run(record_cancel=lambda: not self._shutting_down)
+        except asyncio.CancelledError:
+            pass
+
+
+_RELAY_DELAY = 0.005
+"""Seconds a save waits before waking the relay: events of a busy turn are published in one batch,
+off the turn's critical path (deltas are live anyway; the stream lags by at most this)."""
+
+
+def _debounced(action: Callable[[], None], *, delay: float) -> Callable[[], None]:
+    scheduled: list[asyncio.TimerHandle] = []
+
+    def fire() -> None:
+        scheduled.clear()
+        action()
+
+    def request() -> None:
+        if not scheduled:
+            scheduled.append(asyncio.get_running_loop().call_later(delay, fire))
+
+    return request
+
+
+async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
+    """Open the store, rebuild the sessions, resume their turns, start the relay and serve the endpoints."""
+    _, stop = await open_runner(nc, settings)
+    return stop
+
+
+async def open_runner(
+    nc: Client, settings: Settings, *, model: ModelClient | None = None
+) -> tuple[AgentRunner, Callable[[], Awaitable[None]]]:
+    """:func:`start`, also handing back the runner itself (for benchmarks and in-process tests)."""
+    env = {**event_store_env(settings, "agent_runner"), SYNCHRONOUS_ENV: settings.agent_store_synchronous}
+    app = SessionApplication(env=env)
+    log.info("event store: %s", describe_store(env))
+    await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
+    model = model or ModelClient(settings=settings)
+    inline = env.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite" and settings.agent_store_synchronous != "FULL"
+    relay_box: list[EventRelay] = []
+    runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
+                         after_save=_debounced(lambda: relay_box[0].wake(), delay=_RELAY_DELAY))
+    relay = EventRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=runner.workflow_of))
+    relay_box.append(relay)
+    await asyncio.to_thread(runner.load)
+    relay.start()
+    service = TypedService(nc, name="agent_runner", description="Agent sessions: turns, tools, the model")
+    service.endpoint("start_session", StartSession, runner.start_session)
+    service.endpoint("send_message", SendMessage, runner.send_message)
+    service.endpoint("stop_session", StopSession, runner.stop_session)
+    service.endpoint("get_session", GetSession, runner.get_session)
+    service.endpoint("list_sessions", ListSessions, runner.list_sessions)
+    await service.start()
+    resumed = runner.resume()
+    log.info("rebuilt %d sessions from the event store; resumed %d running turns", len(runner.sessions), resumed)
+
+    async def stop() -> None:
+        await service.stop()
+        await runner.shutdown()
+        try:
+            await asyncio.wait_for(relay.publish_pending(), timeout=5)
+        except Exception as exc:
+            log.warning("relay did not finish on stop: %s", exc)
+        await relay.stop()
+        await model.close()
+        # An EventRelay.stop() that cancels mid-round leaves its store read or tracking write running in a
+        # worker thread, and closing the store under it crashes SQLite: give such a write time to finish.
+        await asyncio.sleep(0.2)
+        app.close()
+
+    return runner, stop

@@ -1,0 +1,306 @@
+"""The turn loop: a deterministic function of the session's recorded events.
+
+Each step looks at the turn's events and does the one thing they call for:
+- the last reply has tool calls without results → run the first of them (each result is recorded
+  before the next one runs);
+- the last reply validly ended the turn (a block tool, ``complete_review`` that succeeded, or no tool
+  call at all) → record the turn's completion;
+- otherwise → check the budget, compact if the context is too big, call the model, and record the
+  full reply before acting on it.
+A runner that dies anywhere in this loop is replaced by one that rebuilds the session and takes the
+same decision again: a recorded reply is never requested twice, and a tool call repeated after a
+crash carries the same idempotency key (session, tool_use id), so the tools service answers it with
+the recorded result instead of running it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from nats.aio.client import Client
+
+from autarch.contracts import subjects
+from autarch.contracts.agents import BLOCK_TOOLS
+from autarch.contracts.tools import CALL, ToolCall, ToolResult
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.requests import request
+from autarch.runtime.settings import Settings
+
+from .agents import AgentConfig
+from .blocks import classify
+from .budget import WorkflowBudget
+from .compaction import compaction_point
+from .deltas import DeltaPublisher
+from .domainmodel import Session, Turn
+from .domainmodel import ToolCall as RecordedCall
+from .model_client import ModelClient, ModelError, ModelReply
+from .pricing import cost_usd, model_info
+from .transcript import build_messages
+
+__all__ = ["CallModel", "Complete", "RunTool", "RunnerDeps", "TurnLoop", "next_action", "truncate"]
+
+log = logging.getLogger(__name__)
+
+_TOOLS_CALL = subjects.request("tools", CALL)
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Ask the model for the next reply."""
+
+
+@dataclass(frozen=True)
+class RunTool:
+    call: RecordedCall
+
+
+@dataclass(frozen=True)
+class Complete:
+    outcome: dict[str, Any]
+
+
+CALL_MODEL = CallModel()
+
+
+def next_action(turn: Turn) -> CallModel | RunTool | Complete:
+    """What the turn's recorded events call for next (a pure function of them)."""
+    if not turn.replies:
+        return CALL_MODEL
+    reply = turn.replies[-1]
+    for call in reply.tool_calls:
+        if call.done:
+            continue
+        if call.tool_use_id == reply.ending_id and call.name in BLOCK_TOOLS:
+            continue  # a block tool is never run: it ends the turn
+        return RunTool(call)
+    if reply.ending_id is not None:
+        call = turn.calls[reply.ending_id]
+        if call.name in BLOCK_TOOLS or not call.is_error:
+            return Complete({"kind": "block", "tool": call.name, "arguments": call.input, "detail": ""})
+        return CALL_MODEL  # complete_review failed (no review card, a bad recommendation): the model fixes it
+    if not reply.tool_calls:
+        detail = "" if reply.stop_reason in (None, "end_turn") else f"stop_reason: {reply.stop_reason}"
+        return Complete({"kind": "end_turn", "detail": detail})
+    return CALL_MODEL
+
+
+def truncate(output: str, *, limit: int) -> str:
+    """``output`` cut to ``limit`` bytes of UTF-8, with a marker the model can read."""
+    data = output.encode()
+    if len(data) <= limit:
+        return output
+    head = data[:limit].decode(errors="ignore")
+    return (f"{head}\n[output truncated: {len(data)} bytes in total, only the first {limit} are shown. "
+            "Ask for less (a line range, a narrower pattern or path, quieter command output) to see the rest.]")
+
+
+@dataclass
+class RunnerDeps:
+    """What every turn of the process shares."""
+
+    nc: Client
+    model: ModelClient
+    budget: WorkflowBudget
+    settings: Settings
+    save: Callable[[Session], Awaitable[None]]
+    """Durably record the session's pending events."""
+    on_reply: Callable[[Session, ModelReply, float], None] | None = None
+    """Called after each reply is recorded, with the time it was recorded (``perf_counter``): metrics."""
+
+
+class TurnLoop:
+    """Runs one turn of one session to its end (or until cancelled)."""
+
+    def __init__(self, *, deps: RunnerDeps, session: Session, turn: Turn, agent: AgentConfig) -> None:
+        self.deps = deps
+        self.session = session
+        self.turn = turn
+        self.agent = agent
+        self.stop_reason = "stopped"
+        """Set by the service before it cancels the loop's task."""
+        self._sid = str(session.id)
+        self._where = "starting"
+        self._partial: list[str] = []
+        self._deltas = DeltaPublisher(nc=deps.nc, workflow_id=session.workflow_id, session_id=self._sid,
+                                      turn_id=turn.turn_id)
+        headers = {"x-autarch-role": session.role, "x-autarch-session": self._sid}
+        if session.script:
+            headers["x-autarch-script"] = session.script
+        self._headers = headers
+
+    async def run(self, *, record_cancel: Callable[[], bool] = lambda: True) -> None:
+        """Drive the turn to its end.
+
+        Args:
+            record_cancel: asked when the task is cancelled: True records the turn as ``cancelled`` (a stop
+                command); False leaves it in progress for the next process to resume (a shutdown).
+        """
+        try:
+            while True:
+                action = next_action(self.turn)
+                if isinstance(action, Complete):
+                    await self._complete(action.outcome)
+                    return
+                if isinstance(action, RunTool):
+                    await self._run_tool(action.call)
+                elif not await self._call_model():
+                    return
+        except asyncio.CancelledError:
+            if record_cancel():
+                await self._record_cancelled()
+            raise
+        except Exception as exc:
+            log.exception("turn %s of session %s failed", self.turn.turn_id, self._sid)
+            await self._fail(f"{type(exc).__name__}: {exc}")
+
+    # --- steps -----------------------------------------------------------------------------------------
+
+    async def _call_model(self) -> bool:
+        """One model call; False when the turn ended instead (budget, step limit, model failure)."""
+        settings, session, turn = self.deps.settings, self.session, self.turn
+        if len(turn.replies) >= settings.agent_max_steps:
+            await self._complete({"kind": "error", "detail": f"step limit: {settings.agent_max_steps} model calls "
+                                                             "in one turn (agent_max_steps)"})
+            return False
+        over = self.deps.budget.exceeded(session.workflow_id)
+        if over is not None:
+            await self._complete({"kind": "budget_exceeded", "detail": over})
+            return False
+        window = settings.context_window_tokens or model_info(self.agent.model).context_window
+        through = compaction_point(session, current=turn, threshold_tokens=int(window * settings.compaction_threshold))
+        if through is not None:
+            session.compact(turn_id=turn.turn_id, through=through, context_tokens=session.last_context_tokens())
+            await self.deps.save(session)
+        messages = build_messages(session, current=turn)
+        self._where = f"model call {len(turn.replies) + 1}"
+        self._partial = []
+        try:
+            reply = await self.deps.model.reply(agent=self.agent, messages=messages, headers=self._headers,
+                                                on_delta=self._on_delta)
+        except ModelError as exc:
+            await self._fail(str(exc))
+            return False
+        self._record_reply(reply)
+        self._start_next_tool()
+        await self.deps.save(session)
+        self._partial = []
+        if self.deps.on_reply is not None:
+            self.deps.on_reply(session, reply, time.perf_counter())
+        return True
+
+    async def _on_delta(self, is_thinking: bool, text: str) -> None:
+        if not is_thinking:
+            self._partial.append(text)
+        await self._deltas.publish(is_thinking, text)
+
+    def _record_reply(self, reply: ModelReply) -> None:
+        session, turn = self.session, self.turn
+        usage = reply.usage
+        cost = cost_usd(reply.model, usage)
+        history = [c for t in session.turns for c in t.calls.values()]
+        verdict = classify(content=reply.content, agent=self.agent, history=history,
+                           completion_rejections=session.completion_rejections)
+        session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,
+                             usage=msgspec.structs.asdict(usage), cost_usd=cost, model=reply.model,
+                             ending_id=verdict.ending_id)
+        self.deps.budget.add(session.workflow_id, usage, cost)
+        for rejection in verdict.rejections:
+            session.reject_block(turn_id=turn.turn_id, tool_use_id=rejection.tool_use_id, name=rejection.name,
+                                 rule=rejection.rule, message=rejection.message)
+        # Calls the runner can answer itself are answered now, in the same transaction as the reply.
+        for call in turn.replies[-1].tool_calls:
+            if call.done:
+                continue
+            error = self._local_error(call, reply.malformed.get(call.tool_use_id))
+            if error is not None:
+                session.complete_tool(turn_id=turn.turn_id, tool_use_id=call.tool_use_id, name=call.name,
+                                      output=error, is_error=True, duration_ms=0.0, replayed=False)
+
+    def _local_error(self, call: RecordedCall, malformed: str | None) -> str | None:
+        if malformed is not None:
+            return json.dumps({"error": f"The arguments of this {call.name} call are not a JSON object, so it did "
+                                        f"not run: {malformed[:500]!r}. Call it again with a JSON object that "
+                                        "matches the tool's schema."})
+        if call.name in self.agent.tool_names or call.name in self.agent.block_tools:
+            return None
+        if call.name in BLOCK_TOOLS or call.name == "complete_review":
+            why = f"{call.name} is not available to the {self.session.role} agent"
+        else:
+            why = f"Unknown tool {call.name!r}"
+        offered = sorted(self.agent.tool_names | set(self.agent.block_tools))
+        return json.dumps({"error": f"{why}; it did not run. Available tools: {', '.join(offered)}."})
+
+    def _start_next_tool(self) -> None:
+        action = next_action(self.turn)
+        if isinstance(action, RunTool) and not action.call.started:
+            call = action.call
+            self.session.start_tool(turn_id=self.turn.turn_id, tool_use_id=call.tool_use_id, name=call.name,
+                                    input=call.input)
+
+    async def _run_tool(self, call: RecordedCall) -> None:
+        session, turn = self.session, self.turn
+        if not call.started:
+            self._start_next_tool()
+            await self.deps.save(session)
+        self._where = f"tool {call.name} ({call.tool_use_id})"
+        args = call.input if isinstance(call.input, dict) else {}
+        started = time.perf_counter()
+        try:
+            result = await request(
+                self.deps.nc, _TOOLS_CALL,
+                ToolCall(session_id=self._sid, tool_call_id=call.tool_use_id, role=session.role,  # type: ignore[arg-type]
+                         root=session.root, tool=call.name, arguments=args, workflow_id=session.workflow_id),
+                ToolResult, timeout=self._tool_timeout(call.name, args), retry_unavailable=15.0,
+            )
+            output, is_error, replayed = result.content, result.is_error, result.replayed
+            duration = result.duration_ms or (time.perf_counter() - started) * 1000
+        except RemoteError as exc:
+            output = json.dumps({"error": f"{call.name} could not run: {exc.code}: {exc.message}"})
+            is_error, replayed, duration = True, False, (time.perf_counter() - started) * 1000
+        output = truncate(output, limit=self.deps.settings.tool_output_limit)
+        session.complete_tool(turn_id=turn.turn_id, tool_use_id=call.tool_use_id, name=call.name, output=output,
+                              is_error=is_error, duration_ms=round(duration, 3), replayed=replayed)
+        self._start_next_tool()
+        await self.deps.save(session)
+
+    def _tool_timeout(self, name: str, args: dict[str, Any]) -> float:
+        if name == "shell":
+            seconds = args.get("timeoutSeconds", 60)
+            seconds = seconds if isinstance(seconds, int | float) else 60
+            return min(max(float(seconds), 1.0), 300.0) + 30.0
+        return max(self.deps.settings.request_timeout, 120.0)
+
+    # --- endings ---------------------------------------------------------------------------------------
+
+    async def _complete(self, outcome: dict[str, Any]) -> None:
+        turn = self.turn
+        texts = [b.get("text", "") for r in turn.replies for b in r.content if b.get("type") == "text"]
+        partial = "".join(self._partial)
+        if partial:
+            texts.append(partial)
+            outcome = {**outcome, "partial_text": partial}
+        thoughts = [b.get("thinking", "") for r in turn.replies for b in r.content if b.get("type") == "thinking"]
+        self.session.complete_turn(
+            turn_id=turn.turn_id, outcome=outcome, at=datetime.now(UTC), text="\n\n".join(t for t in texts if t),
+            thoughts="\n\n".join(t for t in thoughts if t), usage=msgspec.structs.asdict(turn.usage),
+            cost_usd=round(turn.cost_usd, 8), tool_calls=len(turn.calls), model_calls=len(turn.replies),
+        )
+        await self.deps.save(self.session)
+
+    async def _fail(self, message: str) -> None:
+        self.session.record_error(turn_id=self.turn.turn_id, message=message)
+        await self._complete({"kind": "error", "detail": message})
+
+    async def _record_cancelled(self) -> None:
+        done = sum(1 for c in self.turn.calls.values() if c.done)
+        detail = (f"{self.stop_reason}: cancelled during {self._where}; {len(self.turn.replies)} model "
+                  f"replies and {done} tool results were recorded before it")
+        await self._complete({"kind": "cancelled", "detail": detail})

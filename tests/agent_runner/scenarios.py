@@ -1,0 +1,163 @@
+"""The scripted model's scenario for the runner's tests: one script per test, keyed ``<role>:<name>``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def tool(name: str, **input: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "name": name, "input": input}
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def step(*content: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    return {"content": list(content), **fields}
+
+
+RESEARCH_CARD = {
+    "summary": "greet() in greeter/core.py concatenates a greeting.",
+    "keyFiles": [{"path": "greeter/core.py", "purpose": "the greeting", "lineRanges": "1-3"}],
+    "recommendations": ["Handle the empty name inside greet()"],
+}
+
+SCOPE = {
+    "title": "Greet the world on an empty name",
+    "description": "greet('') returns 'Hello, !'; make it 'Hello, world!'.",
+    "in_scope": ["greet() handles an empty name"],
+    "out_of_scope": ["Localisation"],
+    "recommended_path": "quick",
+}
+OLD = 'return "Hello, " + name + "!"'
+NEW = 'return "Hello, " + (name or "world") + "!"'
+PULSE_DONE = {"summary": "feat(greeter): greet the world on an empty name", "filesChanged": ["greeter/core.py"]}
+EXTEND = {"reason": "More to do", "completed": ["Read the code"], "remaining": ["Edit greet"]}
+SLOW_TEXT = " ".join(f"word{n}" for n in range(60))
+
+SCRIPTS: dict[str, list[Any]] = {
+    "research:read-and-submit": [
+        step(
+            text("Let me read the code."),
+            tool("read_file", reason="See how greetings are built", path="greeter/core.py"),
+            tool("grep", reason="Find every caller of greet", pattern="greet"),
+        ),
+        step(
+            {"type": "thinking", "thinking": "greet is simple; one caller in tests."},
+            text("I have what I need."),
+            tool("submit_research", **RESEARCH_CARD),
+        ),
+    ],
+    "pulsing:edit-and-shell": [
+        step(tool("read_file", reason="Read greet before changing it", path="greeter/core.py")),
+        step(
+            tool(
+                "edit_file",
+                reason="Fall back to 'world' for an empty name",
+                path="greeter/core.py",
+                oldString=OLD,
+                newString=NEW,
+            )
+        ),
+        step(
+            tool(
+                "shell",
+                reason="Check the empty-name greeting",
+                command="python3 -c \"from greeter.core import greet; print(greet(''))\"",
+            )
+        ),
+        step(text("Done."), tool("complete_pulse", **PULSE_DONE)),
+    ],
+    "pulsing:two-blocks": [
+        step(tool("complete_pulse", **PULSE_DONE), tool("request_extension", **EXTEND)),
+        step(tool("request_extension", **EXTEND)),
+    ],
+    "scoping:not-last": [
+        step(tool("submit_scope", **SCOPE), text("Hope this scope helps!")),
+        step(tool("submit_scope", **SCOPE)),
+    ],
+    "scoping:not-alone": [
+        step(tool("read_file", reason="Check greet once more", path="greeter/core.py"), tool("submit_scope", **SCOPE)),
+        step(tool("submit_scope", **SCOPE)),
+    ],
+    "scoping:bad-args": [
+        step(tool("submit_scope", title="Greet the world", recommended_path="sometimes")),
+        step(tool("submit_scope", **SCOPE)),
+    ],
+    "pulsing:bad-input": [
+        step(
+            tool("read_file", reason="Read with a wrong argument type", path=123),
+            tool("teleport", reason="A tool that does not exist", where="mars"),
+            tool("read_file", reason="Read a very large file", path="big.txt"),
+            tool("ask_questions", questions=[{"type": "free_text", "prompt": "Why?"}]),
+        ),
+        step(text("I could not read those; stopping here.")),
+    ],
+    "discussion:retry": [
+        step(text("Answer after two refusals."), fail_first=[429, 529]),
+    ],
+    "discussion:mid-stream": [
+        step(text("Answer after a stream that broke."), fail_first=[{"status": 529, "mid_stream": True}]),
+    ],
+    "discussion:slow": [
+        step(text(SLOW_TEXT), delay_ms=100),
+    ],
+    "discussion:chat": [
+        step(text("Hello there, this is greeter.")),
+        step(text("Second answer.")),
+    ],
+    "pulsing:slow-tool": [
+        step(tool("shell", reason="A long check", command="sleep 5")),
+        step(text("Understood.")),
+    ],
+    "scoping:two-turns": [
+        step(
+            tool(
+                "ask_questions",
+                questions=[{"type": "single_select", "prompt": "Which greeting?", "options": ["world", "friend"]}],
+            )
+        ),
+        step(text("Thanks."), tool("submit_scope", **SCOPE)),
+    ],
+    "pulsing:crash": [
+        step(tool("read_file", reason="Read greet before changing it", path="greeter/core.py")),
+        step(
+            tool(
+                "edit_file",
+                reason="Fall back to 'world' for an empty name",
+                path="greeter/core.py",
+                oldString=OLD,
+                newString=NEW,
+            )
+        ),
+        step(tool("shell", reason="Record that the check ran", command="sleep 1.5 && echo ran >> shell.log")),
+        step(tool("read_file", reason="Read the README before documenting", path="README.md")),
+        step(
+            tool(
+                "edit_file",
+                reason="Document the empty-name greeting",
+                path="README.md",
+                oldString="A tiny greeting library.",
+                newString="A tiny greeting library; greets the world.",
+            )
+        ),
+        step(
+            tool(
+                "complete_pulse",
+                summary="feat(greeter): greet the world on an empty name",
+                filesChanged=["greeter/core.py", "README.md"],
+            )
+        ),
+    ],
+    "discussion:budget": [
+        step(tool("read_file", reason="See what the project does", path="README.md")),
+        step(text("Never reached.")),
+    ],
+}
+
+SCENARIO: dict[str, Any] = {
+    "description": "The agent runner's integration tests.",
+    "check_tools": False,
+    "scripts": SCRIPTS,
+}
