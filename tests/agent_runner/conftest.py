@@ -62,7 +62,7 @@ def repo(tmp_path: Path) -> Path:
     return git_repo(tmp_path / "repo", REPO_FILES)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def scripted() -> Iterator[ScriptedModelServer]:
     """One scripted model for every test; each test picks its script with ``StartSession.script``."""
     with ScriptedModelServer(SCENARIO) as server:
@@ -80,12 +80,14 @@ def runner_settings(data_dir: Path, scripted: ScriptedModelServer, **overrides: 
     return Settings(**fields)
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: a tools service left subscribed would share the "tools" queue group with the
+# tools tests' own service (and answer their calls from another store).
+@pytest.fixture(scope="package")
 def tools_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tools-data")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 async def tools(nats_server, tools_data_dir: Path) -> AsyncIterator[Path]:
     """The real tools service, in-process, shared by the tests (its store: ``<dir>/tools/sessions.sqlite3``)."""
     client = await connect(nats_server.url, name="tools")
