@@ -26,8 +26,15 @@ __all__ = [
     "TurnStarted",
     "TurnToolCompleted",
     "TurnToolStarted",
+    "WorkflowApprovalNeeded",
+    "WorkflowBaselineRecorded",
+    "WorkflowChangesRequested",
+    "WorkflowCompleted",
     "WorkflowCreated",
     "WorkflowError",
+    "WorkflowNoteTaken",
+    "WorkflowReviewCommentAdded",
+    "WorkflowStageChanged",
     "event_subject",
 ]
 
@@ -61,6 +68,79 @@ class WorkflowError(Event, tag="workflow:error", kw_only=True):
     aggregate_kind = "workflow"
     stage: str
     message: str
+
+
+class WorkflowApprovalNeeded(Event, tag="workflow:approval_needed", kw_only=True):
+    """An agent submitted the card of ``stage``; the workflow waits for the user to approve or request changes.
+
+    ``artifact`` is the card as the agent submitted it (for ``review``: the recommendation and summary;
+    its comments came as ``workflow:review_comment_added``).
+    """
+
+    aggregate_kind = "workflow"
+    stage: str
+    artifact: dict[str, Any]
+
+
+class WorkflowStageChanged(Event, tag="workflow:stage_changed", kw_only=True):
+    """The workflow moved on (on approval, or automatically from execution to review)."""
+
+    aggregate_kind = "workflow"
+    from_stage: str
+    to_stage: str
+    path: str | None = None
+    """``quick`` or ``full``, chosen at scope approval."""
+
+
+class WorkflowCompleted(Event, tag="workflow:completed", kw_only=True):
+    """The user approved the review: the workflow is done."""
+
+    aggregate_kind = "workflow"
+    recommendation: str | None = None
+
+
+class WorkflowChangesRequested(Event, tag="workflow:changes_requested", kw_only=True):
+    """The user sent the waiting card back; the agent revises and resubmits."""
+
+    aggregate_kind = "workflow"
+    stage: str
+    feedback: str
+
+
+class WorkflowNoteTaken(Event, tag="workflow:note_taken", kw_only=True):
+    """An agent stored a note for the stage it works in (``take_note``)."""
+
+    aggregate_kind = "workflow"
+    note_id: str
+    stage: str
+    session_id: str
+    note: str
+
+
+class WorkflowBaselineRecorded(Event, tag="workflow:baseline_recorded", kw_only=True):
+    """Preflight recorded a pre-existing build/lint/test issue, so pulses are not blamed for it."""
+
+    aggregate_kind = "workflow"
+    baseline_id: str
+    issue_type: str
+    source: str
+    pattern: str
+    file_path: str | None = None
+    description: str | None = None
+
+
+class WorkflowReviewCommentAdded(Event, tag="workflow:review_comment_added", kw_only=True):
+    """The review agent commented on a line, a file or the whole change."""
+
+    aggregate_kind = "workflow"
+    comment_id: str
+    kind: str
+    severity: str
+    category: str
+    description: str
+    file_path: str | None = None
+    start_line: int | None = None
+    end_line: int | None = None
 
 
 class SessionEvent(Event, kw_only=True):
@@ -154,6 +234,13 @@ class TurnCompleted(TurnEvent, tag="turn:completed", kw_only=True):
 AnyEvent = (
     WorkflowCreated
     | WorkflowError
+    | WorkflowApprovalNeeded
+    | WorkflowStageChanged
+    | WorkflowCompleted
+    | WorkflowChangesRequested
+    | WorkflowNoteTaken
+    | WorkflowBaselineRecorded
+    | WorkflowReviewCommentAdded
     | SessionStarted
     | SessionCompleted
     | SessionError
@@ -169,6 +256,13 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         WorkflowCreated,
         WorkflowError,
+        WorkflowApprovalNeeded,
+        WorkflowStageChanged,
+        WorkflowCompleted,
+        WorkflowChangesRequested,
+        WorkflowNoteTaken,
+        WorkflowBaselineRecorded,
+        WorkflowReviewCommentAdded,
         SessionStarted,
         SessionCompleted,
         SessionError,

@@ -38,7 +38,24 @@ SERVICES = ("orchestrator", "tools", "git", "agent_runner", "indexer")
 """The services ``autarch up`` runs; each registers a ``nats.micro`` service of this name."""
 
 # Verbs, grouped by the service that answers them. A verb is added here before it is served.
-ORCHESTRATOR_VERBS = ("create_workflow", "get_workflow", "list_workflows", "replay_workflow")
+ORCHESTRATOR_VERBS = (
+    "create_workflow",
+    "get_workflow",
+    "list_workflows",
+    "replay_workflow",
+    "submit_scope",
+    "submit_research",
+    "submit_plan",
+    "approve",
+    "request_changes",
+    "finish_execution",
+    "get_artifacts",
+    "take_note",
+    "record_baseline",
+    "get_scope_card",
+    "add_review_comment",
+    "complete_review",
+)
 TOOLS_VERBS = ("call", "list_tools", "file_access")
 GIT_VERBS = (
     "register_repository",

@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from .base import Command, Query, Reply
 
 __all__ = [
+    "ApproveBody",
+    "ApproveWorkflow",
     "CreateWorkflow",
+    "FinishExecution",
+    "GetArtifacts",
     "GetWorkflow",
     "ListWorkflows",
     "ReplayWorkflow",
     "ReplayedWorkflow",
+    "RequestChanges",
+    "RequestChangesBody",
+    "ReviewCard",
+    "ReviewCommentView",
+    "StageNote",
+    "SubmitPlan",
+    "SubmitResearch",
+    "SubmitScope",
+    "WorkflowArtifacts",
+    "WorkflowBaseline",
+    "WorkflowErrorCode",
     "WorkflowList",
+    "WorkflowPath",
     "WorkflowView",
 ]
 
@@ -54,6 +71,148 @@ class ReplayWorkflow(Query, kw_only=True):
     at: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
+WorkflowPath = Literal["quick", "full"]
+"""``full`` runs every stage; ``quick`` goes from scoping straight to one execution pulse, then review."""
+
+
+class WorkflowErrorCode:
+    """Domain error codes of the workflow lifecycle (besides ``not_found``/``bad_request``)."""
+
+    NOT_AWAITING_APPROVAL = "not_awaiting_approval"
+    """Approve or request-changes while no artifact awaits the user."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """An artifact was submitted while the previous one still awaits the user (request changes first)."""
+    WRONG_STAGE = "wrong_stage"
+    """The command belongs to another stage than the workflow's current one."""
+    INVALID_PLAN = "invalid_plan"
+    """Duplicate pulse ids, a dependsOn naming an unknown pulse, or a dependency cycle."""
+
+    CONFLICTS = frozenset({NOT_AWAITING_APPROVAL, AWAITING_APPROVAL, WRONG_STAGE})
+    """The codes that mean "not in this state" (HTTP 409)."""
+
+
+class SubmitScope(Command, kw_only=True):
+    """The scoping agent's ``submit_scope``: record the scope card and wait for the user."""
+
+    workflow_id: WorkflowId
+    scope: SubmitScopeArgs
+    idempotency_key: str | None = None
+    """``<session>:<tool call>``: a repeated submission with the same key records nothing."""
+
+
+class SubmitResearch(Command, kw_only=True):
+    """The research agent's ``submit_research``."""
+
+    workflow_id: WorkflowId
+    research: SubmitResearchArgs
+    idempotency_key: str | None = None
+
+
+class SubmitPlan(Command, kw_only=True):
+    """The planning agent's ``submit_plan``; pulse ids must be unique and ``dependsOn`` acyclic."""
+
+    workflow_id: WorkflowId
+    plan: SubmitPlanArgs
+    idempotency_key: str | None = None
+
+
+class ApproveWorkflow(Command, kw_only=True):
+    """The user approves the artifact awaiting approval; the workflow moves to the next stage."""
+
+    workflow_id: WorkflowId
+    path: WorkflowPath | None = None
+    """Only at scope approval; defaults to the scope card's ``recommended_path``."""
+
+
+class RequestChanges(Command, kw_only=True):
+    """The user sends the artifact back with feedback; the agent revises and resubmits."""
+
+    workflow_id: WorkflowId
+    feedback: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+
+
+class ApproveBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/approve`` (the body is optional). Unknown fields are refused."""
+
+    path: WorkflowPath | None = None
+    """Only at scope approval: ``quick`` or ``full`` (default: the scope card's recommended path)."""
+
+
+class RequestChangesBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/request-changes``."""
+
+    feedback: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+
+
+class FinishExecution(Command, kw_only=True):
+    """Every pulse is done: execution moves to review automatically (no approval). Idempotent."""
+
+    workflow_id: WorkflowId
+
+
+class GetArtifacts(Query, kw_only=True):
+    workflow_id: WorkflowId
+
+
+class StageNote(msgspec.Struct, kw_only=True):
+    note_id: str
+    stage: str
+    note: str
+    session_id: str
+    taken_at: datetime
+
+
+class WorkflowBaseline(msgspec.Struct, kw_only=True):
+    """A pre-existing build/lint/test issue (seed 000, baseline structure)."""
+
+    baseline_id: str
+    issue_type: str
+    source: str
+    pattern: str
+    file_path: str | None = None
+    description: str | None = None
+
+
+class ReviewCommentView(msgspec.Struct, kw_only=True):
+    comment_id: str
+    kind: str
+    """``line``, ``file`` or ``review``."""
+    severity: str
+    category: str
+    description: str
+    file_path: str | None = None
+    start_line: int | None = None
+    end_line: int | None = None
+
+
+class ReviewCard(msgspec.Struct, kw_only=True):
+    """The review stage's card: comments as they are added, then the recommendation."""
+
+    comments: list[ReviewCommentView] = []
+    recommendation: str | None = None
+    """``approve``, ``reject`` or ``manual_review`` once the review is complete."""
+    summary: str | None = None
+
+
+class WorkflowArtifacts(Reply, kw_only=True):
+    """Every card of a workflow (the latest submission of each), its notes, baselines and pulses."""
+
+    workflow_id: str
+    stage: str
+    awaiting_approval: bool
+    path: WorkflowPath | None = None
+    scope: SubmitScopeArgs | None = None
+    research: SubmitResearchArgs | None = None
+    plan: SubmitPlanArgs | None = None
+    pulses: list[PlannedPulse] = []
+    """What execution runs: the approved plan's pulses, or the single pulse of the quick path."""
+    review: ReviewCard | None = None
+    notes: list[StageNote] = []
+    baselines: list[WorkflowBaseline] = []
+    feedback: list[dict[str, Any]] = []
+    """Every change request: ``{"stage", "feedback"}`` in order."""
+
+
 class WorkflowView(Reply, kw_only=True):
     """A workflow's current state as clients see it."""
 
@@ -70,6 +229,16 @@ class WorkflowView(Reply, kw_only=True):
     version: int
     """Number of events recorded for this workflow."""
     last_error: str | None = None
+    path: WorkflowPath | None = None
+    """Chosen at scope approval (None before)."""
+    artifact_stages: list[str] = []
+    """Stages with a submitted card (fetch them with ``get_artifacts``)."""
+    notes_count: int = 0
+    baselines_count: int = 0
+    review_comments_count: int = 0
+    pulses_count: int = 0
+    last_feedback: str | None = None
+    """The user's latest change request, until the next submission."""
 
 
 class WorkflowList(Reply, kw_only=True):
@@ -81,3 +250,5 @@ class ReplayedWorkflow(Reply, kw_only=True):
     workflow: WorkflowView
     events_applied: int
     events_total: int
+    artifacts: WorkflowArtifacts | None = None
+    """The cards, notes, baselines and review comments as of ``events_applied``."""

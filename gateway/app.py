@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,15 +13,12 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent
-from nats.aio.client import Client
 
-from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.http import CreateWorkflowBody, Health
 from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, ListWorkflows, WorkflowList, WorkflowView
 from autarch.runtime.bus import close_quietly, connect, ensure_event_stream
 from autarch.runtime.errors import RemoteError
-from autarch.runtime.requests import request as nats_request
 from autarch.runtime.settings import Settings
 from autarch.runtime.token import ensure_token
 
@@ -30,12 +26,12 @@ from .auth import NO_AUTH, token_guard
 from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
 from .sse import event_stream
+from .workflow_routes import WORKFLOW_ROUTES, ask_orchestrator, nc_of
 
 __all__ = ["create_app"]
 
 # Idempotency-Key → workflow id: the same key always names the same workflow.
 _IDEMPOTENCY_NS = uuid.UUID("6f0b7c1e-3a51-4d5e-9a57-5a3c2f0e8b11")
-_RETRYABLE = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
 
 
 def _bad_request(message: str, **details: Any) -> RemoteError:
@@ -49,31 +45,6 @@ def _resolve_repo(given: str) -> Path:
     if not repo.is_dir():
         raise _bad_request(f"repo {given!r} is not a directory", field="repo")
     return repo.resolve()
-
-
-def _nc(state: State) -> Client:
-    nc: Client | None = state.get("nc")
-    if nc is None or not nc.is_connected:
-        raise RemoteError(ErrorReply(code=ErrorCode.UNAVAILABLE, message="not connected to NATS"), subject="-")
-    return nc
-
-
-async def _ask(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
-    """Ask the orchestrator; idempotent requests ride out a restart (retried until the deadline)."""
-    settings: Settings = state["settings"]
-    subject = subjects.request("orchestrator", verb)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + (3 * settings.request_timeout if idempotent else 0)
-    while True:
-        try:
-            return await nats_request(
-                _nc(state), subject, payload, reply_type,
-                timeout=settings.request_timeout, retry_unavailable=settings.request_timeout if idempotent else 0,
-            )
-        except RemoteError as exc:
-            if not idempotent or exc.code not in _RETRYABLE or loop.time() >= deadline:
-                raise
-            await asyncio.sleep(0.1)
 
 
 @post("/api/workflows", status_code=201, summary="Create a workflow", tags=["workflows"])
@@ -90,7 +61,7 @@ async def create_workflow(
         base_branch=data.base_branch,
     )
     # The orchestrator's create is idempotent on workflow_id, so retrying through a crash is safe.
-    return await _ask(state, "create_workflow", command, WorkflowView, idempotent=True)
+    return await ask_orchestrator(state, "create_workflow", command, WorkflowView, idempotent=True)
 
 
 @get("/api/workflows", summary="List workflows", tags=["workflows"])
@@ -99,7 +70,8 @@ async def list_workflows(
     limit: Annotated[int, Parameter(ge=1, le=10_000)] = 1000,
     offset: Annotated[int, Parameter(ge=0)] = 0,
 ) -> WorkflowList:
-    return await _ask(state, "list_workflows", ListWorkflows(limit=limit, offset=offset), WorkflowList, idempotent=True)
+    query = ListWorkflows(limit=limit, offset=offset)
+    return await ask_orchestrator(state, "list_workflows", query, WorkflowList, idempotent=True)
 
 
 @get("/api/workflows/{workflow_id:str}", summary="Get one workflow", tags=["workflows"])
@@ -108,8 +80,8 @@ async def get_workflow(workflow_id: str, state: State) -> WorkflowView | Respons
         uuid.UUID(workflow_id)
     except ValueError:
         return error_response(ErrorReply(code=ErrorCode.NOT_FOUND, message=f"no workflow {workflow_id}"))
-    return await _ask(state, "get_workflow", GetWorkflow(workflow_id=str(uuid.UUID(workflow_id))), WorkflowView,
-                      idempotent=True)
+    query = GetWorkflow(workflow_id=str(uuid.UUID(workflow_id)))
+    return await ask_orchestrator(state, "get_workflow", query, WorkflowView, idempotent=True)
 
 
 @get("/api/events", summary="Live events (Server-Sent Events)", tags=["events"], opt={"query_token": True})
@@ -132,7 +104,7 @@ async def events(
         except ValueError:
             raise _bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow") from None
     settings: Settings = state["settings"]
-    stream = event_stream(_nc(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive)
+    stream = event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive)
     return ServerSentEvent(stream)
 
 
@@ -159,7 +131,7 @@ def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orc
             await close_quietly(app.state["nc"])
 
     return Litestar(
-        route_handlers=[create_workflow, list_workflows, get_workflow, events, healthz],
+        route_handlers=[create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, events, healthz],
         guards=[token_guard(token)],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[nats_connection],

@@ -11,6 +11,7 @@ from autarch.runtime.eventstore import event_store_env
 from autarch.runtime.settings import Settings
 
 from .application import WorkflowApplication
+from .cards import artifacts_of
 from .contract_events import view_of
 
 __all__ = ["replay", "replay_from_store"]
@@ -34,7 +35,8 @@ def replay(app: WorkflowApplication, workflow_id: str, *, at: int | None = None)
         raise LookupError(f"no workflow {workflow_id} in the event store") from None
     total = latest.version
     state = latest if at is None or at >= total else app.get_workflow(workflow_id, version=at)
-    return ReplayedWorkflow(workflow=view_of(state), events_applied=state.version, events_total=total)
+    return ReplayedWorkflow(workflow=view_of(state), events_applied=state.version, events_total=total,
+                            artifacts=artifacts_of(state))
 
 
 def replay_from_store(settings: Settings, workflow_id: str, *, at: int | None = None) -> ReplayedWorkflow:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from eventsourcing.application import AggregateNotFoundError
 from nats.aio.client import Client
 
 from autarch.contracts.workflows import (
@@ -28,7 +31,10 @@ from autarch.runtime.settings import Settings
 
 from .application import WorkflowApplication
 from .contract_events import to_contract, view_of
+from .domainmodel import Workflow
+from .lifecycle import LifecycleError
 from .replay import replay
+from .verbs import register_lifecycle
 from .writer import BatchedWriter
 
 __all__ = ["Orchestrator", "start"]
@@ -62,6 +68,31 @@ class Orchestrator:
             self.views[view.id] = view
             return view
 
+    async def read(self, workflow_id: str) -> Workflow:
+        """The workflow rebuilt from the store; ``not_found`` for an unknown (or malformed) id."""
+        try:
+            return await asyncio.to_thread(self.app.get_workflow, _canonical(workflow_id))
+        except AggregateNotFoundError:
+            raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
+
+    async def change(self, workflow_id: str, command: Callable[[Workflow], Any]) -> tuple[Workflow, Any]:
+        """Run ``command`` on the workflow in its mailbox and save what it recorded; (workflow, its result).
+
+        A ``LifecycleError`` becomes a typed error with nothing saved (the loaded copy is dropped).
+        """
+        # One mailbox per workflow whatever the spelling of its id (the tools service forwards ids verbatim).
+        async with self._mailboxes[_canonical(workflow_id)]:
+            workflow = await self.read(workflow_id)
+            before = workflow.version
+            try:
+                result = command(workflow)
+            except LifecycleError as exc:
+                raise ServiceFailure(exc.code, exc.message, {"workflow_id": workflow_id, **exc.details}) from None
+            if workflow.version != before:
+                await self.writer.save(workflow)
+                self.views[str(workflow.id)] = view_of(workflow)
+            return workflow, result
+
     async def get_workflow(self, query: GetWorkflow) -> WorkflowView:
         view = self.views.get(query.workflow_id)
         if view is None:
@@ -77,6 +108,13 @@ class Orchestrator:
             return await asyncio.to_thread(replay, self.app, query.workflow_id, at=query.at)
         except LookupError:
             raise ServiceFailure.not_found(f"no workflow {query.workflow_id}", workflow_id=query.workflow_id) from None
+
+
+def _canonical(workflow_id: str) -> str:
+    try:
+        return str(uuid.UUID(workflow_id))
+    except ValueError:
+        raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
 
 
 async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
@@ -97,6 +135,7 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
     service.endpoint("get_workflow", GetWorkflow, orchestrator.get_workflow)
     service.endpoint("list_workflows", ListWorkflows, orchestrator.list_workflows)
     service.endpoint("replay_workflow", ReplayWorkflow, orchestrator.replay_workflow)
+    register_lifecycle(service, orchestrator)
     await service.start()
 
     async def stop() -> None:

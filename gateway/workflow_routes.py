@@ -1,0 +1,122 @@
+"""Workflow routes beyond create/list/get: approval, change requests, cards; and the orchestrator client."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from litestar import Response, get, post
+from litestar.datastructures import State
+from nats.aio.client import Client
+
+from autarch.contracts import subjects
+from autarch.contracts.errors import ErrorCode, ErrorReply
+from autarch.contracts.workflows import (
+    ApproveBody,
+    ApproveWorkflow,
+    GetArtifacts,
+    RequestChanges,
+    RequestChangesBody,
+    WorkflowArtifacts,
+    WorkflowErrorCode,
+    WorkflowView,
+)
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.requests import request as nats_request
+from autarch.runtime.settings import Settings
+
+from .errors import STATUS_OF, error_response
+
+__all__ = ["WORKFLOW_ROUTES", "ask_orchestrator", "nc_of"]
+
+_RETRYABLE = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
+_STATUS = {**STATUS_OF, WorkflowErrorCode.INVALID_PLAN: 400, **dict.fromkeys(WorkflowErrorCode.CONFLICTS, 409)}
+"""Lifecycle codes: "not in this state" is 409 whatever the precise code (the code says which)."""
+
+
+def nc_of(state: State) -> Client:
+    """The gateway's NATS connection; ``unavailable`` while it is down."""
+    nc: Client | None = state.get("nc")
+    if nc is None or not nc.is_connected:
+        raise RemoteError(ErrorReply(code=ErrorCode.UNAVAILABLE, message="not connected to NATS"), subject="-")
+    return nc
+
+
+async def ask_orchestrator(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+    """Ask the orchestrator; idempotent requests ride out a restart (retried until the deadline)."""
+    settings: Settings = state["settings"]
+    subject = subjects.request("orchestrator", verb)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (3 * settings.request_timeout if idempotent else 0)
+    while True:
+        try:
+            return await nats_request(
+                nc_of(state), subject, payload, reply_type,
+                timeout=settings.request_timeout, retry_unavailable=settings.request_timeout if idempotent else 0,
+            )
+        except RemoteError as exc:
+            if not idempotent or exc.code not in _RETRYABLE or loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+def _workflow_id(given: str) -> str | None:
+    try:
+        return str(uuid.UUID(given))
+    except ValueError:
+        return None
+
+
+def _not_found(given: str) -> Response[ErrorReply]:
+    return error_response(ErrorReply(code=ErrorCode.NOT_FOUND, message=f"no workflow {given}"))
+
+
+async def _lifecycle(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+    try:
+        return await ask_orchestrator(state, verb, payload, reply_type, idempotent=idempotent)
+    except RemoteError as exc:
+        return error_response(exc.reply, _STATUS.get(exc.code, 500))
+
+
+@post("/api/workflows/{workflow_id:str}/approve", status_code=200, summary="Approve the artifact awaiting approval",
+      tags=["workflows"])
+async def approve_workflow(
+    workflow_id: str, state: State, data: ApproveBody | None = None
+) -> WorkflowView | Response[ErrorReply]:
+    """Move the workflow to its next stage. At scope approval, ``path`` chooses ``quick`` or ``full``
+    (default: the scope card's ``recommended_path``). 409 when nothing awaits approval (``not_awaiting_approval``)
+    or ``path`` is given at another stage (``wrong_stage``)."""
+    wf = _workflow_id(workflow_id)
+    if wf is None:
+        return _not_found(workflow_id)
+    command = ApproveWorkflow(workflow_id=wf, path=data.path if data else None)
+    # Not retried: a second approve after a lost reply would approve the next stage's card too.
+    return await _lifecycle(state, "approve", command, WorkflowView, idempotent=False)
+
+
+@post("/api/workflows/{workflow_id:str}/request-changes", status_code=200,
+      summary="Send the awaiting artifact back with feedback", tags=["workflows"])
+async def request_changes(
+    workflow_id: str, state: State, data: RequestChangesBody
+) -> WorkflowView | Response[ErrorReply]:
+    """Record the feedback; the stage's agent revises and resubmits. 409 when nothing awaits approval."""
+    wf = _workflow_id(workflow_id)
+    if wf is None:
+        return _not_found(workflow_id)
+    command = RequestChanges(workflow_id=wf, feedback=data.feedback)
+    return await _lifecycle(state, "request_changes", command, WorkflowView, idempotent=False)
+
+
+@get("/api/workflows/{workflow_id:str}/artifacts", summary="The workflow's cards, notes and baselines",
+     tags=["workflows"])
+async def get_artifacts(workflow_id: str, state: State) -> WorkflowArtifacts | Response[ErrorReply]:
+    """Scope, research, plan and review cards (the latest submission of each), pulses, notes, baselines."""
+    wf = _workflow_id(workflow_id)
+    if wf is None:
+        return _not_found(workflow_id)
+    return await _lifecycle(state, "get_artifacts", GetArtifacts(workflow_id=wf), WorkflowArtifacts,
+                            idempotent=True)
+
+
+WORKFLOW_ROUTES = [approve_workflow, request_changes, get_artifacts]

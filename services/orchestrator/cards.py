@@ -1,0 +1,54 @@
+"""The workflow's cards as typed replies (``get_artifacts``, ``get_scope_card``), decoded from aggregate state."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from autarch.contracts.agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
+from autarch.contracts.orchestrator_tools import ScopeCard
+from autarch.contracts.workflows import ReviewCard, StageNote, WorkflowArtifacts, WorkflowBaseline
+
+from .domainmodel import Workflow
+
+__all__ = ["artifacts_of", "scope_card_of"]
+
+T = TypeVar("T")
+
+
+def _card(value: dict[str, Any] | None, kind: type[T]) -> T | None:
+    # Stored cards are the builtins of these very Structs, so converting back cannot fail.
+    return None if value is None else msgspec.convert(value, kind)
+
+
+def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
+    """Every card, note and baseline of ``workflow``."""
+    return WorkflowArtifacts(
+        workflow_id=str(workflow.id),
+        stage=workflow.stage,
+        awaiting_approval=workflow.awaiting_approval,
+        path=workflow.path,  # type: ignore[arg-type]
+        scope=_card(workflow.artifacts.get("scoping"), SubmitScopeArgs),
+        research=_card(workflow.artifacts.get("research"), SubmitResearchArgs),
+        plan=_card(workflow.artifacts.get("planning"), SubmitPlanArgs),
+        pulses=msgspec.convert(workflow.pulses, list[PlannedPulse]),
+        review=_card(workflow.review, ReviewCard),
+        notes=msgspec.convert(workflow.notes, list[StageNote]),
+        baselines=msgspec.convert(workflow.baselines, list[WorkflowBaseline]),
+        feedback=list(workflow.feedback),
+    )
+
+
+def scope_card_of(workflow: Workflow) -> ScopeCard | None:
+    """The approved scope card in the shape the review tools expect; None before approval."""
+    scope = workflow.approved_scope()
+    if scope is None:
+        return None
+    return ScopeCard(
+        title=scope["title"],
+        description=scope["description"],
+        in_scope=list(scope.get("in_scope") or []),
+        out_of_scope=list(scope.get("out_of_scope") or []),
+        constraints=list(scope.get("constraints") or []),
+    )

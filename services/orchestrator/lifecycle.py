@@ -1,0 +1,89 @@
+"""The stage machine's rules, as pure functions of the workflow's state (no events, no I/O)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autarch.contracts.errors import ErrorCode
+from autarch.contracts.workflows import WorkflowErrorCode
+
+__all__ = [
+    "ARTIFACT_STAGES",
+    "LifecycleError",
+    "next_stage",
+    "quick_pulse",
+    "validate_plan",
+]
+
+ARTIFACT_STAGES = ("scoping", "research", "planning", "review")
+"""The stages that end with a card the user approves (execution ends by itself)."""
+
+_FULL_NEXT = {"scoping": "research", "research": "planning", "planning": "execution", "review": "done"}
+
+
+class LifecycleError(Exception):
+    """A command the workflow's current state does not allow; nothing is recorded."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.details = details
+
+    @classmethod
+    def wrong_stage(cls, stage: str, expected: str, what: str) -> LifecycleError:
+        return cls(WorkflowErrorCode.WRONG_STAGE, f"{what} belongs to the {expected} stage; the workflow is in {stage}",
+                   stage=stage, expected=expected)
+
+    @classmethod
+    def not_found(cls, message: str, **details: Any) -> LifecycleError:
+        return cls(ErrorCode.NOT_FOUND, message, **details)
+
+
+def next_stage(stage: str, path: str | None) -> str:
+    """The stage that approval of ``stage``'s card leads to (quick skips research and planning)."""
+    if stage == "scoping" and path == "quick":
+        return "execution"
+    return _FULL_NEXT[stage]
+
+
+def validate_plan(pulses: list[dict[str, Any]]) -> None:
+    """Raise ``invalid_plan`` unless pulse ids are unique and ``dependsOn`` names known pulses without a cycle."""
+    ids = [p["id"] for p in pulses]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise LifecycleError(WorkflowErrorCode.INVALID_PLAN, f"duplicate pulse ids: {duplicates}", pulses=duplicates)
+    deps = {p["id"]: list(p.get("dependsOn") or []) for p in pulses}
+    for pulse_id, needs in deps.items():
+        unknown = [d for d in needs if d not in deps]
+        if unknown:
+            raise LifecycleError(WorkflowErrorCode.INVALID_PLAN, f"pulse {pulse_id!r} depends on unknown {unknown}",
+                                 pulse=pulse_id, unknown=unknown)
+    # Depth-first search with colours: meeting a grey node again means a cycle.
+    colour: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        colour[node] = 1
+        for dep in deps[node]:
+            if colour.get(dep) == 1:
+                cycle = [*trail[trail.index(dep):], dep] if dep in trail else [node, dep]
+                raise LifecycleError(WorkflowErrorCode.INVALID_PLAN, f"dependency cycle: {' -> '.join(cycle)}",
+                                     cycle=cycle)
+            if colour.get(dep) is None:
+                visit(dep, [*trail, dep])
+        colour[node] = 2
+
+    for pulse_id in deps:
+        if pulse_id not in colour:
+            visit(pulse_id, [pulse_id])
+
+
+def quick_pulse(scope: dict[str, Any]) -> dict[str, Any]:
+    """The one pulse of the quick path, made from the approved scope card (wire shape of ``PlannedPulse``)."""
+    return {
+        "id": "pulse-1",
+        "title": scope["title"],
+        "description": scope["description"],
+        "expectedChanges": [],
+        "estimatedSize": "small",
+    }

@@ -1,0 +1,222 @@
+"""The Workflow aggregate's stage machine: every transition, every refused one (refused ones record nothing)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from autarch.contracts.errors import ErrorCode
+from autarch.contracts.workflows import WorkflowErrorCode
+from autarch.services.orchestrator.domainmodel import Workflow
+from autarch.services.orchestrator.lifecycle import LifecycleError, validate_plan
+
+SCOPE = {"title": "JWT", "description": "validate JWTs", "in_scope": ["middleware"], "out_of_scope": [],
+         "recommended_path": "full", "constraints": ["no new deps"], "rationale": None}
+RESEARCH = {"summary": "auth is in api/", "keyFiles": [], "recommendations": ["reuse the middleware"]}
+
+
+def pulse(pid: str, *deps: str) -> dict[str, Any]:
+    return {"id": pid, "title": pid, "description": "d", "expectedChanges": ["a.py"], "estimatedSize": "small",
+            "dependsOn": list(deps) or None}
+
+
+PLAN = {"approachSummary": "two steps", "pulses": [pulse("pulse-1"), pulse("pulse-2", "pulse-1")]}
+
+
+def new() -> Workflow:
+    wf = Workflow(workflow_id=str(uuid.uuid4()), title="t", request="r", repo="/x", base_branch="main")
+    wf.collect_events()
+    return wf
+
+
+def names(wf: Workflow) -> list[str]:
+    return [type(e).__name__ for e in wf.collect_events()]
+
+
+def at(stage: str, *, path: str = "full") -> Workflow:
+    """A workflow driven to the start of ``stage`` (nothing awaiting approval)."""
+    wf = new()
+    wf.submit_artifact("scoping", {**SCOPE, "recommended_path": path})
+    wf.approve()
+    if path == "full":
+        for name, card in (("research", RESEARCH), ("planning", PLAN)):
+            if wf.stage == stage:
+                break
+            wf.submit_artifact(name, card)
+            wf.approve()
+    if stage in ("review", "done") and wf.stage == "execution":
+        wf.finish_execution()
+    if stage == "done":
+        wf.submit_artifact("review", {"recommendation": "approve", "summary": "ok"})
+        wf.approve()
+    assert wf.stage == stage
+    wf.collect_events()
+    return wf
+
+
+def refused(wf: Workflow, code: str, fn, *args: Any, **kwargs: Any) -> LifecycleError:
+    version = wf.version
+    with pytest.raises(LifecycleError) as err:
+        fn(*args, **kwargs)
+    assert err.value.code == code
+    assert wf.version == version and names(wf) == []
+    return err.value
+
+
+def test_full_path_through_every_stage():
+    wf = new()
+    cards = {"scoping": SCOPE, "research": RESEARCH, "planning": PLAN}
+    for stage, following in (("scoping", "research"), ("research", "planning"), ("planning", "execution")):
+        assert wf.submit_artifact(stage, cards[stage])
+        assert wf.awaiting_approval and wf.artifacts[stage] == cards[stage]
+        assert names(wf) == ["ArtifactSubmitted"]
+        wf.approve()
+        assert (wf.stage, wf.awaiting_approval) == (following, False)
+        assert names(wf) == ["StageChanged"]
+    assert wf.path == "full" and [p["id"] for p in wf.pulses] == ["pulse-1", "pulse-2"]
+    assert wf.finish_execution()
+    assert (wf.stage, wf.review) == ("review", {"comments": [], "recommendation": None, "summary": None})
+    wf.submit_artifact("review", {"recommendation": "approve", "summary": "fine"})
+    assert wf.awaiting_approval
+    names(wf)
+    wf.approve()
+    assert (wf.stage, wf.awaiting_approval) == ("done", False)
+    assert names(wf) == ["StageChanged", "Completed"]
+
+
+@pytest.mark.parametrize(("recommended", "chosen", "expected"), [
+    ("quick", None, "quick"), ("full", None, "full"), ("full", "quick", "quick"), ("quick", "full", "full"),
+])
+def test_scope_approval_chooses_the_path(recommended, chosen, expected):
+    wf = new()
+    wf.submit_artifact("scoping", {**SCOPE, "recommended_path": recommended})
+    wf.approve(chosen)
+    assert wf.path == expected
+    assert wf.stage == ("execution" if expected == "quick" else "research")
+
+
+def test_quick_path_runs_one_pulse_made_from_the_scope():
+    wf = at("execution", path="quick")
+    assert [p["id"] for p in wf.pulses] == ["pulse-1"] and wf.pulses[0]["title"] == "JWT"
+    assert "research" not in wf.artifacts and "planning" not in wf.artifacts
+    wf.finish_execution()
+    assert wf.stage == "review"
+
+
+def test_request_changes_records_feedback_and_allows_a_resubmission():
+    wf = new()
+    wf.submit_artifact("scoping", SCOPE)
+    names(wf)
+    wf.request_changes("narrow it")
+    assert names(wf) == ["ChangesRequested"]
+    assert (wf.awaiting_approval, wf.last_feedback, wf.stage) == (False, "narrow it", "scoping")
+    assert wf.feedback == [{"stage": "scoping", "feedback": "narrow it"}]
+    wf.submit_artifact("scoping", {**SCOPE, "title": "JWT only"})
+    assert wf.last_feedback is None and wf.artifacts["scoping"]["title"] == "JWT only"
+
+
+def test_approve_or_request_changes_with_nothing_waiting_is_refused():
+    for stage in ("scoping", "research", "planning", "execution", "review", "done"):
+        wf = at(stage) if stage != "scoping" else new()
+        refused(wf, WorkflowErrorCode.NOT_AWAITING_APPROVAL, wf.approve)
+        refused(wf, WorkflowErrorCode.NOT_AWAITING_APPROVAL, wf.request_changes, "x")
+
+
+def test_artifact_for_another_stage_is_refused():
+    wf = new()
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "research", RESEARCH)
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "planning", PLAN)
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "execution", {})
+    # The review card does not exist before review: the tools' "Review card not found".
+    refused(wf, ErrorCode.NOT_FOUND, wf.submit_artifact, "review", {"recommendation": "approve", "summary": "s"})
+    wf = at("research")
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "scoping", SCOPE)
+    wf = at("done")
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "planning", PLAN)
+
+
+def test_resubmitting_while_awaiting_approval_is_refused():
+    wf = new()
+    wf.submit_artifact("scoping", SCOPE)
+    names(wf)
+    refused(wf, WorkflowErrorCode.AWAITING_APPROVAL, wf.submit_artifact, "scoping", SCOPE)
+
+
+def test_path_only_at_scope_approval():
+    wf = at("research")
+    wf.submit_artifact("research", RESEARCH)
+    names(wf)
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.approve, "quick")
+
+
+def test_finish_execution_only_from_execution_and_idempotent_after():
+    for stage in ("scoping", "research", "planning"):
+        wf = at(stage) if stage != "scoping" else new()
+        refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.finish_execution)
+    wf = at("review")
+    assert wf.finish_execution() is False and names(wf) == []
+
+
+@pytest.mark.parametrize(("pulses", "fragment"), [
+    ([pulse("a"), pulse("a")], "duplicate"),
+    ([pulse("a", "ghost")], "unknown"),
+    ([pulse("a", "a")], "cycle"),
+    ([pulse("a", "c"), pulse("b", "a"), pulse("c", "b")], "cycle"),
+])
+def test_invalid_plans_are_refused(pulses, fragment):
+    wf = at("planning")
+    err = refused(wf, WorkflowErrorCode.INVALID_PLAN, wf.submit_artifact, "planning",
+                  {"approachSummary": "x", "pulses": pulses})
+    assert fragment in err.message
+
+
+def test_a_diamond_plan_is_valid():
+    validate_plan([pulse("a"), pulse("b", "a"), pulse("c", "a"), pulse("d", "b", "c")])
+
+
+def test_notes_are_per_stage_and_idempotent_on_the_key():
+    wf = new()
+    first = wf.take_note(session_id="s", note="one", key="s:1")
+    assert wf.take_note(session_id="s", note="one", key="s:1") == first
+    assert names(wf) == ["NoteTaken"]
+    wf = at("research")
+    wf.take_note(session_id="s", note="two", key="s:2")
+    assert [(n["stage"], n["note"]) for n in wf.notes] == [("research", "two")]
+
+
+def test_baselines_only_during_execution_and_idempotent():
+    wf = at("planning")
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.record_baseline, {"pattern": "x"}, key="k")
+    wf = at("execution")
+    base = {"issue_type": "Error", "source": "Build", "pattern": "TS2304", "file_path": None, "description": None}
+    bid = wf.record_baseline(base, key="k")
+    assert wf.record_baseline(base, key="k") == bid
+    assert names(wf) == ["BaselineRecorded"] and wf.baselines[0]["baseline_id"] == bid
+
+
+def test_review_comments_need_an_open_review_card():
+    comment = {"kind": "review", "severity": "Low", "category": "style", "description": "d", "file_path": None,
+               "start_line": None, "end_line": None}
+    wf = at("execution")
+    refused(wf, ErrorCode.NOT_FOUND, wf.add_review_comment, comment, key="k")
+    wf = at("review")
+    cid = wf.add_review_comment(comment, key="k")
+    assert wf.add_review_comment(comment, key="k") == cid
+    assert names(wf) == ["ReviewCommentAdded"]
+    assert wf.submit_artifact("review", {"recommendation": "reject", "summary": "no"}, key="done")
+    assert wf.submit_artifact("review", {"recommendation": "reject", "summary": "no"}, key="done") is False
+    names(wf)
+    refused(wf, WorkflowErrorCode.AWAITING_APPROVAL, wf.add_review_comment, comment, key="k2")
+    wf.request_changes("look again")
+    wf.add_review_comment(comment, key="k3")
+    assert len(wf.review["comments"]) == 2
+
+
+def test_scope_card_is_given_only_once_approved():
+    wf = new()
+    wf.submit_artifact("scoping", SCOPE)
+    assert wf.approved_scope() is None
+    wf.approve()
+    assert wf.approved_scope() == SCOPE
