@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "autarch.cli.system",
     "autarch.cli.contracts_cmd",
     "autarch.cli.tools_cmd",
+    "autarch.cli.indexer_cmd",
     "autarch.cli.model_cmd",
 )
 """Modules that contribute subcommands, in the order ``--help`` lists them."""

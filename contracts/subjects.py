@@ -72,7 +72,12 @@ GIT_VERBS = (
     "get_diff_artifact",
 )
 AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions")
-INDEXER_VERBS: tuple[str, ...] = ()
+INDEXER_VERBS = ("index_project", "index_worktree", "index_status", "semantic_search")
+
+
+def indexer_progress(project_id: str) -> str:
+    """Core-NATS subject of one project's indexing progress events (``IndexProgress``)."""
+    return f"autarch.indexer.progress.{project_id}"
 
 
 def request(service: str, verb: str) -> str:

@@ -51,6 +51,16 @@ class Settings(msgspec.Struct, kw_only=True):
     """Replicas of the ``AUTARCH_EVENTS`` stream (3 on a three-node JetStream cluster)."""
     duplicate_window: float = 3600.0
     """Seconds JetStream remembers ``Nats-Msg-Id`` values: a relay restarted within it never publishes twice."""
+    embedding_backend: str = "minilm"
+    """Indexer's dense model: ``minilm`` (local ONNX), ``static`` (local Model2Vec) or ``hosted`` (an API)."""
+    embedding_url: str | None = None
+    """Base URL of an OpenAI-compatible embeddings API for ``hosted`` (key in ``AUTARCH_EMBEDDING_API_KEY``)."""
+    embedding_model: str | None = None
+    """Model name sent to the hosted API, or the directory of a Model2Vec model for ``static``."""
+    weaviate_url: str | None = None
+    """``http://host:8080``: keep the semantic index in Weaviate instead of the embedded store."""
+    index_max_file_bytes: int = 1_000_000
+    """Files larger than this are not indexed."""
     git_author_name: str = "Autarch"
     """Author of the commits the git service makes."""
     git_author_email: str = "autarch@localhost"

@@ -1,0 +1,8 @@
+"""``python -m autarch.services.indexer``: run one indexer process."""
+
+from autarch.runtime.process import run_service
+
+from .service import start
+
+if __name__ == "__main__":
+    run_service("indexer", start)

@@ -1,0 +1,143 @@
+"""Finding the git repository of a path, naming projects, git blob ids, and reading a commit's tree."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import IndexerError
+
+__all__ = [
+    "RepoLocation",
+    "blob_id",
+    "iter_commit_files",
+    "locate_repository",
+    "project_id_for",
+    "read_blobs",
+    "resolve_commit",
+    "scope_id_for",
+]
+
+_SUBMODULE_MODE = 0o160000
+_SYMLINK_MODE = 0o120000
+
+
+@dataclass(frozen=True)
+class RepoLocation:
+    """Where a path's repository is."""
+
+    root: Path
+    """Top of the working tree (the directory holding ``.git``)."""
+    git_dir: Path
+    """The repository's own git directory (for a linked worktree: ``.git/worktrees/<name>``)."""
+    common_dir: Path
+    """The git directory shared by the main checkout and its linked worktrees."""
+
+    @property
+    def is_linked_worktree(self) -> bool:
+        return self.git_dir != self.common_dir
+
+    @property
+    def main_root(self) -> Path:
+        """Working tree of the main checkout (the project a linked worktree belongs to)."""
+        return self.common_dir.parent if self.common_dir.name == ".git" else self.common_dir
+
+
+def blob_id(content: bytes) -> str:
+    """The git blob id of ``content`` (what ``git hash-object`` prints)."""
+    digest = hashlib.sha1(b"blob %d\0" % len(content))
+    digest.update(content)
+    return digest.hexdigest()
+
+
+def locate_repository(path: str | Path) -> RepoLocation:
+    """The repository containing ``path``; raises ``not_a_repository`` when there is none."""
+    start = Path(path).expanduser()
+    if not start.is_absolute():
+        start = start.resolve()
+    if not start.exists():
+        raise IndexerError.not_a_repository(f"{start} does not exist", path=str(start))
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        dotgit = candidate / ".git"
+        if dotgit.is_dir() and (dotgit / "HEAD").is_file():
+            return RepoLocation(root=candidate, git_dir=dotgit, common_dir=dotgit)
+        if dotgit.is_file():
+            git_dir = _linked_git_dir(dotgit)
+            if git_dir is not None:
+                common = git_dir
+                commondir_file = git_dir / "commondir"
+                if commondir_file.is_file():
+                    common = (git_dir / commondir_file.read_text().strip()).resolve()
+                return RepoLocation(root=candidate, git_dir=git_dir, common_dir=common)
+    raise IndexerError.not_a_repository(f"{start} is not inside a git repository", path=str(start))
+
+
+def _linked_git_dir(dotgit_file: Path) -> Path | None:
+    text = dotgit_file.read_text(errors="replace").strip()
+    if not text.startswith("gitdir:"):
+        return None
+    git_dir = Path(text.split(":", 1)[1].strip())
+    if not git_dir.is_absolute():
+        git_dir = (dotgit_file.parent / git_dir).resolve()
+    return git_dir if (git_dir / "HEAD").is_file() else None
+
+
+def project_id_for(root: Path) -> str:
+    """A stable, subject-safe project id: the folder name plus a hash of the absolute path."""
+    slug = re.sub(r"[^a-z0-9_-]+", "-", root.name.lower()).strip("-_")[:40] or "repo"
+    digest = hashlib.sha1(str(root).encode()).hexdigest()[:12]
+    return f"{slug}-{digest}"
+
+
+def scope_id_for(worktree_root: Path) -> str:
+    """Scope id of a worktree's index."""
+    return "wt-" + hashlib.sha1(str(worktree_root).encode()).hexdigest()[:16]
+
+
+def iter_commit_files(location: RepoLocation, commit: str) -> Iterator[tuple[str, str]]:
+    """``(path, blob id)`` of every regular file in ``commit``'s tree (submodules and symlinks skipped).
+
+    Raises ``unknown_commit`` when ``commit`` does not resolve.
+    """
+    from dulwich.objectspec import parse_commit
+    from dulwich.repo import Repo
+
+    repo = Repo(str(location.root))
+    try:
+        try:
+            resolved = parse_commit(repo, commit.encode())
+        except (KeyError, ValueError) as exc:
+            raise IndexerError.unknown_commit(f"{commit!r} is not a commit of {location.root}", commit=commit) from exc
+        for entry in repo.object_store.iter_tree_contents(resolved.tree):
+            if entry.mode in (_SUBMODULE_MODE, _SYMLINK_MODE) or not (entry.mode & 0o100000):
+                continue
+            sha = entry.sha.decode()
+            yield entry.path.decode("utf-8", "surrogateescape"), sha
+    finally:
+        repo.close()
+
+
+def resolve_commit(location: RepoLocation, commit: str) -> str:
+    """The full sha of ``commit``; raises ``unknown_commit``."""
+    from dulwich.objectspec import parse_commit
+    from dulwich.repo import Repo
+
+    with Repo(str(location.root)) as repo:
+        try:
+            return parse_commit(repo, commit.encode()).id.decode()
+        except (KeyError, ValueError) as exc:
+            raise IndexerError.unknown_commit(f"{commit!r} is not a commit of {location.root}", commit=commit) from exc
+
+
+def read_blobs(location: RepoLocation, blob_ids: list[str]) -> Iterator[tuple[str, bytes]]:
+    """``(blob id, content)`` for each id, from the repository's object store."""
+    from dulwich.repo import Repo
+
+    with Repo(str(location.root)) as repo:
+        store = repo.object_store
+        for sha in blob_ids:
+            yield sha, store[sha.encode()].as_raw_string()

@@ -1,0 +1,225 @@
+"""Which files of a tree get indexed: ``.gitignore``/``.autarchignore`` honoured, binaries and huge files skipped."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathspec
+
+from .repository import RepoLocation, blob_id
+
+__all__ = [
+    "DEFAULT_EXCLUDES",
+    "DEFAULT_MAX_FILE_BYTES",
+    "IgnoreRules",
+    "SourceFile",
+    "StatCache",
+    "WalkResult",
+    "decode_source",
+    "skip_reason",
+    "walk_worktree",
+]
+
+DEFAULT_MAX_FILE_BYTES = 1_000_000
+"""Files larger than this are generated data far more often than code a person wrote."""
+
+DEFAULT_EXCLUDES = (
+    # Dependency and tool caches that are huge when a repository forgot to ignore them.
+    "node_modules/",
+    "__pycache__/",
+    ".venv/",
+    ".tox/",
+    ".mypy_cache/",
+    ".pytest_cache/",
+    ".ruff_cache/",
+    "*.pyc",
+    "*.min.js",
+    "*.map",
+    "package-lock.json",
+    ".DS_Store",
+    # Secrets never belong in an index whose snippets are shown to a model (DESIGN: sensitivity gate).
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "id_rsa*",
+    "id_ed25519*",
+    ".netrc",
+)
+"""Ignored unless a ``.gitignore`` or ``.autarchignore`` re-includes them with ``!pattern``."""
+
+IGNORE_FILES = (".gitignore", ".autarchignore")
+"""Read in every directory; in one directory ``.autarchignore`` wins over ``.gitignore``."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    """Path relative to the tree's root, with ``/`` separators."""
+    blob_id: str
+    content: bytes | None = None
+    """The file's bytes when read; ``None`` for blobs read later from git, or unchanged since the last walk."""
+    disk_path: str | None = None
+    """Where to read the bytes again when ``content`` is ``None`` and they turn out to be needed."""
+
+
+StatCache = dict[str, tuple[int, int, str | None]]
+"""path -> (mtime ns, size, blob id or ``None`` when skipped): lets a re-walk read only changed files."""
+
+
+@dataclass
+class WalkResult:
+    files: list[SourceFile] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    """Files left out, by reason: ``ignored``, ``binary``, ``too_large``, ``minified``, ``symlink``, ``unreadable``."""
+
+
+class IgnoreRules:
+    """Git's ignore semantics over nested ignore files: the deepest file with a matching pattern decides."""
+
+    def __init__(self, *, root_lines: Iterable[str] = ()) -> None:
+        self._specs: dict[str, list[pathspec.GitIgnoreSpec]] = {"": []}
+        base = [*DEFAULT_EXCLUDES, *root_lines]
+        self._base = pathspec.GitIgnoreSpec.from_lines(base)
+
+    def add_directory(self, rel_dir: str, files: dict[str, str]) -> None:
+        """Register the ignore files (name -> text) found in ``rel_dir`` ('' for the root)."""
+        specs = []
+        for name in IGNORE_FILES:
+            text = files.get(name)
+            if text:
+                specs.append(pathspec.GitIgnoreSpec.from_lines(text.splitlines()))
+        if specs:
+            self._specs[rel_dir] = specs
+
+    def is_ignored(self, rel_path: str, *, is_dir: bool = False) -> bool:
+        parts = rel_path.split("/")
+        # Deepest directory first; within one directory the last ignore file (.autarchignore) first.
+        for depth in range(len(parts) - 1, -1, -1):
+            rel_dir = "/".join(parts[:depth])
+            specs = self._specs.get(rel_dir)
+            if not specs:
+                continue
+            sub = "/".join(parts[depth:]) + ("/" if is_dir else "")
+            for spec in reversed(specs):
+                result = spec.check_file(sub).include
+                if result is not None:
+                    return result
+        result = self._base.check_file(rel_path + ("/" if is_dir else "")).include
+        return bool(result)
+
+
+def skip_reason(content: bytes, *, max_file_bytes: int) -> str | None:
+    """Why a file's content is not indexed, or ``None`` when it is."""
+    if len(content) > max_file_bytes:
+        return "too_large"
+    if b"\0" in content[:8192]:
+        return "binary"
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary"
+    # Minified or generated one-liners: huge lines carry no structure and drown BM25.
+    if len(content) > 20_000 and content.count(b"\n") < len(content) // 2000:
+        return "minified"
+    return None
+
+
+def decode_source(content: bytes) -> str:
+    """Text of an indexed file (already checked to be UTF-8)."""
+    return content.decode("utf-8", errors="replace")
+
+
+def _read_info_exclude(location: RepoLocation) -> list[str]:
+    path = location.common_dir / "info" / "exclude"
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def walk_worktree(
+    location: RepoLocation,
+    *,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    on_file: Callable[[int], None] | None = None,
+    stat_cache: StatCache | None = None,
+) -> WalkResult:
+    """Every indexable file under ``location.root`` with its blob id and content.
+
+    Nested repositories (submodules) and symlinks are skipped; ``on_file`` gets the running count.
+    With ``stat_cache``, a file whose mtime and size did not change is not read again (its content is
+    ``None``); the cache is updated in place.
+    """
+    root = location.root
+    rules = IgnoreRules(root_lines=_read_info_exclude(location))
+    result = WalkResult()
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        rel_dir = "" if rel_dir == "." else rel_dir
+        found = {}
+        for name in IGNORE_FILES:
+            if name in filenames:
+                try:
+                    found[name] = Path(dirpath, name).read_text(errors="replace")
+                except OSError:
+                    pass
+        rules.add_directory(rel_dir, found)
+        kept_dirs = []
+        for name in sorted(dirnames):
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            full = Path(dirpath, name)
+            if name == ".git" or full.is_symlink() or (full / ".git").exists():
+                continue
+            if rules.is_ignored(rel, is_dir=True):
+                result.skipped["ignored"] += 1
+                continue
+            kept_dirs.append(name)
+        dirnames[:] = kept_dirs
+        for name in sorted(filenames):
+            rel = f"{rel_dir}/{name}" if rel_dir else name
+            full = Path(dirpath, name)
+            if name == ".git":
+                continue
+            if full.is_symlink():
+                result.skipped["symlink"] += 1
+                continue
+            if rules.is_ignored(rel):
+                result.skipped["ignored"] += 1
+                continue
+            try:
+                stat = full.stat()
+                if stat.st_size > max_file_bytes:
+                    result.skipped["too_large"] += 1
+                    continue
+                key = (stat.st_mtime_ns, stat.st_size)
+                cached = stat_cache.get(rel) if stat_cache is not None else None
+                if cached is not None and cached[:2] == key:
+                    if cached[2] is None:
+                        result.skipped["unchanged_skip"] += 1
+                    else:
+                        result.files.append(SourceFile(path=rel, blob_id=cached[2], disk_path=str(full)))
+                    continue
+                content = full.read_bytes()
+            except OSError:
+                result.skipped["unreadable"] += 1
+                continue
+            reason = skip_reason(content, max_file_bytes=max_file_bytes)
+            if reason:
+                result.skipped[reason] += 1
+                if stat_cache is not None:
+                    stat_cache[rel] = (*key, None)
+                continue
+            blob = blob_id(content)
+            if stat_cache is not None:
+                stat_cache[rel] = (*key, blob)
+            result.files.append(SourceFile(path=rel, blob_id=blob, content=content, disk_path=str(full)))
+            if on_file is not None:
+                on_file(len(result.files))
+    return result
