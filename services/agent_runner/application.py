@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import InfrastructureFactory
 from eventsourcing.utils import Environment
+
+from autarch.runtime.aggregates import created_ids, project, topic_of
 
 from .domainmodel import Session
 
@@ -20,7 +22,7 @@ log = logging.getLogger(__name__)
 SYNCHRONOUS_ENV = "SQLITE_SYNCHRONOUS"
 """Environment key (ours, not eventsourcing's) for the SQLite ``synchronous`` pragma of the store."""
 
-_STARTED_TOPIC = f"{Session.Started.__module__}:{Session.Started.__qualname__}"
+_STARTED_TOPIC = topic_of(Session.Started)
 
 
 class SessionApplication(Application[UUID]):
@@ -38,18 +40,11 @@ class SessionApplication(Application[UUID]):
 
     def get_session(self, session_id: str) -> Session:
         """Rebuild one session from its events."""
-        return self.repository.get(UUID(session_id), projector_func=_project)
+        return self.repository.get(UUID(session_id), projector_func=project)
 
     def session_ids(self) -> Iterator[str]:
         """Every recorded session id, in creation order, read from the notification log."""
-        start = 1
-        while True:
-            batch = self.recorder.select_notifications(start=start, limit=1000, topics=[_STARTED_TOPIC])
-            for notification in batch:
-                yield str(notification.originator_id)
-            if len(batch) < 1000:
-                return
-            start = batch[-1].id + 1
+        return created_ids(self.recorder, _STARTED_TOPIC)
 
 
 def _set_synchronous(pool: Any, level: str) -> None:
@@ -67,8 +62,3 @@ def _set_synchronous(pool: Any, level: str) -> None:
     pool._create_connection = create_connection
 
 
-def _project(aggregate: Any, events: Iterable[Any]) -> Any:
-    # The default projector checks every event against a runtime Protocol, which costs more than applying it.
-    for domain_event in events:
-        aggregate = domain_event.mutate(aggregate)
-    return aggregate

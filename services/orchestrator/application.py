@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterator
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 
 from autarch.contracts.workflows import CreateWorkflow
+from autarch.runtime.aggregates import created_ids, project, topic_of
 
 from .domainmodel import Workflow
 
@@ -47,26 +47,13 @@ class WorkflowApplication(Application[UUID]):
 
     def get_workflow(self, workflow_id: str, *, version: int | None = None) -> Workflow:
         """Rebuild one workflow from its events (only its first ``version`` events when given)."""
-        return self.repository.get(UUID(workflow_id), version=version, projector_func=_project)
+        return self.repository.get(UUID(workflow_id), version=version, projector_func=project)
 
     def workflow_ids(self) -> Iterator[str]:
         """Every recorded workflow id, in creation order, read from the notification log."""
-        start = 1
-        while True:
-            batch = self.recorder.select_notifications(start=start, limit=1000, topics=[_CREATED_TOPIC])
-            for notification in batch:
-                yield str(notification.originator_id)
-            if len(batch) < 1000:
-                return
-            start = batch[-1].id + 1
+        return created_ids(self.recorder, _CREATED_TOPIC)
 
 
-def _project(aggregate: Any, events: Iterable[Any]) -> Any:
-    # eventsourcing's default projector asserts isinstance() against a runtime-checkable Protocol for
-    # every event, which on Python 3.11 costs more than decoding and applying the event together.
-    for domain_event in events:
-        aggregate = domain_event.mutate(aggregate)
-    return aggregate
 
 
-_CREATED_TOPIC = f"{Workflow.Created.__module__}:{Workflow.Created.__qualname__}"
+_CREATED_TOPIC = topic_of(Workflow.Created)
