@@ -25,8 +25,9 @@ from autarch.runtime.token import ensure_token
 from .auth import NO_AUTH, token_guard
 from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
+from .orchestrator_client import ask_orchestrator, nc_of
 from .sse import event_stream
-from .workflow_routes import WORKFLOW_ROUTES, ask_orchestrator, nc_of
+from .workflow_routes import WORKFLOW_ROUTES
 
 __all__ = ["create_app"]
 

@@ -1,0 +1,45 @@
+"""The gateway's client of the orchestrator: typed requests that ride out a restart when it is safe."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from litestar.datastructures import State
+from nats.aio.client import Client
+
+from autarch.contracts import subjects
+from autarch.contracts.errors import ErrorCode, ErrorReply
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.requests import request as nats_request
+from autarch.runtime.settings import Settings
+
+__all__ = ["ask_orchestrator", "nc_of"]
+
+_RETRYABLE = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
+
+
+def nc_of(state: State) -> Client:
+    """The gateway's NATS connection; ``unavailable`` while it is down."""
+    nc: Client | None = state.get("nc")
+    if nc is None or not nc.is_connected:
+        raise RemoteError(ErrorReply(code=ErrorCode.UNAVAILABLE, message="not connected to NATS"), subject="-")
+    return nc
+
+
+async def ask_orchestrator(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+    """Ask the orchestrator; idempotent requests ride out a restart (retried until the deadline)."""
+    settings: Settings = state["settings"]
+    subject = subjects.request("orchestrator", verb)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (3 * settings.request_timeout if idempotent else 0)
+    while True:
+        try:
+            return await nats_request(
+                nc_of(state), subject, payload, reply_type,
+                timeout=settings.request_timeout, retry_unavailable=settings.request_timeout if idempotent else 0,
+            )
+        except RemoteError as exc:
+            if not idempotent or exc.code not in _RETRYABLE or loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.1)
