@@ -32,6 +32,7 @@ __all__ = [
     "WorkflowCompleted",
     "WorkflowCreated",
     "WorkflowError",
+    "WorkflowEvent",
     "WorkflowNoteTaken",
     "WorkflowReviewCommentAdded",
     "WorkflowStageChanged",
@@ -52,75 +53,73 @@ class Event(msgspec.Struct, kw_only=True, tag_field="type"):
         return self.workflow_id
 
 
-class WorkflowCreated(Event, tag="workflow:created", kw_only=True):
-    """A user asked for a change; the workflow starts in the scoping stage."""
+class WorkflowEvent(Event, kw_only=True):
+    """Events of the Workflow aggregate (its id is the workflow id)."""
 
     aggregate_kind = "workflow"
+
+
+class WorkflowCreated(WorkflowEvent, tag="workflow:created", kw_only=True):
+    """A user asked for a change; the workflow starts in the scoping stage."""
+
     title: str
     request: str
     repo: str
     base_branch: str
 
 
-class WorkflowError(Event, tag="workflow:error", kw_only=True):
+class WorkflowError(WorkflowEvent, tag="workflow:error", kw_only=True):
     """Something failed; the workflow stays in its current stage."""
 
-    aggregate_kind = "workflow"
     stage: str
     message: str
 
 
-class WorkflowApprovalNeeded(Event, tag="workflow:approval_needed", kw_only=True):
+class WorkflowApprovalNeeded(WorkflowEvent, tag="workflow:approval_needed", kw_only=True):
     """An agent submitted the card of ``stage``; the workflow waits for the user to approve or request changes.
 
     ``artifact`` is the card as the agent submitted it (for ``review``: the recommendation and summary;
     its comments came as ``workflow:review_comment_added``).
     """
 
-    aggregate_kind = "workflow"
     stage: str
     artifact: dict[str, Any]
 
 
-class WorkflowStageChanged(Event, tag="workflow:stage_changed", kw_only=True):
+class WorkflowStageChanged(WorkflowEvent, tag="workflow:stage_changed", kw_only=True):
     """The workflow moved on (on approval, or automatically from execution to review)."""
 
-    aggregate_kind = "workflow"
     from_stage: str
     to_stage: str
     path: str | None = None
     """``quick`` or ``full``, chosen at scope approval."""
 
 
-class WorkflowCompleted(Event, tag="workflow:completed", kw_only=True):
+class WorkflowCompleted(WorkflowEvent, tag="workflow:completed", kw_only=True):
     """The user approved the review: the workflow is done."""
 
-    aggregate_kind = "workflow"
     recommendation: str | None = None
 
 
-class WorkflowChangesRequested(Event, tag="workflow:changes_requested", kw_only=True):
+class WorkflowChangesRequested(WorkflowEvent, tag="workflow:changes_requested", kw_only=True):
     """The user sent the waiting card back; the agent revises and resubmits."""
 
-    aggregate_kind = "workflow"
     stage: str
     feedback: str
 
 
-class WorkflowNoteTaken(Event, tag="workflow:note_taken", kw_only=True):
+class WorkflowNoteTaken(WorkflowEvent, tag="workflow:note_taken", kw_only=True):
     """An agent stored a note for the stage it works in (``take_note``)."""
 
-    aggregate_kind = "workflow"
     note_id: str
     stage: str
     session_id: str
     note: str
 
 
-class WorkflowBaselineRecorded(Event, tag="workflow:baseline_recorded", kw_only=True):
+class WorkflowBaselineRecorded(WorkflowEvent, tag="workflow:baseline_recorded", kw_only=True):
     """Preflight recorded a pre-existing build/lint/test issue, so pulses are not blamed for it."""
 
-    aggregate_kind = "workflow"
     baseline_id: str
     issue_type: str
     source: str
@@ -129,10 +128,9 @@ class WorkflowBaselineRecorded(Event, tag="workflow:baseline_recorded", kw_only=
     description: str | None = None
 
 
-class WorkflowReviewCommentAdded(Event, tag="workflow:review_comment_added", kw_only=True):
+class WorkflowReviewCommentAdded(WorkflowEvent, tag="workflow:review_comment_added", kw_only=True):
     """The review agent commented on a line, a file or the whole change."""
 
-    aggregate_kind = "workflow"
     comment_id: str
     kind: str
     severity: str
