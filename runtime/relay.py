@@ -54,6 +54,8 @@ class EventRelay:
     _task: asyncio.Task[None] | None = None
     _tracking: TrackingRecorder | None = None
     _store_id: str | None = None
+    _published: int | None = None
+    """Last tracked notification id, read from the store once and then kept (this relay is its only writer)."""
     _stopping: bool = False
 
     @property
@@ -123,7 +125,9 @@ class EventRelay:
     async def publish_pending(self) -> int:
         """Publish one batch of unpublished notifications; returns how many were read."""
         recorder = self._recorder()
-        start = (recorder.max_tracking_id(self.name) or 0) + 1
+        if self._published is None:
+            self._published = recorder.max_tracking_id(self.name) or 0
+        start = self._published + 1
         notifications = await asyncio.to_thread(
             self.app.recorder.select_notifications, start=start, limit=self.batch
         )
@@ -145,6 +149,7 @@ class EventRelay:
             await asyncio.wait_for(asyncio.gather(*acks), timeout=10)
         last = notifications[-1].id
         await asyncio.to_thread(recorder.insert_tracking, Tracking(application_name=self.name, notification_id=last))
+        self._published = last
         if self.on_published is not None:
             self.on_published(last)
         return len(notifications)
