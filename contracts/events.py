@@ -17,6 +17,13 @@ from . import subjects
 __all__ = [
     "AnyEvent",
     "Event",
+    "PreflightCompleted",
+    "PreflightEvent",
+    "PreflightStarted",
+    "PulseCompleted",
+    "PulseCompletionRejected",
+    "PulseEvent",
+    "PulseStarted",
     "SessionCompleted",
     "SessionError",
     "SessionEvent",
@@ -26,6 +33,7 @@ __all__ = [
     "TurnStarted",
     "TurnToolCompleted",
     "TurnToolStarted",
+    "WorkflowAbandoned",
     "WorkflowApprovalNeeded",
     "WorkflowBaselineRecorded",
     "WorkflowChangesRequested",
@@ -33,8 +41,11 @@ __all__ = [
     "WorkflowCreated",
     "WorkflowError",
     "WorkflowEvent",
+    "WorkflowHalted",
     "WorkflowNoteTaken",
+    "WorkflowResumed",
     "WorkflowReviewCommentAdded",
+    "WorkflowSessionAssigned",
     "WorkflowStageChanged",
     "event_subject",
 ]
@@ -141,6 +152,115 @@ class WorkflowReviewCommentAdded(WorkflowEvent, tag="workflow:review_comment_add
     end_line: int | None = None
 
 
+class WorkflowSessionAssigned(WorkflowEvent, tag="workflow:session_assigned", kw_only=True):
+    """The orchestrator opened an agent session for one step of the workflow.
+
+    ``step`` is ``scoping``, ``research``, ``planning``, ``preflight``, ``review`` or a pulse run's id;
+    follow the session's ``session:*``/``turn:*`` events by its id.
+    """
+
+    step: str
+    session_id: str
+    role: str
+
+
+class WorkflowHalted(WorkflowEvent, tag="workflow:halted", kw_only=True):
+    """Orchestration waits for a person: ``reason`` is ``unresolved_issues``, ``pulse_failed``, ``stopped``,
+    ``extension_requested``, ``questions`` or ``error``; ``details`` holds the questions, the request…"""
+
+    stage: str
+    reason: str
+    message: str
+    pulse_id: str | None = None
+    details: dict[str, Any] = {}
+
+
+class WorkflowResumed(WorkflowEvent, tag="workflow:resumed", kw_only=True):
+    """The user let a halted workflow continue (resume, extension approval or answers)."""
+
+    stage: str
+    reason: str
+    message: str | None = None
+
+
+class WorkflowAbandoned(WorkflowEvent, tag="workflow:abandoned", kw_only=True):
+    """The workflow cannot go on (preflight failed or timed out); its worktree is removed. Final."""
+
+    stage: str
+    reason: str
+
+
+class PreflightEvent(WorkflowEvent, kw_only=True):
+    """Events of a workflow's preflight (subject kind ``preflight``, aggregate id the workflow id)."""
+
+    aggregate_kind = "preflight"
+
+
+class PreflightStarted(PreflightEvent, tag="preflight:started", kw_only=True):
+    """Execution began: the workflow branch and worktree exist and the preflight agent sets up the environment."""
+
+    branch: str
+    worktree_path: str
+    base_commit: str
+
+
+class PreflightCompleted(PreflightEvent, tag="preflight:completed", kw_only=True):
+    """Preflight ended: ``completed`` (pulses start) or ``failed`` (the workflow is abandoned)."""
+
+    status: str
+    summary: str | None = None
+    setup_commands: list[str] = []
+    build_success: bool | None = None
+    baselines_recorded: int = 0
+    error: str | None = None
+
+
+class PulseEvent(WorkflowEvent, kw_only=True):
+    """Events of one pulse run (subject kind ``pulse``, aggregate id the pulse run's id)."""
+
+    aggregate_kind = "pulse"
+    pulse_id: str
+
+    @property
+    def aggregate_id(self) -> str:
+        return self.pulse_id
+
+
+class PulseStarted(PulseEvent, tag="pulse:started", kw_only=True):
+    """A pulse run began on its own branch off the workflow branch, with a fresh agent session."""
+
+    planned_pulse_id: str
+    attempt: int
+    title: str
+    pulse_branch: str
+    base_commit: str
+
+
+class PulseCompletionRejected(PulseEvent, tag="pulse:completion_rejected", kw_only=True):
+    """``complete_pulse`` was refused because recent tool calls failed; the agent was told to fix them.
+
+    ``escape_hatch`` is true once the rejection told the agent about ``unresolvedIssues``."""
+
+    rejections: int
+    failures: list[str]
+    escape_hatch: bool = False
+
+
+class PulseCompleted(PulseEvent, tag="pulse:completed", kw_only=True):
+    """A pulse run ended: ``succeeded`` (checkpoint commit on the workflow branch), ``failed`` or ``stopped``
+    (a recovery checkpoint on the kept pulse branch when there were changes)."""
+
+    status: str
+    commit: str | None = None
+    diff_artifact_id: str | None = None
+    description: str | None = None
+    files_changed: list[str] = []
+    has_unresolved_issues: bool = False
+    unresolved_issues: list[dict[str, Any]] = []
+    is_recovery_checkpoint: bool = False
+    failure_reason: str | None = None
+
+
 class SessionEvent(Event, kw_only=True):
     """An agent session's event: its subject carries the session id, so one wildcard follows one session."""
 
@@ -239,6 +359,15 @@ AnyEvent = (
     | WorkflowNoteTaken
     | WorkflowBaselineRecorded
     | WorkflowReviewCommentAdded
+    | WorkflowSessionAssigned
+    | WorkflowHalted
+    | WorkflowResumed
+    | WorkflowAbandoned
+    | PreflightStarted
+    | PreflightCompleted
+    | PulseStarted
+    | PulseCompletionRejected
+    | PulseCompleted
     | SessionStarted
     | SessionCompleted
     | SessionError
@@ -261,6 +390,15 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WorkflowNoteTaken,
         WorkflowBaselineRecorded,
         WorkflowReviewCommentAdded,
+        WorkflowSessionAssigned,
+        WorkflowHalted,
+        WorkflowResumed,
+        WorkflowAbandoned,
+        PreflightStarted,
+        PreflightCompleted,
+        PulseStarted,
+        PulseCompletionRejected,
+        PulseCompleted,
         SessionStarted,
         SessionCompleted,
         SessionError,

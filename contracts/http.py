@@ -6,7 +6,7 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["CreateWorkflowBody", "Health", "ServiceHealth"]
+__all__ = ["ChannelSessionBody", "CreateWorkflowBody", "Health", "ServiceHealth", "SessionMessageBody"]
 
 
 class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -17,6 +17,31 @@ class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     repo: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
     """Path of a local git repository (absolute, or relative to the gateway's working directory)."""
     base_branch: Annotated[str, msgspec.Meta(min_length=1, max_length=250)] = "main"
+    branch: Annotated[str, msgspec.Meta(min_length=1, max_length=250)] | None = None
+    """The workflow branch to create (default ``autarch/<first 8 characters of the workflow id>``)."""
+    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+    """Scenario selector for the scripted model (tests and the demo); ignored by real models."""
+
+
+class ChannelSessionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/channels/{id}/session``: open a discussion session (read-only tools) in a channel."""
+
+    repo: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+    """The git repository the discussion is about (absolute, or relative to the gateway's directory)."""
+    message: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+    """The first question."""
+    session_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")] \
+        | None = None
+    """Chosen by the client to make a retry safe (default: a new id)."""
+    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+
+
+class SessionMessageBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/message``: the next user message (answered at once; the turn streams)."""
+
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+    message_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
+    """Idempotency key: the same message id twice starts one turn."""
 
 
 class ServiceHealth(msgspec.Struct, kw_only=True):

@@ -55,6 +55,10 @@ ORCHESTRATOR_VERBS = (
     "get_scope_card",
     "add_review_comment",
     "complete_review",
+    "stop_workflow",
+    "resume_workflow",
+    "approve_extension",
+    "answer_questions",
 )
 TOOLS_VERBS = ("call", "list_tools", "file_access")
 GIT_VERBS = (

@@ -9,6 +9,7 @@ import msgspec
 
 from .agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from .base import Command, Query, Reply
+from .execution import HaltView, PreflightView, PulseRunView
 
 __all__ = [
     "ApproveBody",
@@ -30,6 +31,7 @@ __all__ = [
     "SubmitScope",
     "WorkflowArtifacts",
     "WorkflowBaseline",
+    "WorkflowStatus",
     "WorkflowErrorCode",
     "WorkflowList",
     "WorkflowPath",
@@ -53,6 +55,10 @@ class CreateWorkflow(Command, kw_only=True):
     repo: NonEmpty
     """Absolute path of the local git repository the workflow changes."""
     base_branch: BranchName = "main"
+    branch: BranchName | None = None
+    """The workflow branch the pulses commit to (default ``autarch/<first 8 characters of the id>``)."""
+    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+    """Scenario selector handed to the scripted model (tests, demo); ignored by real models."""
 
 
 class GetWorkflow(Query, kw_only=True):
@@ -211,6 +217,12 @@ class WorkflowArtifacts(Reply, kw_only=True):
     baselines: list[WorkflowBaseline] = []
     feedback: list[dict[str, Any]] = []
     """Every change request: ``{"stage", "feedback"}`` in order."""
+    preflight: PreflightView | None = None
+    pulse_runs: list[PulseRunView] = []
+    """Every pulse run in the order started (retries included), then the pulses not started yet."""
+
+
+WorkflowStatus = Literal["active", "awaiting_approval", "halted", "done", "abandoned"]
 
 
 class WorkflowView(Reply, kw_only=True):
@@ -239,6 +251,18 @@ class WorkflowView(Reply, kw_only=True):
     pulses_count: int = 0
     last_feedback: str | None = None
     """The user's latest change request, until the next submission."""
+    status: WorkflowStatus = "active"
+    """``active`` while agents work; ``halted`` waits for the user (see ``halt``); ``abandoned`` is final."""
+    halt: HaltView | None = None
+    branch: str | None = None
+    """The workflow branch (the deliverable), once execution created it."""
+    worktree_path: str | None = None
+    pulses_succeeded: int = 0
+    current_pulse: str | None = None
+    """The pulse run that is running (or halted) now."""
+    sessions: dict[str, str] = {}
+    """Agent session of each stage step: ``scoping``, ``research``, ``planning``, ``preflight``, ``review``
+    and each pulse run's id → session id."""
 
 
 class WorkflowList(Reply, kw_only=True):

@@ -1,0 +1,149 @@
+"""The execution side of a workflow on the wire: preflight, pulse runs, halts, and the user's controls.
+
+Seed 000 gives the model (``Pulse``, ``PreflightSetup``); these Structs are what clients read in
+``WorkflowView``/``WorkflowArtifacts`` and what they send to stop, resume, approve an extension or
+answer the agent's questions. Requests go to ``autarch.svc.orchestrator.<verb>``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .base import Command
+
+__all__ = [
+    "AnswerQuestions",
+    "AnswerQuestionsBody",
+    "ApproveExtension",
+    "ApproveExtensionBody",
+    "HaltReason",
+    "HaltView",
+    "PreflightView",
+    "PulseRunView",
+    "PulseStatus",
+    "ResumeBody",
+    "ResumeWorkflow",
+    "StopBody",
+    "StopWorkflow",
+]
+
+WorkflowId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+
+PulseStatus = Literal["proposed", "running", "succeeded", "failed", "stopped"]
+"""Seed 000's lifecycle: Proposed → Running → Succeeded | Failed | Stopped."""
+
+HaltReason = Literal["unresolved_issues", "pulse_failed", "stopped", "extension_requested", "questions", "error"]
+"""Why orchestration waits for a person:
+
+- ``unresolved_issues``: a pulse succeeded but declared ``unresolvedIssues`` (resume starts the next pulse);
+- ``pulse_failed``: a pulse failed, e.g. at the iteration limit (resume runs it again from the branch head);
+- ``stopped``: the user stopped the workflow (resume continues: a stopped pulse runs again);
+- ``extension_requested``: the agent asked for more time (approve the extension to continue);
+- ``questions``: the agent asked questions (answer them to continue);
+- ``error``: an agent turn failed (model API, budget); resume retries the stage's agent.
+"""
+
+
+class PulseRunView(msgspec.Struct, kw_only=True):
+    """One pulse as it runs (seed 000 ``Pulse``); a retried pulse is a new run with ``attempt`` + 1."""
+
+    id: str
+    """``<planned id>`` for the first attempt, ``<planned id>-a<n>`` for attempt n (also the git pulse id)."""
+    planned_pulse_id: str
+    title: str
+    attempt: int
+    status: PulseStatus
+    session_id: str | None = None
+    pulse_branch: str | None = None
+    checkpoint_commit: str | None = None
+    diff_artifact_id: str | None = None
+    description: str | None = None
+    """The agent's summary: the commit message."""
+    files_changed: list[str] = []
+    has_unresolved_issues: bool = False
+    unresolved_issues: list[dict[str, Any]] = []
+    is_recovery_checkpoint: bool = False
+    completion_rejections: int = 0
+    extensions: int = 0
+    failure_reason: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class PreflightView(msgspec.Struct, kw_only=True):
+    """Seed 000 ``PreflightSetup``: ``running`` → ``completed`` | ``failed``."""
+
+    status: Literal["running", "completed", "failed"]
+    session_id: str | None = None
+    summary: str | None = None
+    setup_commands: list[str] = []
+    build_success: bool | None = None
+    baselines_recorded: int = 0
+    error: str | None = None
+
+
+class HaltView(msgspec.Struct, kw_only=True):
+    """What the workflow waits for; ``details`` carries the questions, the extension request, the issues…"""
+
+    reason: HaltReason
+    message: str
+    pulse_id: str | None = None
+    details: dict[str, Any] = {}
+
+
+class StopWorkflow(Command, kw_only=True):
+    """Stop the running agent (a running pulse ends ``stopped`` with a recovery checkpoint) and halt."""
+
+    workflow_id: WorkflowId
+    reason: Annotated[str, msgspec.Meta(max_length=10_000)] = "stopped by user"
+
+
+class ResumeWorkflow(Command, kw_only=True):
+    """Continue a halted workflow (not one waiting for an extension approval or answers)."""
+
+    workflow_id: WorkflowId
+    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    """Optional guidance handed to the agent that continues."""
+
+
+class ApproveExtension(Command, kw_only=True):
+    """Let the pulse that asked for more time continue in a new turn."""
+
+    workflow_id: WorkflowId
+    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+
+
+class AnswerQuestions(Command, kw_only=True):
+    """Answer the agent's ``ask_questions``; the agent continues with the answers."""
+
+    workflow_id: WorkflowId
+    answers: Annotated[list[Text], msgspec.Meta(min_length=1)]
+    """One answer per question, in the order asked (free text; for a choice, the option's text)."""
+
+
+class StopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/stop`` (optional body)."""
+
+    reason: Annotated[str, msgspec.Meta(max_length=10_000)] = "stopped by user"
+
+
+class ResumeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/resume`` (optional body)."""
+
+    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+
+
+class ApproveExtensionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/extension/approve`` (optional body)."""
+
+    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+
+
+class AnswerQuestionsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/answers``."""
+
+    answers: Annotated[list[Text], msgspec.Meta(min_length=1)]
