@@ -8,6 +8,8 @@ import msgspec
 
 __all__ = ["ChannelSessionBody", "CreateWorkflowBody", "Health", "ServiceHealth", "SessionMessageBody"]
 
+SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+
 
 class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/workflows``. Unknown fields are refused so a typo never goes unnoticed."""
@@ -30,8 +32,7 @@ class ChannelSessionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     """The git repository the discussion is about (absolute, or relative to the gateway's directory)."""
     message: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
     """The first question."""
-    session_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")] \
-        | None = None
+    session_id: SessionId | None = None
     """Chosen by the client to make a retry safe (default: a new id)."""
     script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
 

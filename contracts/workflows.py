@@ -31,10 +31,10 @@ __all__ = [
     "SubmitScope",
     "WorkflowArtifacts",
     "WorkflowBaseline",
-    "WorkflowStatus",
     "WorkflowErrorCode",
     "WorkflowList",
     "WorkflowPath",
+    "WorkflowStatus",
     "WorkflowView",
 ]
 
@@ -93,7 +93,17 @@ class WorkflowErrorCode:
     INVALID_PLAN = "invalid_plan"
     """Duplicate pulse ids, a dependsOn naming an unknown pulse, or a dependency cycle."""
 
-    CONFLICTS = frozenset({NOT_AWAITING_APPROVAL, AWAITING_APPROVAL, WRONG_STAGE})
+    NOT_HALTED = "not_halted"
+    """Resume, extension approval or answers while the workflow is not halted."""
+    WRONG_HALT = "wrong_halt"
+    """The workflow is halted for another reason (e.g. resume while it waits for answers)."""
+    NOT_RUNNING = "not_running"
+    """Stop while no agent works (the workflow awaits approval, is halted or finished)."""
+    FINISHED = "finished"
+    """A command to a workflow that is done or abandoned."""
+
+    CONFLICTS = frozenset({NOT_AWAITING_APPROVAL, AWAITING_APPROVAL, WRONG_STAGE, NOT_HALTED, WRONG_HALT,
+                           NOT_RUNNING, FINISHED})
     """The codes that mean "not in this state" (HTTP 409)."""
 
 

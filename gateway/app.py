@@ -59,7 +59,7 @@ async def create_workflow(
     workflow_id = str(uuid.uuid5(_IDEMPOTENCY_NS, idempotency_key) if idempotency_key else uuid.uuid4())
     command = CreateWorkflow(
         workflow_id=workflow_id, title=data.title, request=data.request, repo=str(repo),
-        base_branch=data.base_branch,
+        base_branch=data.base_branch, branch=data.branch, script=data.script,
     )
     # The orchestrator's create is idempotent on workflow_id, so retrying through a crash is safe.
     return await ask_orchestrator(state, "create_workflow", command, WorkflowView, idempotent=True)

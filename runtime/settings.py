@@ -81,6 +81,15 @@ class Settings(msgspec.Struct, kw_only=True):
     """Extended thinking for the roles whose agent asks for it; off sends no ``thinking`` parameter."""
     agent_max_steps: int = 200
     """Model calls one turn may make before it is ended with an error (a runaway loop guard)."""
+    drive_workflows: bool = True
+    """The orchestrator starts the agents, preflight, pulses and review by itself; off, it only records the
+    commands it is sent (a deployment whose workflows are driven elsewhere, tests of the record alone)."""
+    pulse_max_turns: int = 8
+    """Turns a pulse run may take (kickoff, rejections, extensions) before it is force-failed (iteration limit)."""
+    pulse_escape_hatch_after: int = 2
+    """Completion rejections before the agent is told about ``unresolvedIssues`` (progressive rejection)."""
+    stage_nudges: int = 2
+    """Times an agent that ends its turn without its stage's block tool is reminded before the workflow halts."""
     tool_output_limit: int = 100_000
     """Bytes of one tool result given to the model; longer output is cut with a marker saying so."""
     workflow_token_budget: int | None = None

@@ -42,6 +42,8 @@ class WorkflowApplication(Application[UUID]):
             request=command.request,
             repo=command.repo,
             base_branch=command.base_branch,
+            branch=command.branch,
+            script=command.script,
         )
         return workflow, True
 

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from autarch.contracts.agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
+from autarch.contracts.execution import PreflightView, PulseRunView
 from autarch.contracts.orchestrator_tools import ScopeCard
 from autarch.contracts.workflows import ReviewCard, StageNote, WorkflowArtifacts, WorkflowBaseline
 
@@ -37,7 +38,33 @@ def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
         notes=msgspec.convert(workflow.notes, list[StageNote]),
         baselines=msgspec.convert(workflow.baselines, list[WorkflowBaseline]),
         feedback=list(workflow.feedback),
+        preflight=_preflight(workflow),
+        pulse_runs=_pulse_runs(workflow),
     )
+
+
+def _preflight(workflow: Workflow) -> PreflightView | None:
+    if workflow.preflight is not None:
+        return msgspec.convert({**workflow.preflight, "session_id": _session(workflow, "preflight")}, PreflightView)
+    if "preflight" in workflow.sessions:
+        return PreflightView(status="running", session_id=_session(workflow, "preflight"))
+    return None
+
+
+def _session(workflow: Workflow, step: str) -> str | None:
+    return workflow.sessions[step]["session_id"] if step in workflow.sessions else None
+
+
+_RUN_FIELDS = frozenset(PulseRunView.__struct_fields__)
+
+
+def _pulse_runs(workflow: Workflow) -> list[PulseRunView]:
+    runs = [msgspec.convert({k: v for k, v in run.items() if k in _RUN_FIELDS}, PulseRunView)
+            for run in workflow.runs]
+    started = {run["planned_pulse_id"] for run in workflow.runs}
+    runs += [PulseRunView(id=p["id"], planned_pulse_id=p["id"], title=p["title"], attempt=0, status="proposed")
+             for p in workflow.pulses if p["id"] not in started]
+    return runs
 
 
 def scope_card_of(workflow: Workflow) -> ScopeCard | None:

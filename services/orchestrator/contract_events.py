@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 from eventsourcing.domain import DomainEvent
 
 from autarch.contracts.events import (
     Event,
+    PreflightCompleted,
+    PreflightStarted,
+    PulseCompleted,
+    PulseCompletionRejected,
+    PulseStarted,
+    WorkflowAbandoned,
     WorkflowApprovalNeeded,
     WorkflowBaselineRecorded,
     WorkflowChangesRequested,
     WorkflowCompleted,
     WorkflowCreated,
     WorkflowError,
+    WorkflowHalted,
     WorkflowNoteTaken,
+    WorkflowResumed,
     WorkflowReviewCommentAdded,
+    WorkflowSessionAssigned,
     WorkflowStageChanged,
 )
+from autarch.contracts.execution import HaltView
 from autarch.contracts.workflows import WorkflowView
 
 from .domainmodel import Workflow
@@ -45,6 +58,39 @@ def to_contract(domain_event: DomainEvent) -> Event | None:
         return WorkflowBaselineRecorded(**base, **e.baseline)
     if isinstance(e, Workflow.ReviewCommentAdded):
         return WorkflowReviewCommentAdded(**base, **e.comment)
+    return _execution_contract(e, base)
+
+
+def _execution_contract(e: DomainEvent, base: dict[str, Any]) -> Event | None:
+    if isinstance(e, Workflow.SessionAssigned):
+        return WorkflowSessionAssigned(**base, step=e.step, session_id=e.session_id, role=e.role)
+    if isinstance(e, Workflow.Halted):
+        return WorkflowHalted(**base, stage=e.stage, reason=e.reason, message=e.message, pulse_id=e.pulse_id,
+                              details=e.details)
+    if isinstance(e, Workflow.Resumed):
+        return WorkflowResumed(**base, stage=e.stage, reason=e.reason, message=e.message)
+    if isinstance(e, Workflow.Abandoned):
+        return WorkflowAbandoned(**base, stage=e.stage, reason=e.reason)
+    if isinstance(e, Workflow.ExecutionPrepared):
+        return PreflightStarted(**base, branch=e.branch, worktree_path=e.worktree_path, base_commit=e.base_commit)
+    if isinstance(e, Workflow.PreflightCompleted):
+        return PreflightCompleted(**base, status=e.status, summary=e.summary, setup_commands=e.setup_commands,
+                                  build_success=e.build_success, baselines_recorded=e.baselines_recorded,
+                                  error=e.error)
+    if isinstance(e, Workflow.PulseStarted):
+        run = e.run
+        return PulseStarted(**base, pulse_id=run["id"], planned_pulse_id=run["planned_pulse_id"],
+                            attempt=run["attempt"], title=run["title"], pulse_branch=run["pulse_branch"],
+                            base_commit=run["base_commit"])
+    if isinstance(e, Workflow.PulseCompletionRejected):
+        return PulseCompletionRejected(**base, pulse_id=e.run_id, rejections=e.rejections, failures=e.failures,
+                                       escape_hatch=e.escape_hatch)
+    if isinstance(e, Workflow.PulseEnded):
+        return PulseCompleted(**base, pulse_id=e.run_id, status=e.status, commit=e.commit,
+                              diff_artifact_id=e.diff_artifact_id, description=e.description,
+                              files_changed=e.files_changed, has_unresolved_issues=bool(e.unresolved_issues),
+                              unresolved_issues=e.unresolved_issues, is_recovery_checkpoint=e.is_recovery_checkpoint,
+                              failure_reason=e.failure_reason)
     return None
 
 
@@ -69,4 +115,12 @@ def view_of(workflow: Workflow) -> WorkflowView:
         review_comments_count=len(workflow.review["comments"]) if workflow.review else 0,
         pulses_count=len(workflow.pulses),
         last_feedback=workflow.last_feedback,
+        status=workflow.status,  # type: ignore[arg-type]
+        halt=msgspec.convert(workflow.halt, HaltView) if workflow.halt else None,
+        branch=workflow.execution["branch"] if workflow.execution else None,
+        worktree_path=None if not workflow.execution or workflow.worktree_removed
+        else workflow.execution["worktree_path"],
+        pulses_succeeded=sum(1 for r in workflow.runs if r["status"] == "succeeded"),
+        current_pulse=(workflow.running_run() or {}).get("id"),
+        sessions={step: s["session_id"] for step, s in workflow.sessions.items()},
     )

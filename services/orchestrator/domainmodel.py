@@ -17,7 +17,7 @@ from eventsourcing.domain import Aggregate, event
 
 from autarch.contracts.workflows import WorkflowErrorCode
 
-from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, validate_plan
+from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
 
 __all__ = ["STAGES", "Workflow"]
 
@@ -38,7 +38,10 @@ class Workflow(Aggregate):
         return UUID(workflow_id)
 
     @event("Created")
-    def __init__(self, *, workflow_id: str, title: str, request: str, repo: str, base_branch: str) -> None:
+    def __init__(self, *, workflow_id: str, title: str, request: str, repo: str, base_branch: str,
+                 branch: str | None = None, script: str | None = None) -> None:
+        self.branch = branch or f"autarch/{workflow_id[:8]}"
+        self.script = script
         self.title = title
         self.request = request
         self.repo = repo
@@ -57,6 +60,21 @@ class Workflow(Aggregate):
         self.last_feedback: str | None = None
         self.seen: dict[str, Any] = {}
         """Idempotency key → what the first delivery answered (tool calls may be delivered twice)."""
+        # --- driving the agents (see driver.py): every external step is recorded, so a restart resumes it
+        self.sessions: dict[str, dict[str, Any]] = {}
+        """Step (``scoping``, ``research``, ``planning``, ``preflight``, ``review``, ``pulse:<run>``) → its
+        session: ``session_id``, ``role``, ``root``, ``kickoff``, ``script``, ``notes``, ``started``."""
+        self.outbox: list[dict[str, Any]] = []
+        """Messages for agent sessions: ``step``, ``session_id``, ``message_id``, ``text``, ``delivered``."""
+        self.nudges: dict[str, int] = {}
+        self.halt: dict[str, Any] | None = None
+        self.abandoned: str | None = None
+        self.execution: dict[str, Any] | None = None
+        """``branch``, ``worktree_path``, ``base_commit``, ``repository_id`` once the branch exists."""
+        self.worktree_removed = False
+        self.preflight: dict[str, Any] | None = None
+        self.runs: list[dict[str, Any]] = []
+        """Pulse runs in start order (seed 000 ``Pulse``; see ``PulseRunView``)."""
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -164,6 +182,8 @@ class Workflow(Aggregate):
             raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
                                  f"nothing awaits approval in the {self.stage} stage", stage=self.stage)
         self._changes_requested(stage=self.stage, feedback=feedback)
+        if self.stage in self.sessions:
+            self.queue_message(self.stage, revision_request(self.stage, feedback))
 
     def finish_execution(self) -> bool:
         """Every pulse is done: go to review with no approval. False when already past execution (a retry)."""
@@ -205,6 +225,186 @@ class Workflow(Aggregate):
         comment = {**comment, "comment_id": str(uuid.uuid4())}
         self._review_comment_added(comment=comment, key=key)
         return str(comment["comment_id"])
+
+    # --- driving events (recorded by the driver; see driver.py) --------------------------------------
+
+    @event("SessionAssigned")
+    def assign_session(self, *, step: str, session_id: str, role: str, root: str, kickoff: str,
+                       script: str | None, notes: list[str]) -> None:
+        self.sessions[step] = {"session_id": session_id, "role": role, "root": root, "kickoff": kickoff,
+                               "script": script, "notes": notes, "started": False}
+
+    @event("SessionConfirmed")
+    def confirm_session(self, *, step: str) -> None:
+        self.sessions[step]["started"] = True
+
+    @event("MessageQueued")
+    def _message_queued(self, *, step: str, session_id: str, message_id: str, text: str) -> None:
+        self.outbox.append({"step": step, "session_id": session_id, "message_id": message_id, "text": text,
+                            "delivered": False})
+
+    @event("MessageDelivered")
+    def message_delivered(self, *, message_id: str) -> None:
+        for message in self.outbox:
+            if message["message_id"] == message_id:
+                message["delivered"] = True
+
+    @event("TurnHandled")
+    def turn_handled(self, *, turn_id: str, step: str, outcome: str) -> None:
+        self.seen[turn_id] = outcome
+
+    @event("Nudged")
+    def _nudged(self, *, step: str) -> None:
+        self.nudges[step] = self.nudges.get(step, 0) + 1
+
+    @event("Halted")
+    def _halted(self, *, stage: str, reason: str, message: str, pulse_id: str | None,
+                details: dict[str, Any]) -> None:
+        self.halt = {"reason": reason, "message": message, "pulse_id": pulse_id, "details": details}
+
+    @event("Resumed")
+    def _resumed(self, *, stage: str, reason: str, message: str | None) -> None:
+        self.halt = None
+
+    @event("Abandoned")
+    def _abandoned(self, *, stage: str, reason: str) -> None:
+        self.abandoned = reason
+        self.halt = None
+
+    @event("ExecutionPrepared")
+    def execution_prepared(self, *, branch: str, worktree_path: str, base_commit: str, repository_id: str) -> None:
+        self.execution = {"branch": branch, "worktree_path": worktree_path, "base_commit": base_commit,
+                          "repository_id": repository_id}
+
+    @event("WorktreeRemoved")
+    def worktree_removed_event(self) -> None:
+        self.worktree_removed = True
+
+    @event("PreflightCompleted")
+    def _preflight_completed(self, *, status: str, summary: str | None, setup_commands: list[str],
+                             build_success: bool | None, baselines_recorded: int, error: str | None) -> None:
+        self.preflight = {"status": status, "summary": summary, "setup_commands": setup_commands,
+                          "build_success": build_success, "baselines_recorded": baselines_recorded, "error": error}
+
+    @event("PulseStarted")
+    def pulse_started(self, *, run: dict[str, Any]) -> None:
+        self.runs.append(run)
+
+    @event("PulseCompletionRejected")
+    def _pulse_rejected(self, *, run_id: str, failures: list[str], escape_hatch: bool, rejections: int) -> None:
+        self.run(run_id)["completion_rejections"] = rejections
+
+    @event("PulseCompletionAccepted")
+    def _pulse_accepted(self, *, run_id: str, description: str, files_changed: list[str],
+                        unresolved_issues: list[dict[str, Any]]) -> None:
+        run = self.run(run_id)
+        run.update(ending="succeeded", description=description, files_changed=files_changed,
+                   unresolved_issues=unresolved_issues, has_unresolved_issues=bool(unresolved_issues))
+
+    @event("PulseEnding")
+    def _pulse_ending(self, *, run_id: str, status: str, reason: str) -> None:
+        self.run(run_id).update(ending=status, failure_reason=reason)
+
+    @event("PulseExtended")
+    def _pulse_extended(self, *, run_id: str) -> None:
+        self.run(run_id)["extensions"] += 1
+
+    @event("PulseEnded")
+    def _pulse_ended(self, *, run_id: str, status: str, commit: str | None, diff_artifact_id: str | None,
+                     is_recovery_checkpoint: bool, ended_at: str, description: str | None, files_changed: list[str],
+                     unresolved_issues: list[dict[str, Any]], failure_reason: str | None) -> None:
+        self.run(run_id).update(status=status, checkpoint_commit=commit, diff_artifact_id=diff_artifact_id,
+                                is_recovery_checkpoint=is_recovery_checkpoint, ended_at=ended_at, ending=None)
+
+    def pulse_ended(self, *, run_id: str, status: str, commit: str | None, diff_artifact_id: str | None,
+                    is_recovery_checkpoint: bool, ended_at: str) -> None:
+        """Record the end of a pulse run (the event carries the run's summary for subscribers)."""
+        run = self.run(run_id)
+        self._pulse_ended(run_id=run_id, status=status, commit=commit, diff_artifact_id=diff_artifact_id,
+                          is_recovery_checkpoint=is_recovery_checkpoint, ended_at=ended_at,
+                          description=run.get("description"), files_changed=list(run.get("files_changed") or []),
+                          unresolved_issues=list(run.get("unresolved_issues") or []),
+                          failure_reason=run.get("failure_reason"))
+
+    # --- driving commands ---------------------------------------------------------------------------
+
+    def queue_message(self, step: str, text: str) -> None:
+        """Send ``text`` to the session of ``step`` (delivered, and redelivered after a crash, by the driver)."""
+        session = self.sessions[step]
+        number = sum(1 for m in self.outbox if m["step"] == step) + 1
+        self._message_queued(step=step, session_id=session["session_id"], message_id=f"{step}#{number}",
+                             text=text)
+
+    def halt_for(self, reason: str, message: str, *, pulse_id: str | None = None,
+                 details: dict[str, Any] | None = None) -> None:
+        self._halted(stage=self.stage, reason=reason, message=message, pulse_id=pulse_id, details=details or {})
+
+    def resume(self, expected: tuple[str, ...], message: str | None) -> dict[str, Any]:
+        """Lift the halt when its reason is one of ``expected``; the halt that was lifted."""
+        if self.halt is None:
+            raise LifecycleError(WorkflowErrorCode.NOT_HALTED, f"the workflow is not halted (stage {self.stage})",
+                                 stage=self.stage)
+        if self.halt["reason"] not in expected:
+            hint = {"extension_requested": "approve the extension", "questions": "answer the questions"}.get(
+                self.halt["reason"], "resume it")
+            raise LifecycleError(WorkflowErrorCode.WRONG_HALT,
+                                 f"the workflow is halted for {self.halt['reason']}: {hint}",
+                                 reason=self.halt["reason"])
+        halt = self.halt
+        self._resumed(stage=self.stage, reason=halt["reason"], message=message)
+        return halt
+
+    def abandon(self, reason: str) -> None:
+        self._abandoned(stage=self.stage, reason=reason)
+
+    def nudge(self, step: str, text: str) -> int:
+        self._nudged(step=step)
+        self.queue_message(step, text)
+        return self.nudges[step]
+
+    def complete_preflight(self, *, status: str, summary: str | None = None, setup_commands: list[str] | None = None,
+                           build_success: bool | None = None, baselines_recorded: int = 0,
+                           error: str | None = None) -> None:
+        self._preflight_completed(status=status, summary=summary, setup_commands=setup_commands or [],
+                                  build_success=build_success, baselines_recorded=baselines_recorded, error=error)
+
+    def reject_completion(self, run_id: str, failures: list[str], escape_hatch: bool) -> None:
+        self._pulse_rejected(run_id=run_id, failures=failures, escape_hatch=escape_hatch,
+                             rejections=self.run(run_id)["completion_rejections"] + 1)
+
+    def accept_completion(self, run_id: str, *, description: str, files_changed: list[str],
+                          unresolved_issues: list[dict[str, Any]]) -> None:
+        self._pulse_accepted(run_id=run_id, description=description, files_changed=files_changed,
+                             unresolved_issues=unresolved_issues)
+
+    def end_pulse_as(self, run_id: str, status: str, reason: str) -> None:
+        """Decide that the running pulse ends ``failed`` or ``stopped``; the driver makes the recovery checkpoint."""
+        self._pulse_ending(run_id=run_id, status=status, reason=reason)
+
+    def extend_pulse(self, run_id: str) -> None:
+        self._pulse_extended(run_id=run_id)
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        for run in self.runs:
+            if run["id"] == run_id:
+                return run
+        raise KeyError(run_id)
+
+    def running_run(self) -> dict[str, Any] | None:
+        return next((r for r in self.runs if r["status"] == "running"), None)
+
+    def step_of(self, session_id: str) -> str | None:
+        return next((step for step, s in self.sessions.items() if s["session_id"] == session_id), None)
+
+    @property
+    def status(self) -> str:
+        if self.abandoned:
+            return "abandoned"
+        if self.stage == "done":
+            return "done"
+        if self.halt is not None:
+            return "halted"
+        return "awaiting_approval" if self.awaiting_approval else "active"
 
     # --- queries ------------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from autarch.contracts.errors import ErrorCode
@@ -12,6 +13,7 @@ __all__ = [
     "LifecycleError",
     "next_stage",
     "quick_pulse",
+    "revision_request",
     "validate_plan",
 ]
 
@@ -47,9 +49,20 @@ def next_stage(stage: str, path: str | None) -> str:
     return _FULL_NEXT[stage]
 
 
+_PULSE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,55}$")
+
+
 def validate_plan(pulses: list[dict[str, Any]]) -> None:
     """Raise ``invalid_plan`` unless pulse ids are unique and ``dependsOn`` names known pulses without a cycle."""
     ids = [p["id"] for p in pulses]
+    if not pulses:
+        raise LifecycleError(WorkflowErrorCode.INVALID_PLAN, "a plan needs at least one pulse")
+    bad = [i for i in ids if not _PULSE_ID.match(i)]
+    if bad:
+        # Pulse ids name git branches and event subjects: letters, digits, '-' and '_' only.
+        raise LifecycleError(WorkflowErrorCode.INVALID_PLAN,
+                             f"pulse ids must be 1-56 letters, digits, '-' or '_' (starting alphanumeric): {bad}",
+                             pulses=bad)
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise LifecycleError(WorkflowErrorCode.INVALID_PLAN, f"duplicate pulse ids: {duplicates}", pulses=duplicates)
@@ -87,3 +100,13 @@ def quick_pulse(scope: dict[str, Any]) -> dict[str, Any]:
         "expectedChanges": [],
         "estimatedSize": "small",
     }
+
+
+_BLOCK_OF_STAGE = {"scoping": "submit_scope", "research": "submit_research", "planning": "submit_plan",
+                   "review": "complete_review"}
+
+
+def revision_request(stage: str, feedback: str) -> str:
+    """The message that hands the user's change request to the stage's agent."""
+    return (f"The user reviewed your {stage} submission and requests changes:\n\n{feedback}\n\n"
+            f"Revise it accordingly, then call {_BLOCK_OF_STAGE[stage]} again with the complete revised version.")

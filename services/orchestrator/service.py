@@ -32,6 +32,7 @@ from autarch.runtime.settings import Settings
 from .application import WorkflowApplication
 from .contract_events import to_contract, view_of
 from .domainmodel import Workflow
+from .driver import WorkflowDriver
 from .lifecycle import LifecycleError
 from .replay import replay
 from .verbs import register_lifecycle
@@ -51,6 +52,8 @@ class Orchestrator:
     views: dict[str, WorkflowView] = field(default_factory=dict)
     """Read model: every workflow's current view, rebuilt from the store at start."""
     _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    driver: Any = None
+    """The ``WorkflowDriver`` that moves workflows along (None: record commands only, as in unit tests)."""
 
     def load_views(self) -> None:
         for workflow_id in self.app.workflow_ids():
@@ -66,7 +69,9 @@ class Orchestrator:
                 await self.writer.save(workflow)
             view = view_of(workflow)
             self.views[view.id] = view
-            return view
+        if self.driver is not None:
+            self.driver.kick(view.id)
+        return view
 
     async def read(self, workflow_id: str) -> Workflow:
         """The workflow rebuilt from the store; ``not_found`` for an unknown (or malformed) id."""
@@ -88,10 +93,13 @@ class Orchestrator:
                 result = command(workflow)
             except LifecycleError as exc:
                 raise ServiceFailure(exc.code, exc.message, {"workflow_id": workflow_id, **exc.details}) from None
-            if workflow.version != before:
+            changed = workflow.version != before
+            if changed:
                 await self.writer.save(workflow)
                 self.views[str(workflow.id)] = view_of(workflow)
-            return workflow, result
+        if changed and self.driver is not None:
+            self.driver.kick(str(workflow.id))
+        return workflow, result
 
     async def get_workflow(self, query: GetWorkflow) -> WorkflowView:
         view = self.views.get(query.workflow_id)
@@ -136,10 +144,17 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
     service.endpoint("list_workflows", ListWorkflows, orchestrator.list_workflows)
     service.endpoint("replay_workflow", ReplayWorkflow, orchestrator.replay_workflow)
     register_lifecycle(service, orchestrator)
+    driver = WorkflowDriver(nc=nc, orchestrator=orchestrator, settings=settings)
+    if settings.drive_workflows:
+        orchestrator.driver = driver
     await service.start()
+    if settings.drive_workflows:
+        await driver.start([wid for wid, view in orchestrator.views.items() if view.status not in ("done", "abandoned")
+                        or view.worktree_path is not None])
 
     async def stop() -> None:
         await service.stop()
+        await driver.stop()
         await writer.stop()
         await relay.stop()
         # Publish what is already saved before leaving (what is left waits for the next start: nothing is lost).

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from autarch.contracts import orchestrator_tools as fx
+from autarch.contracts.execution import AnswerQuestions, ApproveExtension, ResumeWorkflow, StopWorkflow
 from autarch.contracts.workflows import (
     ApproveWorkflow,
     FinishExecution,
@@ -40,6 +41,10 @@ LIFECYCLE_VERBS = (
     "finish_execution",
     "get_artifacts",
     *fx.ORCHESTRATOR_TOOL_VERBS,
+    "stop_workflow",
+    "resume_workflow",
+    "approve_extension",
+    "answer_questions",
 )
 
 
@@ -119,6 +124,22 @@ def register_lifecycle(service: TypedService, orch: Any) -> None:
         await orch.change(cmd.workflow_id, lambda wf: wf.submit_artifact("review", card, key=cmd.idempotency_key))
         return fx.ReviewCompleted(recommendation=cmd.recommendation)
 
+    async def stop_workflow(cmd: StopWorkflow) -> WorkflowView:
+        return view_of(await orch.driver.stop_workflow(cmd.workflow_id, cmd.reason))
+
+    async def resume_workflow(cmd: ResumeWorkflow) -> WorkflowView:
+        return view_of(await orch.driver.resume_workflow(cmd.workflow_id, cmd.message))
+
+    async def approve_extension(cmd: ApproveExtension) -> WorkflowView:
+        return view_of(await orch.driver.approve_extension(cmd.workflow_id, cmd.message))
+
+    async def answer_questions(cmd: AnswerQuestions) -> WorkflowView:
+        return view_of(await orch.driver.answer_questions(cmd.workflow_id, cmd.answers))
+
+    service.endpoint("stop_workflow", StopWorkflow, stop_workflow)
+    service.endpoint("resume_workflow", ResumeWorkflow, resume_workflow)
+    service.endpoint("approve_extension", ApproveExtension, approve_extension)
+    service.endpoint("answer_questions", AnswerQuestions, answer_questions)
     service.endpoint("submit_scope", SubmitScope, submit_scope)
     service.endpoint("submit_research", SubmitResearch, submit_research)
     service.endpoint("submit_plan", SubmitPlan, submit_plan)

@@ -467,6 +467,12 @@ class ScriptedModelServer:
         """Forget attempts (so ``fail_first`` fires again) and the request log."""
         self.app.reset()
 
+    def use(self, scenario: Scenario | Mapping[str, Any] | str | Path) -> None:
+        """Answer from ``scenario`` from now on (and forget attempts): one running server, a scenario per test."""
+        self.scenario = _as_scenario(scenario)
+        self.app.scenario = self.scenario
+        self.app.reset()
+
     def start(self, *, timeout: float = 10.0) -> Self:
         """Bind, start serving, and return once the server accepts connections."""
         if self._thread is not None:

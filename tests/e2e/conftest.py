@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -26,6 +26,7 @@ class System:
     services: str
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -43,6 +44,10 @@ class System:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AUTARCH_")}
         env.update(AUTARCH_DATA_DIR=str(self.data_dir), AUTARCH_PORT=str(self.port),
                    AUTARCH_NATS_PORT=str(self.nats_port), AUTARCH_REQUEST_TIMEOUT="5")
+        if self.services == "orchestrator":
+            # No agents to drive: the orchestrator only records what it is sent.
+            env["AUTARCH_DRIVE_WORKFLOWS"] = "false"
+        env.update(self.extra_env)
         return env
 
     def cli(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

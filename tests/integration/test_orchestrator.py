@@ -53,7 +53,7 @@ async def _stream_events(nc, workflow_id: str, *, expect: int, timeout: float = 
 
 @pytest.fixture
 async def orchestrator(nc, data_dir):
-    settings = Settings(data_dir=str(data_dir))
+    settings = Settings(data_dir=str(data_dir), drive_workflows=False)
     stop = await start(nc, settings)
     yield settings
     await stop()
@@ -128,7 +128,7 @@ async def test_garbage_on_the_create_subject_records_nothing(nc, orchestrator, p
 
 
 async def test_state_is_rebuilt_from_the_store_after_a_restart(nc, data_dir):
-    settings = Settings(data_dir=str(data_dir))
+    settings = Settings(data_dir=str(data_dir), drive_workflows=False)
     stop = await start(nc, settings)
     created = [await request(nc, subjects.request(ORCH, "create_workflow"), _create(title=f"w{i}"), WorkflowView)
                for i in range(5)]

@@ -33,7 +33,7 @@ def pg_settings(data_dir, monkeypatch):
     schema = f"autarch_test_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    yield Settings(data_dir=str(data_dir), postgres_url=f"{DSN}?schema={schema}")
+    yield Settings(data_dir=str(data_dir), postgres_url=f"{DSN}?schema={schema}", drive_workflows=False)
     with psycopg.connect(DSN, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 

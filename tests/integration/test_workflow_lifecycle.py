@@ -59,7 +59,7 @@ PLAN = msgspec.convert({"approachSummary": "two pulses", "pulses": [
 
 @pytest.fixture
 async def orchestrator(nc, data_dir) -> AsyncIterator[Settings]:
-    settings = Settings(data_dir=str(data_dir))
+    settings = Settings(data_dir=str(data_dir), drive_workflows=False)
     stop = await start(nc, settings)
     yield settings
     await stop()
@@ -176,7 +176,7 @@ async def test_full_path_with_tools_then_replay_equals_live_state(nc, orchestrat
 
 
 async def test_state_and_cards_survive_a_restart(nc, data_dir):
-    settings = Settings(data_dir=str(data_dir))
+    settings = Settings(data_dir=str(data_dir), drive_workflows=False)
     stop = await start(nc, settings)
     wf = await new_workflow(nc)
     await ask(nc, "submit_scope", SubmitScope(workflow_id=wf, scope=SCOPE))

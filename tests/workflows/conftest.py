@@ -1,0 +1,137 @@
+"""Every service as its own process (``autarch up``) with the scripted model, for whole-workflow tests.
+
+One system per package (starting it takes seconds); each test picks its scenario with
+``model.use(...)`` on the shared in-process scripted model server and works in its own repository.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from autarch.runtime.natsserver import free_port
+from autarch.services.scripted_model import ScriptedModelServer
+from autarch.services.scripted_model.scenario import bundled_scenario_path
+from tests.e2e.conftest import System
+
+SERVICES = "orchestrator,tools,git,agent_runner"
+
+
+def demo_scenario() -> dict[str, Any]:
+    """The bundled demo scenario as a dict, for tests to copy and change."""
+    return json.loads(bundled_scenario_path("demo").read_text())
+
+
+@pytest.fixture(scope="package")
+def model() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer("demo") as server:
+        yield server
+
+
+@pytest.fixture(scope="package")
+def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
+    data = tmp_path_factory.mktemp("workflows") / "data"
+    data.mkdir()
+    env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
+           "AUTARCH_PULSE_MAX_TURNS": "4", "AUTARCH_REQUEST_TIMEOUT": "30"}
+    sys_ = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES, extra_env=env)
+    sys_.start(timeout=60)
+    yield sys_
+    if sys_.proc is not None:
+        sys_.stop()
+
+
+def make_repo(root: Path, files: dict[str, str]) -> Path:
+    """A git repository on ``main`` holding ``files`` in one commit."""
+    root.mkdir(parents=True)
+    for path, content in files.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    git = ["git", "-C", str(root), "-c", "user.name=Test", "-c", "user.email=test@example.com"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "initial"], check=True)
+    return root
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+class Client:
+    """The gateway over HTTP, with waiting helpers."""
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+        self.http = httpx.Client(base_url=system.url, headers=system.headers, timeout=30)
+
+    def create(self, repo: Path, **fields: Any) -> str:
+        body = {"title": "Greet the world", "request": "Make greet() greet the world when the name is empty",
+                "repo": str(repo), **fields}
+        reply = self.http.post("/api/workflows", json=body)
+        assert reply.status_code == 201, reply.text
+        return str(reply.json()["id"])
+
+    def get(self, workflow_id: str) -> dict[str, Any]:
+        return self.http.get(f"/api/workflows/{workflow_id}").raise_for_status().json()
+
+    def artifacts(self, workflow_id: str) -> dict[str, Any]:
+        return self.http.get(f"/api/workflows/{workflow_id}/artifacts").raise_for_status().json()
+
+    def post(self, workflow_id: str, action: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        return self.http.post(f"/api/workflows/{workflow_id}/{action}", json=body)
+
+    def wait(self, workflow_id: str, until: Callable[[dict[str, Any]], bool], what: str,
+             timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        view = self.get(workflow_id)
+        while time.monotonic() < deadline:
+            if until(view):
+                return view
+            time.sleep(0.1)
+            view = self.get(workflow_id)
+        log = self.system.log.read_text()[-6000:] if self.system.log else ""
+        raise AssertionError(f"timed out waiting for {what}; workflow is {json.dumps(view, indent=1)}\n{log}")
+
+    def wait_awaiting(self, workflow_id: str, stage: str, timeout: float = 60) -> dict[str, Any]:
+        return self.wait(workflow_id, lambda v: v["stage"] == stage and v["awaiting_approval"],
+                         f"{stage} awaiting approval", timeout)
+
+    def wait_halted(self, workflow_id: str, reason: str, timeout: float = 60) -> dict[str, Any]:
+        return self.wait(workflow_id, lambda v: v["status"] == "halted" and v["halt"]["reason"] == reason,
+                         f"halt {reason}", timeout)
+
+    def approve(self, workflow_id: str, **body: Any) -> dict[str, Any]:
+        reply = self.post(workflow_id, "approve", body or None)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def events(self, workflow_id: str, *, until: str = "workflow:completed", timeout: float = 20) -> list[dict]:
+        """Every event of the workflow from the start of the stream, up to the first ``until`` event."""
+        found: list[dict] = []
+        params = {"workflow": workflow_id, "since": "0"}
+        with self.http.stream("GET", "/api/events", params=params, timeout=timeout) as reply:
+            name = None
+            for line in reply.iter_lines():
+                if line.startswith("event:"):
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("data:") and name:
+                    found.append({"type": name, **json.loads(line.split(":", 1)[1])})
+                    if name == until:
+                        return found
+        return found
+
+
+@pytest.fixture
+def client(system: System) -> Iterator[Client]:
+    c = Client(system)
+    yield c
+    c.http.close()
