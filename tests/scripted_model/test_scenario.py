@@ -22,12 +22,18 @@ def test_bundled_scenarios_load():
         assert load_scenario(name).scripts
 
 
+def names_of_pulses(scenario: Any) -> list[str]:
+    return sorted(key for key in scenario.scripts if key.startswith("pulsing"))
+
+
 def test_demo_covers_every_role_with_its_block_tool():
     demo = load_scenario("demo")
-    assert set(demo.scripts) == set(ROLES)
+    assert {key.partition(":")[0] for key in demo.scripts} == set(ROLES)
+    assert names_of_pulses(demo) == ["pulsing", "pulsing:pulse-2"]
     names = {key: [call.name for call in tool_calls(demo, key)] for key in demo.scripts}
     assert "read_file" in names["research"] and names["research"][-1] == "submit_research"
-    assert {"edit_file", "shell"} <= set(names["pulsing"]) and names["pulsing"][-1] == "complete_pulse"
+    for pulse in ("pulsing", "pulsing:pulse-2"):
+        assert {"edit_file", "shell"} <= set(names[pulse]) and names[pulse][-1] == "complete_pulse"
     assert names["scoping"][-1] == "submit_scope"
     assert names["plan"][-1] == "submit_plan"
     assert names["preflight"][-1] == "complete_preflight"
@@ -35,10 +41,10 @@ def test_demo_covers_every_role_with_its_block_tool():
 
 
 def test_demo_edits_apply_to_its_repository():
-    # The pulse's edits must match the files the scenario was written against, in order.
+    # The pulses' edits must match the files the scenario was written against, in plan order.
     demo = load_scenario("demo")
     files = dict(demo.files)
-    for call in tool_calls(demo, "pulsing"):
+    for call in [*tool_calls(demo, "pulsing"), *tool_calls(demo, "pulsing:pulse-2")]:
         if call.name == "edit_file":
             text = files[call.input["path"]]
             assert text.count(call.input["oldString"]) == 1, call.input

@@ -25,9 +25,11 @@ def test_full_path_commits_one_pulse_per_plan_entry_and_ends_done(client: Client
 
     # The deliverable: the workflow branch, one Conventional Commit per pulse on top of main.
     log = git(repo, "log", "--format=%s", f"main..{view['branch']}").splitlines()
-    assert log == ["feat(greeter): greet the world when the name is empty"]
+    assert log == ["test(greeter): cover the empty-name greeting",
+                   "feat(greeter): greet the world when the name is empty"]
     assert git(repo, "rev-parse", "main").strip() == before.strip()  # the user's branch is untouched
     assert 'name = "world"' in git(repo, "show", f"{view['branch']}:greeter/core.py")
+    assert "test_greet_empty_name" in git(repo, "show", f"{view['branch']}:tests/test_core.py")
     assert git(repo, "status", "--porcelain") == ""
 
     cards = client.artifacts(wid)
@@ -35,8 +37,9 @@ def test_full_path_commits_one_pulse_per_plan_entry_and_ends_done(client: Client
     assert cards["review"]["recommendation"] == "approve"
     assert [c["kind"] for c in cards["review"]["comments"]] == ["line"]
     assert cards["preflight"]["status"] == "completed"
-    [run] = cards["pulse_runs"]
-    assert run["status"] == "succeeded" and run["checkpoint_commit"] and run["diff_artifact_id"]
+    runs = cards["pulse_runs"]
+    assert [r["id"] for r in runs] == ["pulse-1", "pulse-2"]
+    assert all(r["status"] == "succeeded" and r["checkpoint_commit"] and r["diff_artifact_id"] for r in runs)
 
     names = [e["type"] for e in client.events(wid)]
     workflow_events = [n for n in names if n.split(":")[0] in ("workflow", "preflight", "pulse")
@@ -48,8 +51,8 @@ def test_full_path_commits_one_pulse_per_plan_entry_and_ends_done(client: Client
         "workflow:approval_needed", "workflow:stage_changed",
         "workflow:approval_needed", "workflow:stage_changed",
         "preflight:started", "preflight:completed",
-        "pulse:started", "pulse:completed",
+        "pulse:started", "pulse:completed", "pulse:started", "pulse:completed",
         "workflow:stage_changed",
         "workflow:approval_needed", "workflow:stage_changed", "workflow:completed",
     ]
-    assert names.count("session:started") == 6  # scoping, research, planning, preflight, pulse-1, review
+    assert names.count("session:started") == 7  # scoping, research, planning, preflight, 2 pulses, review
