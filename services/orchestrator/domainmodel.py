@@ -369,6 +369,7 @@ class Workflow(Aggregate):
                                   build_success=build_success, baselines_recorded=baselines_recorded, error=error)
 
     def reject_completion(self, run_id: str, failures: list[str], escape_hatch: bool) -> None:
+        """Record that the agent runner refused a ``complete_pulse`` (the run counts its refusals)."""
         self._pulse_rejected(run_id=run_id, failures=failures, escape_hatch=escape_hatch,
                              rejections=self.run(run_id)["completion_rejections"] + 1)
 

@@ -59,7 +59,7 @@ from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
 
 from . import kickoffs
-from .completion import CONVENTIONAL_COMMIT, unresolved_failures
+from .completion import CONVENTIONAL_COMMIT, completion_rejections
 from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 
@@ -260,7 +260,7 @@ class WorkflowDriver:
     async def open_session(self, workflow_id: str, step: str, run: dict[str, Any] | None = None) -> None:
         wf = await self.orch.read(workflow_id)
         root = wf.repo if step in ("scoping", "research", "planning") else wf.execution["worktree_path"]
-        script = run["planned_pulse_id"] if run is not None else wf.script
+        script = run["id"] if run is not None else wf.script
         notes = [n["note"] for n in wf.notes if n["stage"] == wf.stage]
         text = kickoffs.kickoff(step if run is None else "pulse", wf, run)
         await self._record(workflow_id, lambda w: w.assign_session(
@@ -312,7 +312,7 @@ class WorkflowDriver:
             w.pulse_started(run=run)
             text = kickoffs.kickoff("pulse", w, run)
             w.assign_session(step=step, session_id=run["session_id"], role="pulsing",
-                             root=w.execution["worktree_path"], kickoff=text, script=pulse["id"], notes=[])
+                             root=w.execution["worktree_path"], kickoff=text, script=run_id, notes=[])
 
         await self._record(workflow_id, record)
 
@@ -408,7 +408,7 @@ class WorkflowDriver:
                  f" ({event.tool})" if event.tool else "")
         async with self._locks[event.workflow_id]:
             session = None
-            if step.startswith("pulse:") and event.outcome == "block" and event.tool == "complete_pulse":
+            if step.startswith("pulse:"):
                 session = await self._ask("agent_runner", "get_session", GetSession(session_id=event.session_id),
                                           SessionView)
             settings = self.settings
@@ -420,7 +420,10 @@ class WorkflowDriver:
     async def stop_workflow(self, workflow_id: str, reason: str) -> Workflow:
         async with self._locks[workflow_id]:
             wf = await self.orch.read(workflow_id)
-            _check_open(wf)
+            try:
+                _check_open(wf)
+            except LifecycleError as exc:
+                raise ServiceFailure(exc.code, exc.message, {"workflow_id": workflow_id, **exc.details}) from None
             step = _current_step(wf)
             if wf.halt is not None or step is None or wf.awaiting_approval:
                 state = f"halted ({wf.halt['reason']})" if wf.halt else (
@@ -509,6 +512,10 @@ def _handle_turn(wf: Workflow, step: str, event: TurnCompleted, session: Session
     run = wf.run(step.split(":", 1)[1]) if step.startswith("pulse:") else None
     if run is not None and (run["status"] != "running" or run.get("ending")):
         return  # the pulse already ended (stopped by the user, or failed): a late outcome changes nothing
+    if run is not None and session is not None:
+        # The run counts the refusals it recorded, so each refusal is recorded once whatever turn reports it.
+        for _, message, revealed in completion_rejections(session)[run["completion_rejections"]:]:
+            wf.reject_completion(run["id"], [message], revealed)
     if step == "preflight" and wf.preflight is not None:
         return
     outcome = event.outcome
@@ -533,7 +540,7 @@ def _handle_turn(wf: Workflow, step: str, event: TurnCompleted, session: Session
         return
     turns = sum(1 for m in wf.outbox if m["step"] == step) + 1
     if run is not None and turns >= settings.pulse_max_turns and not (
-            outcome == "block" and event.tool in ("complete_pulse", "request_extension")):
+            outcome == "block" and event.tool == "complete_pulse"):
         wf.end_pulse_as(run["id"], "failed", f"iteration limit: {turns} turns without completing the pulse")
         return
     block = BLOCK_OF_STEP.get(step, "complete_pulse")
@@ -568,8 +575,7 @@ def _handle_turn(wf: Workflow, step: str, event: TurnCompleted, session: Session
         if not success:
             wf.abandon(f"preflight failed: {args.get('summary', 'the build does not succeed')}")
     elif tool == "complete_pulse" and run is not None:
-        assert session is not None
-        _complete_pulse(wf, step, run, args, session, settings)
+        _complete_pulse(wf, step, run, args)
     elif tool == "complete_review":
         if not wf.awaiting_approval:
             wf.nudge(step, kickoffs.nudge(step, block))
@@ -583,20 +589,13 @@ def _submit(wf: Workflow, step: str, tool: str, args: dict[str, Any]) -> None:
         wf.queue_message(step, f"{tool} was refused: {exc.message}. Fix it and call {tool} again.")
 
 
-def _complete_pulse(wf: Workflow, step: str, run: dict[str, Any], args: dict[str, Any], session: SessionView,
-                    settings: Settings) -> None:
+def _complete_pulse(wf: Workflow, step: str, run: dict[str, Any], args: dict[str, Any]) -> None:
+    # The runner only lets complete_pulse end a turn once no tool failure is left unresolved, or once the
+    # escape hatch was revealed and the agent listed what it could not fix.
     summary = str(args.get("summary", "")).strip()
     if not CONVENTIONAL_COMMIT.match(summary.partition("\n")[0]):
         wf.queue_message(step, "complete_pulse was not accepted: the summary's first line must be a Conventional "
                                "Commit such as `feat(auth): validate JWT tokens`. Call complete_pulse again.")
         return
-    issues = list(args.get("unresolvedIssues") or [])
-    failures = unresolved_failures(session, wf.baselines)
-    revealed = run["completion_rejections"] >= settings.pulse_escape_hatch_after
-    if failures and not (issues and revealed):
-        escape = run["completion_rejections"] + 1 >= settings.pulse_escape_hatch_after
-        wf.reject_completion(run["id"], failures, escape)
-        wf.queue_message(step, kickoffs.completion_rejected(failures, escape_hatch=escape))
-        return
     wf.accept_completion(run["id"], description=summary, files_changed=list(args.get("filesChanged") or []),
-                         unresolved_issues=issues)
+                         unresolved_issues=list(args.get("unresolvedIssues") or []))

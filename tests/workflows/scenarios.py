@@ -1,0 +1,101 @@
+"""Variations of the demo scenario, one per workflow path the tests walk."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .conftest import demo_scenario
+
+
+def tool(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"content": [{"type": "tool_use", "name": name, "input": arguments}]}
+
+
+READ_CORE = tool("read_file", reason="Read greet", path="greeter/core.py")
+EDIT_CORE = tool("edit_file", reason="Greet the world on an empty name", path="greeter/core.py",
+                 oldString='    return "Hello, " + name + "!"\n',
+                 newString='    if not name:\n        name = "world"\n    return "Hello, " + name + "!"\n')
+FAILING_CHECK = tool("shell", reason="Run the checks", command="echo 'check failed: flaky network' >&2; exit 3")
+
+
+def complete(summary: str = "feat(greeter): greet the world when the name is empty", **extra: Any) -> dict:
+    return tool("complete_pulse", summary=summary, filesChanged=["greeter/core.py"], **extra)
+
+
+def base() -> dict[str, Any]:
+    return copy.deepcopy(demo_scenario())
+
+
+def revising_every_card() -> dict[str, Any]:
+    """Each stage's agent answers a change request with a revised card (the step after its first block)."""
+    s = base()
+    scripts = s["scripts"]
+    scope = copy.deepcopy(scripts["scoping"][1])
+    scope["content"][-1]["input"]["title"] = "Greet the world on an empty or missing name"
+    scripts["scoping"][2] = {"content": [scope["content"][-1]]}
+    research = copy.deepcopy(scripts["research"][3])
+    research["content"][-1]["input"]["summary"] += " Revised: greet has no other callers."
+    scripts["research"][4] = {"content": [research["content"][-1]]}
+    plan = copy.deepcopy(scripts["plan"][1])
+    plan["content"][-1]["input"]["approachSummary"] = "Revised: change greet, then test it."
+    scripts["plan"][2] = {"content": [plan["content"][-1]]}
+    scripts["review"][3] = tool("complete_review", reason="Record the revised verdict", recommendation="approve",
+                                summary="Revised: the change matches the scope and is tested.")
+    return s
+
+
+def failing_preflight() -> dict[str, Any]:
+    s = base()
+    s["scripts"]["preflight"][1] = tool("complete_preflight", summary="The package does not import.",
+                                        setupCommands=["python3 -c 'import greeter.core'"], buildSuccess=False,
+                                        baselinesRecorded=0)
+    return s
+
+
+def pulse_hits_the_iteration_limit() -> dict[str, Any]:
+    """pulse-1 edits, its check keeps failing and it keeps claiming completion until the step limit ends it;
+    attempt 2 (script ``pulsing``) is clean."""
+    s = base()
+    s["scripts"]["pulsing:pulse-1"] = [READ_CORE, EDIT_CORE, FAILING_CHECK, *[complete() for _ in range(12)]]
+    return s
+
+
+def pulse_with_unresolved_issues() -> dict[str, Any]:
+    s = base()
+    issue = [{"issue": "The network check fails", "reason": "The sandbox has no network; not caused by this pulse"}]
+    s["scripts"]["pulsing:pulse-1"] = [READ_CORE, EDIT_CORE, FAILING_CHECK, complete(), complete(),
+                                       complete(unresolvedIssues=issue), "Done."]  # refused twice, then accepted
+    return s
+
+
+def pulse_asks_for_an_extension() -> dict[str, Any]:
+    s = base()
+    good = s["scripts"]["pulsing"]
+    extension = tool("request_extension", reason="The check still has to run", completed=["Read greet"],
+                     remaining=["Edit greet", "Verify it"])
+    s["scripts"]["pulsing:pulse-1"] = [good[0], extension, *good[1:]]
+    return s
+
+
+def slow_pulse() -> dict[str, Any]:
+    """pulse-1 edits, then its next reply streams for a long time (the user stops it meanwhile)."""
+    s = base()
+    slow = {"content": [{"type": "text", "text": "Thinking about the verification " * 40}], "delay_ms": 250,
+            "stop_reason": "end_turn"}
+    s["scripts"]["pulsing:pulse-1"] = [READ_CORE, EDIT_CORE, slow, "Done."]
+    return s
+
+
+def scoping_asks_questions() -> dict[str, Any]:
+    s = base()
+    question = tool("ask_questions", questions=[{"type": "single_select", "prompt": "What should greet('') return?",
+                                                 "options": ["Hello, world!", "Hello, stranger!"]}])
+    s["scripts"]["scoping"] = [question, *s["scripts"]["scoping"]]
+    return s
+
+
+def quick_scope() -> dict[str, Any]:
+    s = base()
+    s["scripts"]["scoping"][1]["content"][-1]["input"]["recommended_path"] = "quick"
+    return s
