@@ -81,6 +81,8 @@ class Settings(msgspec.Struct, kw_only=True):
     """Extended thinking for the roles whose agent asks for it; off sends no ``thinking`` parameter."""
     agent_max_steps: int = 200
     """Model calls one turn may make before it is ended with an error (a runaway loop guard)."""
+    git_request_timeout: float = 120.0
+    """Seconds the orchestrator waits for a git step (a branch, a checkpoint of a large tree) before retrying it."""
     drive_workflows: bool = True
     """The orchestrator starts the agents, preflight, pulses and review by itself; off, it only records the
     commands it is sent (a deployment whose workflows are driven elsewhere, tests of the record alone)."""

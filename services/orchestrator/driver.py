@@ -253,7 +253,9 @@ class WorkflowDriver:
 
     # --- actions ---------------------------------------------------------------------------------------
 
-    async def _ask(self, service: str, verb: str, payload: Any, reply: type, *, timeout: float = 30.0) -> Any:
+    async def _ask(self, service: str, verb: str, payload: Any, reply: type) -> Any:
+        # Every request here is idempotent, so a timeout (a service killed mid-request) is simply retried.
+        timeout = self.settings.git_request_timeout if service == "git" else self.settings.request_timeout
         return await request(self.nc, subjects.request(service, verb), payload, reply, timeout=timeout,
                              retry_unavailable=2.0)
 
@@ -288,7 +290,7 @@ class WorkflowDriver:
         branch = await self._ask("git", "create_workflow_branch",
                                  CreateWorkflowBranch(workflow_id=workflow_id, repository_id=repo.repository_id,
                                                       branch=wf.branch, base_branch=wf.base_branch),
-                                 WorkflowBranchView, timeout=120.0)
+                                 WorkflowBranchView)
         await self._record(workflow_id, lambda w: w.execution_prepared(
             branch=branch.branch, worktree_path=branch.worktree_path, base_commit=branch.base_commit,
             repository_id=repo.repository_id))
@@ -298,7 +300,7 @@ class WorkflowDriver:
         attempt = 1 + sum(1 for r in wf.runs if r["planned_pulse_id"] == pulse["id"])
         run_id = pulse["id"] if attempt == 1 else f"{pulse['id']}-a{attempt}"
         started = await self._ask("git", "start_pulse", StartPulse(workflow_id=workflow_id, pulse_id=run_id),
-                                  GitPulseStarted, timeout=120.0)
+                                  GitPulseStarted)
         step = f"pulse:{run_id}"
         run = {"id": run_id, "planned_pulse_id": pulse["id"], "title": pulse["title"], "attempt": attempt,
                "status": "running", "session_id": session_id_for(workflow_id, step),
@@ -320,9 +322,9 @@ class WorkflowDriver:
         summary, _, body = run["description"].partition("\n")
         done = await self._ask("git", "checkpoint_pulse",
                                CheckpointPulse(workflow_id=workflow_id, pulse_id=run["id"], summary=summary.strip(),
-                                               body=body.strip()), PulseCheckpointed, timeout=120.0)
+                                               body=body.strip()), PulseCheckpointed)
         diff = await self._ask("git", "pulse_diff", PulseDiff(workflow_id=workflow_id, pulse_id=run["id"]),
-                               DiffArtifactRef, timeout=120.0)
+                               DiffArtifactRef)
 
         def record(w: Workflow) -> None:
             w.pulse_ended(run_id=run["id"], status="succeeded", commit=done.commit, diff_artifact_id=diff.artifact_id,
@@ -339,7 +341,7 @@ class WorkflowDriver:
         reason = run.get("failure_reason") or status
         done = await self._ask("git", "recovery_checkpoint",
                                RecoveryCheckpoint(workflow_id=workflow_id, pulse_id=run["id"], status=status,
-                                                  reason=reason[:10_000]), RecoveryCheckpointed, timeout=120.0)
+                                                  reason=reason[:10_000]), RecoveryCheckpointed)
 
         def record(w: Workflow) -> None:
             w.pulse_ended(run_id=run["id"], status=status, commit=done.commit, diff_artifact_id=None,
@@ -356,7 +358,7 @@ class WorkflowDriver:
 
     async def remove_worktree(self, workflow_id: str) -> None:
         await self._ask("git", "remove_worktree", RemoveWorktree(workflow_id=workflow_id, force=True),
-                        WorktreeRemoved, timeout=120.0)
+                        WorktreeRemoved)
         await self._record(workflow_id, lambda w: w.worktree_removed_event())
 
     # --- turn outcomes ---------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ PLAN = {"approachSummary": "two steps", "pulses": [pulse("pulse-1"), pulse("puls
 
 
 def new() -> Workflow:
-    wf = Workflow(workflow_id=str(uuid.uuid4()), title="t", request="r", repo="/x", base_branch="main", branch=None, script=None)
+    wf = Workflow(workflow_id=str(uuid.uuid4()), title="t", request="r", repo="/x", base_branch="main",
+                  branch=None, script=None)
     wf.collect_events()
     return wf
 
