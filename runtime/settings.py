@@ -70,9 +70,11 @@ class Settings(msgspec.Struct, kw_only=True):
     git_committer_email: str | None = None
     """Committer e-mail of those commits; unset means the author's."""
     anthropic_api_key: str | None = None
-    """Key for the model API (``AUTARCH_ANTHROPIC_API_KEY``); unset sends a placeholder (the scripted model)."""
+    """Key for the model API (``AUTARCH_ANTHROPIC_API_KEY``, else ``ANTHROPIC_API_KEY``); unset sends a placeholder
+    (enough for the scripted model)."""
     anthropic_base_url: str | None = None
-    """Any Anthropic-compatible endpoint (a proxy, the scripted model); unset means the SDK's default."""
+    """Any Anthropic-compatible endpoint (a proxy, the scripted model); ``AUTARCH_ANTHROPIC_BASE_URL``, else
+    ``ANTHROPIC_BASE_URL``; unset means the SDK's default."""
     model_max_retries: int = 4
     """Retries, with backoff, of a model request answered 429, 529 or 5xx (or not answered)."""
     agent_models: str = ""
@@ -154,6 +156,10 @@ def load_settings(overrides: dict[str, Any] | None = None, *, environ: dict[str,
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     data_dir = given.get("data_dir") or env_values.get("data_dir") or _default_data_dir(environ)
     raw: dict[str, Any] = {"data_dir": data_dir}
+    # The SDK's own variables work too (lowest precedence), so an exported ANTHROPIC_API_KEY just works.
+    for name, variable in (("anthropic_api_key", "ANTHROPIC_API_KEY"), ("anthropic_base_url", "ANTHROPIC_BASE_URL")):
+        if environ.get(variable):
+            raw[name] = environ[variable]
     config_path = Path(environ.get("AUTARCH_CONFIG") or Path(data_dir).expanduser() / "config.toml")
     if config_path.is_file():
         try:

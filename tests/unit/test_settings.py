@@ -23,6 +23,15 @@ def test_precedence_file_then_env_then_flags(tmp_path):
     assert load_settings({"port": 9200}, environ=env).port == 9200
 
 
+def test_the_sdk_variables_are_a_fallback_for_the_model_settings(tmp_path):
+    env = {"AUTARCH_DATA_DIR": str(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-test", "ANTHROPIC_BASE_URL": "http://p"}
+    s = load_settings(environ=env)
+    assert (s.anthropic_api_key, s.anthropic_base_url) == ("sk-ant-test", "http://p")
+    s = load_settings(environ={**env, "AUTARCH_ANTHROPIC_BASE_URL": "http://scripted"})
+    assert s.anthropic_base_url == "http://scripted"  # Autarch's own variable wins
+    assert load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path)}).anthropic_api_key is None
+
+
 @pytest.mark.parametrize(
     ("toml", "env", "message"),
     [
