@@ -88,6 +88,8 @@ class Settings(msgspec.Struct, kw_only=True):
     drive_workflows: bool = True
     """The orchestrator starts the agents, preflight, pulses and review by itself; off, it only records the
     commands it is sent (a deployment whose workflows are driven elsewhere, tests of the record alone)."""
+    preflight_timeout: float = 1800.0
+    """Seconds preflight may take (installing dependencies included); past that the workflow is abandoned."""
     pulse_max_turns: int = 8
     """Turns a pulse run may take (kickoff, rejections, extensions) before it is force-failed (iteration limit)."""
     pulse_escape_hatch_after: int = 2

@@ -230,9 +230,9 @@ class Workflow(Aggregate):
 
     @event("SessionAssigned")
     def assign_session(self, *, step: str, session_id: str, role: str, root: str, kickoff: str,
-                       script: str | None, notes: list[str]) -> None:
+                       script: str | None, notes: list[str], assigned_at: str) -> None:
         self.sessions[step] = {"session_id": session_id, "role": role, "root": root, "kickoff": kickoff,
-                               "script": script, "notes": notes, "started": False}
+                               "script": script, "notes": notes, "started": False, "assigned_at": assigned_at}
 
     @event("SessionConfirmed")
     def confirm_session(self, *, step: str) -> None:

@@ -165,6 +165,7 @@ class WorkflowDriver:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._consumer: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
         self._stopping = False
 
     # --- running -------------------------------------------------------------------------------------
@@ -178,12 +179,13 @@ class WorkflowDriver:
         sub = await js.pull_subscribe(config.filter_subject, durable=_CONSUMER, stream=subjects.EVENTS_STREAM,
                                       config=config)
         self._consumer = asyncio.create_task(self._consume(sub), name="driver-turns")
+        self._watchdog = asyncio.create_task(self._watch_preflights(), name="driver-preflight-watchdog")
         for workflow_id in workflow_ids:
             self.kick(workflow_id)
 
     async def stop(self) -> None:
         self._stopping = True
-        tasks = [t for t in [self._consumer, *self._tasks.values()] if t is not None]
+        tasks = [t for t in [self._consumer, self._watchdog, *self._tasks.values()] if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -267,7 +269,7 @@ class WorkflowDriver:
         text = kickoffs.kickoff(step if run is None else "pulse", wf, run)
         await self._record(workflow_id, lambda w: w.assign_session(
             step=step, session_id=session_id_for(workflow_id, step), role=_role(step), root=root, kickoff=text,
-            script=script, notes=notes))
+            script=script, notes=notes, assigned_at=_now()))
 
     async def start_session(self, workflow_id: str, step: str) -> None:
         wf = await self.orch.read(workflow_id)
@@ -314,7 +316,8 @@ class WorkflowDriver:
             w.pulse_started(run=run)
             text = kickoffs.kickoff("pulse", w, run)
             w.assign_session(step=step, session_id=run["session_id"], role="pulsing",
-                             root=w.execution["worktree_path"], kickoff=text, script=run_id, notes=[])
+                             root=w.execution["worktree_path"], kickoff=text, script=run_id, notes=[],
+                             assigned_at=_now())
 
         await self._record(workflow_id, record)
 
@@ -360,6 +363,40 @@ class WorkflowDriver:
         await self._ask("git", "remove_worktree", RemoveWorktree(workflow_id=workflow_id, force=True),
                         WorktreeRemoved)
         await self._record(workflow_id, lambda w: w.worktree_removed_event())
+
+    async def _watch_preflights(self) -> None:
+        """Abandon a workflow whose preflight runs longer than ``preflight_timeout`` (seed 000: a timeout fails it)."""
+        period = min(5.0, self.settings.preflight_timeout / 4)
+        while True:
+            await asyncio.sleep(period)
+            for workflow_id, view in list(self.orch.views.items()):
+                if view.stage != "execution" or view.status != "active" or "preflight" not in view.sessions:
+                    continue
+                try:
+                    await self._time_out_preflight(workflow_id)
+                except Exception as exc:
+                    log.warning("workflow %s: preflight watchdog: %s", workflow_id, exc)
+
+    async def _time_out_preflight(self, workflow_id: str) -> None:
+        async with self._locks[workflow_id]:
+            wf = await self.orch.read(workflow_id)
+            session = wf.sessions.get("preflight")
+            if wf.preflight is not None or session is None or wf.abandoned or wf.halt is not None:
+                return
+            ran = (datetime.now(UTC) - datetime.fromisoformat(session["assigned_at"])).total_seconds()
+            if ran < self.settings.preflight_timeout:
+                return
+            message = f"preflight timed out after {self.settings.preflight_timeout:g}s"
+
+            def record(w: Workflow) -> None:
+                if w.preflight is None and not w.abandoned:
+                    w.complete_preflight(status="failed", error=message)
+                    w.abandon(message)
+
+            await self.orch.change(workflow_id, record)
+            await self._ask("agent_runner", "stop_session",
+                            StopSession(session_id=session["session_id"], reason=message, close=True), SessionStopped)
+        self.kick(workflow_id)
 
     # --- turn outcomes ---------------------------------------------------------------------------------
 

@@ -99,7 +99,8 @@ def test_plan_pulse_ids_must_be_usable_as_branch_names() -> None:
 def test_changes_requested_are_queued_for_the_stage_session() -> None:
     wf = Workflow(workflow_id=str(uuid.uuid4()), title="t", request="r", repo="/x", base_branch="main", branch=None,
                   script=None)
-    wf.assign_session(step="scoping", session_id="s1", role="scoping", root="/x", kickoff="k", script=None, notes=[])
+    wf.assign_session(step="scoping", session_id="s1", role="scoping", root="/x", kickoff="k", script=None, notes=[],
+                      assigned_at="2026-11-22T00:00:00+00:00")
     wf.submit_artifact("scoping", SCOPE)
     wf.request_changes("narrower, please")
     [message] = wf.outbox
