@@ -53,6 +53,7 @@ from autarch.contracts.git import (
     WorktreeRemoved,
 )
 from autarch.contracts.git import PulseStarted as GitPulseStarted
+from autarch.contracts.indexer import IndexAccepted, IndexProject, IndexWorktree
 from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.requests import request
@@ -166,6 +167,7 @@ class WorkflowDriver:
         self._again: set[str] = set()
         self._consumer: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self._stopping = False
 
     # --- running -------------------------------------------------------------------------------------
@@ -185,7 +187,8 @@ class WorkflowDriver:
 
     async def stop(self) -> None:
         self._stopping = True
-        tasks = [t for t in [self._consumer, self._watchdog, *self._tasks.values()] if t is not None]
+        tasks = [t for t in [self._consumer, self._watchdog, *self._tasks.values(), *self._background]
+                 if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -271,6 +274,26 @@ class WorkflowDriver:
             step=step, session_id=session_id_for(workflow_id, step), role=_role(step), root=root, kickoff=text,
             script=script, notes=notes, assigned_at=_now()))
 
+    def index_in_background(self, repo: str, worktree: str | None = None, base: str | None = None) -> None:
+        """Ask the indexer to index the project (and a pulse's worktree: its embedding scope), without waiting.
+
+        Best effort: without an indexer, ``semantic_search`` tells the agent the index is missing.
+        """
+        async def index() -> None:
+            try:
+                project = await request(self.nc, subjects.request("indexer", "index_project"),
+                                        IndexProject(path=repo), IndexAccepted, timeout=self.settings.request_timeout)
+                if worktree is not None:
+                    await request(self.nc, subjects.request("indexer", "index_worktree"),
+                                  IndexWorktree(project=project.project, worktree=worktree, base=base),
+                                  IndexAccepted, timeout=self.settings.request_timeout)
+            except RemoteError as exc:
+                log.info("indexing %s skipped: %s", worktree or repo, exc.message)
+
+        task = asyncio.create_task(index())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def start_session(self, workflow_id: str, step: str) -> None:
         wf = await self.orch.read(workflow_id)
         s = wf.sessions[step]
@@ -278,6 +301,11 @@ class WorkflowDriver:
                                workflow_id=workflow_id, script=s["script"], notes=s["notes"])
         await self._ask("agent_runner", "start_session", command, TurnAccepted)
         await self._record(workflow_id, lambda w: w.confirm_session(step=step))
+        if step == "scoping":
+            self.index_in_background(wf.repo)
+        elif step.startswith("pulse:"):
+            run = wf.run(step.split(":", 1)[1])
+            self.index_in_background(wf.repo, s["root"], run["base_commit"])
 
     async def deliver(self, workflow_id: str, message: dict[str, Any]) -> None:
         command = SendMessage(session_id=message["session_id"], text=message["text"],
