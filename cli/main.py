@@ -18,6 +18,8 @@ COMMAND_MODULES = (
     "autarch.cli.tools_cmd",
     "autarch.cli.indexer_cmd",
     "autarch.cli.model_cmd",
+    "autarch.cli.workflow_cmd",
+    "autarch.cli.watch_cmd",
 )
 """Modules that contribute subcommands, in the order ``--help`` lists them."""
 

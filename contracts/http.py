@@ -6,7 +6,14 @@ from typing import Annotated
 
 import msgspec
 
-__all__ = ["ChannelSessionBody", "CreateWorkflowBody", "Health", "ServiceHealth", "SessionMessageBody"]
+__all__ = [
+    "ChannelSessionBody",
+    "CreateWorkflowBody",
+    "Health",
+    "ServiceHealth",
+    "SessionMessageBody",
+    "StopSessionBody",
+]
 
 SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
 
@@ -56,3 +63,11 @@ class Health(msgspec.Struct, kw_only=True):
     """``ok`` when NATS and every expected service answer, else ``degraded``."""
     nats: bool
     services: dict[str, ServiceHealth]
+
+
+class StopSessionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/sessions/{id}/stop`` (optional body)."""
+
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)] = "stopped by user"
+    close: bool = False
+    """Also close the session: it takes no more messages (``session:completed``)."""

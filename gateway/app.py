@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import uuid
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
@@ -18,14 +17,16 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.http import CreateWorkflowBody, Health
 from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, ListWorkflows, WorkflowList, WorkflowView
 from autarch.runtime.bus import close_quietly, connect, ensure_event_stream
-from autarch.runtime.errors import RemoteError
 from autarch.runtime.settings import Settings
 from autarch.runtime.token import ensure_token
 
 from .auth import NO_AUTH, token_guard
+from .control_routes import CONTROL_ROUTES
 from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
 from .orchestrator_client import ask_orchestrator, nc_of
+from .params import bad_request, resolve_repo
+from .session_routes import SESSION_ROUTES
 from .sse import event_stream
 from .workflow_routes import WORKFLOW_ROUTES
 
@@ -35,19 +36,6 @@ __all__ = ["create_app"]
 _IDEMPOTENCY_NS = uuid.UUID("6f0b7c1e-3a51-4d5e-9a57-5a3c2f0e8b11")
 
 
-def _bad_request(message: str, **details: Any) -> RemoteError:
-    return RemoteError(ErrorReply(code=ErrorCode.BAD_REQUEST, message=message, details=details), subject="-")
-
-
-def _resolve_repo(given: str) -> Path:
-    repo = Path(given).expanduser()
-    if not repo.is_absolute():
-        repo = Path.cwd() / repo
-    if not repo.is_dir():
-        raise _bad_request(f"repo {given!r} is not a directory", field="repo")
-    return repo.resolve()
-
-
 @post("/api/workflows", status_code=201, summary="Create a workflow", tags=["workflows"])
 async def create_workflow(
     data: CreateWorkflowBody,
@@ -55,7 +43,7 @@ async def create_workflow(
     idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key", required=False)] = None,
 ) -> WorkflowView:
     """Start a workflow for ``repo``. Send ``Idempotency-Key`` to make retries safe."""
-    repo = _resolve_repo(data.repo)
+    repo = resolve_repo(data.repo)
     workflow_id = str(uuid.uuid5(_IDEMPOTENCY_NS, idempotency_key) if idempotency_key else uuid.uuid4())
     command = CreateWorkflow(
         workflow_id=workflow_id, title=data.title, request=data.request, repo=str(repo),
@@ -71,12 +59,14 @@ async def list_workflows(
     limit: Annotated[int, Parameter(ge=1, le=10_000)] = 1000,
     offset: Annotated[int, Parameter(ge=0)] = 0,
 ) -> WorkflowList:
+    """``{"items": [...], "total": N}``: the workflows in creation order, ``limit`` of them from ``offset``."""
     query = ListWorkflows(limit=limit, offset=offset)
     return await ask_orchestrator(state, "list_workflows", query, WorkflowList, idempotent=True)
 
 
 @get("/api/workflows/{workflow_id:str}", summary="Get one workflow", tags=["workflows"])
 async def get_workflow(workflow_id: str, state: State) -> WorkflowView | Response[ErrorReply]:
+    """The workflow's stage, status, halt, path, branch and counts. 404 for an unknown or malformed id."""
     try:
         uuid.UUID(workflow_id)
     except ValueError:
@@ -97,13 +87,13 @@ async def events(
     last_event_id = request.headers.get("last-event-id")
     if last_event_id:
         if not last_event_id.isdigit():
-            raise _bad_request(f"Last-Event-ID must be a stream sequence, got {last_event_id!r}", field="Last-Event-ID")
+            raise bad_request(f"Last-Event-ID must be a stream sequence, got {last_event_id!r}", field="Last-Event-ID")
         after = int(last_event_id)
     if workflow is not None:
         try:
             workflow = str(uuid.UUID(workflow))
         except ValueError:
-            raise _bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow") from None
+            raise bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow") from None
     settings: Settings = state["settings"]
     stream = event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive)
     return ServerSentEvent(stream)
@@ -111,6 +101,7 @@ async def events(
 
 @get("/healthz", summary="Health of NATS and every service", tags=["health"], opt=NO_AUTH)
 async def healthz(state: State) -> Response[Health]:
+    """200 when NATS and every expected service answer ``$SRV.PING``, else 503. No token needed."""
     health = await check_health(state.get("nc"), list(state["expected_services"]))
     return Response(health, status_code=200 if health.status == "ok" else 503)
 
@@ -132,7 +123,10 @@ def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orc
             await close_quietly(app.state["nc"])
 
     return Litestar(
-        route_handlers=[create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, events, healthz],
+        route_handlers=[
+            create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *CONTROL_ROUTES, *SESSION_ROUTES,
+            events, healthz,
+        ],
         guards=[token_guard(token)],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=[nats_connection],
@@ -143,6 +137,7 @@ def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orc
             description="Turn a developer's request into reviewed, committed code. Bearer token required "
             "(see <data dir>/token) except on /healthz.",
             path="/schema",
+            use_handler_docstrings=True,
             render_plugins=[SwaggerRenderPlugin()],
         ),
     )

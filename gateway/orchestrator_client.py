@@ -1,4 +1,4 @@
-"""The gateway's client of the orchestrator: typed requests that ride out a restart when it is safe."""
+"""The gateway's client of the services: typed requests that ride out a restart when it is safe."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request as nats_request
 from autarch.runtime.settings import Settings
 
-__all__ = ["ask_orchestrator", "nc_of"]
+__all__ = ["ask_orchestrator", "ask_service", "nc_of"]
 
 _RETRYABLE = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
 
@@ -27,10 +27,16 @@ def nc_of(state: State) -> Client:
     return nc
 
 
-async def ask_orchestrator(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
-    """Ask the orchestrator; idempotent requests ride out a restart (retried until the deadline)."""
+async def ask_service(
+    state: State, service: str, verb: str, payload: Any, reply_type: type, *, idempotent: bool
+) -> Any:
+    """Ask ``service``; idempotent requests ride out a restart (retried until the deadline).
+
+    A request that is not idempotent is sent once: ``timeout`` then means "maybe done", and only the
+    client can tell whether to try again.
+    """
     settings: Settings = state["settings"]
-    subject = subjects.request("orchestrator", verb)
+    subject = subjects.request(service, verb)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (3 * settings.request_timeout if idempotent else 0)
     while True:
@@ -43,3 +49,8 @@ async def ask_orchestrator(state: State, verb: str, payload: Any, reply_type: ty
             if not idempotent or exc.code not in _RETRYABLE or loop.time() >= deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+async def ask_orchestrator(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+    """Ask the orchestrator (see :func:`ask_service`)."""
+    return await ask_service(state, "orchestrator", verb, payload, reply_type, idempotent=idempotent)

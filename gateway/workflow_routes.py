@@ -24,24 +24,26 @@ from autarch.runtime.errors import RemoteError
 from .errors import STATUS_OF, error_response
 from .orchestrator_client import ask_orchestrator
 
-__all__ = ["WORKFLOW_ROUTES"]
+__all__ = ["WORKFLOW_ROUTES", "lifecycle", "not_found", "workflow_id_of"]
 
 _STATUS = {**STATUS_OF, WorkflowErrorCode.INVALID_PLAN: 400, **dict.fromkeys(WorkflowErrorCode.CONFLICTS, 409)}
 """Lifecycle codes: "not in this state" is 409 whatever the precise code (the code says which)."""
 
 
-def _workflow_id(given: str) -> str | None:
+def workflow_id_of(given: str) -> str | None:
+    """The canonical workflow id, or None when ``given`` is not a UUID (answered 404)."""
     try:
         return str(uuid.UUID(given))
     except ValueError:
         return None
 
 
-def _not_found(given: str) -> Response[ErrorReply]:
+def not_found(given: str) -> Response[ErrorReply]:
     return error_response(ErrorReply(code=ErrorCode.NOT_FOUND, message=f"no workflow {given}"))
 
 
-async def _lifecycle(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+async def lifecycle(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+    """Ask the orchestrator; a typed error becomes its HTTP answer (conflicts 409, unknown codes 500)."""
     try:
         return await ask_orchestrator(state, verb, payload, reply_type, idempotent=idempotent)
     except RemoteError as exc:
@@ -56,12 +58,12 @@ async def approve_workflow(
     """Move the workflow to its next stage. At scope approval, ``path`` chooses ``quick`` or ``full``
     (default: the scope card's ``recommended_path``). 409 when nothing awaits approval (``not_awaiting_approval``)
     or ``path`` is given at another stage (``wrong_stage``)."""
-    wf = _workflow_id(workflow_id)
+    wf = workflow_id_of(workflow_id)
     if wf is None:
-        return _not_found(workflow_id)
+        return not_found(workflow_id)
     command = ApproveWorkflow(workflow_id=wf, path=data.path if data else None)
     # Not retried: a second approve after a lost reply would approve the next stage's card too.
-    return await _lifecycle(state, "approve", command, WorkflowView, idempotent=False)
+    return await lifecycle(state, "approve", command, WorkflowView, idempotent=False)
 
 
 @post("/api/workflows/{workflow_id:str}/request-changes", status_code=200,
@@ -70,21 +72,21 @@ async def request_changes(
     workflow_id: str, state: State, data: RequestChangesBody
 ) -> WorkflowView | Response[ErrorReply]:
     """Record the feedback; the stage's agent revises and resubmits. 409 when nothing awaits approval."""
-    wf = _workflow_id(workflow_id)
+    wf = workflow_id_of(workflow_id)
     if wf is None:
-        return _not_found(workflow_id)
+        return not_found(workflow_id)
     command = RequestChanges(workflow_id=wf, feedback=data.feedback)
-    return await _lifecycle(state, "request_changes", command, WorkflowView, idempotent=False)
+    return await lifecycle(state, "request_changes", command, WorkflowView, idempotent=False)
 
 
 @get("/api/workflows/{workflow_id:str}/artifacts", summary="The workflow's cards, notes and baselines",
      tags=["workflows"])
 async def get_artifacts(workflow_id: str, state: State) -> WorkflowArtifacts | Response[ErrorReply]:
     """Scope, research, plan and review cards (the latest submission of each), pulses, notes, baselines."""
-    wf = _workflow_id(workflow_id)
+    wf = workflow_id_of(workflow_id)
     if wf is None:
-        return _not_found(workflow_id)
-    return await _lifecycle(state, "get_artifacts", GetArtifacts(workflow_id=wf), WorkflowArtifacts,
+        return not_found(workflow_id)
+    return await lifecycle(state, "get_artifacts", GetArtifacts(workflow_id=wf), WorkflowArtifacts,
                             idempotent=True)
 
 

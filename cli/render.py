@@ -1,0 +1,340 @@
+"""What ``autarch watch`` prints: one readable line per event, and the server-sent-events parser it reads.
+
+:func:`render_event` is pure (an event as decoded from the stream → a line, or None for events not worth
+a line); :class:`Watch` adds what needs memory: which step each session works for, and the running
+token/cost totals. :func:`parse_sse` turns the lines of a ``text/event-stream`` into messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "TERMINAL_EVENTS",
+    "SseComment",
+    "SseMessage",
+    "Watch",
+    "approval_hint",
+    "card_summary",
+    "halt_hint",
+    "parse_sse",
+    "render_event",
+    "short_input",
+]
+
+TERMINAL_EVENTS = frozenset({"workflow:completed", "workflow:abandoned"})
+"""After one of these the workflow records nothing more: ``watch`` exits."""
+
+_CMD = "autarch workflow"
+
+
+# --- server-sent events ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SseMessage:
+    event: str
+    data: str
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class SseComment:
+    text: str
+
+
+def parse_sse(lines: Iterable[str]) -> Iterator[SseMessage | SseComment]:
+    """Messages (and comments, e.g. ``connected`` and ``keep-alive``) of a ``text/event-stream``.
+
+    Follows the HTML spec's rules: ``field: value`` lines (one leading space dropped), several ``data``
+    lines joined with newlines, a blank line dispatches, a message without data is dropped.
+    """
+    event, data, last_id = "", [], None
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line:
+            if data:
+                yield SseMessage(event=event or "message", data="\n".join(data), id=last_id)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            yield SseComment(line[1:].strip())
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+        elif name == "id" and "\0" not in value:
+            last_id = value
+    # A stream cut before its final blank line dispatches nothing (as in browsers).
+
+
+# --- formatting helpers ---------------------------------------------------------------------------------
+
+
+def _cut(text: Any, limit: int = 100) -> str:
+    """One line of at most ``limit`` characters."""
+    one = " ".join(str(text).split())
+    return one if len(one) <= limit else one[: limit - 1] + "…"
+
+
+def _first_line(text: Any, limit: int = 100) -> str:
+    lines = str(text).strip().splitlines()
+    return _cut(lines[0] if lines else "", limit)
+
+
+def _time(event: Mapping[str, Any]) -> str:
+    at = event.get("occurred_at")
+    try:
+        return datetime.fromisoformat(str(at).replace("Z", "+00:00")).astimezone().strftime("%H:%M:%S")
+    except (TypeError, ValueError):
+        return "--:--:--"
+
+
+def _tokens(n: int) -> str:
+    return f"{n:,}"
+
+
+_PREFERRED_KEYS = ("path", "file_path", "command", "pattern", "query", "url", "old_str", "glob", "name")
+
+
+def short_input(tool_input: Any, limit: int = 70) -> str:
+    """A tool call's input in a few characters: the telling arguments first (``path=…``), ``reason`` last."""
+    if not isinstance(tool_input, Mapping) or not tool_input:
+        return ""
+    keys = sorted(tool_input, key=lambda k: (k not in _PREFERRED_KEYS, k == "reason",
+                                            _PREFERRED_KEYS.index(k) if k in _PREFERRED_KEYS else 0))
+    parts = []
+    for key in keys:
+        value = tool_input[key]
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        parts.append(f"{key}={_cut(shown, 40)}")
+    return _cut(" ".join(parts), limit)
+
+
+def card_summary(stage: str, card: Mapping[str, Any]) -> str:
+    """One line about a stage's card (the artifact of ``workflow:approval_needed``)."""
+    if stage == "scoping":
+        title = card.get("title", "?")
+        ins, outs = len(card.get("in_scope") or []), len(card.get("out_of_scope") or [])
+        return f"scope “{_cut(title, 60)}”: {ins} in scope, {outs} out; recommends {card.get('recommended_path', '?')}"
+    if stage == "research":
+        files = len(card.get("keyFiles") or [])
+        return f"research: {_first_line(card.get('summary', ''), 80)} ({files} key file{'s' if files != 1 else ''})"
+    if stage == "planning":
+        pulses = [p.get("id", "?") for p in card.get("pulses") or [] if isinstance(p, Mapping)]
+        return (f"plan: {_first_line(card.get('approachSummary', ''), 70)} "
+                f"({len(pulses)} pulse{'s' if len(pulses) != 1 else ''}: {', '.join(pulses)})")
+    if stage == "review":
+        summary = card.get("summary")
+        return f"review: recommends {card.get('recommendation', '?')}" + (f" — {_cut(summary, 80)}" if summary else "")
+    return f"{stage} card"
+
+
+def _questions(details: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for n, q in enumerate(details.get("questions") or [], 1):
+        if not isinstance(q, Mapping):
+            continue
+        options = q.get("options") or []
+        kind = q.get("type", "free_text")
+        choice = f" [{' / '.join(str(o) for o in options)}]" if options else ""
+        kind_note = f" ({kind})" if kind != "free_text" else ""
+        lines.append(f"    {n}. {_cut(q.get('prompt', ''), 120)}{choice}{kind_note}")
+    return lines
+
+
+def approval_hint(workflow_id: str, stage: str = "") -> str:
+    """The commands that answer a card awaiting approval."""
+    options = " [--path quick|full]" if stage == "scoping" else ""
+    return f"{_CMD} approve {workflow_id}{options}   or   {_CMD} request-changes {workflow_id} FEEDBACK"
+
+
+def halt_hint(workflow_id: str, reason: str) -> str:
+    """The command that lets a workflow halted for ``reason`` go on."""
+    if reason == "questions":
+        return f"{_CMD} answer {workflow_id} ANSWER..."
+    if reason == "extension_requested":
+        return f"{_CMD} approve-extension {workflow_id}"
+    return f"{_CMD} resume {workflow_id} [--message TEXT]"
+
+
+# --- events ---------------------------------------------------------------------------------------------
+
+
+def _label(event: Mapping[str, Any], sessions: Mapping[str, str]) -> str:
+    sid = str(event.get("session_id", ""))
+    return f"[{sessions.get(sid) or 'session ' + sid[:8]}] "
+
+
+def _workflow_line(kind: str, e: Mapping[str, Any]) -> str | None:
+    wf = e.get("workflow_id", "?")
+    if kind == "created":
+        return f"created “{_cut(e.get('title', ''), 60)}” on {e.get('repo')} (base {e.get('base_branch')})"
+    if kind == "stage_changed":
+        path = f" (path {e['path']})" if e.get("path") else ""
+        return f"stage {e.get('from_stage')} → {e.get('to_stage')}{path}"
+    if kind == "approval_needed":
+        stage = str(e.get("stage", ""))
+        return f"APPROVAL NEEDED — {card_summary(stage, e.get('artifact') or {})}\n    → {approval_hint(wf, stage)}"
+    if kind == "changes_requested":
+        return f"changes requested for {e.get('stage')}: {_cut(e.get('feedback', ''), 100)}"
+    if kind == "completed":
+        rec = e.get("recommendation")
+        return "workflow completed" + (f" (review recommended {rec})" if rec else "")
+    if kind == "error":
+        return f"ERROR in {e.get('stage')}: {_cut(e.get('message', ''), 200)}"
+    if kind == "note_taken":
+        return f"note ({e.get('stage')}): {_cut(e.get('note', ''), 100)}"
+    if kind == "baseline_recorded":
+        return f"baseline ({e.get('source')} {e.get('issue_type')}): {_cut(e.get('pattern', ''), 80)}"
+    if kind == "review_comment_added":
+        where = e.get("file_path") or "(whole change)"
+        if e.get("start_line") is not None:
+            end = e.get("end_line")
+            where += f":{e['start_line']}" + (f"-{end}" if end not in (None, e["start_line"]) else "")
+        return f"review comment [{e.get('severity')} {e.get('category')}] {where}: {_cut(e.get('description', ''), 90)}"
+    if kind == "session_assigned":
+        return f"session {str(e.get('session_id', ''))[:8]} assigned to {e.get('step')} ({e.get('role')})"
+    if kind == "halted":
+        reason = str(e.get("reason", ""))
+        pulse = f" in {e['pulse_id']}" if e.get("pulse_id") else ""
+        lines = [f"HALTED ({reason}){pulse}: {_cut(e.get('message', ''), 160)}"]
+        if reason == "questions":
+            lines += _questions(e.get("details") or {})
+        lines.append(f"    → {halt_hint(str(wf), reason)}")
+        return "\n".join(lines)
+    if kind == "resumed":
+        message = e.get("message")
+        return f"resumed ({e.get('reason')})" + (f": {_cut(message, 100)}" if message else "")
+    if kind == "abandoned":
+        return f"ABANDONED in {e.get('stage')}: {_cut(e.get('reason', ''), 200)}"
+    return None
+
+
+def _preflight_line(kind: str, e: Mapping[str, Any]) -> str | None:
+    if kind == "started":
+        return (f"preflight started: branch {e.get('branch')} from {str(e.get('base_commit', ''))[:8]} "
+                f"(worktree {e.get('worktree_path')})")
+    if kind == "completed":
+        if e.get("status") != "completed":
+            return f"preflight FAILED: {_cut(e.get('error') or e.get('summary') or '', 160)}"
+        build = {True: "build ok", False: "build FAILING", None: "build not checked"}[e.get("build_success")]
+        n = e.get("baselines_recorded", 0)
+        return (f"preflight completed: {_cut(e.get('summary') or '', 80)}; {build}; "
+                f"{n} baseline{'s' if n != 1 else ''}")
+    return None
+
+
+def _pulse_line(kind: str, e: Mapping[str, Any]) -> str | None:
+    pulse = e.get("pulse_id", "?")
+    if kind == "started":
+        attempt = e.get("attempt", 1)
+        again = f" (attempt {attempt})" if attempt and attempt > 1 else ""
+        return f"pulse {pulse} started{again}: {_cut(e.get('title', ''), 80)}"
+    if kind == "completion_rejected":
+        failures = "; ".join(_cut(f, 60) for f in e.get("failures") or [])
+        hatch = " (told about unresolvedIssues)" if e.get("escape_hatch") else ""
+        return f"pulse {pulse}: completion rejected #{e.get('rejections')}{hatch}: {_cut(failures, 140)}"
+    if kind == "completed":
+        status = e.get("status")
+        commit = str(e.get("commit") or "")[:8]
+        if status == "succeeded":
+            issues = len(e.get("unresolved_issues") or [])
+            extra = ""
+            if e.get("has_unresolved_issues"):
+                extra = f" ({issues} unresolved issue{'s' if issues != 1 else ''})"
+            summary = _first_line(e.get("description") or "", 80)
+            return f"pulse {pulse} succeeded: commit {commit or '?'} — {summary}{extra}"
+        checkpoint = f" (recovery checkpoint {commit})" if commit else ""
+        if status == "stopped":
+            return f"pulse {pulse} stopped{checkpoint}"
+        return f"pulse {pulse} FAILED{checkpoint}: {_cut(e.get('failure_reason') or '', 140)}"
+    return None
+
+
+def _session_line(kind: str, e: Mapping[str, Any], sessions: Mapping[str, str]) -> str | None:
+    label = _label(e, sessions)
+    if kind == "session:started":
+        return f"{label}session started ({e.get('role')}, {e.get('model')})"
+    if kind == "session:completed":
+        return f"{label}session closed: {_cut(e.get('reason', ''), 80)}"
+    if kind == "session:error":
+        return f"{label}session ERROR: {_cut(e.get('message', ''), 200)}"
+    if kind == "turn:started":
+        if not e.get("index"):
+            return None  # the kickoff: the session_assigned/session_started lines already say what runs
+        return f"{label}message: {_cut(e.get('text', ''), 100)}"
+    if kind == "turn:tool_started":
+        shown = short_input(e.get("input"))
+        return f"{label}{e.get('tool')}" + (f" {shown}" if shown else "")
+    if kind == "turn:tool_completed":
+        if not e.get("is_error"):
+            return None
+        return f"{label}{e.get('tool')} failed: {_first_line(e.get('output', ''), 120)}"
+    if kind == "turn:completed":
+        outcome = str(e.get("outcome", ""))
+        if outcome == "block" and e.get("tool"):
+            outcome = f"{outcome} {e['tool']}"
+        elif e.get("detail"):
+            outcome = f"{outcome}: {_cut(e['detail'], 80)}"
+        tokens_in = (e.get("input_tokens", 0) + e.get("cache_read_input_tokens", 0)
+                     + e.get("cache_creation_input_tokens", 0))
+        calls = e.get("tool_calls", 0)
+        return (f"{label}turn done ({outcome}): {_tokens(tokens_in)} in / {_tokens(e.get('output_tokens', 0))} out "
+                f"tokens, ${e.get('cost_usd', 0.0):.4f}, {calls} tool call{'s' if calls != 1 else ''}")
+    return None
+
+
+def render_event(event: Mapping[str, Any], sessions: Mapping[str, str] | None = None) -> str | None:
+    """One line (``HH:MM:SS  text``; rarely a few indented more) for ``event``, or None when it is not shown.
+
+    ``sessions`` maps session ids to the workflow step they work for (from ``workflow:session_assigned``),
+    used to label session and turn events; without it they are labelled by the session id.
+    """
+    kind = str(event.get("type", ""))
+    family, _, name = kind.partition(":")
+    if family in ("session", "turn"):
+        # Hidden when None on purpose (kickoff turns, tool calls that worked).
+        text = _session_line(kind, event, sessions or {})
+        return None if text is None else f"{_time(event)}  {text}"
+    renderers = {"workflow": _workflow_line, "preflight": _preflight_line, "pulse": _pulse_line}
+    text = renderers[family](name, event) if family in renderers else None
+    # An event this version does not know still gets a line: its type.
+    return f"{_time(event)}  {text or kind or '(event without a type)'}"
+
+
+# --- a watch, with memory -------------------------------------------------------------------------------
+
+
+@dataclass
+class Watch:
+    """Feeds events to :func:`render_event` with the session labels and keeps the running totals."""
+
+    sessions: dict[str, str] = field(default_factory=dict)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    turns: int = 0
+
+    def feed(self, event: Mapping[str, Any]) -> str | None:
+        kind = event.get("type")
+        if kind == "workflow:session_assigned" and event.get("session_id"):
+            self.sessions[str(event["session_id"])] = str(event.get("step", ""))
+        line = render_event(event, self.sessions)
+        if kind == "turn:completed":
+            self.turns += 1
+            self.tokens += sum(int(event.get(k, 0) or 0) for k in (
+                "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+            self.cost_usd += float(event.get("cost_usd", 0.0) or 0.0)
+            if line is not None:
+                line += f"  [total {self.total()}]"
+        return line
+
+    def total(self) -> str:
+        return f"{_tokens(self.tokens)} tokens, ${self.cost_usd:.4f}"

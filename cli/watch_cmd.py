@@ -1,0 +1,128 @@
+"""``autarch watch ID``: follow one workflow live, a readable line per event, until it completes.
+
+Reads ``GET /api/events?workflow=ID`` (server-sent events). A dropped connection is resumed from the
+last event seen (``since``), so nothing is missed or shown twice. Exits 0 on ``workflow:completed`` or
+``workflow:abandoned`` (at once when the workflow had already ended), 1 on errors, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .gateway_client import CliError, GatewayClient, GatewayError, GatewayUnreachable, add_connection_arguments
+from .render import TERMINAL_EVENTS, SseComment, Watch, approval_hint, halt_hint, parse_sse
+from .workflow_cmd import gateway_command
+
+__all__ = ["follow", "register"]
+
+
+def _finished(view: dict[str, Any]) -> bool:
+    return view.get("stage") == "done" or view.get("status") in ("done", "abandoned")
+
+
+def _header(view: dict[str, Any], *, from_start: bool) -> str:
+    status = (view.get("status") or "active").replace("_", " ")
+    line = f"watching “{view['title']}” ({view['id']}): stage {view['stage']}, {status}"
+    if not from_start:
+        line += "  (new events only; --from-start replays the history)"
+    halt = view.get("halt")
+    if halt:
+        reason = halt.get("reason", "")
+        line += f"\n  halted ({reason}): {halt.get('message', '')}\n  → {halt_hint(view['id'], reason)}"
+    elif view.get("awaiting_approval"):
+        line += f"\n  awaiting your approval → {approval_hint(view['id'], view['stage'])}"
+    return line
+
+
+def follow(
+    client: GatewayClient,
+    workflow_id: str,
+    *,
+    from_start: bool = False,
+    out: Callable[[str], None] = print,
+    reconnect_for: float = 60.0,
+) -> int:
+    """Print ``workflow_id``'s events until it completes or is abandoned; 0 then."""
+    import httpx
+
+    watch = Watch()
+    since: int | None = 0 if from_start else None
+    check_state = not from_start  # once live: had it already ended before we subscribed?
+    connected_once = False
+    lost_at: float | None = None
+    while True:
+        try:
+            with client.events(workflow=workflow_id, since=since) as lines:
+                for message in parse_sse(lines):
+                    if isinstance(message, SseComment):
+                        if message.text != "connected":
+                            continue
+                        connected_once, lost_at = True, None
+                        if check_state:
+                            check_state = False
+                            view = client.get(f"/api/workflows/{workflow_id}")
+                            if _finished(view):
+                                out(f"workflow already ended: stage {view['stage']}, {view.get('status', '')}")
+                                return 0
+                        continue
+                    if message.id and message.id.isdigit():
+                        since = int(message.id)
+                    try:
+                        event = json.loads(message.data)
+                    except ValueError:
+                        continue
+                    if not isinstance(event, dict):
+                        continue
+                    event.setdefault("type", message.event)
+                    line = watch.feed(event)
+                    if line is not None:
+                        out(line)
+                    if event["type"] in TERMINAL_EVENTS:
+                        if watch.turns:
+                            out(f"total: {watch.turns} turn{'s' if watch.turns != 1 else ''}, {watch.total()}")
+                        return 0
+            problem = "the gateway closed the stream"
+        except GatewayUnreachable as exc:
+            if not connected_once:
+                raise
+            problem = exc.message
+        except GatewayError as exc:
+            # A gateway restarting (or not yet connected to NATS) answers 503 for a moment.
+            if not connected_once or exc.status not in (502, 503, 504):
+                raise
+            problem = exc.message
+        except httpx.HTTPError as exc:
+            problem = f"connection lost ({type(exc).__name__})"
+        now = time.monotonic()
+        lost_at = lost_at or now
+        if now - lost_at > reconnect_for:
+            raise CliError(f"{problem}; gave up after {reconnect_for:g}s of reconnecting")
+        print(f"autarch watch: {problem}; reconnecting…", file=sys.stderr, flush=True)
+        if since is None:
+            check_state = True  # nothing seen yet: look at the state again once live
+        time.sleep(min(2.0, 0.25 + (now - lost_at) / 4))
+
+
+def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:
+    wf = client.workflow_id(args.workflow_id)
+    view = client.get(f"/api/workflows/{wf}")
+    print(_header(view, from_start=args.from_start), flush=True)
+    return follow(client, wf, from_start=args.from_start, out=lambda line: print(line, flush=True))
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    watch = sub.add_parser(
+        "watch", help="follow a workflow live until it completes",
+        description="Follow a workflow's events live: stages, approvals, sessions, tool calls, turns with tokens "
+        "and cost, pulses and their commits, halts and the command that continues them. Exits 0 when the "
+        "workflow completes or is abandoned.",
+    )
+    watch.add_argument("workflow_id", metavar="ID", help="the workflow (or a unique prefix of its id)")
+    watch.add_argument("--from-start", action="store_true", help="replay the workflow's events from the beginning")
+    add_connection_arguments(watch)
+    watch.set_defaults(handler=gateway_command(cmd_watch))

@@ -1,0 +1,272 @@
+"""``autarch workflow …``: create, list, inspect and steer workflows through the gateway's HTTP API.
+
+Every command takes ``--url``, ``--token-file`` and ``--data-dir`` (see :mod:`.gateway_client`). A
+workflow id may be shortened to a unique prefix (``99f31dc9``). Errors are printed as
+``autarch: <code>: <message>`` with exit code 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .gateway_client import CliError, GatewayClient, add_connection_arguments, connection_from_args, print_json
+from .render import approval_hint, card_summary, halt_hint
+
+__all__ = ["describe", "gateway_command", "register", "show_lines"]
+
+Action = Callable[[GatewayClient, argparse.Namespace], int | None]
+
+
+def gateway_command(action: Action) -> Callable[[argparse.Namespace], int]:
+    """A handler running ``action`` with a client of the gateway; a :class:`CliError` goes to stderr."""
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            with GatewayClient(connection_from_args(args)) as client:
+                return int(action(client, args) or 0)
+        except CliError as exc:
+            print(f"autarch: {exc.message}", file=sys.stderr)
+            return exc.exit_code
+
+    return handler
+
+
+def _status(view: dict[str, Any]) -> str:
+    status = view.get("status") or ("awaiting_approval" if view.get("awaiting_approval") else "active")
+    return status.replace("_", " ")
+
+
+def describe(view: dict[str, Any]) -> str:
+    """One line: the workflow's id, stage and status (and what it waits for)."""
+    line = f"{view['id']}  stage {view['stage']}, {_status(view)}"
+    halt = view.get("halt")
+    if halt:
+        reason = halt.get("reason", "")
+        line += f" ({reason}): {halt.get('message', '')}\n  → {halt_hint(view['id'], reason)}"
+    elif view.get("awaiting_approval"):
+        line += f"\n  → {approval_hint(view['id'], view['stage'])}"
+    return line
+
+
+# --- new, list, show ------------------------------------------------------------------------------------
+
+
+def cmd_new(client: GatewayClient, args: argparse.Namespace) -> int:
+    repo = Path(args.repo).expanduser().resolve()
+    body: dict[str, Any] = {"title": args.title, "request": " ".join(args.request), "repo": str(repo)}
+    for key in ("base_branch", "branch", "script"):
+        if getattr(args, key):
+            body[key] = getattr(args, key)
+    view = client.post("/api/workflows", body)
+    if args.json:
+        print_json(view)
+    else:
+        print(f"{view['id']}  {view['stage']}")
+        print(f"  follow it:  autarch watch {view['id']}")
+    return 0
+
+
+def cmd_list(client: GatewayClient, args: argparse.Namespace) -> int:
+    listed = client.get("/api/workflows", limit=10_000)
+    if args.json:
+        print_json(listed)
+        return 0
+    items = listed.get("items", [])
+    if not items:
+        print("no workflows")
+        return 0
+    rows = [(w["id"], w["stage"], _status(w), w.get("updated_at", "")[:19].replace("T", " "), w["title"])
+            for w in items]
+    header = ("ID", "STAGE", "STATUS", "UPDATED (UTC)", "TITLE")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]
+    for row in (header, *rows):
+        print("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + str(row[4]))
+    return 0
+
+
+def _pulse_rows(artifacts: dict[str, Any]) -> list[str]:
+    runs = artifacts.get("pulse_runs") or []
+    if runs:
+        rows = []
+        for run in runs:
+            commit = str(run.get("checkpoint_commit") or "")[:8]
+            extra = run.get("description") or run.get("failure_reason") or run.get("title") or ""
+            flag = " (recovery checkpoint)" if run.get("is_recovery_checkpoint") else ""
+            if run.get("has_unresolved_issues"):
+                flag += f" ({len(run.get('unresolved_issues') or [])} unresolved issues)"
+            rows.append(f"{run['id']:<14} {run.get('status', '?'):<10} {commit or '-':<8}  {extra}{flag}")
+        return rows
+    # Before execution starts only the plan's pulses exist.
+    return [f"{p.get('id', '?'):<14} {'planned':<10} {'-':<8}  {p.get('title', '')}"
+            for p in artifacts.get("pulses") or []]
+
+
+def show_lines(view: dict[str, Any], artifacts: dict[str, Any]) -> list[str]:
+    """What ``workflow show`` prints for a workflow and its artifacts."""
+    lines = [f"{view['title']}  ({view['id']})"]
+
+    def add(label: str, text: Any) -> None:
+        lines.append(f"  {label:<10}{text}")
+
+    add("request", " ".join(str(view.get("request", "")).split())[:200])
+    branch = f" → branch {view['branch']}" if view.get("branch") else ""
+    add("repo", f"{view['repo']} (base {view['base_branch']}{branch})")
+    add("stage", f"{view['stage']}, {_status(view)}" + (f", path {view['path']}" if view.get("path") else ""))
+    halt = view.get("halt")
+    if halt:
+        pulse = f" in {halt['pulse_id']}" if halt.get("pulse_id") else ""
+        add("halted", f"{halt.get('reason')}{pulse}: {halt.get('message', '')}")
+        for n, q in enumerate((halt.get("details") or {}).get("questions") or [], 1):
+            options = f" [{' / '.join(map(str, q.get('options') or []))}]" if q.get("options") else ""
+            add("", f"  {n}. {q.get('prompt', '')}{options}")
+        add("", f"→ {halt_hint(view['id'], halt.get('reason', ''))}")
+    elif view.get("awaiting_approval"):
+        add("waiting", "your approval")
+        add("", f"→ {approval_hint(view['id'], view['stage'])}")
+    if view.get("last_error"):
+        add("error", view["last_error"])
+    if view.get("last_feedback"):
+        add("feedback", view["last_feedback"])
+    pulses = _pulse_rows(artifacts)
+    if pulses:
+        add("pulses", pulses[0])
+        for row in pulses[1:]:
+            add("", row)
+    preflight = artifacts.get("preflight")
+    if preflight:
+        text = str(preflight.get("status"))
+        if preflight.get("summary"):
+            text += f": {preflight['summary']}"
+        if preflight.get("error"):
+            text += f" ({preflight['error']})"
+        add("preflight", text)
+    for stage, key in (("scoping", "scope"), ("research", "research"), ("planning", "plan")):
+        if artifacts.get(key):
+            add(key, card_summary(stage, artifacts[key]))
+    review = artifacts.get("review")
+    if review:
+        comments = len(review.get("comments") or [])
+        text = card_summary("review", review) if review.get("recommendation") else "in progress"
+        add("review", f"{text} ({comments} comment{'s' if comments != 1 else ''})")
+    counts = [f"{view.get(k, 0)} {k.removesuffix('_count').replace('_', ' ')}" for k in ("notes_count",
+                                                                                          "baselines_count")]
+    add("recorded", ", ".join(counts))
+    return lines
+
+
+def cmd_show(client: GatewayClient, args: argparse.Namespace) -> int:
+    wf = client.workflow_id(args.workflow_id)
+    view = client.get(f"/api/workflows/{wf}")
+    artifacts = client.get(f"/api/workflows/{wf}/artifacts")
+    if args.json:
+        print_json({"workflow": view, "artifacts": artifacts})
+    else:
+        print("\n".join(show_lines(view, artifacts)))
+    return 0
+
+
+# --- approvals and controls -----------------------------------------------------------------------------
+
+
+def _post_and_describe(client: GatewayClient, args: argparse.Namespace, route: str, body: Any = None) -> int:
+    wf = client.workflow_id(args.workflow_id)
+    view = client.post(f"/api/workflows/{wf}/{route}", body)
+    if getattr(args, "json", False):
+        print_json(view)
+    else:
+        print(describe(view))
+    return 0
+
+
+def cmd_approve(client: GatewayClient, args: argparse.Namespace) -> int:
+    return _post_and_describe(client, args, "approve", {"path": args.path} if args.path else None)
+
+
+def cmd_request_changes(client: GatewayClient, args: argparse.Namespace) -> int:
+    return _post_and_describe(client, args, "request-changes", {"feedback": " ".join(args.feedback)})
+
+
+def cmd_stop(client: GatewayClient, args: argparse.Namespace) -> int:
+    return _post_and_describe(client, args, "stop", {"reason": args.reason} if args.reason else None)
+
+
+def cmd_resume(client: GatewayClient, args: argparse.Namespace) -> int:
+    return _post_and_describe(client, args, "resume", {"message": args.message} if args.message else None)
+
+
+def cmd_approve_extension(client: GatewayClient, args: argparse.Namespace) -> int:
+    return _post_and_describe(client, args, "extension/approve", {"message": args.message} if args.message else None)
+
+
+def cmd_answer(client: GatewayClient, args: argparse.Namespace) -> int:
+    return _post_and_describe(client, args, "answers", {"answers": list(args.answers)})
+
+
+# --- the parser -----------------------------------------------------------------------------------------
+
+
+def _nonempty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    workflow = sub.add_parser(
+        "workflow", help="create, inspect, approve and steer workflows (through the gateway)",
+        description="Talk to the gateway `autarch up` runs. A workflow id may be shortened to a unique prefix.",
+    )
+    verbs = workflow.add_subparsers(dest="workflow_command", metavar="VERB")
+    verbs.required = True
+
+    def verb(name: str, action: Action, help_text: str, *, json_flag: bool = False) -> argparse.ArgumentParser:
+        parser = verbs.add_parser(name, help=help_text, description=help_text)
+        add_connection_arguments(parser)
+        if json_flag:
+            parser.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
+        parser.set_defaults(handler=gateway_command(action))
+        return parser
+
+    new = verb("new", cmd_new, "start a workflow for a request", json_flag=True)
+    new.add_argument("--repo", required=True, help="the local git repository to change")
+    new.add_argument("--title", required=True, type=_nonempty, help="a short title")
+    new.add_argument("--base-branch", metavar="B", help="branch the work starts from (default main)")
+    new.add_argument("--branch", metavar="NAME", help="workflow branch to create (default autarch/<id prefix>)")
+    new.add_argument("--script", metavar="NAME", help=argparse.SUPPRESS)  # the scripted model's scenario selector
+    new.add_argument("request", nargs="+", metavar="REQUEST", help="what to do (the words are joined)")
+
+    verb("list", cmd_list, "list the workflows", json_flag=True)
+
+    show = verb("show", cmd_show, "a workflow's state, halt, pulses and cards", json_flag=True)
+    show.add_argument("workflow_id", metavar="ID")
+
+    approve = verb("approve", cmd_approve, "approve the card awaiting approval", json_flag=True)
+    approve.add_argument("workflow_id", metavar="ID")
+    approve.add_argument("--path", choices=("quick", "full"), help="at scope approval: the path to take")
+
+    changes = verb("request-changes", cmd_request_changes, "send the awaiting card back with feedback",
+                   json_flag=True)
+    changes.add_argument("workflow_id", metavar="ID")
+    changes.add_argument("feedback", nargs="+", metavar="FEEDBACK", help="what to change (the words are joined)")
+
+    stop = verb("stop", cmd_stop, "stop the running agent; the workflow halts", json_flag=True)
+    stop.add_argument("workflow_id", metavar="ID")
+    stop.add_argument("--reason", help="why (recorded with the halt)")
+
+    resume = verb("resume", cmd_resume, "continue a halted workflow", json_flag=True)
+    resume.add_argument("workflow_id", metavar="ID")
+    resume.add_argument("--message", help="guidance for the agent that continues")
+
+    extension = verb("approve-extension", cmd_approve_extension, "let the agent that asked for more time go on",
+                     json_flag=True)
+    extension.add_argument("workflow_id", metavar="ID")
+    extension.add_argument("--message", help="guidance for the agent")
+
+    answer = verb("answer", cmd_answer, "answer the agent's questions, one argument per question, in order",
+                  json_flag=True)
+    answer.add_argument("workflow_id", metavar="ID")
+    answer.add_argument("answers", nargs="+", type=_nonempty, metavar="ANSWER")

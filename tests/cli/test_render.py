@@ -1,0 +1,231 @@
+"""``autarch watch``'s rendering: a line for every event type, built from the real event contracts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import pytest
+
+from autarch.cli.render import (
+    SseComment,
+    SseMessage,
+    Watch,
+    card_summary,
+    halt_hint,
+    parse_sse,
+    render_event,
+    short_input,
+)
+from autarch.contracts import events as ev
+
+WF = "99f31dc9-0000-4000-8000-000000000001"
+SID = "5e55105e-0000-4000-8000-000000000002"
+AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+COMMON = {"workflow_id": WF, "occurred_at": AT}
+TURN = {**COMMON, "session_id": SID, "turn_id": "t-1"}
+
+SCOPE = {"title": "JWT", "description": "d", "in_scope": ["a", "b"], "out_of_scope": ["c"],
+         "recommended_path": "full"}
+RESEARCH = {"summary": "Auth lives in api/mw.py.\nMore detail.", "keyFiles": [{"path": "a", "purpose": "b"}],
+            "recommendations": []}
+PLAN = {"approachSummary": "Two steps", "pulses": [{"id": "pulse-1"}, {"id": "pulse-2"}]}
+
+SAMPLES: dict[str, tuple[ev.Event, list[str]]] = {
+    "workflow:created": (ev.WorkflowCreated(**COMMON, title="JWT", request="add", repo="/r", base_branch="main"),
+                         ["created “JWT” on /r (base main)"]),
+    "workflow:error": (ev.WorkflowError(**COMMON, stage="research", message="boom"), ["ERROR in research: boom"]),
+    "workflow:approval_needed": (
+        ev.WorkflowApprovalNeeded(**COMMON, stage="scoping", artifact=SCOPE),
+        ["APPROVAL NEEDED — scope “JWT”: 2 in scope, 1 out; recommends full",
+         f"→ autarch workflow approve {WF} [--path quick|full]", f"request-changes {WF} FEEDBACK"]),
+    "workflow:stage_changed": (ev.WorkflowStageChanged(**COMMON, from_stage="scoping", to_stage="execution",
+                                                       path="quick"),
+                               ["stage scoping → execution (path quick)"]),
+    "workflow:completed": (ev.WorkflowCompleted(**COMMON, recommendation="approve"),
+                           ["workflow completed (review recommended approve)"]),
+    "workflow:changes_requested": (ev.WorkflowChangesRequested(**COMMON, stage="planning", feedback="smaller"),
+                                   ["changes requested for planning: smaller"]),
+    "workflow:note_taken": (ev.WorkflowNoteTaken(**COMMON, note_id="n", stage="research", session_id=SID,
+                                                 note="mw is old"), ["note (research): mw is old"]),
+    "workflow:baseline_recorded": (ev.WorkflowBaselineRecorded(**COMMON, baseline_id="b", issue_type="Warning",
+                                                               source="Lint", pattern="unused import"),
+                                   ["baseline (Lint Warning): unused import"]),
+    "workflow:review_comment_added": (
+        ev.WorkflowReviewCommentAdded(**COMMON, comment_id="c", kind="line", severity="High", category="security",
+                                      description="no expiry check", file_path="api/mw.py", start_line=3,
+                                      end_line=5),
+        ["review comment [High security] api/mw.py:3-5: no expiry check"]),
+    "workflow:session_assigned": (ev.WorkflowSessionAssigned(**COMMON, step="research", session_id=SID,
+                                                             role="research"),
+                                  ["session 5e55105e assigned to research (research)"]),
+    "workflow:halted": (
+        ev.WorkflowHalted(**COMMON, stage="scoping", reason="questions", message="the agent asks questions",
+                          details={"questions": [{"type": "single_select", "prompt": "Which DB?",
+                                                  "options": ["pg", "sqlite"]},
+                                                 {"type": "free_text", "prompt": "Why?"}]}),
+        ["HALTED (questions): the agent asks questions", "1. Which DB? [pg / sqlite] (single_select)",
+         "2. Why?", f"→ autarch workflow answer {WF} ANSWER..."]),
+    "workflow:resumed": (ev.WorkflowResumed(**COMMON, stage="execution", reason="stopped", message="go on"),
+                         ["resumed (stopped): go on"]),
+    "workflow:abandoned": (ev.WorkflowAbandoned(**COMMON, stage="execution", reason="preflight failed: no build"),
+                           ["ABANDONED in execution: preflight failed: no build"]),
+    "preflight:started": (ev.PreflightStarted(**COMMON, branch="autarch/99f31dc9", worktree_path="/w",
+                                              base_commit="0123456789abcdef"),
+                          ["preflight started: branch autarch/99f31dc9 from 01234567 (worktree /w)"]),
+    "preflight:completed": (ev.PreflightCompleted(**COMMON, status="completed", summary="deps installed",
+                                                  build_success=True, baselines_recorded=2),
+                            ["preflight completed: deps installed; build ok; 2 baselines"]),
+    "pulse:started": (ev.PulseStarted(**COMMON, pulse_id="pulse-1-a2", planned_pulse_id="pulse-1", attempt=2,
+                                      title="middleware", pulse_branch="b", base_commit="c"),
+                      ["pulse pulse-1-a2 started (attempt 2): middleware"]),
+    "pulse:completion_rejected": (ev.PulseCompletionRejected(**COMMON, pulse_id="pulse-1", rejections=2,
+                                                             failures=["shell: pytest exited 1"], escape_hatch=True),
+                                  ["pulse pulse-1: completion rejected #2 (told about unresolvedIssues): "
+                                   "shell: pytest exited 1"]),
+    "pulse:completed": (ev.PulseCompleted(**COMMON, pulse_id="pulse-1", status="succeeded",
+                                          commit="abcdef0123456789", description="feat(api): validate JWTs\n\nbody"),
+                        ["pulse pulse-1 succeeded: commit abcdef01 — feat(api): validate JWTs"]),
+    "session:started": (ev.SessionStarted(**COMMON, session_id=SID, role="research", model="claude-x", root="/w"),
+                        ["[session 5e55105e] session started (research, claude-x)"]),
+    "session:completed": (ev.SessionCompleted(**COMMON, session_id=SID, reason="done"),
+                          ["[session 5e55105e] session closed: done"]),
+    "session:error": (ev.SessionError(**COMMON, session_id=SID, message="model API refused"),
+                      ["[session 5e55105e] session ERROR: model API refused"]),
+    "turn:started": (ev.TurnStarted(**TURN, index=1, text="please also test it"),
+                     ["[session 5e55105e] message: please also test it"]),
+    "turn:tool_started": (ev.TurnToolStarted(**TURN, tool_use_id="u", tool="read_file",
+                                             input={"reason": "see it", "path": "api/mw.py"}),
+                          ["[session 5e55105e] read_file path=api/mw.py reason=see it"]),
+    "turn:tool_completed": (ev.TurnToolCompleted(**TURN, tool_use_id="u", tool="shell", output="exit 1\nmore",
+                                                 is_error=True, duration_ms=3.0),
+                            ["[session 5e55105e] shell failed: exit 1"]),
+    "turn:completed": (ev.TurnCompleted(**TURN, text="t", thoughts="", outcome="block", tool="submit_research",
+                                        input_tokens=1000, output_tokens=200, cache_read_input_tokens=500,
+                                        cost_usd=0.0123, tool_calls=3),
+                       ["[session 5e55105e] turn done (block submit_research): 1,500 in / 200 out tokens, "
+                        "$0.0123, 3 tool calls"]),
+}
+
+
+def wire(event: ev.Event) -> dict[str, Any]:
+    """The event as the SSE ``data`` carries it (JSON, decoded)."""
+    return msgspec.json.decode(msgspec.json.encode(event))
+
+
+def test_every_event_type_has_a_sample():
+    assert set(SAMPLES) == set(ev.EVENT_TYPES)
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_each_event_renders_a_readable_line(kind: str):
+    event, expected = SAMPLES[kind]
+    line = render_event(wire(event))
+    assert line is not None
+    assert line[:8].count(":") == 2 and line[8:10] == "  "  # HH:MM:SS, local time
+    for part in expected:
+        assert part in line, (part, line)
+
+
+def test_quiet_events_render_nothing():
+    assert render_event(wire(ev.TurnStarted(**TURN, index=0, text="the kickoff"))) is None
+    ok = ev.TurnToolCompleted(**TURN, tool_use_id="u", tool="read_file", output="x", is_error=False, duration_ms=1)
+    assert render_event(wire(ok)) is None
+
+
+def test_variants():
+    def line(event: ev.Event) -> str:
+        rendered = render_event(wire(event))
+        assert rendered is not None
+        return rendered
+
+    assert "preflight FAILED: no python" in line(ev.PreflightCompleted(**COMMON, status="failed", error="no python"))
+    assert "build FAILING" in line(ev.PreflightCompleted(**COMMON, status="completed", build_success=False))
+    assert line(ev.PulseCompleted(**COMMON, pulse_id="p", status="failed", commit="feedface00",
+                                  failure_reason="iteration limit")).endswith(
+        "pulse p FAILED (recovery checkpoint feedface): iteration limit")
+    assert line(ev.PulseCompleted(**COMMON, pulse_id="p", status="stopped")).endswith("pulse p stopped")
+    assert "(1 unresolved issue)" in line(ev.PulseCompleted(
+        **COMMON, pulse_id="p", status="succeeded", commit="c", description="fix: x", has_unresolved_issues=True,
+        unresolved_issues=[{"issue": "a", "reason": "b"}]))
+    assert line(ev.WorkflowCompleted(**COMMON)).endswith("workflow completed")
+    assert line(ev.WorkflowStageChanged(**COMMON, from_stage="research", to_stage="planning")).endswith(
+        "stage research → planning")
+    for reason, command in (("extension_requested", "approve-extension"), ("stopped", "resume"),
+                            ("pulse_failed", "resume"), ("unresolved_issues", "resume"), ("error", "resume")):
+        rendered = line(ev.WorkflowHalted(**COMMON, stage="execution", reason=reason, message="m",
+                                          pulse_id="pulse-1"))
+        assert f"HALTED ({reason}) in pulse-1: m" in rendered and f"autarch workflow {command} {WF}" in rendered
+    assert line(ev.WorkflowReviewCommentAdded(**COMMON, comment_id="c", kind="review", severity="Low",
+                                              category="tests", description="more")).endswith(
+        "review comment [Low tests] (whole change): more")
+    turn = line(ev.TurnCompleted(**TURN, text="", thoughts="", outcome="error", detail="model API: 500",
+                                 tool_calls=1))
+    assert "turn done (error: model API: 500): 0 in / 0 out tokens, $0.0000, 1 tool call" in turn
+    assert "(cancelled)" in line(ev.TurnCompleted(**TURN, text="", thoughts="", outcome="cancelled"))
+    # An event type this version does not know still shows up, by name.
+    assert render_event({"type": "workflow:teleported", "occurred_at": "2026-01-02T03:04:05Z"}).endswith(
+        "workflow:teleported")
+    assert render_event({"type": "widget:spun"}).endswith("widget:spun")
+    assert render_event({}).endswith("(event without a type)")
+
+
+def test_card_summaries():
+    assert card_summary("research", RESEARCH) == "research: Auth lives in api/mw.py. (1 key file)"
+    assert card_summary("planning", PLAN) == "plan: Two steps (2 pulses: pulse-1, pulse-2)"
+    assert card_summary("review", {"recommendation": "approve", "summary": "fine"}) == \
+        "review: recommends approve — fine"
+    assert card_summary("review", {"recommendation": "reject"}) == "review: recommends reject"
+    assert card_summary("other", {}) == "other card"
+
+
+def test_short_input_puts_the_telling_arguments_first_and_stays_short():
+    assert short_input({"reason": "r", "command": "pytest -q"}) == "command=pytest -q reason=r"
+    assert short_input({"path": "a.py", "old_str": "x\ny", "new_str": "z"}) == "path=a.py old_str=x y new_str=z"
+    assert short_input({"limit": 5, "flags": ["a"]}) == 'limit=5 flags=["a"]'
+    long = short_input({"path": "p" * 200})
+    assert len(long) <= 70 and long.endswith("…")
+    assert short_input({}) == "" and short_input(None) == ""
+
+
+def test_halt_hints():
+    assert halt_hint("w", "questions") == "autarch workflow answer w ANSWER..."
+    assert halt_hint("w", "extension_requested") == "autarch workflow approve-extension w"
+    assert halt_hint("w", "stopped") == "autarch workflow resume w [--message TEXT]"
+
+
+def test_watch_labels_sessions_by_step_and_keeps_totals():
+    watch = Watch()
+    assert "assigned to pulse:pulse-1" in (watch.feed(wire(ev.WorkflowSessionAssigned(
+        **COMMON, step="pulse:pulse-1", session_id=SID, role="pulsing"))) or "")
+    tool = watch.feed(wire(ev.TurnToolStarted(**TURN, tool_use_id="u", tool="shell", input={"command": "ls"})))
+    assert tool is not None and tool.endswith("[pulse:pulse-1] shell command=ls")
+    done = dict(text="", thoughts="", outcome="end_turn", input_tokens=100, output_tokens=50,
+                cache_creation_input_tokens=10, cost_usd=0.5)
+    first = watch.feed(wire(ev.TurnCompleted(**TURN, **done)))
+    assert first is not None and first.endswith("[total 160 tokens, $0.5000]")
+    second = watch.feed(wire(ev.TurnCompleted(**{**TURN, "session_id": "other-session"}, **done)))
+    assert second is not None and "[session other-se]" in second and second.endswith("[total 320 tokens, $1.0000]")
+    assert (watch.turns, watch.tokens, watch.total()) == (2, 320, "320 tokens, $1.0000")
+    assert watch.feed(wire(ev.TurnStarted(**TURN, index=0, text="kickoff"))) is None
+
+
+def test_the_sse_parser_follows_the_spec():
+    lines = [
+        ": connected", "",
+        "id: 1", "event: workflow:created", 'data: {"a":1}', "",
+        "id: 2", "event: x", "data: line one", "data:line two", "",
+        "event: nothing-without-data", "",
+        ": keep-alive",
+        "retry: 1000", "unknown: field", "data: no event name", "",
+        "id: 3", "event: cut", "data: never dispatched",
+    ]
+    assert list(parse_sse(lines)) == [
+        SseComment("connected"),
+        SseMessage(event="workflow:created", data='{"a":1}', id="1"),
+        SseMessage(event="x", data="line one\nline two", id="2"),
+        SseComment("keep-alive"),
+        SseMessage(event="message", data="no event name", id="2"),
+    ]
+    assert list(parse_sse(["data: a\r\n", "\r\n"])) == [SseMessage(event="message", data="a")]

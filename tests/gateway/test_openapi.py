@@ -1,0 +1,41 @@
+"""The OpenAPI document lists every route with a summary, a description, tags and its error answers."""
+
+from __future__ import annotations
+
+from .conftest import Gateway
+
+NEW_ROUTES = {
+    ("/api/workflows/{workflow_id}/stop", "post"): "workflows",
+    ("/api/workflows/{workflow_id}/resume", "post"): "workflows",
+    ("/api/workflows/{workflow_id}/extension/approve", "post"): "workflows",
+    ("/api/workflows/{workflow_id}/answers", "post"): "workflows",
+    ("/api/channels/{channel_id}/session", "post"): "sessions",
+    ("/api/sessions/{session_id}/message", "post"): "sessions",
+    ("/api/sessions/{session_id}", "get"): "sessions",
+    ("/api/sessions", "get"): "sessions",
+    ("/api/sessions/{session_id}/stop", "post"): "sessions",
+}
+
+
+async def test_every_route_is_documented(gateway: Gateway):
+    async with gateway.client() as http:
+        r = await http.get("/schema/openapi.json")
+        assert r.status_code == 200
+        schema = r.json()
+    for (path, method), tag in NEW_ROUTES.items():
+        operation = schema["paths"][path][method]
+        assert operation["summary"] and len(operation["description"]) > 40, (path, method)
+        assert operation["tags"] == [tag]
+        assert {"401", "503", "504"} <= set(operation["responses"]), (path, method)
+        assert operation["responses"]["401"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorReply"}
+    # Every route, old and new, has a summary and a description.
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            assert operation.get("summary") and operation.get("description"), (path, method)
+    bodies = schema["components"]["schemas"]
+    assert {"StopBody", "ResumeBody", "ApproveExtensionBody", "AnswerQuestionsBody", "ChannelSessionBody",
+            "SessionMessageBody", "StopSessionBody", "TurnAccepted", "SessionView", "SessionList",
+            "SessionStopped"} <= set(bodies)
+    assert schema["paths"]["/api/channels/{channel_id}/session"]["post"]["responses"]["201"]
+    assert schema["paths"]["/api/sessions/{session_id}/message"]["post"]["responses"]["202"]
