@@ -40,7 +40,8 @@ def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer)
     data = tmp_path_factory.mktemp("workflows") / "data"
     data.mkdir()
     env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
-           "AUTARCH_PULSE_MAX_TURNS": "4", "AUTARCH_AGENT_MAX_STEPS": "10", "AUTARCH_REQUEST_TIMEOUT": "30"}
+           "AUTARCH_PULSE_MAX_TURNS": "4", "AUTARCH_AGENT_MAX_STEPS": "10",
+           "AUTARCH_PREFLIGHT_TIMEOUT": "6", "AUTARCH_REQUEST_TIMEOUT": "30"}
     sys_ = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES, extra_env=env)
     sys_.start(timeout=60)
     yield sys_

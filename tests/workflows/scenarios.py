@@ -53,6 +53,12 @@ def failing_preflight() -> dict[str, Any]:
     return s
 
 
+def hanging_preflight() -> dict[str, Any]:
+    s = base()
+    s["scripts"]["preflight"][0] = tool("shell", reason="Install dependencies", command="sleep 120")
+    return s
+
+
 def pulse_hits_the_iteration_limit() -> dict[str, Any]:
     """pulse-1 edits, its check keeps failing and it keeps claiming completion until the step limit ends it;
     attempt 2 (script ``pulsing``) is clean."""

@@ -111,6 +111,19 @@ def test_preflight_failure_abandons_the_workflow_and_removes_its_worktree(
     assert_replay_equals_live(client, wid)
 
 
+def test_preflight_timeout_abandons_the_workflow(client: Client, model, tmp_path: Path) -> None:
+    wid, repo = start(client, model, tmp_path, scenarios.hanging_preflight())
+    approve_through_planning(client, wid)
+    view = client.wait(wid, lambda v: v["status"] == "abandoned" and v["worktree_path"] is None, "abandoned",
+                       timeout=60)
+    cards = client.artifacts(wid)
+    assert cards["preflight"]["status"] == "failed" and "timed out after 6s" in cards["preflight"]["error"]
+    assert branch_log(repo, view["branch"]) == []
+    session = client.http.get(f"/api/sessions/{view['sessions']['preflight']}").json()
+    assert session["status"] == "closed" and session["turns"][0]["outcome"]["kind"] == "cancelled"
+    assert_replay_equals_live(client, wid)
+
+
 def test_iteration_limit_fails_the_pulse_with_a_recovery_checkpoint_then_resume_retries_it(
         client: Client, model, tmp_path: Path) -> None:
     wid, repo = start(client, model, tmp_path, scenarios.pulse_hits_the_iteration_limit())
