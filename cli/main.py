@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "autarch.cli.model_cmd",
     "autarch.cli.workflow_cmd",
     "autarch.cli.watch_cmd",
+    "autarch.cli.demo_cmd",
 )
 """Modules that contribute subcommands, in the order ``--help`` lists them."""
 

@@ -1,0 +1,235 @@
+"""Concurrent workflows benchmark (a script, not a test). Its last line is a JSON object of the figures.
+
+    python tests/benchmarks/workflows.py [--workflows N] [--timeout S]
+
+Starts the system ``autarch demo`` starts (``autarch up --services orchestrator,tools,git,agent_runner`` with
+the gateway and an embedded nats-server, on free ports and a fresh data directory) with the scripted model in
+its own process, then runs N demo workflows at once — each on its own sample repository, each followed over SSE
+(``/api/events?workflow=ID``) and auto-approved by its own driver thread — through scoping, research, planning,
+preflight, two pulses and review. It reports:
+
+- total wall time (first create → last ``workflow:completed``) and per-workflow time (its create → its
+  ``workflow:completed`` as received) p50/p99;
+- event → SSE latency: on one extra ``/api/events`` stream (every workflow), receive time minus the event's
+  ``occurred_at`` (both wall clock on this machine), p50/p99;
+- peak memory (``VmHWM`` of ``/proc/<pid>/status``) of each service process, the gateway and nats-server, read
+  from ``<data dir>/run.json`` after the workflows ended.
+
+Every workflow's branch is checked: its two pulse commits on top of ``main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from autarch.cli.demo_cmd import (
+    BRANCH,
+    DemoSystem,
+    Gateway,
+    demo_scenario,
+    drive,
+    make_sample_repo,
+    scrubbed_env,
+)
+from autarch.cli.render import SseComment, parse_sse
+from autarch.runtime.natsserver import free_port
+
+COMMITS = ["test(greeter): cover the empty-name greeting", "feat(greeter): greet the world when the name is empty"]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """``VmHWM`` (the process's peak resident set) in MiB, or None when the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def start_model(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """The scripted model (bundled ``demo``) in its own process, so it does not share this one's GIL."""
+    port = free_port()
+    log = tmp / "model.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "autarch.services.scripted_model", "demo", "--port", str(port)],
+                                env=scrubbed_env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"scripted model exited: {log.read_text()}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1, trust_env=False).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("scripted model did not answer /healthz")
+
+
+class LatencyProbe(threading.Thread):
+    """One ``/api/events`` stream (all workflows, new events only): receive time minus ``occurred_at``."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        super().__init__(daemon=True)
+        self.gateway = gateway
+        self.latencies_ms: list[float] = []
+        self.connected = threading.Event()
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.gateway.events() as lines:
+                for message in parse_sse(lines):
+                    received = time.time()
+                    if isinstance(message, SseComment):
+                        self.connected.set()
+                        if self.stop.is_set():
+                            return
+                        continue
+                    at = json.loads(message.data).get("occurred_at")
+                    if at:
+                        occurred = datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
+                        self.latencies_ms.append((received - occurred) * 1000)
+                    if self.stop.is_set():
+                        return
+        except BaseException as exc:
+            self.error = exc
+            self.connected.set()
+
+
+def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
+    model, model_url = start_model(tmp)
+    system = DemoSystem(tmp / "data", model_url)
+    try:
+        started = time.monotonic()
+        system.start()
+        startup_s = time.monotonic() - started
+        scenario = demo_scenario()
+        repos = []
+        for i in range(workflows):
+            repo = tmp / "repos" / f"wf-{i:03d}"
+            make_sample_repo(repo, scenario["files"])
+            repos.append(repo)
+
+        probe = LatencyProbe(Gateway(system.url, system.token))
+        probe.start()
+        if not probe.connected.wait(30) or probe.error:
+            raise RuntimeError(f"the latency stream did not connect: {probe.error!r}")
+
+        durations: dict[int, float] = {}
+        outcomes: dict[int, str] = {}
+        ends: list[float] = []
+        barrier = threading.Barrier(workflows)
+
+        def driver(i: int) -> None:
+            gateway = Gateway(system.url, system.token, timeout=60)
+            try:
+                barrier.wait()
+                begin = time.monotonic()
+                wid = gateway.create(repos[i], title=f"Greet the world #{i}")
+
+                def on_event(event: dict, _received: float) -> None:
+                    if event.get("type") == "workflow:completed":
+                        now = time.monotonic()
+                        durations[i] = now - begin
+                        ends.append(now)
+
+                outcome = drive(gateway, wid, timeout=timeout, alive=system.alive, on_event=on_event)
+                ok = outcome.status == "completed"
+                outcomes[i] = "completed" if ok else f"{outcome.status}: {outcome.message}"
+            except Exception as exc:
+                outcomes[i] = f"error: {exc!r}"
+            finally:
+                gateway.close()
+
+        threads = [threading.Thread(target=driver, args=(i,), daemon=True) for i in range(workflows)]
+        first = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout + 60)
+        wall = (max(ends) if ends else time.monotonic()) - first
+        probe.stop.set()
+        probe.join(10)
+
+        info = system.run_info() or {}
+        memory = {name: peak_rss_mb(pid) for name, pid in (info.get("children") or {}).items() if pid}
+        if info.get("nats_pid"):
+            memory["nats-server"] = peak_rss_mb(info["nats_pid"])
+
+        failed = {i: o for i, o in outcomes.items() if o != "completed"}
+        bad_branches = []
+        for i, repo in enumerate(repos):
+            log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", f"main..{BRANCH}"],
+                                 capture_output=True, text=True).stdout.splitlines()
+            if log != COMMITS:
+                bad_branches.append(i)
+        if failed or len(outcomes) < workflows:
+            print(f"failed workflows: {failed or 'some drivers did not finish'}", file=sys.stderr)
+            print(system.log_tail(40), file=sys.stderr)
+        times = list(durations.values())
+        lat = probe.latencies_ms
+        return {
+            "workflows": workflows,
+            "workflows_completed": sum(1 for o in outcomes.values() if o == "completed"),
+            "branches_ok": workflows - len(bad_branches),
+            "startup_s": round(startup_s, 2),
+            "total_wall_s": round(wall, 2),
+            "workflow_p50_s": round(pct(times, 50), 2) if times else None,
+            "workflow_p99_s": round(pct(times, 99), 2) if times else None,
+            "workflows_per_min": round(len(times) / wall * 60, 1) if wall > 0 and times else None,
+            "sse_events": len(lat),
+            "event_to_sse_p50_ms": round(pct(lat, 50), 2) if lat else None,
+            "event_to_sse_p99_ms": round(pct(lat, 99), 2) if lat else None,
+            "peak_rss_mb": memory,
+            "store": "sqlite (embedded default)",
+            "machine_cores": os.cpu_count(),
+        }
+    finally:
+        system.stop()
+        model.terminate()
+        try:
+            model.wait(10)
+        except subprocess.TimeoutExpired:
+            model.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workflows", type=int, default=20, help="demo workflows run at once")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds one workflow may take")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="autarch-bench-") as d:
+        figures = run(Path(d), workflows=args.workflows, timeout=args.timeout)
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            print(f"{key:>22}:")
+            for name, sub in value.items():
+                print(f"{name:>22}  {sub}")
+        else:
+            print(f"{key:>22}: {value}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
