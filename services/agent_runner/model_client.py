@@ -1,11 +1,19 @@
 """The model client: one streaming Messages API call through the ``anthropic`` SDK.
 
-The SDK builds and sends the request, authenticates, and retries it with backoff when the API
-answers 429, 529, other 5xx or not at all (``model_max_retries``, honouring ``retry-after``). The
-reply is accumulated here from the raw stream events rather than by ``messages.stream()``: its
-accumulator raises on a tool input that is not valid JSON, which would lose the whole reply, while
-here such a call is kept (with empty input) and answered with an error the model can read. An
-error event in the middle of a stream (``overloaded_error``) is retried here, as the SDK cannot.
+The SDK sends the request, authenticates, and retries it with backoff when the API answers 429,
+529, other 5xx or not at all (``model_max_retries``, honouring ``retry-after``). The reply is
+accumulated here from the raw stream events rather than by ``messages.stream()``: its accumulator
+raises on a tool input that is not valid JSON, which would lose the whole reply, while here such a
+call is kept (with empty input) and answered with an error the model can read. An error event in
+the middle of a stream (``overloaded_error``) is retried here, as the SDK cannot.
+
+The request body is encoded here (msgspec, once per call, reused by retries) and given to the SDK's
+``post("/v1/messages", content=...)``: ``messages.create`` would copy the whole body (system prompt,
+tool schemas, the conversation so far) node by node and encode it again with the standard ``json``
+module on every call, for a body that is plain JSON data already. On the 2-core machine that took the
+SDK from the call to the request on the wire from 0.9 ms to 0.3 ms for a 12-step history (1.3 ms to
+0.6 ms inside the overhead benchmark). The endpoint, headers, authentication, retries, timeouts and
+the decoding of the event stream are still the SDK's.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
+import msgspec
+from anthropic.types import Message, RawMessageStreamEvent
 
 from autarch.contracts.agents import TurnUsage
 from autarch.runtime.settings import Settings
@@ -37,6 +47,7 @@ _BLOCK_FIELDS = {
     "redacted_thinking": ("type", "data"),
     "tool_use": ("type", "id", "name", "input"),
 }
+_encode_body = msgspec.json.Encoder().encode
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 
 
@@ -157,8 +168,12 @@ class ModelClient:
         messages: list[dict[str, Any]],
         headers: dict[str, str],
         on_delta: Callable[[bool, str], Awaitable[None]],
+        on_sent: Callable[[], None] | None = None,
     ) -> ModelReply:
         """Stream one reply to ``messages``; ``on_delta(is_thinking, text)`` is awaited for each delta.
+
+        ``on_sent()`` is called once the API has taken the request (it answers with a stream): from then on
+        the call only waits for the model.
 
         Raises:
             ModelError: the API refused the request, or kept failing after every retry.
@@ -170,7 +185,6 @@ class ModelClient:
             "tools": agent.tools,
             "messages": messages,
             "stream": True,
-            "extra_headers": headers,
         }
         if agent.thinking_budget:
             # Newer models decide how much to think (and deprecate a fixed budget); older ones take the budget.
@@ -178,15 +192,22 @@ class ModelClient:
                 params["thinking"] = {"type": "adaptive"}
             else:
                 params["thinking"] = {"type": "enabled", "budget_tokens": agent.thinking_budget}
+        # Encoded once, sent (and resent by the SDK's retries) as is: see the module docstring.
+        body = _encode_body(params)
         attempt = 0
         while True:
             acc = _Accumulator()
             try:
-                stream = await self._client.messages.create(**params)
+                stream = await self._client.post(
+                    "/v1/messages", cast_to=Message, content=body, options={"headers": headers}, stream=True,
+                    stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
+                )
             except anthropic.APIStatusError as exc:
                 raise ModelError(f"model API answered {exc.status_code}: {_message(exc)}") from exc
             except anthropic.APIConnectionError as exc:
                 raise ModelError(f"model API unreachable: {exc}") from exc
+            if on_sent is not None:
+                on_sent()
             try:
                 async for event in stream:
                     delta = acc.feed(event)

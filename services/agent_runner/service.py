@@ -33,7 +33,6 @@ from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env
 from autarch.runtime.micro import TypedService
-from autarch.runtime.relay import EventRelay
 from autarch.runtime.settings import Settings
 
 from .agents import AgentConfig, AgentRegistry
@@ -42,6 +41,7 @@ from .budget import WorkflowBudget
 from .contract_events import ContractMapper
 from .domainmodel import Session
 from .model_client import ModelClient
+from .pacing import PacedRelay
 from .turn_loop import RunnerDeps, TurnLoop
 from .views import status_of, summary_of, view_of
 
@@ -54,7 +54,7 @@ class AgentRunner:
     """Every session of this process, the task of each running turn, and the session commands."""
 
     def __init__(self, *, nc: Client, app: SessionApplication, settings: Settings, model: ModelClient,
-                 after_save: Callable[[], None] | None = None, inline_writes: bool = False) -> None:
+                 after_save: Callable[[Session], None] | None = None, inline_writes: bool = False) -> None:
         self.app = app
         self._inline_writes = inline_writes
         self.settings = settings
@@ -104,7 +104,7 @@ class AgentRunner:
             # worker thread and back, so it is done right here. A networked store goes to a thread.
             self.app.save(session)
             if self._after_save is not None:
-                self._after_save()
+                self._after_save(session)
             return
         write = asyncio.ensure_future(asyncio.to_thread(self.app.save, session))
         try:
@@ -113,7 +113,7 @@ class AgentRunner:
             await write
             raise
         if self._after_save is not None:
-            self._after_save()
+            self._after_save(session)
 
     def workflow_of(self, session_id: str) -> str | None:
         session = self.sessions.get(session_id)
@@ -238,25 +238,6 @@ class AgentRunner:
             pass
 
 
-_RELAY_DELAY = 0.005
-"""Seconds a save waits before waking the relay: events of a busy turn are published in one batch,
-off the turn's critical path (deltas are live anyway; the stream lags by at most this)."""
-
-
-def _debounced(action: Callable[[], None], *, delay: float) -> Callable[[], None]:
-    scheduled: list[asyncio.TimerHandle] = []
-
-    def fire() -> None:
-        scheduled.clear()
-        action()
-
-    def request() -> None:
-        if not scheduled:
-            scheduled.append(asyncio.get_running_loop().call_later(delay, fire))
-
-    return request
-
-
 async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
     """Open the store, rebuild the sessions, resume their turns, start the relay and serve the endpoints."""
     _, stop = await open_runner(nc, settings)
@@ -273,11 +254,12 @@ async def open_runner(
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
     model = model or ModelClient(settings=settings)
     inline = env.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite" and settings.agent_store_synchronous != "FULL"
-    relay_box: list[EventRelay] = []
+    relay_box: list[PacedRelay] = []
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
-                         after_save=_debounced(lambda: relay_box[0].wake(), delay=_RELAY_DELAY))
-    relay = EventRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=runner.workflow_of))
+                         after_save=lambda session: relay_box[0].saved(session))
+    relay = PacedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=runner.workflow_of))
     relay_box.append(relay)
+    runner.deps.on_model_wait = relay.model_wait
     await asyncio.to_thread(runner.load)
     relay.start()
     service = TypedService(nc, name="agent_runner", description="Agent sessions: turns, tools, the model")
@@ -293,11 +275,13 @@ async def open_runner(
     async def stop() -> None:
         await service.stop()
         await runner.shutdown()
+        # Stop the relay's loop first (it finishes its round in flight), then publish what is left: a last
+        # round beside the loop's own would record the same tracking position twice.
+        await relay.stop()
         try:
             await asyncio.wait_for(relay.publish_pending(), timeout=5)
         except Exception as exc:
             log.warning("relay did not finish on stop: %s", exc)
-        await relay.stop()
         await model.close()
         # An EventRelay.stop() that cancels mid-round leaves its store read or tracking write running in a
         # worker thread, and closing the store under it crashes SQLite: give such a write time to finish.

@@ -114,6 +114,8 @@ class RunnerDeps:
     """Durably record the session's pending events."""
     on_reply: Callable[[Session, ModelReply, float], None] | None = None
     """Called after each reply is recorded, with the time it was recorded (``perf_counter``): metrics."""
+    on_model_wait: Callable[[], None] | None = None
+    """Called when a model request is on the wire and the turn waits for its reply (the relay's moment)."""
 
 
 class TurnLoop:
@@ -184,7 +186,7 @@ class TurnLoop:
         self._partial = []
         try:
             reply = await self.deps.model.reply(agent=self.agent, messages=messages, headers=self._headers,
-                                                on_delta=self._on_delta)
+                                                on_delta=self._on_delta, on_sent=self.deps.on_model_wait)
         except ModelError as exc:
             await self._fail(str(exc))
             return False
