@@ -28,6 +28,7 @@ __all__ = [
     "ROLE_BLOCK_TOOLS",
     "TURN_ENDING_TOOLS",
     "AskQuestionsArgs",
+    "Baseline",
     "Challenge",
     "CompletePreflightArgs",
     "CompletePulseArgs",
@@ -53,6 +54,7 @@ __all__ = [
     "ThoughtView",
     "ToolCallView",
     "TurnAccepted",
+    "TurnDelta",
     "TurnOutcome",
     "TurnUsage",
     "TurnView",
@@ -291,6 +293,18 @@ def block_tool_definitions(role: str) -> list[ToolDefinition]:
 # --- commands, queries and replies --------------------------------------------------------------------
 
 
+class Baseline(msgspec.Struct, kw_only=True):
+    """A pre-existing build, lint or test issue recorded by preflight (seed 000, "Baseline Structure")."""
+
+    issue_type: Literal["Error", "Warning"]
+    source: Literal["Build", "Lint", "Test"]
+    pattern: Text
+    """An error code or a message (or part of one) as the tool prints it."""
+    file_path: str | None = None
+    """Only output lines that also name this file match."""
+    description: str | None = None
+
+
 class StartSession(Command, kw_only=True):
     """Open an agent session and start its first turn with ``kickoff``.
 
@@ -312,6 +326,9 @@ class StartSession(Command, kw_only=True):
     """Scenario selector for the scripted model (sent as header ``x-autarch-script``); ignored by real models."""
     notes: list[str] = []
     """Notes already taken in this workflow stage (by earlier sessions); injected on every turn."""
+    baselines: list[Baseline] = []
+    """Known issues preflight recorded (seed 000): a pulse's tool failure that only repeats them does not
+    hold back ``complete_pulse``."""
 
 
 class SendMessage(Command, kw_only=True):
@@ -374,13 +391,30 @@ class TurnOutcome(msgspec.Struct, kw_only=True):
     """How a turn ended.
 
     ``kind`` is ``block`` (``tool`` and ``arguments`` name the block tool, or ``complete_review``),
-    ``end_turn`` (the model stopped without a tool), ``cancelled``, ``error`` or ``budget_exceeded``.
+    ``end_turn`` (the model stopped without a tool), ``cancelled``, ``error``, ``budget_exceeded`` or
+    ``step_limit`` (``agent_max_steps`` model calls in one turn: seed 000's iteration limit).
     """
 
-    kind: Literal["block", "end_turn", "cancelled", "error", "budget_exceeded"]
+    kind: Literal["block", "end_turn", "cancelled", "error", "budget_exceeded", "step_limit"]
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     detail: str = ""
+
+
+class TurnDelta(msgspec.Struct, kw_only=True):
+    """A live piece of a turn's text or thinking, on core NATS (``subjects.deltas``), never persisted.
+
+    ``turn:completed`` carries the full text, so a listener that missed deltas loses nothing.
+    """
+
+    type: Literal["turn:message_delta", "turn:thought_delta"]
+    session_id: str
+    turn_id: str
+    text: str
+    workflow_id: str | None = None
+    restart: bool = False
+    """The model call was retried after its stream broke: drop what this turn's current reply streamed so
+    far (of this ``type``) and start again from this delta."""
 
 
 class ToolCallView(msgspec.Struct, kw_only=True):

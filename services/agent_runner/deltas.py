@@ -1,7 +1,7 @@
 """Live deltas: a turn's text and thinking tokens over core NATS, as they stream, never persisted.
 
-Subject ``autarch.deltas.<workflow or _>.<session>``; payload JSON ``{type, session_id, turn_id,
-text}`` with ``type`` = ``turn:message_delta`` or ``turn:thought_delta``. The ``turn:completed``
+Subject ``autarch.deltas.<workflow or _>.<session>``; payload a
+:class:`~autarch.contracts.agents.TurnDelta` as JSON. The ``turn:completed``
 event carries the full text, so a client that missed deltas loses nothing.
 """
 
@@ -13,17 +13,11 @@ import msgspec
 from nats.aio.client import Client
 
 from autarch.contracts import subjects
+from autarch.contracts.agents import TurnDelta
 
 __all__ = ["DeltaPublisher"]
 
 log = logging.getLogger(__name__)
-
-
-class _Delta(msgspec.Struct, kw_only=True):
-    type: str
-    session_id: str
-    turn_id: str
-    text: str
 
 
 _encode = msgspec.json.Encoder().encode
@@ -37,13 +31,15 @@ class DeltaPublisher:
         self._subject = subjects.deltas(workflow_id or subjects.NO_WORKFLOW, session_id)
         self._session_id = session_id
         self._turn_id = turn_id
+        self._workflow_id = workflow_id
 
     async def publish(self, is_thinking: bool, text: str) -> None:
         """Publish a ``turn:thought_delta`` (``is_thinking``) or a ``turn:message_delta``."""
         if not text:
             return
         kind = "turn:thought_delta" if is_thinking else "turn:message_delta"
-        payload = _encode(_Delta(type=kind, session_id=self._session_id, turn_id=self._turn_id, text=text))
+        payload = _encode(TurnDelta(type=kind, session_id=self._session_id, turn_id=self._turn_id, text=text,
+                                     workflow_id=self._workflow_id))
         try:
             # Only appends to nats.py's pending buffer (its flusher sends it): never waits on a listener.
             await self._nc.publish(self._subject, payload)

@@ -169,8 +169,8 @@ class TurnLoop:
         """One model call; False when the turn ended instead (budget, step limit, model failure)."""
         settings, session, turn = self.deps.settings, self.session, self.turn
         if len(turn.replies) >= settings.agent_max_steps:
-            await self._complete({"kind": "error", "detail": f"step limit: {settings.agent_max_steps} model calls "
-                                                             "in one turn (agent_max_steps)"})
+            await self._complete({"kind": "step_limit", "detail": f"{settings.agent_max_steps} model calls in one "
+                                                                  "turn (agent_max_steps)"})
             return False
         over = self.deps.budget.exceeded(session.workflow_id)
         if over is not None:

@@ -593,12 +593,12 @@ def _handle_turn(wf: Workflow, step: str, event: TurnCompleted, session: Session
             if run is not None:
                 wf.end_pulse_as(run["id"], "stopped", event.detail or "cancelled")
         return
-    if outcome in ("error", "budget_exceeded"):
+    if outcome in ("error", "budget_exceeded", "step_limit"):
         detail = event.detail or outcome
         if step == "preflight":
             wf.complete_preflight(status="failed", error=detail)
             wf.abandon(f"preflight failed: {detail}")
-        elif run is not None and "step limit" in detail:
+        elif run is not None and outcome == "step_limit":
             wf.end_pulse_as(run["id"], "failed", f"iteration limit: {detail}")
         else:
             wf.record_error(stage=wf.stage, message=f"{step}: {detail}")
