@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import struct
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,13 +38,48 @@ def test_unknown_backend_and_incomplete_hosted_settings_are_refused() -> None:
         load_embedder("hosted")
 
 
-def test_static_embedder_runs_a_model2vec_package_when_installed() -> None:
-    try:
-        embedder = StaticEmbedder()
-    except EmbeddingUnavailable as exc:
-        pytest.skip(f"static embedder not installed here: {exc}")
-    vectors = embedder.embed(["parse the configuration", "read config settings", "zebra"])
-    assert vectors.shape[0] == 3 and (vectors @ vectors.T)[0, 1] > (vectors @ vectors.T)[0, 2]
+def _write_static_model(model_dir: Path, vocab: list[str], table: np.ndarray, weights: np.ndarray) -> None:
+    """A Model2Vec-format model: a word-level tokenizer and a safetensors file of token vectors and weights."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tokenizer = Tokenizer(WordLevel({word: i for i, word in enumerate(vocab)}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = Whitespace()
+    model_dir.mkdir(parents=True)
+    tokenizer.save(str(model_dir / "tokenizer.json"))
+    tensors = {"embeddings": table.astype(np.float32), "weights": weights.astype(np.float32)}
+    header, offset, body = {}, 0, b""
+    for name, array in tensors.items():
+        data = array.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        body += data
+    encoded = json.dumps(header).encode()
+    (model_dir / "model.safetensors").write_bytes(struct.pack("<Q", len(encoded)) + encoded + body)
+
+
+def test_static_embedder_averages_weighted_token_vectors_of_a_model_dir(tmp_path: Path) -> None:
+    vocab = ["[UNK]", "parse", "read", "config", "settings", "zebra"]
+    table = np.array([[0, 0, 0], [1, 0, 0], [1, 0.2, 0], [0, 1, 0], [0, 1, 0.1], [0, 0, 1]], dtype=np.float32)
+    weights = np.array([0.0, 1.0, 1.0, 3.0, 1.0, 1.0])
+    _write_static_model(tmp_path / "m2v" / "model", vocab, table, weights)
+    embedder = StaticEmbedder(tmp_path / "m2v" / "model")
+    assert embedder.dim == 3 and embedder.id == "static-m2v-3"
+    vectors = embedder.embed(["parse config", "read settings", "zebra", ""])
+    # "parse config" = mean(1*[1,0,0], 3*[0,1,0]) normalised; an empty text stays a zero vector.
+    expected = np.array([0.5, 1.5, 0.0]) / np.linalg.norm([0.5, 1.5, 0.0])
+    assert np.allclose(vectors[0], expected, atol=1e-6)
+    assert (vectors @ vectors.T)[0, 1] > (vectors @ vectors.T)[0, 2]
+    assert not vectors[3].any()
+
+
+def test_static_embedder_without_a_model_says_what_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(EmbeddingUnavailable, match="tokenlearn-static-model or a model dir"):
+        StaticEmbedder()
 
 
 class _EmbeddingsAPI(BaseHTTPRequestHandler):
