@@ -25,6 +25,7 @@ __all__ = [
     "BLOCK_TOOLS",
     "BLOCK_TOOL_ARGUMENTS",
     "BLOCK_TOOL_DESCRIPTIONS",
+    "ESCAPE_HATCH_FIELD",
     "ROLE_BLOCK_TOOLS",
     "TURN_ENDING_TOOLS",
     "AskQuestionsArgs",
@@ -183,7 +184,8 @@ class CompletePulseArgs(ToolArgs, kw_only=True, rename="camel"):
     files_changed: Annotated[list[str], Meta(description="List of file paths that were modified")]
     unresolved_issues: Annotated[
         list[UnresolvedIssue] | None,
-        Meta(description="Acknowledged issues that couldn't be fixed (escape hatch)"),
+        Meta(description="Failures that genuinely cannot be fixed within this pulse, each with the reason; "
+                         "halts automatic execution until a person reviews the pulse"),
     ] = None
 
 
@@ -207,58 +209,64 @@ BLOCK_TOOL_ARGUMENTS: dict[str, type[ToolArgs]] = {
 
 BLOCK_TOOLS = frozenset(BLOCK_TOOL_ARGUMENTS)
 
-# Each description: the seed's one-line purpose, then its "LLM Description" text verbatim.
+_YIELD_RULES = """\
+Calling this tool ends your turn: it is a yield, and control passes to the person (or the system) until the \
+next message. Call it on its own: no other tool call in the same message, and never together with another \
+stage-completion tool. It must be the last content of your message: no text, caveats or tool calls after it. \
+After calling it, stop."""
+
+# Each description in our own words: what the tool is for and when to call it, then the yield rules above.
 BLOCK_TOOL_DESCRIPTIONS: dict[str, str] = {
-    "submit_scope": """Submits a finalized scope card for user approval. Used when all Four Pillars (outcome, \
-boundaries, constraints, success criteria) are clearly defined.
+    "submit_scope": """Submit the finished scope card for the person to approve. Call it once all Four Pillars \
+are settled: the outcome, the boundaries (what is in and what is out of scope), the binding constraints and the \
+success criteria.
 
-When you're ready to define the scope, emit a single structured block.
-The block IS the scope. Anything outside it doesn't count.
-After emitting the scope block, stop. No additional content.""",
-    "submit_research": """Submits completed research findings for user approval.
+The call is the scope: only what you pass in its arguments counts, and anything you write outside it is not \
+part of the scope. Put everything that matters into its fields.""",
+    "submit_research": """Hand over your research findings, as a research card, for the person to approve.
 
-When—and only when—you have sufficient understanding to guide implementation, end the message with an \
-autarch-research block.
+Call it when, and only when, you understand the relevant part of the system well enough to guide the \
+implementation. Before calling it, go over the notes you took and make sure every key finding is in the card.""",
+    "submit_plan": """Submit the execution plan for the person to approve, after you have checked the research \
+findings against the code.
 
-Before producing it:
-- Review accumulated notes
-- Ensure all key findings are incorporated""",
-    "submit_plan": """Submits an execution plan for user approval, after verifying research findings against the \
-codebase.
+Call it once, when the plan is ready. The plan you pass is the execution contract: its pulses are run as you \
+list them.""",
+    "request_extension": """Ask for more time: pause here and carry on in the next turn.
 
-When the plan is ready, you must end your message with a single :::autarch-plan block.
-This block is the execution contract.""",
-    "request_extension": """Requests additional execution time: a yield point that pauses execution, allows \
-context compaction, and continues in a subsequent turn.
+Calling it is a yield. Your execution pauses, control goes back to the person, and the earlier context may be \
+compacted before you continue. Say why you need more time, what you completed in this turn and what remains. \
+Do no more work in this turn once you have called it.
 
-autarch-extend is a yield.
+When researching, you must call it once you have made 8 research actions in one turn. When implementing a \
+pulse, call it early if the pulse cannot be finished safely in this turn. Never combine it with a completion \
+tool.""",
+    "ask_questions": """Ask the person structured questions, when you cannot go on without their decision.
 
-When you emit autarch-extend, you are:
-- Pausing execution
-- Yielding control to the user
-- Allowing context compaction to occur
+Every question goes through this tool, with no exception: never ask anything in prose, bullet points or inline \
+text. Use single_select, multi_select or ranked (each with options) or free_text. Asking is a terminal yield: \
+call it, then stop and wait for the answers.""",
+    "complete_pulse": """Mark the pulse as done and hand over its commit message.
 
-You MUST NOT perform additional work after emitting it.""",
-    "ask_questions": """Asks structured questions requiring user input, when you cannot proceed without explicit \
-user decisions.
+Call it only when every requirement of the pulse is satisfied and the code is complete and clean. The summary \
+becomes the commit message: its first line must be a Conventional Commit, type(scope): description, with type \
+one of feat, fix, docs, style, refactor, perf, test, chore, build, ci (the scope is optional; ! before the colon \
+marks a breaking change). The call is refused while a tool failure of this session is unresolved (a failing \
+command, a failed edit): fix it and check again first. Never combine it with request_extension.""",
+    "complete_preflight": """Report that the environment setup is complete.
 
-All questions use autarch-questions. Period. No exceptions.
-
-You cannot ask questions in prose, bullets, or inline text.
-If you need clarification, emit an autarch-questions block and stop.""",
-    "complete_pulse": """Signals pulse completion with a summary suitable for a commit message.
-
-Only when ALL pulse requirements are satisfied—code complete and clean—may you mark the pulse as done.
-
-The summary field becomes the commit message. Format it as a Conventional Commit.""",
-    "complete_preflight": """Signals preflight environment setup is complete.
-
-When environment setup is complete, provide a summary of:
-1. What setup commands were run
-2. Whether the build succeeded
-3. How many baseline issues were recorded (if any)""",
+Pass a summary of the setup, the setup commands you ran, whether the build succeeded, and how many baseline \
+issues you recorded with record_baseline (0 when there were none).""",
 }
-"""LLM description of each block tool."""
+"""What each block tool is for; the model is offered this text followed by :data:`_YIELD_RULES`."""
+
+ESCAPE_HATCH_FIELD = "unresolvedIssues"
+"""``complete_pulse``'s escape hatch (seed 000): offered only once the session has opened it."""
+
+_ESCAPE_HATCH_DESCRIPTION = """\
+unresolvedIssues is available now. Use it only for failures that genuinely cannot be fixed within this pulse \
+(a flaky test, an environment problem): list each issue with the reason it cannot be fixed. Using it halts \
+automatic execution until a person has reviewed the pulse, so fix whatever can be fixed first."""
 
 ROLE_BLOCK_TOOLS: dict[str, tuple[str, ...]] = {
     "discussion": (),
@@ -276,18 +284,27 @@ TURN_ENDING_TOOLS = BLOCK_TOOLS | {"complete_review"}
 """Tools that end the turn and obey the block rules (one per message, last, alone)."""
 
 
-def block_tool_definitions(role: str) -> list[ToolDefinition]:
-    """The block tools ``role`` is offered, in the seed's table order."""
+def block_tool_definitions(role: str, *, escape_hatch: bool = False) -> list[ToolDefinition]:
+    """The block tools ``role`` is offered, in the seed's table order.
+
+    ``complete_pulse`` carries its ``unresolvedIssues`` field only with ``escape_hatch`` (seed 000: the escape
+    hatch is revealed after repeated rejections, not before).
+    """
     if role not in ROLE_BLOCK_TOOLS:
         raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLE_BLOCK_TOOLS)}")
-    return [
-        ToolDefinition(
-            name=name,
-            description=BLOCK_TOOL_DESCRIPTIONS[name],
-            input_schema=input_schema(BLOCK_TOOL_ARGUMENTS[name]),
+    definitions = []
+    for name in ROLE_BLOCK_TOOLS[role]:
+        description = BLOCK_TOOL_DESCRIPTIONS[name]
+        schema = input_schema(BLOCK_TOOL_ARGUMENTS[name])
+        if name == "complete_pulse":
+            if escape_hatch:
+                description += "\n\n" + _ESCAPE_HATCH_DESCRIPTION
+            else:
+                schema["properties"].pop(ESCAPE_HATCH_FIELD)
+        definitions.append(
+            ToolDefinition(name=name, description=f"{description}\n\n{_YIELD_RULES}", input_schema=schema)
         )
-        for name in ROLE_BLOCK_TOOLS[role]
-    ]
+    return definitions
 
 
 # --- commands, queries and replies --------------------------------------------------------------------
