@@ -44,7 +44,8 @@ HaltReason = Literal["unresolved_issues", "pulse_failed", "stopped", "extension_
 - ``stopped``: the user stopped the workflow (resume continues: a stopped pulse runs again);
 - ``extension_requested``: the agent asked for more time (approve the extension to continue);
 - ``questions``: the agent asked questions (answer them to continue);
-- ``error``: an agent turn failed (model API, budget); resume retries the stage's agent.
+- ``error``: an agent turn failed (model API, budget) or a step could not be done; resume asks the same agent
+  (a running pulse's included) to carry on, or retries the step.
 """
 
 
@@ -58,7 +59,12 @@ class PulseRunView(msgspec.Struct, kw_only=True):
     attempt: int
     status: PulseStatus
     session_id: str | None = None
+    initiating_message_id: str | None = None
+    """The kickoff message that started the pulse: the id of its session's first turn (``turns[0].turn_id``
+    in ``GET /api/sessions/{session_id}``); None until the session is open."""
     pulse_branch: str | None = None
+    worktree_path: str | None = None
+    """The worktree the pulse ran in (the workflow's; it is removed once the workflow ends)."""
     checkpoint_commit: str | None = None
     diff_artifact_id: str | None = None
     description: str | None = None

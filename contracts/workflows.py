@@ -271,8 +271,8 @@ class WorkflowView(Reply, kw_only=True):
     current_pulse: str | None = None
     """The pulse run that is running (or halted) now."""
     sessions: dict[str, str] = {}
-    """Agent session of each stage step: ``scoping``, ``research``, ``planning``, ``preflight``, ``review``
-    and each pulse run's id → session id."""
+    """Agent session of each step: ``scoping``, ``research``, ``planning``, ``preflight``, ``review`` and
+    ``pulse:<run id>`` for each pulse run → session id."""
 
 
 class WorkflowList(Reply, kw_only=True):
