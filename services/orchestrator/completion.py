@@ -1,13 +1,16 @@
-"""What a pulse's agent session says about its completion (seed 000, "Completion Validation").
+"""The refused ``complete_pulse`` calls of a pulse's agent session (seed 000, "Completion Validation").
 
-The agent runner validates ``complete_pulse`` inside the turn: while tool calls failed and nothing put
-them right, the call is refused with an error the model reads (progressive rejection; the
-``unresolvedIssues`` escape hatch is revealed only after the threshold). The orchestrator records each
-such refusal as ``pulse:completion_rejected`` and checks the commit message before it commits.
+The agent runner validates ``complete_pulse`` inside the turn: while a tool call failed and no later
+call put it right (baselines from preflight aside), the call is refused and the model is given the
+tool result ``{"error": <why>, "rule": "completion_rejected"}``; from the second refusal on, that
+text also reveals the ``unresolvedIssues`` escape hatch (progressive rejection). The orchestrator
+reads those results from the session and records each as ``pulse:completion_rejected``; before it
+commits an accepted completion it checks the summary is a Conventional Commit.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 from autarch.contracts.agents import SessionView
@@ -20,13 +23,29 @@ CONVENTIONAL_COMMIT = re.compile(r"^[A-Za-z][A-Za-z0-9-]*(\([^()\r\n]+\))?!?: [^
 Rejection = tuple[str, str, bool]
 """(tool_use_id, the refusal the model was given, whether it revealed ``unresolvedIssues``)."""
 
+_RULE = "completion_rejected"
+_ESCAPE_HATCH = "unresolvedIssues"
+
+
+def _refusal(output: str | None) -> str | None:
+    """The refusal text of a ``completion_rejected`` tool result; None for any other result."""
+    try:
+        result = json.loads(output or "")
+    except ValueError:
+        return None
+    if not isinstance(result, dict) or result.get("rule") != _RULE:
+        return None
+    return str(result.get("error", ""))
+
 
 def completion_rejections(session: SessionView) -> list[Rejection]:
     """Every refused ``complete_pulse`` of ``session``, in order."""
     found = []
     for turn in session.turns:
         for call in turn.tool_calls:
-            if call.name == "complete_pulse" and call.is_error and "completion_rejected" in (call.output or ""):
-                output = call.output or ""
-                found.append((call.tool_use_id, output, "unresolvedIssues" in output))
+            if call.name != "complete_pulse" or not call.is_error:
+                continue
+            refusal = _refusal(call.output)
+            if refusal is not None:
+                found.append((call.tool_use_id, refusal, _ESCAPE_HATCH in refusal))
     return found

@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 __all__ = [
-    "completion_rejected",
     "extension_approved",
     "kickoff",
     "nudge",
@@ -84,17 +83,6 @@ def _pulse_kickoff(workflow: Any, run: dict[str, Any], request: str, scope: dict
     lines.append("Do only this pulse. When it is complete and clean, end with complete_pulse; its summary becomes "
                  "the commit message (a Conventional Commit). If you run long, call request_extension.")
     return "\n".join(lines)
-
-
-def completion_rejected(failures: list[str], *, escape_hatch: bool) -> str:
-    """Progressive rejection (seed 000): fix first; the ``unresolvedIssues`` escape hatch only when revealed."""
-    text = ("complete_pulse was not accepted: these tool calls failed and no later call succeeded:\n"
-            f"{_bullets(failures)}\n\nFix them (or re-run the check once fixed), then call complete_pulse again.")
-    if escape_hatch:
-        text += ("\n\nIf an issue genuinely cannot be fixed within this pulse (a flaky test, an environment "
-                 "problem), you may list it in complete_pulse's unresolvedIssues field as {\"issue\", \"reason\"}. "
-                 "That halts the workflow for a human to review, so use it only when fixing is impossible.")
-    return text
 
 
 def nudge(step: str, block_tool: str) -> str:
