@@ -55,11 +55,16 @@ def _session(workflow: Workflow, step: str) -> str | None:
     return workflow.sessions[step]["session_id"] if step in workflow.sessions else None
 
 
+def _kickoff_turn(workflow: Workflow, step: str) -> str | None:
+    return workflow.sessions[step].get("kickoff_turn_id") if step in workflow.sessions else None
+
+
 _RUN_FIELDS = frozenset(PulseRunView.__struct_fields__)
 
 
 def _pulse_runs(workflow: Workflow) -> list[PulseRunView]:
-    runs = [msgspec.convert({k: v for k, v in run.items() if k in _RUN_FIELDS}, PulseRunView)
+    runs = [msgspec.convert({**{k: v for k, v in run.items() if k in _RUN_FIELDS},
+                             "initiating_message_id": _kickoff_turn(workflow, f"pulse:{run['id']}")}, PulseRunView)
             for run in workflow.runs]
     started = {run["planned_pulse_id"] for run in workflow.runs}
     runs += [PulseRunView(id=p["id"], planned_pulse_id=p["id"], title=p["title"], attempt=0, status="proposed")

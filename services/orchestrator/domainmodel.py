@@ -29,6 +29,14 @@ def _empty_review() -> dict[str, Any]:
     return {"comments": [], "recommendation": None, "summary": None}
 
 
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _seconds_between(start: str, end: str) -> float:
+    return max(0.0, (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds())
+
+
 class Workflow(Aggregate):
     """A user's request for a change, taken through the stages to a reviewed branch."""
 
@@ -232,11 +240,19 @@ class Workflow(Aggregate):
     def assign_session(self, *, step: str, session_id: str, role: str, root: str, kickoff: str,
                        script: str | None, notes: list[str], assigned_at: str) -> None:
         self.sessions[step] = {"session_id": session_id, "role": role, "root": root, "kickoff": kickoff,
-                               "script": script, "notes": notes, "started": False, "assigned_at": assigned_at}
+                               "script": script, "notes": notes, "started": False, "assigned_at": assigned_at,
+                               "running_since": assigned_at, "ran_seconds": 0.0, "closed": False}
 
     @event("SessionConfirmed")
-    def confirm_session(self, *, step: str) -> None:
+    def confirm_session(self, *, step: str, kickoff_turn_id: str | None = None) -> None:
+        # Events recorded before the kickoff turn id was kept carry none (the default).
         self.sessions[step]["started"] = True
+        self.sessions[step]["kickoff_turn_id"] = kickoff_turn_id
+
+    @event("SessionClosed")
+    def session_closed(self, *, step: str, reason: str) -> None:
+        """The step's work is over and its agent session was closed (``session:completed``)."""
+        self.sessions[step]["closed"] = True
 
     @event("MessageQueued")
     def _message_queued(self, *, step: str, session_id: str, message_id: str, text: str) -> None:
@@ -259,11 +275,20 @@ class Workflow(Aggregate):
 
     @event("Halted")
     def _halted(self, *, stage: str, reason: str, message: str, pulse_id: str | None,
-                details: dict[str, Any]) -> None:
+                details: dict[str, Any], at: str | None = None) -> None:
+        # ``at`` (when, for the step's running clock) is None in events recorded before the clock was kept.
         self.halt = {"reason": reason, "message": message, "pulse_id": pulse_id, "details": details}
+        session = self.sessions.get(details.get("step"))  # type: ignore[arg-type]
+        if session is not None and at is not None and session.get("running_since"):
+            # The halted step's clock stops: time waiting for the user is not running time.
+            session["ran_seconds"] = session.get("ran_seconds", 0.0) + _seconds_between(session["running_since"], at)
+            session["running_since"] = None
 
     @event("Resumed")
-    def _resumed(self, *, stage: str, reason: str, message: str | None) -> None:
+    def _resumed(self, *, stage: str, reason: str, message: str | None, at: str | None = None) -> None:
+        session = self.sessions.get((self.halt or {}).get("details", {}).get("step"))  # type: ignore[arg-type]
+        if session is not None and at is not None and session.get("running_since") is None:
+            session["running_since"] = at
         self.halt = None
 
     @event("Abandoned")
@@ -336,10 +361,11 @@ class Workflow(Aggregate):
                              text=text)
 
     def halt_for(self, reason: str, message: str, *, pulse_id: str | None = None,
-                 details: dict[str, Any] | None = None) -> None:
-        self._halted(stage=self.stage, reason=reason, message=message, pulse_id=pulse_id, details=details or {})
+                 details: dict[str, Any] | None = None, at: str | None = None) -> None:
+        self._halted(stage=self.stage, reason=reason, message=message, pulse_id=pulse_id, details=details or {},
+                     at=at or _now())
 
-    def resume(self, expected: tuple[str, ...], message: str | None) -> dict[str, Any]:
+    def resume(self, expected: tuple[str, ...], message: str | None, *, at: str | None = None) -> dict[str, Any]:
         """Lift the halt when its reason is one of ``expected``; the halt that was lifted."""
         if self.halt is None:
             raise LifecycleError(WorkflowErrorCode.NOT_HALTED, f"the workflow is not halted (stage {self.stage})",
@@ -351,7 +377,7 @@ class Workflow(Aggregate):
                                  f"the workflow is halted for {self.halt['reason']}: {hint}",
                                  reason=self.halt["reason"])
         halt = self.halt
-        self._resumed(stage=self.stage, reason=halt["reason"], message=message)
+        self._resumed(stage=self.stage, reason=halt["reason"], message=message, at=at or _now())
         return halt
 
     def abandon(self, reason: str) -> None:
@@ -393,6 +419,16 @@ class Workflow(Aggregate):
 
     def running_run(self) -> dict[str, Any] | None:
         return next((r for r in self.runs if r["status"] == "running"), None)
+
+    def running_seconds(self, step: str, now: str) -> float:
+        """How long ``step``'s session has been running at ``now``, not counting time spent halted."""
+        session = self.sessions[step]
+        ran = float(session.get("ran_seconds", 0.0))
+        # Sessions assigned before the clock was kept have no ``running_since``: their clock is the assignment.
+        since = session.get("running_since", session["assigned_at"])
+        if since is not None:
+            ran += _seconds_between(since, now)
+        return ran
 
     def step_of(self, session_id: str) -> str | None:
         return next((step for step, s in self.sessions.items() if s["session_id"] == session_id), None)

@@ -26,7 +26,6 @@ from nats.js import api
 
 from autarch.contracts import subjects
 from autarch.contracts.agents import (
-    BLOCK_TOOL_ARGUMENTS,
     GetSession,
     SendMessage,
     SessionStopped,
@@ -41,6 +40,7 @@ from autarch.contracts.git import (
     CheckpointPulse,
     CreateWorkflowBranch,
     DiffArtifactRef,
+    ModifiedTrackedFiles,
     PulseCheckpointed,
     PulseDiff,
     RecoveryCheckpoint,
@@ -49,6 +49,7 @@ from autarch.contracts.git import (
     RemoveWorktree,
     RepositoryRegistered,
     StartPulse,
+    TrackedChanges,
     WorkflowBranchView,
     WorktreeRemoved,
 )
@@ -59,21 +60,29 @@ from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
 
-from . import kickoffs
-from .completion import CONVENTIONAL_COMMIT, completion_rejections
+from . import controls, kickoffs
 from .domainmodel import Workflow
 from .lifecycle import LifecycleError
+from .outcomes import handle_turn
+from .steps import (
+    all_pulses_done,
+    close_reason,
+    current_step,
+    next_pulse,
+    preflight_overdue,
+    session_baselines,
+    session_notes,
+    sessions_to_close,
+    step_over,
+)
 
-__all__ = ["STEP_ROLES", "WorkflowDriver", "next_action", "session_id_for"]
+__all__ = ["STEP_ROLES", "WorkflowDriver", "all_pulses_done", "next_action", "next_pulse", "session_id_for"]
 
 log = logging.getLogger("orchestrator.driver")
 
 STEP_ROLES = {"scoping": "scoping", "research": "research", "planning": "plan", "preflight": "preflight",
               "review": "review"}
 """Agent role of each stage step; pulse steps (``pulse:<run id>``) use ``pulsing``."""
-
-BLOCK_OF_STEP = {"scoping": "submit_scope", "research": "submit_research", "planning": "submit_plan",
-                 "preflight": "complete_preflight", "review": "complete_review"}
 
 _SESSIONS = uuid.UUID("6f1d7c1e-9a43-4f0e-8a35-3f6d2b7c9e01")
 _TRANSIENT = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
@@ -95,37 +104,22 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def next_pulse(workflow: Workflow) -> dict[str, Any] | None:
-    """The first planned pulse whose dependencies succeeded and whose latest run did not (None: none can run)."""
-    latest: dict[str, dict[str, Any]] = {}
-    for run in workflow.runs:
-        latest[run["planned_pulse_id"]] = run
-    done = {pid for pid, run in latest.items() if run["status"] == "succeeded"}
-    for pulse in workflow.pulses:
-        if pulse["id"] in done:
-            continue
-        if all(dep in done for dep in pulse.get("dependsOn") or []):
-            return pulse
-    return None
-
-
-def all_pulses_done(workflow: Workflow) -> bool:
-    latest = {run["planned_pulse_id"]: run["status"] for run in workflow.runs}
-    return all(latest.get(p["id"]) == "succeeded" for p in workflow.pulses)
-
-
 def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
     """The one external step ``wf`` needs now, or None while it waits (for an agent, the user, or nothing)."""
     wid = str(wf.id)
+    closing = sessions_to_close(wf)
+    if closing:
+        return lambda: driver.close_session(wid, closing[0])
     if wf.abandoned or wf.stage == "done":
         if wf.execution is not None and not wf.worktree_removed:
             return lambda: driver.remove_worktree(wid)
         return None
     for message in wf.outbox:
-        if not message["delivered"]:
+        # A message to a step that is over (a nudge overtaken by a stop) would only reach a closed session.
+        if not message["delivered"] and not step_over(wf, message["step"]):
             return lambda m=message: driver.deliver(wid, m)  # type: ignore[misc]
     for step, session in wf.sessions.items():
-        if not session["started"]:
+        if not session["started"] and not step_over(wf, step):
             return lambda s=step: driver.start_session(wid, s)  # type: ignore[misc]
     run = wf.running_run()
     if run is not None and run.get("ending") == "succeeded":
@@ -248,7 +242,7 @@ class WorkflowDriver:
         def record(wf: Workflow) -> None:
             wf.record_error(stage=wf.stage, message=message)
             if wf.halt is None and not wf.abandoned and wf.stage != "done":
-                wf.halt_for("error", message, details={"step": _current_step(wf)})
+                wf.halt_for("error", message, details={"step": current_step(wf)})
 
         await self.orch.change(workflow_id, record)
 
@@ -268,11 +262,10 @@ class WorkflowDriver:
         wf = await self.orch.read(workflow_id)
         root = wf.repo if step in ("scoping", "research", "planning") else wf.execution["worktree_path"]
         script = run["id"] if run is not None else wf.script
-        notes = [n["note"] for n in wf.notes if n["stage"] == wf.stage]
         text = kickoffs.kickoff(step if run is None else "pulse", wf, run)
         await self._record(workflow_id, lambda w: w.assign_session(
             step=step, session_id=session_id_for(workflow_id, step), role=_role(step), root=root, kickoff=text,
-            script=script, notes=notes, assigned_at=_now()))
+            script=script, notes=session_notes(w, step), assigned_at=_now()))
 
     def index_in_background(self, repo: str, worktree: str | None = None, base: str | None = None) -> None:
         """Ask the indexer to index the project (and a pulse's worktree: its embedding scope), without waiting.
@@ -297,10 +290,11 @@ class WorkflowDriver:
     async def start_session(self, workflow_id: str, step: str) -> None:
         wf = await self.orch.read(workflow_id)
         s = wf.sessions[step]
+        baselines = session_baselines(wf, step)
         command = StartSession(session_id=s["session_id"], role=s["role"], root=s["root"], kickoff=s["kickoff"],
-                               workflow_id=workflow_id, script=s["script"], notes=s["notes"])
-        await self._ask("agent_runner", "start_session", command, TurnAccepted)
-        await self._record(workflow_id, lambda w: w.confirm_session(step=step))
+                               workflow_id=workflow_id, script=s["script"], notes=s["notes"], baselines=baselines)
+        accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
+        await self._record(workflow_id, lambda w: w.confirm_session(step=step, kickoff_turn_id=accepted.turn_id))
         if step == "scoping":
             self.index_in_background(wf.repo)
         elif step.startswith("pulse:"):
@@ -312,6 +306,25 @@ class WorkflowDriver:
                               message_id=message["message_id"])
         await self._ask("agent_runner", "send_message", command, TurnAccepted)
         await self._record(workflow_id, lambda w: w.message_delivered(message_id=message["message_id"]))
+
+    async def close_session(self, workflow_id: str, step: str) -> None:
+        """Close the session of a step that is over (the runner emits ``session:completed``); idempotent."""
+        wf = await self.orch.read(workflow_id)
+        reason = close_reason(wf, step)
+        try:
+            # Closing also cancels a turn still running (a preflight abandoned at its timeout).
+            await self._ask("agent_runner", "stop_session",
+                            StopSession(session_id=wf.sessions[step]["session_id"], reason=reason, close=True),
+                            SessionStopped)
+        except RemoteError as exc:
+            if exc.code != ErrorCode.NOT_FOUND:  # the runner never opened it: nothing to close
+                raise
+
+        def record(w: Workflow) -> None:
+            if not w.sessions[step].get("closed"):
+                w.session_closed(step=step, reason=reason)
+
+        await self._record(workflow_id, record)
 
     async def prepare_execution(self, workflow_id: str) -> None:
         wf = await self.orch.read(workflow_id)
@@ -338,14 +351,15 @@ class WorkflowDriver:
                "checkpoint_commit": None, "diff_artifact_id": None, "description": None, "files_changed": [],
                "has_unresolved_issues": False, "unresolved_issues": [], "is_recovery_checkpoint": False,
                "completion_rejections": 0, "extensions": 0, "failure_reason": None, "started_at": _now(),
-               "ended_at": None, "ending": None}
+               "ended_at": None, "ending": None, "worktree_path": started.worktree_path}
 
         def record(w: Workflow) -> None:
             w.pulse_started(run=run)
             text = kickoffs.kickoff("pulse", w, run)
+            # Notes belong to the stage (seed 004): every pulse sees what earlier execution agents noted.
             w.assign_session(step=step, session_id=run["session_id"], role="pulsing",
-                             root=w.execution["worktree_path"], kickoff=text, script=run_id, notes=[],
-                             assigned_at=_now())
+                             root=w.execution["worktree_path"], kickoff=text, script=run_id,
+                             notes=session_notes(w, step), assigned_at=_now())
 
         await self._record(workflow_id, record)
 
@@ -406,25 +420,19 @@ class WorkflowDriver:
                     log.warning("workflow %s: preflight watchdog: %s", workflow_id, exc)
 
     async def _time_out_preflight(self, workflow_id: str) -> None:
-        async with self._locks[workflow_id]:
-            wf = await self.orch.read(workflow_id)
-            session = wf.sessions.get("preflight")
-            if wf.preflight is not None or session is None or wf.abandoned or wf.halt is not None:
-                return
-            ran = (datetime.now(UTC) - datetime.fromisoformat(session["assigned_at"])).total_seconds()
-            if ran < self.settings.preflight_timeout:
-                return
-            message = f"preflight timed out after {self.settings.preflight_timeout:g}s"
+        timeout = self.settings.preflight_timeout
+        message = f"preflight timed out after {timeout:g}s"
 
-            def record(w: Workflow) -> None:
-                if w.preflight is None and not w.abandoned:
-                    w.complete_preflight(status="failed", error=message)
-                    w.abandon(message)
+        def record(w: Workflow) -> None:
+            # Checked again in the mailbox: a preflight that completed meanwhile keeps its outcome.
+            if preflight_overdue(w, timeout):
+                w.complete_preflight(status="failed", error=message)
+                w.abandon(message)
 
-            await self.orch.change(workflow_id, record)
-            await self._ask("agent_runner", "stop_session",
-                            StopSession(session_id=session["session_id"], reason=message, close=True), SessionStopped)
-        self.kick(workflow_id)
+        if preflight_overdue(await self.orch.read(workflow_id), timeout):
+            # The session is closed (its running turn cancelled) by the driver's next action.
+            async with self._locks[workflow_id]:
+                await self.orch.change(workflow_id, record)
 
     # --- turn outcomes ---------------------------------------------------------------------------------
 
@@ -474,12 +482,17 @@ class WorkflowDriver:
         log.info("workflow %s: %s turn ended %s%s", event.workflow_id, step, event.outcome,
                  f" ({event.tool})" if event.tool else "")
         async with self._locks[event.workflow_id]:
-            session = None
+            session = tracked = None
             if step.startswith("pulse:"):
                 session = await self._ask("agent_runner", "get_session", GetSession(session_id=event.session_id),
                                           SessionView)
+            elif step == "preflight" and event.tool == "complete_preflight" and wf.preflight is None:
+                # Preflight must not modify tracked files (seed 000): checked before its completion counts.
+                tracked = await self._ask("git", "modified_tracked_files",
+                                          ModifiedTrackedFiles(workflow_id=event.workflow_id), TrackedChanges)
             settings = self.settings
-            await self._record(event.workflow_id, lambda w: _handle_turn(w, step, event, session, settings))
+            await self._record(event.workflow_id, lambda w: handle_turn(w, step, event, settings, session=session,
+                                                                        tracked=tracked))
         self.kick(event.workflow_id)
 
     # --- user controls -----------------------------------------------------------------------------------
@@ -488,10 +501,10 @@ class WorkflowDriver:
         async with self._locks[workflow_id]:
             wf = await self.orch.read(workflow_id)
             try:
-                _check_open(wf)
+                controls.check_open(wf)
             except LifecycleError as exc:
                 raise ServiceFailure(exc.code, exc.message, {"workflow_id": workflow_id, **exc.details}) from None
-            step = _current_step(wf)
+            step = current_step(wf)
             if wf.halt is not None or step is None or wf.awaiting_approval:
                 state = f"halted ({wf.halt['reason']})" if wf.halt else (
                     "awaiting approval" if wf.awaiting_approval else "between steps")
@@ -514,155 +527,16 @@ class WorkflowDriver:
         return wf
 
     async def resume_workflow(self, workflow_id: str, message: str | None) -> Workflow:
-        def record(w: Workflow) -> None:
-            _check_open(w)
-            halt = w.resume(("unresolved_issues", "pulse_failed", "stopped", "error"), message)
-            step = halt["details"].get("step")
-            # A stopped or failed pulse runs again as a new attempt (next_action); any other step continues.
-            if halt["pulse_id"] is None and step in w.sessions:
-                w.queue_message(step, kickoffs.resume_note(halt["reason"], message))
-
-        return await self._user_change(workflow_id, record)
+        return await self._user_change(workflow_id, lambda w: controls.resume(w, message))
 
     async def approve_extension(self, workflow_id: str, message: str | None) -> Workflow:
-        def record(w: Workflow) -> None:
-            _check_open(w)
-            halt = w.resume(("extension_requested",), message)
-            w.queue_message(halt["details"]["step"], kickoffs.extension_approved(halt["details"], message))
-
-        return await self._user_change(workflow_id, record)
+        return await self._user_change(workflow_id, lambda w: controls.approve_extension(w, message))
 
     async def answer_questions(self, workflow_id: str, answers: list[str]) -> Workflow:
-        def record(w: Workflow) -> None:
-            _check_open(w)
-            halt = w.resume(("questions",), "\n".join(answers))
-            questions = halt["details"].get("questions") or []
-            w.queue_message(halt["details"]["step"], kickoffs.questions_answered(questions, answers))
-
-        return await self._user_change(workflow_id, record)
+        return await self._user_change(workflow_id, lambda w: controls.answer_questions(w, answers))
 
     async def _user_change(self, workflow_id: str, record: Callable[[Workflow], None]) -> Workflow:
         async with self._locks[workflow_id]:
             wf, _ = await self.orch.change(workflow_id, record)
         self.kick(workflow_id)
         return wf
-
-
-def _check_open(wf: Workflow) -> None:
-    if wf.abandoned or wf.stage == "done":
-        raise LifecycleError(WorkflowErrorCode.FINISHED,
-                             f"the workflow is {'abandoned' if wf.abandoned else 'done'}", stage=wf.stage)
-
-
-def _current_step(wf: Workflow) -> str | None:
-    """The step whose agent works now (or last worked), if any."""
-    if wf.stage in ("scoping", "research", "planning", "review"):
-        return wf.stage if wf.stage in wf.sessions else None
-    if wf.stage != "execution":
-        return None
-    run = wf.running_run()
-    if run is not None:
-        return f"pulse:{run['id']}"
-    if wf.preflight is None and "preflight" in wf.sessions:
-        return "preflight"
-    return None
-
-
-def _handle_turn(wf: Workflow, step: str, event: TurnCompleted, session: SessionView | None,
-                 settings: Settings) -> None:
-    """Record the meaning of one finished turn of ``step``'s session (runs in the workflow's mailbox)."""
-    if event.turn_id in wf.seen:
-        return
-    wf.turn_handled(turn_id=event.turn_id, step=step, outcome=event.outcome)
-    if wf.abandoned or wf.stage == "done":
-        return
-    run = wf.run(step.split(":", 1)[1]) if step.startswith("pulse:") else None
-    if run is not None and (run["status"] != "running" or run.get("ending")):
-        return  # the pulse already ended (stopped by the user, or failed): a late outcome changes nothing
-    if run is not None and session is not None:
-        # The run counts the refusals it recorded, so each refusal is recorded once whatever turn reports it.
-        for _, message, revealed in completion_rejections(session)[run["completion_rejections"]:]:
-            wf.reject_completion(run["id"], [message], revealed)
-    if step == "preflight" and wf.preflight is not None:
-        return
-    outcome = event.outcome
-    if outcome == "cancelled":
-        if wf.halt is None:  # cancelled by someone else than the workflow's stop
-            wf.halt_for("stopped", event.detail or "the agent's turn was cancelled", details={"step": step},
-                        pulse_id=run["id"] if run else None)
-            if run is not None:
-                wf.end_pulse_as(run["id"], "stopped", event.detail or "cancelled")
-        return
-    if outcome in ("error", "budget_exceeded", "step_limit"):
-        detail = event.detail or outcome
-        if step == "preflight":
-            wf.complete_preflight(status="failed", error=detail)
-            wf.abandon(f"preflight failed: {detail}")
-        elif run is not None and outcome == "step_limit":
-            wf.end_pulse_as(run["id"], "failed", f"iteration limit: {detail}")
-        else:
-            wf.record_error(stage=wf.stage, message=f"{step}: {detail}")
-            wf.halt_for("error", f"the {step} agent failed: {detail}", details={"step": step},
-                        pulse_id=run["id"] if run else None)
-        return
-    turns = sum(1 for m in wf.outbox if m["step"] == step) + 1
-    if run is not None and turns >= settings.pulse_max_turns and not (
-            outcome == "block" and event.tool == "complete_pulse"):
-        wf.end_pulse_as(run["id"], "failed", f"iteration limit: {turns} turns without completing the pulse")
-        return
-    block = BLOCK_OF_STEP.get(step, "complete_pulse")
-    if outcome == "end_turn":
-        if wf.nudges.get(step, 0) >= settings.stage_nudges:
-            message = f"the {step} agent ended its turn without {block} {settings.stage_nudges + 1} times"
-            if run is not None:
-                wf.end_pulse_as(run["id"], "failed", message)
-            else:
-                wf.record_error(stage=wf.stage, message=message)
-                wf.halt_for("error", message, details={"step": step})
-        else:
-            wf.nudge(step, kickoffs.nudge(step, block))
-        return
-    tool, args = event.tool or "", event.arguments or {}
-    if tool == "ask_questions":
-        wf.halt_for("questions", "the agent asks questions; answer them to continue",
-                    pulse_id=run["id"] if run else None, details={"step": step, "questions": args.get("questions", [])})
-    elif tool == "request_extension":
-        if run is not None:
-            wf.extend_pulse(run["id"])
-        wf.halt_for("extension_requested", f"the {step} agent asks for more time: {args.get('reason', '')}",
-                    pulse_id=run["id"] if run else None, details={"step": step, **args})
-    elif tool in ("submit_scope", "submit_research", "submit_plan"):
-        _submit(wf, step, tool, args)
-    elif tool == "complete_preflight":
-        success = bool(args.get("buildSuccess"))
-        wf.complete_preflight(status="completed" if success else "failed", summary=args.get("summary"),
-                              setup_commands=list(args.get("setupCommands") or []), build_success=success,
-                              baselines_recorded=int(args.get("baselinesRecorded") or 0),
-                              error=None if success else "the baseline build does not succeed")
-        if not success:
-            wf.abandon(f"preflight failed: {args.get('summary', 'the build does not succeed')}")
-    elif tool == "complete_pulse" and run is not None:
-        _complete_pulse(wf, step, run, args)
-    elif tool == "complete_review":
-        if not wf.awaiting_approval:
-            wf.nudge(step, kickoffs.nudge(step, block))
-
-
-def _submit(wf: Workflow, step: str, tool: str, args: dict[str, Any]) -> None:
-    card = msgspec.to_builtins(msgspec.convert(args, BLOCK_TOOL_ARGUMENTS[tool]))
-    try:
-        wf.submit_artifact(step, card)  # the turn id already made this once-only (TurnHandled)
-    except LifecycleError as exc:
-        wf.queue_message(step, f"{tool} was refused: {exc.message}. Fix it and call {tool} again.")
-
-
-def _complete_pulse(wf: Workflow, step: str, run: dict[str, Any], args: dict[str, Any]) -> None:
-    # The runner only lets complete_pulse end a turn once no tool failure is left unresolved, or once the
-    # escape hatch was revealed and the agent listed what it could not fix.
-    summary = str(args.get("summary", "")).strip()
-    if not CONVENTIONAL_COMMIT.match(summary.partition("\n")[0]):
-        wf.queue_message(step, "complete_pulse was not accepted: the summary's first line must be a Conventional "
-                               "Commit such as `feat(auth): validate JWT tokens`. Call complete_pulse again.")
-        return
-    wf.accept_completion(run["id"], description=summary, files_changed=list(args.get("filesChanged") or []),
-                         unresolved_issues=list(args.get("unresolvedIssues") or []))

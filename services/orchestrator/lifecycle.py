@@ -14,6 +14,7 @@ __all__ = [
     "next_stage",
     "quick_pulse",
     "revision_request",
+    "validate_answers",
     "validate_plan",
 ]
 
@@ -110,3 +111,22 @@ def revision_request(stage: str, feedback: str) -> str:
     """The message that hands the user's change request to the stage's agent."""
     return (f"The user reviewed your {stage} submission and requests changes:\n\n{feedback}\n\n"
             f"Revise it accordingly, then call {_BLOCK_OF_STAGE[stage]} again with the complete revised version.")
+
+
+def validate_answers(questions: list[dict[str, Any]], answers: list[str]) -> None:
+    """Raise ``bad_request`` unless there is one non-blank answer per question and every ``single_select``
+    answer is one of its options (the agent asked the user to pick one)."""
+    if len(answers) != len(questions):
+        raise LifecycleError(ErrorCode.BAD_REQUEST,
+                             f"{len(questions)} question(s) wait for one answer each, in the order asked; "
+                             f"got {len(answers)} answer(s)", field="answers", expected=len(questions),
+                             given=len(answers))
+    for n, (question, answer) in enumerate(zip(questions, answers, strict=True)):
+        if not answer.strip():
+            raise LifecycleError(ErrorCode.BAD_REQUEST, f"answers[{n}] is blank; answer {question.get('prompt')!r}",
+                                 field=f"answers[{n}]")
+        options = question.get("options") or []
+        if question.get("type") == "single_select" and options and answer.strip() not in options:
+            raise LifecycleError(ErrorCode.BAD_REQUEST,
+                                 f"answers[{n}] must be one of the options of {question.get('prompt')!r}: "
+                                 + ", ".join(repr(o) for o in options), field=f"answers[{n}]", options=options)

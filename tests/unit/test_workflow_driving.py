@@ -33,7 +33,7 @@ def run(wf: Workflow, planned: str, status: str, attempt: int = 1) -> dict[str, 
     record = {"id": planned if attempt == 1 else f"{planned}-a{attempt}", "planned_pulse_id": planned,
               "title": planned, "attempt": attempt, "status": "running", "session_id": "s", "pulse_branch": "b",
               "base_commit": "0" * 40, "completion_rejections": 0, "extensions": 0, "description": f"feat: {planned}",
-              "files_changed": [], "unresolved_issues": [], "ending": None}
+              "files_changed": [], "unresolved_issues": [], "ending": None, "worktree_path": "/wt"}
     wf.pulse_started(run=record)
     if status != "running":
         wf.pulse_ended(run_id=record["id"], status=status, commit=None, diff_artifact_id=None,
