@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from litestar import Response, post
 from litestar.datastructures import State
+from litestar.params import FromPath, JSONBody
 
 from autarch.contracts.errors import ErrorReply
 from autarch.contracts.execution import (
@@ -37,7 +38,7 @@ _RESPONSES = error_responses(400, 404, 409)
 @post("/api/workflows/{workflow_id:str}/stop", status_code=200, summary="Stop the running agent and halt",
       tags=["workflows"], responses=_RESPONSES)
 async def stop_workflow(
-    workflow_id: str, state: State, data: StopBody | None = None
+    workflow_id: FromPath[str], state: State, data: JSONBody[StopBody | None] = None
 ) -> WorkflowView | Response[ErrorReply]:
     """Stop whatever agent works for the workflow; the workflow halts with reason ``stopped``
     (``workflow:halted``). A running pulse ends ``stopped`` with a recovery checkpoint of its changes.
@@ -54,7 +55,7 @@ async def stop_workflow(
 @post("/api/workflows/{workflow_id:str}/resume", status_code=200, summary="Continue a halted workflow",
       tags=["workflows"], responses=_RESPONSES)
 async def resume_workflow(
-    workflow_id: str, state: State, data: ResumeBody | None = None
+    workflow_id: FromPath[str], state: State, data: JSONBody[ResumeBody | None] = None
 ) -> WorkflowView | Response[ErrorReply]:
     """Continue a workflow halted for ``unresolved_issues``, ``pulse_failed``, ``stopped`` or ``error``
     (``workflow:resumed``). Optional body ``{"message": "..."}``: guidance handed to the agent that continues.
@@ -70,7 +71,7 @@ async def resume_workflow(
 @post("/api/workflows/{workflow_id:str}/extension/approve", status_code=200,
       summary="Let the agent that asked for more time continue", tags=["workflows"], responses=_RESPONSES)
 async def approve_extension(
-    workflow_id: str, state: State, data: ApproveExtensionBody | None = None
+    workflow_id: FromPath[str], state: State, data: JSONBody[ApproveExtensionBody | None] = None
 ) -> WorkflowView | Response[ErrorReply]:
     """The agent called ``request_extension`` and the workflow halted with reason ``extension_requested``;
     this lets it continue in a new turn. Optional body ``{"message": "..."}``. 409 ``not_halted`` or
@@ -85,7 +86,7 @@ async def approve_extension(
 @post("/api/workflows/{workflow_id:str}/answers", status_code=200, summary="Answer the agent's questions",
       tags=["workflows"], responses=_RESPONSES)
 async def answer_questions(
-    workflow_id: str, state: State, data: AnswerQuestionsBody
+    workflow_id: FromPath[str], state: State, data: JSONBody[AnswerQuestionsBody]
 ) -> WorkflowView | Response[ErrorReply]:
     """The agent called ``ask_questions`` and the workflow halted with reason ``questions`` (the questions
     are in ``halt.details``). Body ``{"answers": ["...", ...]}``: one non-empty answer per question, in the

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from litestar import Response, get, post
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from autarch.contracts.agents import (
     GetSession,
@@ -37,7 +37,9 @@ __all__ = ["SESSION_ROUTES", "StopSessionBody"]
 
 @post("/api/channels/{channel_id:str}/session", status_code=201, summary="Start a discussion session in a channel",
       tags=["sessions"], responses=error_responses(400, 409))
-async def start_channel_session(channel_id: str, data: ChannelSessionBody, state: State) -> TurnAccepted:
+async def start_channel_session(
+    channel_id: FromPath[str], data: JSONBody[ChannelSessionBody], state: State
+) -> TurnAccepted:
     """Open a ``discussion`` session (read-only tools) on the git repository ``repo`` and start its first turn
     with ``message``. Answers 201 at once with the session and turn ids; the turn runs on (``turn:*`` events,
     or poll ``GET /api/sessions/{id}``). ``channel_id``: 1-100 letters, digits, ``_``, ``.``, ``-``.
@@ -60,7 +62,7 @@ async def start_channel_session(channel_id: str, data: ChannelSessionBody, state
 @post("/api/sessions/{session_id:str}/message", status_code=202, summary="Send the next message to a session",
       tags=["sessions"], responses=error_responses(400, 404, 409))
 async def send_message(
-    session_id: str, data: SessionMessageBody, state: State
+    session_id: FromPath[str], data: JSONBody[SessionMessageBody], state: State
 ) -> TurnAccepted | Response[ErrorReply]:
     """Start the session's next turn with ``text``; answers 202 at once, the turn ends with ``turn:completed``.
     409 ``conflict`` while a turn is still running (wait for it, or stop it) or once the session is closed.
@@ -75,7 +77,7 @@ async def send_message(
 
 @get("/api/sessions/{session_id:str}", summary="Get one session with its turns", tags=["sessions"],
      responses=error_responses(404))
-async def get_session(session_id: str, state: State) -> SessionView | Response[ErrorReply]:
+async def get_session(session_id: FromPath[str], state: State) -> SessionView | Response[ErrorReply]:
     """The session's status (``idle``, ``running``, ``closed``) and every turn: the user's text, the assistant's
     messages, thoughts, tool calls with their output, usage, cost and outcome (``null`` while it runs)."""
     sid = canonical_uuid(session_id)
@@ -87,8 +89,8 @@ async def get_session(session_id: str, state: State) -> SessionView | Response[E
 @get("/api/sessions", summary="List sessions", tags=["sessions"], responses=error_responses(400))
 async def list_sessions(
     state: State,
-    workflow: Annotated[str | None, Parameter(description="Only this workflow's sessions")] = None,
-    running: Annotated[bool | None, Parameter(description="Only sessions with (true) or without (false) a "
+    workflow: Annotated[str | None, QueryParameter(description="Only this workflow's sessions")] = None,
+    running: Annotated[bool | None, QueryParameter(description="Only sessions with (true) or without (false) a "
                                                           "running turn")] = None,
 ) -> SessionList:
     """``{"items": [{"session_id", "role", "status", "turns", "workflow_id", "cost_usd"}, ...]}``."""
@@ -104,7 +106,7 @@ async def list_sessions(
 @post("/api/sessions/{session_id:str}/stop", status_code=200, summary="Stop a session's running turn",
       tags=["sessions"], responses=error_responses(400, 404))
 async def stop_session(
-    session_id: str, state: State, data: StopSessionBody | None = None
+    session_id: FromPath[str], state: State, data: JSONBody[StopSessionBody | None] = None
 ) -> SessionStopped | Response[ErrorReply]:
     """Cancel the running turn (its outcome is ``cancelled``); ``turn_id`` names it, ``null`` when none was
     running. Optional body ``{"reason": "...", "close": true}``: ``close`` also ends the session."""

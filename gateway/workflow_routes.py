@@ -7,6 +7,7 @@ from typing import Any
 
 from litestar import Response, get, post
 from litestar.datastructures import State
+from litestar.params import FromPath, JSONBody
 
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.workflows import (
@@ -53,7 +54,7 @@ async def lifecycle(state: State, verb: str, payload: Any, reply_type: type, *, 
 @post("/api/workflows/{workflow_id:str}/approve", status_code=200, summary="Approve the artifact awaiting approval",
       tags=["workflows"])
 async def approve_workflow(
-    workflow_id: str, state: State, data: ApproveBody | None = None
+    workflow_id: FromPath[str], state: State, data: JSONBody[ApproveBody | None] = None
 ) -> WorkflowView | Response[ErrorReply]:
     """Move the workflow to its next stage. At scope approval, ``path`` chooses ``quick`` or ``full``
     (default: the scope card's ``recommended_path``). 409 when nothing awaits approval (``not_awaiting_approval``)
@@ -69,7 +70,7 @@ async def approve_workflow(
 @post("/api/workflows/{workflow_id:str}/request-changes", status_code=200,
       summary="Send the awaiting artifact back with feedback", tags=["workflows"])
 async def request_changes(
-    workflow_id: str, state: State, data: RequestChangesBody
+    workflow_id: FromPath[str], state: State, data: JSONBody[RequestChangesBody]
 ) -> WorkflowView | Response[ErrorReply]:
     """Record the feedback; the stage's agent revises and resubmits. 409 when nothing awaits approval."""
     wf = workflow_id_of(workflow_id)
@@ -81,7 +82,7 @@ async def request_changes(
 
 @get("/api/workflows/{workflow_id:str}/artifacts", summary="The workflow's cards, notes and baselines",
      tags=["workflows"])
-async def get_artifacts(workflow_id: str, state: State) -> WorkflowArtifacts | Response[ErrorReply]:
+async def get_artifacts(workflow_id: FromPath[str], state: State) -> WorkflowArtifacts | Response[ErrorReply]:
     """Scope, research, plan and review cards (the latest submission of each), pulses, notes, baselines."""
     wf = workflow_id_of(workflow_id)
     if wf is None:
