@@ -10,7 +10,7 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.params import Parameter
+from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent
 
 from autarch.contracts.errors import ErrorCode, ErrorReply
@@ -22,6 +22,7 @@ from autarch.runtime.token import ensure_token
 
 from .auth import NO_AUTH, token_guard
 from .control_routes import CONTROL_ROUTES
+from .diff_routes import DIFF_ROUTES
 from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
 from .orchestrator_client import ask_orchestrator, nc_of
@@ -38,9 +39,9 @@ _IDEMPOTENCY_NS = uuid.UUID("6f0b7c1e-3a51-4d5e-9a57-5a3c2f0e8b11")
 
 @post("/api/workflows", status_code=201, summary="Create a workflow", tags=["workflows"])
 async def create_workflow(
-    data: CreateWorkflowBody,
+    data: JSONBody[CreateWorkflowBody],
     state: State,
-    idempotency_key: Annotated[str | None, Parameter(header="Idempotency-Key", required=False)] = None,
+    idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", required=False)] = None,
 ) -> WorkflowView:
     """Start a workflow for ``repo``. Send ``Idempotency-Key`` to make retries safe."""
     repo = resolve_repo(data.repo)
@@ -56,8 +57,8 @@ async def create_workflow(
 @get("/api/workflows", summary="List workflows", tags=["workflows"])
 async def list_workflows(
     state: State,
-    limit: Annotated[int, Parameter(ge=1, le=10_000)] = 1000,
-    offset: Annotated[int, Parameter(ge=0)] = 0,
+    limit: Annotated[int, QueryParameter(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, QueryParameter(ge=0)] = 0,
 ) -> WorkflowList:
     """``{"items": [...], "total": N}``: the workflows in creation order, ``limit`` of them from ``offset``."""
     query = ListWorkflows(limit=limit, offset=offset)
@@ -65,7 +66,7 @@ async def list_workflows(
 
 
 @get("/api/workflows/{workflow_id:str}", summary="Get one workflow", tags=["workflows"])
-async def get_workflow(workflow_id: str, state: State) -> WorkflowView | Response[ErrorReply]:
+async def get_workflow(workflow_id: FromPath[str], state: State) -> WorkflowView | Response[ErrorReply]:
     """The workflow's stage, status, halt, path, branch and counts. 404 for an unknown or malformed id."""
     try:
         uuid.UUID(workflow_id)
@@ -79,10 +80,15 @@ async def get_workflow(workflow_id: str, state: State) -> WorkflowView | Respons
 async def events(
     request: Request,
     state: State,
-    workflow: Annotated[str | None, Parameter(description="Only this workflow's events")] = None,
-    since: Annotated[int | None, Parameter(ge=0, description="Resume after this stream sequence (0: all)")] = None,
+    workflow: Annotated[str | None, QueryParameter(description="Only this workflow's events")] = None,
+    since: Annotated[int | None, QueryParameter(ge=0, description="Resume after this sequence (0: all)")] = None,
+    deltas: Annotated[bool, QueryParameter(description="Also send the live token deltas (turn:message_delta, "
+                                                       "turn:thought_delta), without id")] = True,
 ) -> ServerSentEvent:
-    """Every event as SSE; ``Last-Event-ID`` (or ``since``) resumes right after that event."""
+    """Every recorded event as SSE, ``id:`` = its stream sequence; ``Last-Event-ID`` (or ``since``) resumes
+    right after that event. Unless ``deltas=false``, the live ``turn:message_delta`` / ``turn:thought_delta``
+    events come too, without ``id:`` (they are not stored: a client that falls behind loses some, and
+    ``turn:completed`` carries the full text)."""
     after = since
     last_event_id = request.headers.get("last-event-id")
     if last_event_id:
@@ -95,7 +101,8 @@ async def events(
         except ValueError:
             raise bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow") from None
     settings: Settings = state["settings"]
-    stream = event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive)
+    stream = event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive,
+                          deltas=deltas)
     return ServerSentEvent(stream)
 
 
@@ -124,8 +131,8 @@ def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orc
 
     return Litestar(
         route_handlers=[
-            create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *CONTROL_ROUTES, *SESSION_ROUTES,
-            events, healthz,
+            create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
+            *SESSION_ROUTES, events, healthz,
         ],
         guards=[token_guard(token)],
         exception_handlers=EXCEPTION_HANDLERS,

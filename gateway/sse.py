@@ -1,52 +1,154 @@
-"""``/api/events``: the JetStream stream as Server-Sent Events.
+"""``/api/events``: the JetStream stream as Server-Sent Events, with the live token deltas mixed in.
 
-Each event is sent with ``event:`` = its seed-003 name and ``id:`` = its stream sequence, so a
-client reconnecting with ``Last-Event-ID`` resumes exactly after the last event it saw.
+Each recorded event is sent with ``event:`` = its seed-003 name and ``id:`` = its stream sequence, so
+a client reconnecting with ``Last-Event-ID`` resumes exactly after the last event it saw. Live deltas
+(``turn:message_delta`` / ``turn:thought_delta``, core NATS, never stored) are sent without ``id:``:
+an event without an id leaves the client's last event id as it was, so resuming still starts from the
+last recorded event.
+
+Back-pressure: each connection has a bounded queue between NATS and the socket. A recorded event waits
+for room (it must never be lost: behind it, JetStream's flow control holds the rest back); a delta that
+finds the queue full, or a recorded event waiting, is dropped, since ``turn:completed`` carries the
+turn's full text anyway. A slow client therefore costs a bounded amount of memory.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
+import msgspec
 from litestar.response import ServerSentEventMessage
 from nats.aio.client import Client
-from nats.errors import TimeoutError as NatsTimeout
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from autarch.contracts import subjects
+from autarch.contracts.agents import TurnDelta
 
-__all__ = ["event_stream"]
+__all__ = ["BUFFER", "LiveEvents", "event_stream"]
 
 log = logging.getLogger(__name__)
 
+BUFFER = 256
+"""Messages one connection may have waiting for its client; deltas beyond this are dropped."""
 
-async def event_stream(
-    nc: Client, *, workflow: str | None, after: int | None, keepalive: float
-) -> AsyncIterator[ServerSentEventMessage]:
-    """Yield stream events (after sequence ``after`` when given, else only new ones) and keep-alives."""
-    subject = subjects.workflow_events(workflow) if workflow else subjects.EVENTS_ALL
-    if after is None:
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
-    else:
-        config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
-    js = nc.jetstream()
-    sub = await js.subscribe(
-        subject, stream=subjects.EVENTS_STREAM, ordered_consumer=True, config=config, idle_heartbeat=5.0
-    )
-    try:
-        # A comment first: the client knows the subscription is live before any event flows.
-        yield ServerSentEventMessage(data=None, comment="connected")
-        while True:
-            try:
-                msg = await sub.next_msg(timeout=keepalive)
-            except NatsTimeout:
-                yield ServerSentEventMessage(data=None, comment="keep-alive")
-                continue
-            event_type = (msg.headers or {}).get("Autarch-Event") or subjects.event_type_from_subject(msg.subject)
-            yield ServerSentEventMessage(data=msg.data.decode(), event=event_type, id=msg.metadata.sequence.stream)
-    finally:
+_NATS_PENDING = 4096
+"""Deltas nats.py may hold before our callback sees them (it drains at once unless the loop is starved)."""
+
+_delta_decoder = msgspec.json.Decoder(TurnDelta)
+
+
+class LiveEvents:
+    """One SSE connection's feed: recorded events and (optionally) live deltas, in the order they arrive.
+
+    Both NATS subscriptions belong to this connection alone and end with it.
+    """
+
+    def __init__(
+        self, nc: Client, *, workflow: str | None, after: int | None, keepalive: float, deltas: bool = True,
+        buffer: int = BUFFER,
+    ) -> None:
+        self._nc = nc
+        self._workflow = workflow
+        self._after = after
+        self._keepalive = keepalive
+        self._deltas = deltas
+        self._queue: asyncio.Queue[ServerSentEventMessage] = asyncio.Queue(maxsize=buffer)
+        self._recorded_waiting = False
+        self.dropped_deltas = 0
+        """Deltas dropped because the client read too slowly (reported to it as a comment)."""
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting for the client now (never more than the buffer)."""
+        return self._queue.qsize()
+
+    async def messages(self) -> AsyncIterator[ServerSentEventMessage]:
+        """Yield a ``connected`` comment once subscribed, then events, and keep-alives when nothing flows."""
+        recorded = await self._subscribe_recorded()
+        live: Subscription | None = None
+        pump: asyncio.Task[None] | None = None
+        get: asyncio.Future[ServerSentEventMessage] | None = None
         try:
-            await sub.unsubscribe()
-        except Exception:  # the connection may already be closing
-            log.debug("unsubscribe failed", exc_info=True)
+            if self._deltas:
+                live = await self._nc.subscribe(self._delta_subject(), cb=self._on_delta,
+                                                pending_msgs_limit=_NATS_PENDING)
+            pump = asyncio.create_task(self._pump(recorded))
+            # A comment first: the client knows the subscriptions are live before any event flows.
+            yield ServerSentEventMessage(data=None, comment="connected")
+            reported = 0
+            while True:
+                get = get or asyncio.ensure_future(self._queue.get())
+                done, _ = await asyncio.wait({get, pump}, timeout=self._keepalive,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if get in done:
+                    message, get = get.result(), None
+                    if self.dropped_deltas > reported:
+                        yield ServerSentEventMessage(data=None,
+                                                     comment=f"{self.dropped_deltas - reported} deltas dropped")
+                        reported = self.dropped_deltas
+                    yield message
+                elif pump in done:
+                    pump.result()  # the stream's failure (connection closed) ends the response
+                    return
+                else:
+                    yield ServerSentEventMessage(data=None, comment="keep-alive")
+        finally:
+            for task in (get, pump):
+                if task is not None:
+                    task.cancel()
+            for sub in (live, recorded):
+                if sub is None:
+                    continue
+                try:
+                    await sub.unsubscribe()
+                except Exception:  # the connection may already be closing
+                    log.debug("unsubscribe failed", exc_info=True)
+
+    async def _subscribe_recorded(self) -> Subscription:
+        subject = subjects.workflow_events(self._workflow) if self._workflow else subjects.EVENTS_ALL
+        if self._after is None:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
+        else:
+            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=self._after + 1)
+        return await self._nc.jetstream().subscribe(
+            subject, stream=subjects.EVENTS_STREAM, ordered_consumer=True, config=config, idle_heartbeat=5.0
+        )
+
+    def _delta_subject(self) -> str:
+        return subjects.deltas(self._workflow, "*") if self._workflow else subjects.DELTAS_ALL
+
+    async def _pump(self, sub: Subscription) -> None:
+        """Move recorded events into the queue, waiting for room (never dropping one)."""
+        while True:
+            msg = await sub.next_msg(timeout=None)
+            event_type = (msg.headers or {}).get("Autarch-Event") or subjects.event_type_from_subject(msg.subject)
+            message = ServerSentEventMessage(data=msg.data.decode(), event=event_type,
+                                             id=msg.metadata.sequence.stream)
+            self._recorded_waiting = True
+            try:
+                await self._queue.put(message)
+            finally:
+                self._recorded_waiting = False
+
+    async def _on_delta(self, msg: Msg) -> None:
+        # While a recorded event waits for room, a delta must not take the slot it is waiting for.
+        if self._recorded_waiting or self._queue.full():
+            self.dropped_deltas += 1
+            return
+        try:
+            delta = _delta_decoder.decode(msg.data)
+        except msgspec.DecodeError:  # not ours to forward: the subject is shared, the payload is checked
+            log.debug("ignored a malformed delta on %s", msg.subject)
+            return
+        self._queue.put_nowait(ServerSentEventMessage(data=msg.data.decode(), event=delta.type))
+
+
+def event_stream(
+    nc: Client, *, workflow: str | None, after: int | None, keepalive: float, deltas: bool = True
+) -> AsyncIterator[ServerSentEventMessage]:
+    """The SSE messages of one connection (see :class:`LiveEvents`)."""
+    return LiveEvents(nc, workflow=workflow, after=after, keepalive=keepalive, deltas=deltas).messages()

@@ -14,6 +14,8 @@ NEW_ROUTES = {
     ("/api/sessions/{session_id}", "get"): "sessions",
     ("/api/sessions", "get"): "sessions",
     ("/api/sessions/{session_id}/stop", "post"): "sessions",
+    ("/api/workflows/{workflow_id}/diff", "get"): "workflows",
+    ("/api/workflows/{workflow_id}/pulses/{pulse_id}/diff", "get"): "workflows",
 }
 
 
@@ -36,6 +38,14 @@ async def test_every_route_is_documented(gateway: Gateway):
     bodies = schema["components"]["schemas"]
     assert {"StopBody", "ResumeBody", "ApproveExtensionBody", "AnswerQuestionsBody", "ChannelSessionBody",
             "SessionMessageBody", "StopSessionBody", "TurnAccepted", "SessionView", "SessionList",
-            "SessionStopped"} <= set(bodies)
+            "SessionStopped", "DiffArtifact", "DiffArtifactRef"} <= set(bodies)
     assert schema["paths"]["/api/channels/{channel_id}/session"]["post"]["responses"]["201"]
     assert schema["paths"]["/api/sessions/{session_id}/message"]["post"]["responses"]["202"]
+    for path in ("/api/workflows/{workflow_id}/diff", "/api/workflows/{workflow_id}/pulses/{pulse_id}/diff"):
+        operation = schema["paths"][path]["get"]
+        assert "no_branch" in operation["responses"]["404"]["description"]
+        assert {p["name"] for p in operation["parameters"] if p["in"] == "query"} == {"offset", "limit"}
+    events = schema["paths"]["/api/events"]["get"]
+    deltas = next(p for p in events["parameters"] if p["name"] == "deltas")
+    assert (deltas["in"], deltas["schema"]["type"]) == ("query", "boolean") and "turn:message_delta" in deltas[
+        "description"]

@@ -194,7 +194,7 @@ async def test_turn_events_of_a_channel_session_are_on_the_stream(gateway: Gatew
         seen: list[str] = []
 
         async def follow(started: asyncio.Event) -> None:
-            async with http.stream("GET", "/api/events") as stream:
+            async with http.stream("GET", "/api/events", params={"deltas": "false"}) as stream:
                 async for line in stream.aiter_lines():
                     if line == ": connected":
                         started.set()
