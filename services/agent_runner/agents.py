@@ -45,6 +45,13 @@ class AgentConfig:
     """The request's ``system`` blocks, with the cache breakpoint on the last one."""
     tools: list[dict[str, Any]] = field(repr=False, default_factory=list)
     """The request's ``tools``: executable tools then block tools, cache breakpoint on the last one."""
+    hatch_tools: list[dict[str, Any]] | None = field(repr=False, default=None)
+    """``tools`` once the session's escape hatch is open (``complete_pulse`` with ``unresolvedIssues``); None
+    for a role without ``complete_pulse``."""
+
+    def tools_for(self, *, escape_hatch: bool) -> list[dict[str, Any]]:
+        """The ``tools`` of a request, with or without the escape hatch."""
+        return self.hatch_tools if escape_hatch and self.hatch_tools is not None else self.tools
 
 
 def parse_models(spec: str) -> dict[str, str]:
@@ -64,13 +71,18 @@ def parse_models(spec: str) -> dict[str, str]:
     return chosen
 
 
-def _build(role: str, model: str, *, thinking: bool) -> AgentConfig:
-    definitions = tool_definitions(role) + block_tool_definitions(role)
+def _request_tools(role: str, *, escape_hatch: bool) -> list[dict[str, Any]]:
+    definitions = tool_definitions(role) + block_tool_definitions(role, escape_hatch=escape_hatch)
     tools: list[dict[str, Any]] = [
         {"name": d.name, "description": d.description, "input_schema": d.input_schema} for d in definitions
     ]
-    # One breakpoint after the tools and one after the system prompt: both are identical on every request.
+    # One breakpoint after the tools and one after the system prompt: both are identical on every request
+    # (the tools change once, when a pulsing session's escape hatch opens).
     tools[-1]["cache_control"] = {"type": "ephemeral"}
+    return tools
+
+
+def _build(role: str, model: str, *, thinking: bool) -> AgentConfig:
     prompt = system_prompt(role)
     budget = _THINKING.get(role) if thinking else None
     max_tokens = _MAX_TOKENS.get(role, 16_000)
@@ -83,7 +95,8 @@ def _build(role: str, model: str, *, thinking: bool) -> AgentConfig:
         max_tokens=max(max_tokens, (budget or 0) + 4096),
         thinking_budget=budget,
         system=[{"type": "text", "text": prompt, "cache_control": {"type": "ephemeral"}}],
-        tools=tools,
+        tools=_request_tools(role, escape_hatch=False),
+        hatch_tools=_request_tools(role, escape_hatch=True) if "complete_pulse" in ROLE_BLOCK_TOOLS[role] else None,
     )
 
 

@@ -4,31 +4,33 @@ A turn-ending tool (a block tool, or ``complete_review``) must be the only one i
 last content of the message, and alone (no other tool calls beside it). A call that breaks a rule
 is answered with an error tool result naming the rule; the other tool calls of that message run as
 usual, and the turn goes on so the model can try again. A valid block tool with valid arguments
-ends the turn. ``complete_pulse`` is also checked against the session's unresolved tool failures
-(seed 000, "Completion Validation"): rejected while failures remain, with the ``unresolvedIssues``
-escape hatch revealed only after repeated rejections.
+ends the turn. ``complete_pulse`` has checks of its own (``completion.py``): a Conventional Commit
+summary, and no completion while tool failures remain unresolved (seed 000, "Completion Validation"),
+with the ``unresolvedIssues`` escape hatch revealed only after repeated rejections.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-from autarch.contracts.agents import BLOCK_TOOL_ARGUMENTS, TURN_ENDING_TOOLS, AskQuestionsArgs, CompletePulseArgs
+from autarch.contracts.agents import (
+    BLOCK_TOOL_ARGUMENTS,
+    TURN_ENDING_TOOLS,
+    AskQuestionsArgs,
+    Baseline,
+    CompletePulseArgs,
+)
 
 from .agents import AgentConfig
+from .completion import check_completion
 from .domainmodel import ToolCall
 
-__all__ = ["ESCAPE_HATCH_AFTER", "Classification", "Rejection", "classify", "unresolved_failures"]
-
-ESCAPE_HATCH_AFTER = 2
-"""The rejection of ``complete_pulse`` that first reveals the ``unresolvedIssues`` escape hatch."""
-
-_MUTATING_FILE_TOOLS = ("write_file", "edit_file", "multi_edit")
+__all__ = ["Classification", "Rejection", "classify"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ def classify(
     agent: AgentConfig,
     history: Iterable[ToolCall],
     completion_rejections: int,
+    baselines: Sequence[Baseline] = (),
 ) -> Classification:
     """Apply the block rules to one reply's ``content``.
 
@@ -75,6 +78,7 @@ def classify(
         agent: the session's agent (which turn-ending tools the role has).
         history: the session's earlier tool calls, for the ``complete_pulse`` failure check.
         completion_rejections: how many times ``complete_pulse`` was rejected in this session so far.
+        baselines: the session's known issues (a failed command that only repeats them is not a failure).
     """
     uses = [(i, b) for i, b in enumerate(content) if b.get("type") == "tool_use"]
     enders = [
@@ -112,7 +116,8 @@ def classify(
     if result.rejections:
         return result
     [(_, block)] = enders
-    rejection = _check_arguments(block, history=history, completion_rejections=completion_rejections)
+    rejection = _check_arguments(block, history=history, completion_rejections=completion_rejections,
+                                 baselines=baselines)
     if rejection is not None:
         result.rejections.append(rejection)
     else:
@@ -120,8 +125,8 @@ def classify(
     return result
 
 
-def _check_arguments(block: dict[str, Any], *, history: Iterable[ToolCall],
-                     completion_rejections: int) -> Rejection | None:
+def _check_arguments(block: dict[str, Any], *, history: Iterable[ToolCall], completion_rejections: int,
+                     baselines: Sequence[Baseline]) -> Rejection | None:
     name, tool_use_id = block["name"], block["id"]
     kind = BLOCK_TOOL_ARGUMENTS.get(name)
     if kind is None:
@@ -143,43 +148,8 @@ def _check_arguments(block: dict[str, Any], *, history: Iterable[ToolCall],
                     f"Give its options, or make it free_text.",
                 ))
     if isinstance(args, CompletePulseArgs):
-        return _check_completion(tool_use_id, args, history=history, rejections=completion_rejections)
+        refusal = check_completion(args, history=history, baselines=baselines, rejections=completion_rejections)
+        if refusal is not None:
+            rule, text = refusal
+            return Rejection(tool_use_id, name, rule, _error(rule, text))
     return None
-
-
-def unresolved_failures(history: Iterable[ToolCall]) -> list[str]:
-    """Tool failures not put right later in the session: a command whose latest run failed, a file whose
-    latest write or edit failed."""
-    last_by_key: dict[tuple[str, str], ToolCall] = {}
-    for call in history:
-        if not call.done or not isinstance(call.input, dict):
-            continue
-        if call.name == "shell":
-            last_by_key[("shell", str(call.input.get("command", "")))] = call
-        elif call.name in _MUTATING_FILE_TOOLS:
-            last_by_key[("file", str(call.input.get("path", "")))] = call
-    failures = []
-    for (kind, key), call in last_by_key.items():
-        if call.is_error:
-            what = f"shell `{key}`" if kind == "shell" else f"{call.name} {key}"
-            failures.append(f"{what}: {(call.output or '')[:200]}")
-    return failures
-
-
-def _check_completion(tool_use_id: str, args: CompletePulseArgs, *, history: Iterable[ToolCall],
-                      rejections: int) -> Rejection | None:
-    failures = unresolved_failures(history)
-    if not failures:
-        return None
-    hatch_open = rejections >= ESCAPE_HATCH_AFTER  # an earlier rejection revealed it
-    if args.unresolved_issues and hatch_open:
-        return None
-    this_rejection = rejections + 1
-    listing = "; ".join(failures[:10])
-    text = (f"Completion rejected: {len(failures)} tool failure(s) are still unresolved: {listing}. "
-            f"Fix them (the pulse must build and its checks must pass), then call complete_pulse again.")
-    if this_rejection >= ESCAPE_HATCH_AFTER:
-        text += (" If an issue genuinely cannot be fixed (a flaky or pre-existing failure), call complete_pulse "
-                 "with unresolvedIssues listing each such issue and the reason; this halts automatic execution "
-                 "until a person reviews the pulse.")
-    return Rejection(tool_use_id, "complete_pulse", "completion_rejected", _error("completion_rejected", text))

@@ -169,11 +169,12 @@ class ModelClient:
         headers: dict[str, str],
         on_delta: Callable[[bool, str], Awaitable[None]],
         on_sent: Callable[[], None] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> ModelReply:
         """Stream one reply to ``messages``; ``on_delta(is_thinking, text)`` is awaited for each delta.
 
         ``on_sent()`` is called once the API has taken the request (it answers with a stream): from then on
-        the call only waits for the model.
+        the call only waits for the model. ``tools`` replaces ``agent.tools`` in the request when given.
 
         Raises:
             ModelError: the API refused the request, or kept failing after every retry.
@@ -182,7 +183,7 @@ class ModelClient:
             "model": agent.model,
             "max_tokens": agent.max_tokens,
             "system": agent.system,
-            "tools": agent.tools,
+            "tools": agent.tools if tools is None else tools,
             "messages": messages,
             "stream": True,
         }

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+import msgspec
 from nats.aio.client import Client
 
 from autarch.contracts.agents import (
@@ -135,7 +136,7 @@ class AgentRunner:
             agent = self.registry.get(command.role)
             session = Session(session_id=sid, role=command.role, model=agent.model, root=command.root,
                               workflow_id=command.workflow_id, channel_id=command.channel_id, script=command.script,
-                              notes=list(command.notes))
+                              notes=list(command.notes), baselines=msgspec.to_builtins(command.baselines))
             turn_id = str(uuid.uuid4())
             session.start_turn(turn_id=turn_id, index=0, text=command.kickoff, notes=list(command.notes),
                                message_id=None, stage_notes=None, at=datetime.now(UTC))

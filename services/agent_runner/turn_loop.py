@@ -38,11 +38,13 @@ from .agents import AgentConfig
 from .blocks import classify
 from .budget import WorkflowBudget
 from .compaction import compaction_point
+from .completion import escape_hatch_open
 from .deltas import DeltaPublisher
 from .domainmodel import Session, Turn
 from .domainmodel import ToolCall as RecordedCall
 from .model_client import ModelClient, ModelError, ModelReply
 from .pricing import cost_usd, model_info
+from .research_yield import RESEARCH_YIELD_ERROR, over_the_limit
 from .transcript import build_messages
 
 __all__ = ["CallModel", "Complete", "RunTool", "RunnerDeps", "TurnLoop", "next_action", "truncate"]
@@ -185,8 +187,12 @@ class TurnLoop:
         self._where = f"model call {len(turn.replies) + 1}"
         self._partial = []
         try:
-            reply = await self.deps.model.reply(agent=self.agent, messages=messages, headers=self._headers,
-                                                on_delta=self._on_delta, on_sent=self.deps.on_model_wait)
+            reply = await self.deps.model.reply(
+                agent=self.agent, messages=messages, headers=self._headers, on_delta=self._on_delta,
+                on_sent=self.deps.on_model_wait,
+                # complete_pulse offers unresolvedIssues only once the session's escape hatch is open.
+                tools=self.agent.tools_for(escape_hatch=escape_hatch_open(session.completion_rejections)),
+            )
         except ModelError as exc:
             await self._fail(str(exc))
             return False
@@ -209,7 +215,7 @@ class TurnLoop:
         cost = cost_usd(reply.model, usage)
         history = [c for t in session.turns for c in t.calls.values()]
         verdict = classify(content=reply.content, agent=self.agent, history=history,
-                           completion_rejections=session.completion_rejections)
+                           completion_rejections=session.completion_rejections, baselines=session.baselines)
         session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,
                              usage=msgspec.structs.asdict(usage), cost_usd=cost, model=reply.model,
                              ending_id=verdict.ending_id)
@@ -218,13 +224,20 @@ class TurnLoop:
             session.reject_block(turn_id=turn.turn_id, tool_use_id=rejection.tool_use_id, name=rejection.name,
                                  rule=rejection.rule, message=rejection.message)
         # Calls the runner can answer itself are answered now, in the same transaction as the reply.
+        runnable = []
         for call in turn.replies[-1].tool_calls:
             if call.done:
                 continue
             error = self._local_error(call, reply.malformed.get(call.tool_use_id))
-            if error is not None:
+            if error is None:
+                runnable.append(call)
+            else:
                 session.complete_tool(turn_id=turn.turn_id, tool_use_id=call.tool_use_id, name=call.name,
                                       output=error, is_error=True, duration_ms=0.0, replayed=False)
+        if session.role == "research":
+            for call in over_the_limit(turn, runnable):
+                session.complete_tool(turn_id=turn.turn_id, tool_use_id=call.tool_use_id, name=call.name,
+                                      output=RESEARCH_YIELD_ERROR, is_error=True, duration_ms=0.0, replayed=False)
 
     def _local_error(self, call: RecordedCall, malformed: str | None) -> str | None:
         if malformed is not None:

@@ -156,6 +156,69 @@ SCRIPTS: dict[str, list[Any]] = {
     ],
 }
 
+# --- completion rules, baselines and research's yield (test_completion_rules.py) ------------------------
+
+KNOWN_WARNING = "src/Legacy.cs(10,5): warning CS0618: 'Greeter.Old()' is obsolete"
+NEW_ERROR = "src/Greeter.cs(3,9): error CS0103: The name 'nme' does not exist in the current context"
+BUILD = "printf '%b\\nBuild FAILED.\\n    1 Warning(s)\\n' {lines} >&2; exit 1"
+ISSUES = [{"issue": "fixed.flag is never created", "reason": "It comes from a deployment step outside this pulse"}]
+CHECK = "test -f fixed.flag"
+
+
+def complete_pulse(summary: str = PULSE_DONE["summary"], **extra: Any) -> dict[str, Any]:
+    return step(tool("complete_pulse", summary=summary, filesChanged=["greeter/core.py"], **extra))
+
+
+def _research_actions(n: int, first: int) -> list[dict[str, Any]]:
+    return [tool("grep", reason=f"Look for greetings, pass {i}", pattern="greet") for i in range(first, first + n)]
+
+
+SCRIPTS.update({
+    "pulsing:baseline-only": [
+        step(tool("shell", reason="Build the project", command=BUILD.format(lines=f'"{KNOWN_WARNING}"'))),
+        complete_pulse(),
+    ],
+    "pulsing:baseline-plus-new": [
+        step(tool("shell", reason="Build the project",
+                  command=BUILD.format(lines=f'"{KNOWN_WARNING}\\n{NEW_ERROR}"'))),
+        complete_pulse(),
+        step(tool("request_extension", **EXTEND)),
+    ],
+    "pulsing:escape-hatch": [
+        step(tool("shell", reason="Check the flag file exists", command=CHECK)),
+        complete_pulse(unresolvedIssues=ISSUES),  # the hatch is not open: an argument error
+        complete_pulse(),  # rejected once
+        complete_pulse(),  # rejected twice: the hatch opens
+        complete_pulse(unresolvedIssues=ISSUES),  # accepted
+    ],
+    "pulsing:hatch-not-needed": [
+        step(tool("shell", reason="Check the flag file exists", command=CHECK)),
+        complete_pulse(),
+        complete_pulse(),  # the hatch opens
+        step(tool("shell", reason="Create the flag file", command="touch fixed.flag")),
+        step(tool("shell", reason="Check the flag file exists", command=CHECK)),
+        complete_pulse(unresolvedIssues=ISSUES),  # nothing is unresolved any more: refused
+        complete_pulse(),
+    ],
+    "pulsing:bad-summary": [
+        complete_pulse(summary="Updated the greeting"),
+        complete_pulse(summary="feature: greet the world"),
+        complete_pulse(summary="fix(greeter)!: greet the world on an empty name\n\nBreaking: new default."),
+    ],
+    "research:over-the-limit": [
+        step(*_research_actions(5, 0)),
+        step(
+            *_research_actions(3, 5),
+            tool("take_note", reason="Keep what the search showed", note="greet lives in greeter/core.py"),
+            tool("read_file", reason="One read too many", path="greeter/core.py"),
+            tool("take_note", reason="Keep it after the limit", note="greet has one caller"),
+        ),
+        step(tool("request_extension", **EXTEND)),
+        step(tool("read_file", reason="A new turn counts afresh", path="greeter/core.py")),
+        step(tool("submit_research", **RESEARCH_CARD)),
+    ],
+})
+
 SCENARIO: dict[str, Any] = {
     "description": "The agent runner's integration tests.",
     "check_tools": False,

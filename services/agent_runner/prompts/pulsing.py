@@ -38,9 +38,10 @@ Finishing:
   tests you ran pass), call complete_pulse. Its summary becomes the commit message: a Conventional Commit,
   type(scope): description, with type one of feat, fix, docs, style, refactor, perf, test, chore, build, ci.
   filesChanged lists every file you modified.
-- Completion is checked: if tool failures (a failing command, a failed edit) are still unresolved, it is
-  rejected and you must fix them first. Only if an issue genuinely cannot be fixed (a flaky or pre-existing
-  failure), and only after the system tells you the escape hatch is open, list it in unresolvedIssues with the
-  reason. Doing so halts automatic execution until a person reviews the pulse.
+- Completion is checked: while a tool failure (a failing command, a failed edit) is unresolved, complete_pulse is
+  rejected. Fix the cause and run the check again until it passes; a later successful run of the same command,
+  or a successful write of the same file, resolves it. Failures that only repeat the known issues preflight
+  recorded do not count against you. Each rejection lists what is still failing.
+- A summary whose first line is not a Conventional Commit of those types is rejected; fix it and call again.
 - complete_pulse and request_extension never go together. After either one, stop: no more text or tools.
 """

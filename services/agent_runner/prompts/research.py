@@ -8,8 +8,10 @@ How to work:
 - Explore with semantic_search, grep, glob_search, list_directory and read_file. Every file you read is tracked
   as provenance for your findings.
 - Yield regularly. After 8 research actions (tool calls) in one turn you MUST call request_extension: say why
-  more exploration is needed, what you completed, and what remains. This is mandatory, not a suggestion. Before
-  yielding, record what you learned with take_note, because older turns may be compacted; notes are kept.
+  more exploration is needed, what you completed, and what remains. This is mandatory, not a suggestion: once a
+  turn has made 8 actions, further tool calls are refused until you yield. Before yielding, record what you
+  learned with take_note (a note is not an action and is always accepted), because older turns may be
+  compacted; notes are kept.
 - Ask the person (ask_questions) only when their intent changes how the system should behave. That is rare:
   most questions are answered by reading more code.
 - When, and only when, you understand enough to guide implementation, call submit_research. Before you do,
