@@ -15,6 +15,7 @@ __all__ = [
     "EVENTS_STREAM",
     "NO_WORKFLOW",
     "SERVICES",
+    "TOOLS_CANCEL_FANOUT",
     "deltas",
     "event",
     "event_type_from_subject",
@@ -60,7 +61,7 @@ ORCHESTRATOR_VERBS = (
     "approve_extension",
     "answer_questions",
 )
-TOOLS_VERBS = ("call", "list_tools", "file_access")
+TOOLS_VERBS = ("call", "list_tools", "file_access", "cancel")
 GIT_VERBS = (
     "register_repository",
     "list_worktrees",
@@ -77,6 +78,10 @@ GIT_VERBS = (
 )
 AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions")
 INDEXER_VERBS = ("index_project", "index_worktree", "index_status", "semantic_search")
+
+TOOLS_CANCEL_FANOUT = "autarch.tools.cancel"
+"""Where a tools instance passes on a ``cancel`` of a call it does not run itself. Every instance
+subscribes outside the queue group; only the one running the call answers."""
 
 
 def indexer_progress(project_id: str) -> str:

@@ -6,11 +6,15 @@
 tool's own failure (file not found, oldString not found, a timed-out command) is a normal
 :class:`ToolResult` with ``is_error`` set; only a malformed request (unknown role, a root that
 is not a directory) is answered with an :class:`~autarch.contracts.errors.ErrorReply`.
+
+``cancel`` stops a call that is still running (a stopped agent turn must not leave a shell
+command changing the worktree behind it): the call's own request is then answered with a
+``cancelled: …`` error result, recorded like any other result of a mutating call.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -19,13 +23,17 @@ from .tool_catalog import Role, ToolDefinition
 
 __all__ = [
     "CALL",
+    "CANCEL",
     "FILE_ACCESS",
     "LIST_TOOLS",
+    "CancelState",
+    "CancelToolCall",
     "FileAccess",
     "FileAccessLog",
     "GetFileAccess",
     "ListTools",
     "ToolCall",
+    "ToolCallCancelled",
     "ToolDefinitions",
     "ToolResult",
 ]
@@ -36,6 +44,8 @@ LIST_TOOLS = "list_tools"
 """Verb: the tool definitions of one role (:class:`ListTools` → :class:`ToolDefinitions`)."""
 FILE_ACCESS = "file_access"
 """Verb: the files a session has read, for research provenance (:class:`GetFileAccess` → :class:`FileAccessLog`)."""
+CANCEL = "cancel"
+"""Verb: stop a running tool call (:class:`CancelToolCall` → :class:`ToolCallCancelled`)."""
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 
@@ -107,3 +117,36 @@ class FileAccess(msgspec.Struct, kw_only=True):
 class FileAccessLog(Reply, kw_only=True):
     session_id: str
     reads: list[FileAccess]
+
+
+class CancelToolCall(Command, kw_only=True):
+    """Stop one running tool call: its work is cancelled and a shell command's processes are killed.
+
+    Answered by whichever instance runs the call, once the call has stopped. The call's own request
+    then gets a ``cancelled: …`` error result, recorded under its idempotency key, so a replay of a
+    mutating call returns that result instead of running it. Cancelling a call that already finished,
+    or that no instance knows, changes nothing and is answered with ``cancelled`` false.
+    """
+
+    session_id: NonEmpty
+    tool_call_id: NonEmpty
+    """The model's ``tool_use`` id, as sent in :class:`ToolCall`."""
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=500)] = "stopped"
+    """Why it is stopped; quoted in the call's ``cancelled: …`` result."""
+
+
+CancelState = Literal["cancelled", "finished", "not_running"]
+"""``cancelled``: this request stopped it. ``finished``: it had already ended; its result stands.
+``not_running``: no instance runs it (an unknown id, a call that never started, or one whose process died)."""
+
+
+class ToolCallCancelled(Reply, kw_only=True):
+    """What a cancel did."""
+
+    session_id: str
+    tool_call_id: str
+    cancelled: bool
+    """True when this request stopped the call; False when there was nothing to stop."""
+    state: CancelState
+    detail: str = ""
+    """One sentence for logs and records."""
