@@ -4,6 +4,10 @@ A mutating call is claimed in the session store under ``(session, tool call id)`
 runs and its result recorded after, so a repeated call gets the recorded result back instead of
 a second run — also from another instance, and after a restart. A call whose process died
 mid-run is never re-run: the retry is told its effect is unknown.
+
+Every call's work runs as a task of its own, so a ``cancel`` can stop it: the call is then answered
+(and, when mutating, recorded) with a ``cancelled: …`` error result. A cancel that finds no such
+call here is remembered for a minute, so a call whose request was still on its way does not start.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import secrets
 import socket
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -23,10 +28,13 @@ import msgspec
 from autarch.contracts.base import decoder_for, encode
 from autarch.contracts.tool_catalog import MUTATING_TOOLS, TOOL_ARGUMENTS, tool_definitions, tool_variant
 from autarch.contracts.tools import (
+    CancelState,
+    CancelToolCall,
     FileAccessLog,
     GetFileAccess,
     ListTools,
     ToolCall,
+    ToolCallCancelled,
     ToolDefinitions,
     ToolResult,
 )
@@ -47,6 +55,9 @@ log = logging.getLogger("tools")
 _FILE_WRITERS = frozenset({"write_file", "edit_file", "multi_edit"})
 _OWNER = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 _result_decoder = decoder_for(ToolResult)
+_EARLY_CANCEL_SECONDS = 60.0
+"""How long a cancel of a call not (yet) running here is remembered."""
+_EARLY_CANCEL_LIMIT = 10_000
 
 
 def is_error_result(tool: str, value: Any) -> bool:
@@ -78,6 +89,15 @@ def _alive(owner: str) -> bool:
     return True
 
 
+@dataclass(eq=False)
+class _Running:
+    """The work of one tool call in this process, and why it was cancelled (None: it was not)."""
+
+    task: asyncio.Task[Any]
+    tool: str
+    reason: str | None = None
+
+
 class ToolExecutor:
     """Executes tool calls; one per tools process."""
 
@@ -99,6 +119,8 @@ class ToolExecutor:
         self.stale_after = stale_after
         self._inflight: dict[tuple[str, str], asyncio.Future[ToolResult]] = {}
         self._root_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._running: dict[tuple[str, str], list[_Running]] = {}
+        self._early_cancels: dict[tuple[str, str], tuple[float, str]] = {}
 
     def close(self) -> None:
         self.engine.close()
@@ -145,9 +167,79 @@ class ToolExecutor:
         )
         if tool in MUTATING_TOOLS:
             return await self._once(ctx, args, started)
-        return self._result(call, await self._run(ctx, args), started)
+        return self._result(call, await self._run_cancellable(ctx, args), started)
+
+    async def cancel_running(self, command: CancelToolCall) -> ToolCallCancelled | None:
+        """Stop the call if this process runs it, and answer once it has stopped; None when it does not run here."""
+        key = (command.session_id, command.tool_call_id)
+        entries = list(self._running.get(key, ()))  # a copy: each run removes itself when it ends
+        if not entries:
+            return None
+        for entry in entries:
+            entry.reason = entry.reason or command.reason
+            entry.task.cancel()
+        await asyncio.wait([entry.task for entry in entries])
+        settling = self._inflight.get(key)
+        if settling is not None:
+            # A mutating call: answer after its cancelled result is recorded, so a replay finds it.
+            await asyncio.shield(settling)
+        tool = entries[0].tool
+        if any(entry.task.cancelled() for entry in entries):
+            return self._cancel_reply(command, "cancelled", f"the running {tool} call was stopped")
+        return self._cancel_reply(command, "finished", f"the {tool} call finished before it could be stopped")
+
+    async def settled_cancel(self, command: CancelToolCall) -> ToolCallCancelled | None:
+        """The answer to a cancel of a call whose result is already recorded; None when there is none."""
+        if await asyncio.to_thread(self.store.finished, command.session_id, command.tool_call_id):
+            return self._cancel_reply(command, "finished", "the call had already finished; its recorded result stands")
+        return None
+
+    def remember_cancel(self, command: CancelToolCall) -> None:
+        """A cancel of a call not running here: if its request arrives shortly after all, it does not start."""
+        now = time.monotonic()
+        if len(self._early_cancels) >= _EARLY_CANCEL_LIMIT:
+            self._early_cancels = {
+                key: value for key, value in self._early_cancels.items() if now - value[0] < _EARLY_CANCEL_SECONDS
+            }
+            while len(self._early_cancels) >= _EARLY_CANCEL_LIMIT:
+                del self._early_cancels[next(iter(self._early_cancels))]
+        self._early_cancels[(command.session_id, command.tool_call_id)] = (now, command.reason)
+
+    @staticmethod
+    def _cancel_reply(command: CancelToolCall, state: CancelState, detail: str) -> ToolCallCancelled:
+        return ToolCallCancelled(
+            session_id=command.session_id,
+            tool_call_id=command.tool_call_id,
+            cancelled=state == "cancelled",
+            state=state,
+            detail=detail,
+        )
 
     # -- internals ------------------------------------------------------------------------------
+
+    async def _run_cancellable(self, ctx: ToolContext, args: Any) -> Any:
+        """:meth:`_run` as a task :meth:`cancel_running` can stop; a stopped call's value is the cancelled error."""
+        call = ctx.call
+        key = (call.session_id, call.tool_call_id)
+        early = self._early_cancels.pop(key, None)
+        if early is not None and time.monotonic() - early[0] < _EARLY_CANCEL_SECONDS:
+            return failure(call.tool, _cancelled(call.tool, early[1], ran=False))
+        work = asyncio.ensure_future(self._run(ctx, args))
+        entry = _Running(task=work, tool=call.tool)
+        self._running.setdefault(key, []).append(entry)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if entry.reason is None or (current is not None and current.cancelling()):
+                raise  # this request itself was cancelled (the service is stopping), not the call
+            return failure(call.tool, _cancelled(call.tool, entry.reason, ran=True))
+        finally:
+            entries = self._running.get(key, [])
+            if entry in entries:
+                entries.remove(entry)
+            if not entries:
+                self._running.pop(key, None)
 
     async def _run(self, ctx: ToolContext, args: Any) -> Any:
         tool = ctx.call.tool
@@ -210,7 +302,7 @@ class ToolExecutor:
         future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            result = self._result(call, await self._run(ctx, args), started)
+            result = self._result(call, await self._run_cancellable(ctx, args), started)
         except BaseException:
             # Cancelled mid-run (the service is stopping): settle the call as interrupted so a
             # retry is told the effect is unknown instead of waiting for a run that is gone.
@@ -230,4 +322,13 @@ def _interrupted(tool: str) -> str:
     return (
         f"This {tool} call was interrupted before its result was recorded, so its effect is unknown. "
         "Check the current state before trying again with a new call."
+    )
+
+
+def _cancelled(tool: str, reason: str, *, ran: bool) -> str:
+    if not ran:
+        return f"cancelled: {reason}. This {tool} call was stopped before it ran; it had no effect."
+    return (
+        f"cancelled: {reason}. This {tool} call was stopped while it ran (a command's processes were killed), "
+        "so it may have done part of its work. Check the current state before trying again with a new call."
     )

@@ -1,4 +1,4 @@
-"""The tools service on NATS: ``call``, ``list_tools`` and ``file_access`` (queue group ``tools``)."""
+"""The tools service on NATS: ``call``, ``list_tools``, ``file_access`` and ``cancel`` (queue group ``tools``)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,20 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 
-from autarch.contracts.tools import CALL, FILE_ACCESS, LIST_TOOLS, GetFileAccess, ListTools, ToolCall
+from autarch.contracts.tools import (
+    CALL,
+    CANCEL,
+    FILE_ACCESS,
+    LIST_TOOLS,
+    CancelToolCall,
+    GetFileAccess,
+    ListTools,
+    ToolCall,
+)
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import Settings
 
+from .cancelling import CancelRouter
 from .context import Forwarder, ToolSettings
 from .executor import ToolExecutor
 from .grep_pool import GrepEngine
@@ -53,15 +63,19 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
     executor = build_executor(settings, nc=nc)
     await asyncio.to_thread(executor.store.prune, older_than=time.time() - _KEEP_SESSIONS_SECONDS)
     await asyncio.to_thread(executor.engine.start)
+    router = CancelRouter(executor, nc)
+    await router.start()
     service = TypedService(nc, name="tools", description="Every agent tool of seed 004, confined to a worktree")
     service.endpoint(CALL, ToolCall, executor.call)
     service.endpoint(LIST_TOOLS, ListTools, executor.list_tools)
     service.endpoint(FILE_ACCESS, GetFileAccess, executor.file_access)
+    service.endpoint(CANCEL, CancelToolCall, router.cancel)
     await service.start()
     log.info("tools: session store %s, %d grep workers", executor.store.path, executor.engine.workers)
 
     async def stop() -> None:
         await service.stop()
+        await router.stop()
         await asyncio.to_thread(executor.close)
 
     return stop

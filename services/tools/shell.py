@@ -1,10 +1,11 @@
 """Running one shell command: own process group, scrubbed environment, a timeout that kills everything.
 
 The command runs under ``bash -c`` in the worktree as the leader of a new session
-(``start_new_session``). When it times out, or when it finishes but left background processes
-behind, every process of its process group *and* of its session is killed with SIGKILL, so a
-command that spawns children and outlives its timeout leaves nothing running. (A child that
-calls ``setsid`` itself leaves the session and escapes; that is the limit of process groups.)
+(``start_new_session``). When it times out, when its call is cancelled, or when it finishes but
+left background processes behind, every process of its process group *and* of its session is
+killed with SIGKILL, so a command that spawns children and outlives its timeout leaves nothing
+running. (A child that calls ``setsid`` itself leaves the session and escapes; that is the limit
+of process groups.)
 """
 
 from __future__ import annotations
@@ -161,6 +162,17 @@ async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
     return True
 
 
+async def _end(proc: asyncio.subprocess.Process, pumps: list[asyncio.Future[None]]) -> None:
+    """Kill what is left of the command, then collect the rest of its output."""
+    await _kill_everything(proc.pid)
+    if proc.returncode is None:
+        await proc.wait()
+    _, pending = await asyncio.wait(pumps, timeout=2.0)
+    for task in pending:  # only a process that escaped the session still holds a pipe
+        task.cancel()
+    await asyncio.gather(*pumps, return_exceptions=True)
+
+
 async def run_command(command: str, *, cwd: str, timeout: float, env: dict[str, str]) -> ShellOutcome:
     """Run ``command`` with ``bash -c`` in ``cwd``; kill its whole process tree on timeout or exit."""
     proc = await asyncio.create_subprocess_exec(
@@ -184,14 +196,10 @@ async def run_command(command: str, *, cwd: str, timeout: float, env: dict[str, 
         timed_out = not await _exited(proc, timeout)
     finally:
         # On timeout this ends the command; after a normal exit it ends what it left running
-        # in the background (which would otherwise hold the pipes open, and outlive the call).
-        await _kill_everything(proc.pid)
-        if proc.returncode is None:
-            await proc.wait()
-    _, pending = await asyncio.wait(pumps, timeout=2.0)
-    for task in pending:  # only a process that escaped the session still holds a pipe
-        task.cancel()
-    await asyncio.gather(*pumps, return_exceptions=True)
+        # in the background (which would otherwise hold the pipes open, and outlive the call);
+        # when the call is cancelled it stops the command. Shielded: a second cancellation
+        # must not leave part of the process group running.
+        await asyncio.shield(_end(proc, pumps))
     return ShellOutcome(
         exit_code=None if timed_out else proc.returncode,
         stdout=out.text(),

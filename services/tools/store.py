@@ -136,6 +136,15 @@ class SessionStore:
                 (result, time.time(), session_id, tool_call_id),
             )
 
+    def finished(self, session_id: str, tool_call_id: str) -> bool:
+        """Whether a result is recorded for the call (False: unknown, or still marked running)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM calls WHERE session_id = ? AND tool_call_id = ? AND state = 'done'",
+                (session_id, tool_call_id),
+            ).fetchone()
+        return row is not None
+
     def settle(self, session_id: str, tool_call_id: str, result: bytes) -> None:
         """Record ``result`` for a call that is still marked running (an interrupted run); no-op otherwise."""
         with self._lock:

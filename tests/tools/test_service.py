@@ -85,4 +85,4 @@ async def test_list_tools_and_file_access(nc, tools_service, worktree):
 async def test_service_answers_srv_ping(nc, tools_service):
     msg = await nc.request("$SRV.PING.tools", b"", timeout=2)
     assert json.loads(msg.data)["name"] == "tools"
-    assert subjects.TOOLS_VERBS == ("call", "list_tools", "file_access")
+    assert subjects.TOOLS_VERBS == ("call", "list_tools", "file_access", "cancel")
