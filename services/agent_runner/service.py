@@ -43,6 +43,7 @@ from .contract_events import ContractMapper
 from .domainmodel import Session
 from .model_client import ModelClient
 from .pacing import PacedRelay
+from .tool_cancel import STOP_TURN
 from .turn_loop import RunnerDeps, TurnLoop
 from .views import status_of, summary_of, view_of
 
@@ -178,8 +179,9 @@ class AgentRunner:
                 task, loop = entry
                 turn_id = loop.turn.turn_id
                 loop.stop_reason = command.reason
-                task.cancel()
-                # The task records turn:completed (cancelled) before it ends; wait for that.
+                # The message tells a running tool call to stop too (a shutdown cancels without it).
+                task.cancel(msg=STOP_TURN)
+                # The task stops its tool call, then records turn:completed (cancelled) before it ends; wait.
                 await asyncio.gather(task, return_exceptions=True)
             if command.close and not session.closed:
                 session.close(reason=command.reason)

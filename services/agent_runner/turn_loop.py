@@ -45,6 +45,7 @@ from .domainmodel import ToolCall as RecordedCall
 from .model_client import ModelClient, ModelError, ModelReply
 from .pricing import cost_usd, model_info
 from .research_yield import RESEARCH_YIELD_ERROR, over_the_limit
+from .tool_cancel import STOP_TURN, cancel_timeout, cancel_tool_call
 from .transcript import build_messages
 
 __all__ = ["CallModel", "Complete", "RunTool", "RunnerDeps", "TurnLoop", "next_action", "truncate"]
@@ -280,6 +281,15 @@ class TurnLoop:
         except RemoteError as exc:
             output = json.dumps({"error": f"{call.name} could not run: {exc.code}: {exc.message}"})
             is_error, replayed, duration = True, False, (time.perf_counter() - started) * 1000
+        except asyncio.CancelledError as stop:
+            if stop.args[:1] == (STOP_TURN,):
+                # A stop command (not a shutdown): the call must not go on changing the worktree after
+                # the turn is recorded as cancelled, so it is stopped first and the record says how it went.
+                outcome = await cancel_tool_call(
+                    self.deps.nc, session_id=self._sid, tool_call_id=call.tool_use_id, reason=self.stop_reason,
+                    timeout=cancel_timeout(self.deps.settings.request_timeout))
+                self._where = f"{self._where}, {outcome}"
+            raise
         output = truncate(output, limit=self.deps.settings.tool_output_limit)
         session.complete_tool(turn_id=turn.turn_id, tool_use_id=call.tool_use_id, name=call.name, output=output,
                               is_error=is_error, duration_ms=round(duration, 3), replayed=replayed)
