@@ -28,6 +28,7 @@ __all__ = [
     "error_frame",
     "estimate_tokens",
     "message_body",
+    "raw_tool_inputs",
     "sse_frames",
     "system_marker",
     "thinking_enabled",
@@ -268,9 +269,24 @@ def _usage(step: Step, *, estimate: MessageUsage) -> MessageUsage:
     )
 
 
+def _tool_ids(step: Step, *, tool_id_prefix: str) -> Iterator[tuple[ToolUseBlock, str]]:
+    """Each tool_use block of ``step`` with the id it is sent with (explicit, else ``<prefix>_<n>``)."""
+    n = 0
+    for block in step.content:
+        if isinstance(block, ToolUseBlock):
+            yield block, block.id or f"{tool_id_prefix}_{n}"
+            n += 1
+
+
+def raw_tool_inputs(step: Step, *, tool_id_prefix: str) -> dict[str, str]:
+    """tool_use id → the raw argument text a streamed reply sends for it instead of ``input`` as JSON."""
+    return {tool_id: block.raw_input for block, tool_id in _tool_ids(step, tool_id_prefix=tool_id_prefix)
+            if block.raw_input is not None}
+
+
 def _reply_blocks(step: Step, *, tool_id_prefix: str, thinking: bool) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    n = 0
+    ids = (tool_id for _, tool_id in _tool_ids(step, tool_id_prefix=tool_id_prefix))
     for block in step.content:
         if isinstance(block, TextBlock):
             blocks.append({"type": "text", "text": block.text})
@@ -281,9 +297,7 @@ def _reply_blocks(step: Step, *, tool_id_prefix: str, thinking: bool) -> list[di
                     {"type": "thinking", "thinking": block.thinking, "signature": thinking_signature(block.thinking)}
                 )
         elif isinstance(block, ToolUseBlock):
-            tool_id = block.id or f"{tool_id_prefix}_{n}"
-            n += 1
-            blocks.append({"type": "tool_use", "id": tool_id, "name": block.name, "input": block.input})
+            blocks.append({"type": "tool_use", "id": next(ids), "name": block.name, "input": block.input})
     return blocks
 
 
@@ -336,7 +350,7 @@ def _delta(index: int, delta: Mapping[str, Any]) -> bytes:
     return _frame("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
 
 
-def _block_frames(index: int, block: Mapping[str, Any]) -> Iterator[bytes]:
+def _block_frames(index: int, block: Mapping[str, Any], raw_input: str | None) -> Iterator[bytes]:
     kind = block["type"]
     if kind == "text":
         yield _start(index, {"type": "text", "text": ""})
@@ -350,20 +364,27 @@ def _block_frames(index: int, block: Mapping[str, Any]) -> Iterator[bytes]:
     else:
         yield _start(index, {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}})
         # Like the real API: an empty first chunk, then the arguments' JSON in a few pieces.
-        pieces = [""] + (_json_pieces(_encode(block["input"]).decode()) if block["input"] else [])
+        text = raw_input
+        if text is None:
+            text = _encode(block["input"]).decode() if block["input"] else ""
+        pieces = [""] + (_json_pieces(text) if text else [])
         for piece in pieces:
             yield _delta(index, {"type": "input_json_delta", "partial_json": piece})
     yield _frame("content_block_stop", {"type": "content_block_stop", "index": index})
 
 
-def sse_frames(message: Mapping[str, Any]) -> list[bytes]:
-    """The server-sent events that stream ``message`` (from :func:`message_body`), one per item."""
+def sse_frames(message: Mapping[str, Any], *, raw_inputs: Mapping[str, str] | None = None) -> list[bytes]:
+    """The server-sent events that stream ``message`` (from :func:`message_body`), one per item.
+
+    ``raw_inputs`` (from :func:`raw_tool_inputs`) replaces the streamed arguments of those tool calls.
+    """
+    raw_inputs = raw_inputs or {}
     usage = message["usage"]
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
     start["usage"] = {**usage, "output_tokens": 1}
     frames = [_frame("message_start", {"type": "message_start", "message": start}), _frame("ping", {"type": "ping"})]
     for index, block in enumerate(message["content"]):
-        frames.extend(_block_frames(index, block))
+        frames.extend(_block_frames(index, block, raw_inputs.get(block.get("id", ""))))
     frames.append(
         _frame(
             "message_delta",

@@ -86,6 +86,10 @@ class ToolUseBlock(msgspec.Struct, tag_field="type", tag="tool_use", kw_only=Tru
     name: ToolName
     input: dict[str, Any] = {}
     id: ToolUseId | None = None
+    raw_input: str | None = None
+    """Streamed verbatim as the call's ``input_json_delta`` text instead of ``input`` as JSON: arguments
+    that are not valid JSON (or not an object), as a real model sometimes streams them. A non-streaming
+    reply still carries ``input``."""
 
 
 ContentBlock = TextBlock | ThinkingBlock | ToolUseBlock
@@ -147,6 +151,8 @@ class Scenario(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Refuse (400) a step that calls a tool the request does not offer, as a real model never would."""
     files: dict[str, str] = {}
     """The repository the script was written against (path → content), for tests and the demo to create."""
+    context_window: Annotated[int, Meta(gt=0)] | None = None
+    """Refuse (400 ``prompt is too long``) a request whose estimated input tokens exceed this; None: no limit."""
     source: str = "<scenario>"
     """Where the scenario came from (file name or bundled name); set by the loader."""
 
@@ -157,6 +163,7 @@ class _ScenarioDocument(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     description: str = ""
     check_tools: bool = True
     files: dict[str, str] = {}
+    context_window: Annotated[int, Meta(gt=0)] | None = None
 
 
 def split_key(key: str) -> tuple[str, str | None]:
@@ -261,7 +268,8 @@ def parse_scenario(document: Mapping[str, Any] | str | bytes, *, source: str = "
             raise ScenarioError(f'{source}: script has no steps - at `scripts["{key}"]`')
         scripts[key] = steps
     return Scenario(
-        scripts=scripts, description=top.description, check_tools=top.check_tools, files=top.files, source=source
+        scripts=scripts, description=top.description, check_tools=top.check_tools, files=top.files,
+        context_window=top.context_window, source=source,
     )
 
 

@@ -244,6 +244,11 @@ class ScriptedModelApp:
             return
         key, step = selected
         fields["key"] = key
+        window = self.scenario.context_window
+        if window is not None and (tokens := _input_tokens(body)) > window:
+            # The real API's wording; it refuses before any generation, so the attempt is not counted.
+            await reject(_error(400, f"prompt is too long: {tokens} tokens > {window} maximum"), **fields)
+            return
         if self.scenario.check_tools:
             offered = protocol.tool_names(body)
             for block in step.content:
@@ -269,11 +274,12 @@ class ScriptedModelApp:
             return
 
         safe_key = _UNSAFE_ID.sub("-", key.replace(":", "-"))
+        tool_id_prefix = f"toolu_{safe_key}_{step_index}"
         message_body = protocol.message_body(
             step,
             message_id=f"msg_scripted_{safe_key}_{step_index}",
             model=body["model"],
-            tool_id_prefix=f"toolu_{safe_key}_{step_index}",
+            tool_id_prefix=tool_id_prefix,
             thinking=protocol.thinking_enabled(body),
             estimate=_usage_estimate(body, step_index),
         )
@@ -284,7 +290,8 @@ class ScriptedModelApp:
             self._record(RecordedRequest(path=path, status=200, outcome="ok", **fields))
             await _send_reply(send, _Reply(status=200, body=_encode(message_body), headers=extra), request_id)
             return
-        frames = protocol.sse_frames(message_body)
+        frames = protocol.sse_frames(message_body,
+                                     raw_inputs=protocol.raw_tool_inputs(step, tool_id_prefix=tool_id_prefix))
         outcome: Outcome = "ok"
         error = None
         if failure is not None:
