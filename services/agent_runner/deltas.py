@@ -2,7 +2,9 @@
 
 Subject ``autarch.deltas.<workflow or _>.<session>``; payload a
 :class:`~autarch.contracts.agents.TurnDelta` as JSON. The ``turn:completed``
-event carries the full text, so a client that missed deltas loses nothing.
+event carries the full text, so a client that missed deltas loses nothing. A delta with
+``restart`` (the model call's stream broke and was retried from its start) tells a listener to drop
+what it holds of that kind for the current reply before appending this delta's text.
 """
 
 from __future__ import annotations
@@ -33,13 +35,16 @@ class DeltaPublisher:
         self._turn_id = turn_id
         self._workflow_id = workflow_id
 
-    async def publish(self, is_thinking: bool, text: str) -> None:
-        """Publish a ``turn:thought_delta`` (``is_thinking``) or a ``turn:message_delta``."""
-        if not text:
+    async def publish(self, is_thinking: bool, text: str, restart: bool = False) -> None:
+        """Publish a ``turn:thought_delta`` (``is_thinking``) or a ``turn:message_delta``.
+
+        An empty delta is skipped unless it carries ``restart`` (then it clears what listeners hold).
+        """
+        if not text and not restart:
             return
         kind = "turn:thought_delta" if is_thinking else "turn:message_delta"
         payload = _encode(TurnDelta(type=kind, session_id=self._session_id, turn_id=self._turn_id, text=text,
-                                     workflow_id=self._workflow_id))
+                                     workflow_id=self._workflow_id, restart=restart))
         try:
             # Only appends to nats.py's pending buffer (its flusher sends it): never waits on a listener.
             await self._nc.publish(self._subject, payload)

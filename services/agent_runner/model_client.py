@@ -5,7 +5,9 @@ The SDK sends the request, authenticates, and retries it with backoff when the A
 accumulated here from the raw stream events rather than by ``messages.stream()``: its accumulator
 raises on a tool input that is not valid JSON, which would lose the whole reply, while here such a
 call is kept (with empty input) and answered with an error the model can read. An error event in
-the middle of a stream (``overloaded_error``) is retried here, as the SDK cannot.
+the middle of a stream (``overloaded_error``) is retried here, as the SDK cannot; the retried stream
+sends the reply again from its start, so its first delta of each kind carries ``restart`` and
+listeners drop what the broken attempt had shown.
 
 The request body is encoded here (msgspec, once per call, reused by retries) and given to the SDK's
 ``post("/v1/messages", content=...)``: ``messages.create`` would copy the whole body (system prompt,
@@ -167,12 +169,15 @@ class ModelClient:
         agent: AgentConfig,
         messages: list[dict[str, Any]],
         headers: dict[str, str],
-        on_delta: Callable[[bool, str], Awaitable[None]],
+        on_delta: Callable[[bool, str, bool], Awaitable[None]],
         on_sent: Callable[[], None] | None = None,
         tools: list[dict[str, Any]] | None = None,
     ) -> ModelReply:
-        """Stream one reply to ``messages``; ``on_delta(is_thinking, text)`` is awaited for each delta.
+        """Stream one reply to ``messages``; ``on_delta(is_thinking, text, restart)`` is awaited for each delta.
 
+        ``restart`` is True on the first delta of a kind (text or thinking) after a broken stream was retried:
+        what was streamed of that kind before is void and the reply starts again with this delta (a kind the
+        retry never streams again gets an empty ``restart`` delta once the reply is complete).
         ``on_sent()`` is called once the API has taken the request (it answers with a stream): from then on
         the call only waits for the model. ``tools`` replaces ``agent.tools`` in the request when given.
 
@@ -196,6 +201,8 @@ class ModelClient:
         # Encoded once, sent (and resent by the SDK's retries) as is: see the module docstring.
         body = _encode_body(params)
         attempt = 0
+        shown: set[bool] = set()  # kinds of delta (True: thinking) listeners hold text of, for this reply
+        restart: set[bool] = set()  # kinds whose next delta tells listeners to drop a broken attempt's text
         while True:
             acc = _Accumulator()
             try:
@@ -213,7 +220,11 @@ class ModelClient:
                 async for event in stream:
                     delta = acc.feed(event)
                     if delta is not None:
-                        await on_delta(*delta)
+                        is_thinking, text = delta
+                        again = is_thinking in restart
+                        restart.discard(is_thinking)
+                        shown.add(is_thinking)
+                        await on_delta(is_thinking, text, again)
                 received = time.perf_counter()
             except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
                 kind = _error_type(exc)
@@ -222,10 +233,13 @@ class ModelClient:
                     raise ModelError(f"model stream failed: {kind or type(exc).__name__}: {_message(exc)}") from exc
                 delay = min(0.5 * 2 ** (attempt - 1), 8.0) * (1 - 0.25 * random.random())
                 log.warning("model stream failed (%s); retry %d in %.2fs", kind or exc, attempt, delay)
+                restart = set(shown)
                 await asyncio.sleep(delay)
                 continue
             finally:
                 await stream.close()
+            for is_thinking in sorted(restart):
+                await on_delta(is_thinking, "", True)  # the retry streamed nothing of this kind: clear it
             return ModelReply(content=acc.content(), stop_reason=acc.stop_reason, usage=acc.usage,
                               model=acc.model or agent.model, malformed=acc.malformed, received_at=received)
 

@@ -205,10 +205,12 @@ class TurnLoop:
             self.deps.on_reply(session, reply, time.perf_counter())
         return True
 
-    async def _on_delta(self, is_thinking: bool, text: str) -> None:
+    async def _on_delta(self, is_thinking: bool, text: str, restart: bool) -> None:
         if not is_thinking:
+            if restart:
+                self._partial = []  # a retried stream starts the reply over: keep only what it sends
             self._partial.append(text)
-        await self._deltas.publish(is_thinking, text)
+        await self._deltas.publish(is_thinking, text, restart)
 
     def _record_reply(self, reply: ModelReply) -> None:
         session, turn = self.session, self.turn
