@@ -3,19 +3,43 @@
 Deterministic on purpose, so a replayed session builds byte-for-byte the same requests. The digest
 keeps the original request, each compacted turn's user text, the assistant's text, and every tool
 call as its name and ``reason`` (seed 004: the reason "may be the only surviving record of the
-action after a yield"). Notes and the current turn are never compacted.
+action after a yield"). Notes and the current turn are never compacted into the digest.
+
+One turn alone can outgrow the window (a pulse of up to ``agent_max_steps`` model calls reading
+files). When there is no older turn left to compact, the current turn's long tool results, except
+those of its last :data:`KEEP_RECENT_STEPS` replies, are sent as a stub saying the output was elided
+and how to get it again (:func:`elided_result`). The tool calls themselves, the assistant's text and
+thinking, and the turn's opening message (the task and the notes) stay whole. Which results are
+elided is recorded (``ResultsElided``), not recomputed, so a replay under other settings sends the
+same requests.
 """
 
 from __future__ import annotations
 
-from .domainmodel import Session, Turn
+import json
 
-__all__ = ["build_digest", "compaction_point"]
+from .domainmodel import Session, ToolCall, Turn
+
+__all__ = [
+    "ELIDE_MIN_CHARS",
+    "KEEP_RECENT_STEPS",
+    "build_digest",
+    "compaction_point",
+    "elided_result",
+    "elided_through",
+    "elision_point",
+    "is_elidable",
+]
 
 _KICKOFF_CHARS = 8_000
 _USER_CHARS = 1_500
 _TEXT_CHARS = 2_000
 _REASON_CHARS = 200
+
+KEEP_RECENT_STEPS = 3
+"""Replies of the running turn whose tool results are always sent whole: the agent is working with them."""
+ELIDE_MIN_CHARS = 1_000
+"""Shorter results are sent whole: a stub would save next to nothing."""
 
 
 def _cut(text: str, limit: int) -> str:
@@ -33,6 +57,47 @@ def compaction_point(session: Session, *, current: Turn, threshold_tokens: int) 
         return None
     through = current.index - 1
     return through if through > session.compacted_through else None
+
+
+def elided_through(turn: Turn) -> int:
+    """The last reply of ``turn`` whose long tool results are sent as stubs (-1: none)."""
+    return getattr(turn, "elided_through", -1)
+
+
+def is_elidable(call: ToolCall) -> bool:
+    """Whether ``call``'s result is long enough to be replaced by a stub once its reply is elided."""
+    return call.output is not None and len(call.output) >= ELIDE_MIN_CHARS
+
+
+def elision_point(session: Session, *, current: Turn, threshold_tokens: int) -> int | None:
+    """The reply of ``current`` through which to elide tool results now, or None.
+
+    Called when :func:`compaction_point` found no older turn to compact: elides when the most recent
+    request carried more than ``threshold_tokens`` and a reply before the last :data:`KEEP_RECENT_STEPS`
+    has a long result that is still sent whole. Everything up to there goes at once, so the requests'
+    cached prefix changes once rather than at every step.
+    """
+    if session.last_context_tokens() <= threshold_tokens:
+        return None
+    through = len(current.replies) - 1 - KEEP_RECENT_STEPS
+    start = elided_through(current) + 1
+    if through < start:
+        return None
+    candidates = (call for reply in current.replies[start : through + 1] for call in reply.tool_calls)
+    return through if any(is_elidable(call) for call in candidates) else None
+
+
+def elided_result(call: ToolCall) -> str:
+    """The stub sent in place of an elided tool result (the model still sees its call and arguments)."""
+    again = (
+        "run the command again (mind its side effects)" if call.name == "shell"
+        else f"call {call.name} again with the same arguments (a narrower range or pattern if you can)"
+    )
+    kind = "error" if call.is_error else "output"
+    return json.dumps({"elided": (
+        f"The {kind} of this {call.name} call ({len(call.output or '')} characters) was removed from the "
+        f"conversation to keep it within the context window. If you still need it, {again}."
+    )})
 
 
 def _outcome_line(turn: Turn) -> str:

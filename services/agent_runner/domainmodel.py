@@ -259,3 +259,14 @@ class Session(Aggregate):
             if turn.replies:
                 return turn.replies[-1].context_tokens
         return 0
+
+    # --- in-turn compaction ----------------------------------------------------------------------------
+
+    @event("ResultsElided")
+    def elide_results(self, *, turn_id: str, through_step: int, context_tokens: int) -> None:
+        """From now on, the long tool results of this turn's replies ``0..through_step`` are sent as stubs.
+
+        One long turn outgrew the context window with no older turn left to compact. The turn keeps it as
+        ``elided_through`` (read it with ``compaction.elided_through``: turns recorded before have none).
+        """
+        self._turn(turn_id).elided_through = through_step  # type: ignore[attr-defined]

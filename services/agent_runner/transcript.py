@@ -8,6 +8,7 @@ Rules that keep the history valid for the API whatever happened before:
 - consecutive user messages are merged (a turn that never reached the model);
 - turns up to ``session.compacted_through`` are replaced by a digest; the leading tool results that
   answered the last compacted reply are dropped with it;
+- a turn's long tool results up to its ``elided_through`` reply are sent as stubs (in-turn compaction);
 - each turn's opening message carries the notes recorded for it, before the user's text.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .compaction import build_digest
+from .compaction import build_digest, elided_result, elided_through, is_elidable
 from .domainmodel import Reply, Session, ToolCall, Turn
 
 __all__ = ["SUBMITTED", "build_messages", "notes_block"]
@@ -45,11 +46,13 @@ def _interrupted(turn: Turn, call: ToolCall) -> str:
     return json.dumps({"error": text})
 
 
-def _results(turn: Turn, reply: Reply) -> list[dict[str, Any]]:
+def _results(turn: Turn, reply: Reply, *, elided: bool) -> list[dict[str, Any]]:
     blocks = []
     for call in reply.tool_calls:
         if call.output is not None:
             content, is_error = call.output, call.is_error
+            if elided and is_elidable(call):
+                content = elided_result(call)
         elif call.tool_use_id == reply.ending_id and (turn.outcome or {}).get("kind") == "block":
             content, is_error = SUBMITTED, False
         else:
@@ -85,9 +88,10 @@ def build_messages(session: Session, *, current: Turn) -> list[dict[str, Any]]:
         else:
             messages.append({"role": "user", "content": opening})
         last = len(turn.replies) - 1
+        elided = elided_through(turn)
         for n, reply in enumerate(turn.replies):
             messages.append({"role": "assistant", "content": _assistant_content(reply)})
-            results = _results(turn, reply)
+            results = _results(turn, reply, elided=n <= elided)
             if n < last or turn is current:
                 if results:
                     messages.append({"role": "user", "content": results})

@@ -37,7 +37,7 @@ from autarch.runtime.settings import Settings
 from .agents import AgentConfig
 from .blocks import classify
 from .budget import WorkflowBudget
-from .compaction import compaction_point
+from .compaction import compaction_point, elision_point
 from .completion import escape_hatch_open
 from .deltas import DeltaPublisher
 from .domainmodel import Session, Turn
@@ -180,9 +180,15 @@ class TurnLoop:
             await self._complete({"kind": "budget_exceeded", "detail": over})
             return False
         window = settings.context_window_tokens or model_info(self.agent.model).context_window
-        through = compaction_point(session, current=turn, threshold_tokens=int(window * settings.compaction_threshold))
+        threshold = int(window * settings.compaction_threshold)
+        through = compaction_point(session, current=turn, threshold_tokens=threshold)
         if through is not None:
             session.compact(turn_id=turn.turn_id, through=through, context_tokens=session.last_context_tokens())
+            await self.deps.save(session)
+        elif (step := elision_point(session, current=turn, threshold_tokens=threshold)) is not None:
+            # No older turn left to compact: this turn alone outgrew the window, so its older results go.
+            session.elide_results(turn_id=turn.turn_id, through_step=step,
+                                  context_tokens=session.last_context_tokens())
             await self.deps.save(session)
         messages = build_messages(session, current=turn)
         self._where = f"model call {len(turn.replies) + 1}"
