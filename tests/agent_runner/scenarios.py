@@ -219,6 +219,55 @@ SCRIPTS.update({
     ],
 })
 
+# --- streaming retries, raw arguments, thinking, models, usage, notes (test_model_calls.py, test_notes.py) --
+
+RETRIED_TEXT = " ".join(f"token{n}" for n in range(24))
+TRUNCATED_ARGS = '{"reason": "Read greet", "path": "greeter/co'
+NOTE = "greet() is only called from tests/test_core.py."
+ROLE_NAMES = ("discussion", "scoping", "research", "plan", "preflight", "pulsing", "review")
+CACHED_USAGE = [
+    {"input_tokens": 120, "output_tokens": 30, "cache_creation_input_tokens": 2_000, "cache_read_input_tokens": 0},
+    {"input_tokens": 180, "output_tokens": 12, "cache_creation_input_tokens": 40, "cache_read_input_tokens": 2_000},
+]
+
+SCRIPTS.update({
+    "discussion:restart": [
+        step(text("An answer streamed twice, shown once."), fail_first=[{"status": 529, "mid_stream": True}]),
+    ],
+    "discussion:mid-stream-slow": [
+        step(text(RETRIED_TEXT), delay_ms=25, fail_first=[{"status": 529, "mid_stream": True}]),
+    ],
+    "pulsing:raw-args": [
+        step(
+            text("Reading greet."),
+            {"type": "tool_use", "name": "read_file", "raw_input": TRUNCATED_ARGS},
+            {"type": "tool_use", "name": "grep", "raw_input": '["greet"]'},
+        ),
+        step(tool("read_file", reason="Read greet, arguments fixed", path="greeter/core.py")),
+        step(text("Read it on the second try.")),
+    ],
+    "research:think-and-read": [
+        step(
+            {"type": "thinking", "thinking": "The greeting is built in core.py; read it before anything else."},
+            tool("read_file", reason="See how greetings are built", path="greeter/core.py"),
+        ),
+        step(text("greet() concatenates a greeting.")),
+    ],
+    **{f"{role}:hello": [step(text(f"Hello from {role}."))] for role in ROLE_NAMES},
+    "discussion:cached": [
+        step(tool("read_file", reason="See what the project does", path="README.md"), usage=CACHED_USAGE[0]),
+        step(text("A tiny greeting library."), usage=CACHED_USAGE[1]),
+    ],
+    "discussion:server-error": [
+        step(text("Answer after a server error."), fail_first=[500]),
+    ],
+    "research:note-taker": [
+        step(tool("take_note", reason="Remember who calls greet", note=NOTE)),
+        step(text("Noted.")),
+        step(text("The note is in front of me.")),
+    ],
+})
+
 SCENARIO: dict[str, Any] = {
     "description": "The agent runner's integration tests.",
     "check_tools": False,
