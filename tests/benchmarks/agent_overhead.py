@@ -1,6 +1,6 @@
 """Agent runner overhead benchmark (a script, not a test). Its last line is a JSON object of the figures.
 
-    python tests/benchmarks/agent_overhead.py [--sessions N] [--steps N]
+    python tests/benchmarks/agent_overhead.py [--sessions N] [--steps N] [--stops N]
 
 Measures the platform's own time per tool round trip: from the moment the model's reply carrying a
 ``tool_use`` has been read off the stream, through recording the reply, running the tool in the
@@ -9,6 +9,12 @@ the wire (an httpx request hook, so the SDK's request building is included). The
 answers at once and runs in its own process, as does the tools service (each tool is a ``read_file``
 of a small file); the runner runs here with its production code and the embedded default store
 (SQLite, ``synchronous=NORMAL``). Sessions run one after another, so this is latency, not throughput.
+
+A second, short phase measures how fast a stop ends a running turn (the issue promises within a
+second): a discussion turn streams a long reply slowly, and once its deltas flow a ``stop_session``
+is sent. ``stop_*`` is the time from sending the command to its reply, which comes once
+``turn:completed`` (cancelled) is recorded in the store; ``stop_event_*`` is the time until that
+event arrives from the stream.
 """
 
 from __future__ import annotations
@@ -27,9 +33,18 @@ import uuid
 from pathlib import Path
 
 import anthropic
+import msgspec
 
 from autarch.contracts import subjects
-from autarch.contracts.agents import GetSession, SessionView, StartSession, TurnAccepted
+from autarch.contracts.agents import (
+    GetSession,
+    SessionStopped,
+    SessionView,
+    StartSession,
+    StopSession,
+    TurnAccepted,
+)
+from autarch.contracts.events import TurnCompleted
 from autarch.runtime.bus import connect, ensure_event_stream
 from autarch.runtime.natsserver import EmbeddedNats
 from autarch.runtime.requests import request
@@ -49,7 +64,9 @@ def scenario(steps: int) -> dict:
     read = {"type": "tool_use", "name": "read_file", "input": {"reason": "Read the module", "path": "core.py"}}
     done = {"type": "tool_use", "name": "complete_pulse",
             "input": {"summary": "chore: benchmark", "filesChanged": []}}
-    return {"check_tools": True, "scripts": {"pulsing:bench": [{"content": [read]}] * steps + [{"content": [done]}]}}
+    slow = {"delay_ms": 20, "content": [{"type": "text", "text": " ".join(f"word{n}" for n in range(500))}]}
+    return {"check_tools": True, "scripts": {"pulsing:bench": [{"content": [read]}] * steps + [{"content": [done]}],
+                                             "discussion:stop": [slow]}}
 
 
 def start_process(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -70,7 +87,35 @@ def wait_for_url(log: Path, proc: subprocess.Popen[bytes], timeout: float = 30) 
     raise RuntimeError("scripted model did not announce its URL")
 
 
-async def run(tmp: Path, *, sessions: int, steps: int) -> dict:
+async def stop_latencies(nc, repo: Path, *, stops: int) -> tuple[list[float], list[float]]:
+    """(command → recorded, command → event on the stream) in ms, for ``stops`` turns stopped mid-reply."""
+    recorded: list[float] = []
+    streamed: list[float] = []
+    for n in range(stops + 1):
+        command = StartSession(session_id=str(uuid.uuid4()), role="discussion", root=str(repo), kickoff="Talk.",
+                               script="stop", workflow_id=str(uuid.uuid4()))
+        deltas = await nc.subscribe(subjects.deltas(command.workflow_id, command.session_id))
+        done = await nc.subscribe(subjects.event(command.workflow_id, "turn", command.session_id, "completed"))
+        await request(nc, subjects.request("agent_runner", "start_session"), command, TurnAccepted)
+        await deltas.next_msg(timeout=30)  # the reply is streaming
+        await asyncio.sleep(0.05 + 0.01 * (n % 5))  # land the stop at varied points of the stream
+        began = time.perf_counter()
+        await request(nc, subjects.request("agent_runner", "stop_session"),
+                      StopSession(session_id=command.session_id, reason="benchmark stop"), SessionStopped)
+        replied = time.perf_counter()
+        event = msgspec.json.decode((await done.next_msg(timeout=30)).data, type=TurnCompleted)
+        arrived = time.perf_counter()
+        await deltas.unsubscribe()
+        await done.unsubscribe()
+        assert event.outcome == "cancelled", event
+        if n == 0:
+            continue  # warm-up
+        recorded.append((replied - began) * 1000)
+        streamed.append((arrived - began) * 1000)
+    return recorded, streamed
+
+
+async def run(tmp: Path, *, sessions: int, steps: int, stops: int) -> dict:
     nats = EmbeddedNats(tmp / "nats").start()
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -120,6 +165,7 @@ async def run(tmp: Path, *, sessions: int, steps: int) -> dict:
                 continue  # warm-up: imports, connections, caches
             overheads.extend((sent[i + 1] - received[i]) * 1000 for i in range(steps))
         elapsed = time.perf_counter() - started
+        stop_recorded, stop_streamed = await stop_latencies(nc, repo, stops=stops)
         await stop()
         await nc.drain()
         return {
@@ -132,6 +178,11 @@ async def run(tmp: Path, *, sessions: int, steps: int) -> dict:
             "overhead_mean_ms": round(sum(overheads) / len(overheads), 3),
             "round_trips_per_s": round(len(overheads) / elapsed, 1),
             "goal_p50_ms": GOAL_P50_MS,
+            "stops": len(stop_recorded),
+            "stop_p50_ms": round(pct(stop_recorded, 50), 3),
+            "stop_max_ms": round(max(stop_recorded), 3),
+            "stop_event_p50_ms": round(pct(stop_streamed, 50), 3),
+            "stop_event_max_ms": round(max(stop_streamed), 3),
             "store": "sqlite (WAL, synchronous=NORMAL)",
             "machine_cores": os.cpu_count(),
         }
@@ -150,9 +201,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=20, help="sessions measured (one more warms up)")
     parser.add_argument("--steps", type=int, default=25, help="tool round trips per session's turn")
+    parser.add_argument("--stops", type=int, default=20, help="turns stopped mid-reply (one more warms up)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        figures = asyncio.run(run(Path(d), sessions=args.sessions, steps=args.steps))
+        figures = asyncio.run(run(Path(d), sessions=args.sessions, steps=args.steps, stops=args.stops))
     for key, value in figures.items():
         print(f"{key:>22}: {value}")
     print(json.dumps(figures))
