@@ -1,8 +1,10 @@
 """What ``autarch watch`` prints: one readable line per event, and the server-sent-events parser it reads.
 
 :func:`render_event` is pure (an event as decoded from the stream → a line, or None for events not worth
-a line); :class:`Watch` adds what needs memory: which step each session works for, and the running
-token/cost totals. :func:`parse_sse` turns the lines of a ``text/event-stream`` into messages.
+a line); :class:`Watch` adds what needs memory: which step each session works for, the running token/cost
+totals, the workflow's :class:`Progress` (stage k of 5, pulse n of N) and, when asked, the agents' text
+as it streams (from the live deltas). :func:`parse_sse` turns the lines of a ``text/event-stream`` into
+messages.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from datetime import datetime
 from typing import Any
 
 __all__ = [
+    "DELTA_EVENTS",
+    "STAGES",
     "TERMINAL_EVENTS",
+    "Progress",
     "SseComment",
     "SseMessage",
     "Watch",
@@ -28,6 +33,12 @@ __all__ = [
 
 TERMINAL_EVENTS = frozenset({"workflow:completed", "workflow:abandoned"})
 """After one of these the workflow records nothing more: ``watch`` exits."""
+
+DELTA_EVENTS = frozenset({"turn:message_delta", "turn:thought_delta"})
+"""Live pieces of a turn's text (never stored; ``turn:completed`` has the whole text)."""
+
+STAGES = ("scoping", "research", "planning", "execution", "review")
+"""The stages in order (``done`` follows); the quick path skips research and planning."""
 
 _CMD = "autarch workflow"
 
@@ -310,22 +321,138 @@ def render_event(event: Mapping[str, Any], sessions: Mapping[str, str] | None = 
     return f"{_time(event)}  {text or kind or '(event without a type)'}"
 
 
+# --- progress -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """Where a workflow stands: its stage among the five, and its pulses once a plan is known."""
+
+    stage: str = ""
+    plan: list[tuple[str, str]] = field(default_factory=list)
+    """The planned pulses in order: (id, title). The quick path's single pulse is ``pulse-1``."""
+    current: str | None = None
+    """The planned id of the pulse started last."""
+    done: set[str] = field(default_factory=set)
+    """Planned ids of the pulses that succeeded."""
+    runs: dict[str, str] = field(default_factory=dict)
+    """Pulse run id (``pulse-1-a2`` for a retry) → planned id."""
+    scope_title: str = ""
+
+    @classmethod
+    def from_state(cls, view: Mapping[str, Any], artifacts: Mapping[str, Any] | None = None) -> Progress:
+        """The progress of a workflow as ``GET /api/workflows/{id}`` (and ``/artifacts``) describe it now."""
+        progress = cls(stage=str(view.get("stage") or ""))
+        cards = artifacts or {}
+        scope = cards.get("scope")
+        if isinstance(scope, Mapping):
+            progress.scope_title = str(scope.get("title") or "")
+        progress.plan = _pulses(cards.get("pulses"))
+        for run in cards.get("pulse_runs") or []:
+            if not isinstance(run, Mapping) or run.get("status") == "proposed":
+                continue
+            planned = str(run.get("planned_pulse_id") or run.get("id"))
+            progress.runs[str(run.get("id"))] = planned
+            progress.current = planned
+            if run.get("status") == "succeeded":
+                progress.done.add(planned)
+        return progress
+
+    def feed(self, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "workflow:created":
+            self.stage = "scoping"
+        elif kind == "workflow:approval_needed":
+            artifact = event.get("artifact") or {}
+            if event.get("stage") == "scoping" and isinstance(artifact, Mapping):
+                self.scope_title = str(artifact.get("title") or "")
+            elif event.get("stage") == "planning" and isinstance(artifact, Mapping):
+                self.plan = _pulses(artifact.get("pulses"))  # a revised plan replaces the last
+        elif kind == "workflow:stage_changed":
+            self.stage = str(event.get("to_stage") or "")
+            if self.stage == "execution" and not self.plan:
+                # The quick path: one pulse made from the scope card.
+                self.plan = [("pulse-1", self.scope_title)]
+        elif kind == "pulse:started":
+            planned = str(event.get("planned_pulse_id") or event.get("pulse_id"))
+            self.runs[str(event.get("pulse_id"))] = planned
+            self.current = planned
+        elif kind == "pulse:completed" and event.get("status") == "succeeded":
+            pulse = str(event.get("pulse_id"))
+            self.done.add(self.runs.get(pulse, pulse))
+
+    def stage_tag(self) -> str | None:
+        """``stage 3/5``, or None for ``done`` and unknown stages."""
+        if self.stage not in STAGES:
+            return None
+        return f"stage {STAGES.index(self.stage) + 1}/{len(STAGES)}"
+
+    def pulse_tag(self, planned: str | None = None) -> str | None:
+        """``pulse 2/3`` for ``planned`` (default: the current pulse), or None before the plan is known."""
+        planned = planned or self.current
+        ids = [pulse_id for pulse_id, _ in self.plan]
+        if not ids or planned is None:
+            return None
+        n = ids.index(planned) + 1 if planned in ids else "?"
+        return f"pulse {n}/{len(ids)}"
+
+    def done_tag(self) -> str | None:
+        """``1/3 pulses done`` once the plan is known."""
+        if not self.plan:
+            return None
+        return f"{len(self.done & {p for p, _ in self.plan})}/{len(self.plan)} pulses done"
+
+    def summary(self) -> str:
+        """``execution (stage 4/5), pulse 1/2 “middleware”``: the stage, and the pulse while one runs."""
+        text = self.stage or "?"
+        tag = self.stage_tag()
+        if tag:
+            text += f" ({tag})"
+        pulse = self.pulse_tag()
+        if self.stage == "execution" and pulse:
+            title = dict(self.plan).get(self.current or "", "")
+            text += f", {pulse}" + (f" “{_cut(title, 60)}”" if title else "")
+        return text
+
+
+def _pulses(value: Any) -> list[tuple[str, str]]:
+    return [(str(p.get("id", "?")), str(p.get("title", ""))) for p in value or [] if isinstance(p, Mapping)]
+
+
 # --- a watch, with memory -------------------------------------------------------------------------------
+
+def _said(label: str, text: str) -> str:
+    """A line of an agent's streamed text: no time (deltas have none), indented to the events' text column."""
+    return f"{' ' * 10}{label}» {text}"
 
 
 @dataclass
 class Watch:
-    """Feeds events to :func:`render_event` with the session labels and keeps the running totals."""
+    """Feeds events to :func:`render_event` with the session labels; keeps the totals and the progress.
+
+    With ``text``, the agents' messages are shown as they stream (``turn:message_delta``): each completed line
+    of a reply once, shortened, indented under the events and labelled like them; what is left of a line is
+    shown when the reply ends (a tool call or the end of the turn). Thinking is not shown.
+    """
 
     sessions: dict[str, str] = field(default_factory=dict)
     tokens: int = 0
     cost_usd: float = 0.0
     turns: int = 0
+    progress: Progress = field(default_factory=Progress)
+    text: bool = False
+    _partial: dict[str, str] = field(default_factory=dict)
+    """Turn id → the streamed line not finished yet."""
+    _shown: dict[str, int] = field(default_factory=dict)
+    """Turn id → lines shown of its current reply (to say so when a reply starts again)."""
 
     def feed(self, event: Mapping[str, Any]) -> str | None:
         kind = event.get("type")
+        if kind in DELTA_EVENTS:
+            return self._delta(event) if self.text else None
         if kind == "workflow:session_assigned" and event.get("session_id"):
             self.sessions[str(event["session_id"])] = str(event.get("step", ""))
+        self.progress.feed(event)
         line = render_event(event, self.sessions)
         if kind == "turn:completed":
             self.turns += 1
@@ -334,7 +461,50 @@ class Watch:
             self.cost_usd += float(event.get("cost_usd", 0.0) or 0.0)
             if line is not None:
                 line += f"  [total {self.total()}]"
+        if line is not None:
+            line = self._tagged(event, line)
+        if kind in ("turn:tool_started", "turn:completed"):
+            rest = self._end_reply(event)
+            if rest:
+                line = rest if line is None else f"{rest}\n{line}"
         return line
 
     def total(self) -> str:
         return f"{_tokens(self.tokens)} tokens, ${self.cost_usd:.4f}"
+
+    def _tagged(self, event: Mapping[str, Any], line: str) -> str:
+        kind = event.get("type")
+        tag = None
+        if kind == "workflow:stage_changed":
+            tag = self.progress.stage_tag()
+        elif kind == "pulse:started":
+            tag = self.progress.pulse_tag(self.progress.runs.get(str(event.get("pulse_id"))))
+        elif kind == "pulse:completed" and event.get("status") == "succeeded":
+            tag = self.progress.done_tag()
+        return f"{line}  [{tag}]" if tag else line
+
+    def _delta(self, event: Mapping[str, Any]) -> str | None:
+        if event.get("type") != "turn:message_delta":
+            return None
+        turn = str(event.get("turn_id", ""))
+        label = _label(event, self.sessions)
+        lines = []
+        buffered = self._partial.get(turn, "")
+        if event.get("restart"):
+            if self._shown.get(turn) or buffered.strip():
+                lines.append(_said(label, "(the model's reply broke off; it starts again)"))
+            buffered, self._shown[turn] = "", 0
+        *complete, buffered = (buffered + str(event.get("text", ""))).split("\n")
+        self._partial[turn] = buffered
+        for text in complete:
+            if text.strip():
+                lines.append(_said(label, _cut(text, 110)))
+                self._shown[turn] = self._shown.get(turn, 0) + 1
+        return "\n".join(lines) or None
+
+    def _end_reply(self, event: Mapping[str, Any]) -> str | None:
+        """The rest of the reply's last line, now that the reply ended."""
+        turn = str(event.get("turn_id", ""))
+        rest = self._partial.pop(turn, "")
+        self._shown.pop(turn, None)
+        return _said(_label(event, self.sessions), _cut(rest, 110)) if rest.strip() else None

@@ -1,8 +1,10 @@
 """``autarch watch ID``: follow one workflow live, a readable line per event, until it completes.
 
 Reads ``GET /api/events?workflow=ID`` (server-sent events). A dropped connection is resumed from the
-last event seen (``since``), so nothing is missed or shown twice. Exits 0 on ``workflow:completed`` or
-``workflow:abandoned`` (at once when the workflow had already ended), 1 on errors, 130 on Ctrl-C.
+last recorded event seen (``since``; live deltas carry no id and never move it), so nothing is missed or
+shown twice. Progress (stage k/5, pulse n/N) comes from the events; watching live, it starts from the
+workflow's state. Exits 0 on ``workflow:completed`` or ``workflow:abandoned`` (at once when the workflow
+had already ended), 1 on errors, 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .gateway_client import CliError, GatewayClient, GatewayError, GatewayUnreachable, add_connection_arguments
-from .render import TERMINAL_EVENTS, SseComment, Watch, approval_hint, halt_hint, parse_sse
+from .render import TERMINAL_EVENTS, Progress, SseComment, Watch, approval_hint, halt_hint, parse_sse
 from .workflow_cmd import gateway_command
 
 __all__ = ["follow", "register"]
@@ -25,9 +27,9 @@ def _finished(view: dict[str, Any]) -> bool:
     return view.get("stage") == "done" or view.get("status") in ("done", "abandoned")
 
 
-def _header(view: dict[str, Any], *, from_start: bool) -> str:
+def _header(view: dict[str, Any], progress: Progress, *, from_start: bool) -> str:
     status = (view.get("status") or "active").replace("_", " ")
-    line = f"watching “{view['title']}” ({view['id']}): stage {view['stage']}, {status}"
+    line = f"watching “{view['title']}” ({view['id']}): stage {progress.summary()}, {status}"
     if not from_start:
         line += "  (new events only; --from-start replays the history)"
     halt = view.get("halt")
@@ -46,11 +48,16 @@ def follow(
     from_start: bool = False,
     out: Callable[[str], None] = print,
     reconnect_for: float = 60.0,
+    watch: Watch | None = None,
 ) -> int:
-    """Print ``workflow_id``'s events until it completes or is abandoned; 0 then."""
+    """Print ``workflow_id``'s events until it completes or is abandoned; 0 then.
+
+    ``watch`` carries what is known before the first event (the progress, session labels, whether to show
+    streamed text); by default an empty one.
+    """
     import httpx
 
-    watch = Watch()
+    watch = watch or Watch()
     since: int | None = 0 if from_start else None
     check_state = not from_start  # once live: had it already ended before we subscribed?
     connected_once = False
@@ -111,18 +118,27 @@ def follow(
 def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:
     wf = client.workflow_id(args.workflow_id)
     view = client.get(f"/api/workflows/{wf}")
-    print(_header(view, from_start=args.from_start), flush=True)
-    return follow(client, wf, from_start=args.from_start, out=lambda line: print(line, flush=True))
+    now = Progress.from_state(view, client.get(f"/api/workflows/{wf}/artifacts"))
+    print(_header(view, now, from_start=args.from_start), flush=True)
+    if args.from_start:
+        watch = Watch(text=args.text)  # the replay rebuilds progress and labels from workflow:created on
+    else:
+        # The view maps each step to its session; lines are labelled by the step of their session.
+        labels = {str(sid): str(step) for step, sid in (view.get("sessions") or {}).items()}
+        watch = Watch(text=args.text, sessions=labels, progress=now)
+    return follow(client, wf, from_start=args.from_start, out=lambda line: print(line, flush=True), watch=watch)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     watch = sub.add_parser(
         "watch", help="follow a workflow live until it completes",
-        description="Follow a workflow's events live: stages, approvals, sessions, tool calls, turns with tokens "
-        "and cost, pulses and their commits, halts and the command that continues them. Exits 0 when the "
-        "workflow completes or is abandoned.",
+        description="Follow a workflow's events live: stages (k/5), approvals, sessions, tool calls, turns with "
+        "tokens and cost, pulses (n/N) and their commits, halts and the command that continues them. Exits 0 "
+        "when the workflow completes or is abandoned.",
     )
     watch.add_argument("workflow_id", metavar="ID", help="the workflow (or a unique prefix of its id)")
     watch.add_argument("--from-start", action="store_true", help="replay the workflow's events from the beginning")
+    watch.add_argument("--text", action="store_true",
+                       help="also show the agents' messages as they stream, a line at a time")
     add_connection_arguments(watch)
     watch.set_defaults(handler=gateway_command(cmd_watch))

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from autarch.cli.render import (
+    Progress,
     SseComment,
     SseMessage,
     Watch,
@@ -19,6 +20,7 @@ from autarch.cli.render import (
     short_input,
 )
 from autarch.contracts import events as ev
+from autarch.contracts.agents import TurnDelta
 
 WF = "99f31dc9-0000-4000-8000-000000000001"
 SID = "5e55105e-0000-4000-8000-000000000002"
@@ -229,3 +231,131 @@ def test_the_sse_parser_follows_the_spec():
         SseMessage(event="message", data="no event name", id="2"),
     ]
     assert list(parse_sse(["data: a\r\n", "\r\n"])) == [SseMessage(event="message", data="a")]
+
+
+# --- progress -------------------------------------------------------------------------------------------
+
+PLAN3 = {"approachSummary": "three", "pulses": [{"id": "pulse-1", "title": "middleware"},
+                                                 {"id": "pulse-2", "title": "tests"},
+                                                 {"id": "pulse-3", "title": "docs"}]}
+
+
+def fed(watch: Watch, event: ev.Event) -> str:
+    line = watch.feed(wire(event))
+    assert line is not None
+    return line
+
+
+def started(run: str, planned: str, title: str, attempt: int = 1) -> ev.PulseStarted:
+    return ev.PulseStarted(**COMMON, pulse_id=run, planned_pulse_id=planned, attempt=attempt, title=title,
+                           pulse_branch="b", base_commit="c")
+
+
+def succeeded(run: str) -> ev.PulseCompleted:
+    return ev.PulseCompleted(**COMMON, pulse_id=run, status="succeeded", commit="abc", description="feat: x")
+
+
+def test_progress_counts_the_stages_and_the_planned_pulses():
+    watch = Watch()
+    fed(watch, ev.WorkflowCreated(**COMMON, title="JWT", request="add", repo="/r", base_branch="main"))
+    assert watch.progress.summary() == "scoping (stage 1/5)"
+    research = fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="scoping", to_stage="research", path="full"))
+    assert research.endswith("stage scoping → research (path full)  [stage 2/5]")
+    fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="research", to_stage="planning"))
+    # A first plan, sent back, and the revised one: the last plan counts.
+    fed(watch, ev.WorkflowApprovalNeeded(**COMMON, stage="planning", artifact=PLAN))
+    fed(watch, ev.WorkflowApprovalNeeded(**COMMON, stage="planning", artifact=PLAN3))
+    assert fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="planning", to_stage="execution")).endswith(
+        "[stage 4/5]")
+    assert fed(watch, started("pulse-1", "pulse-1", "middleware")).endswith(
+        "pulse pulse-1 started: middleware  [pulse 1/3]")
+    assert watch.progress.summary() == "execution (stage 4/5), pulse 1/3 “middleware”"
+    assert fed(watch, succeeded("pulse-1")).endswith("[1/3 pulses done]")
+    fed(watch, started("pulse-2", "pulse-2", "tests"))
+    failed = fed(watch, ev.PulseCompleted(**COMMON, pulse_id="pulse-2", status="failed", failure_reason="limit"))
+    assert "pulses done" not in failed
+    # A retry is the same planned pulse: still 2 of 3.
+    assert fed(watch, started("pulse-2-a2", "pulse-2", "tests", attempt=2)).endswith("(attempt 2): tests  [pulse 2/3]")
+    assert fed(watch, succeeded("pulse-2-a2")).endswith("[2/3 pulses done]")
+    fed(watch, started("pulse-3", "pulse-3", "docs"))
+    fed(watch, succeeded("pulse-3"))
+    assert fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="execution", to_stage="review")).endswith(
+        "[stage 5/5]")
+    assert watch.progress.summary() == "review (stage 5/5)"
+    # Done is past the five stages: no count.
+    assert fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="review", to_stage="done")).endswith(
+        "stage review → done")
+
+
+def test_the_quick_path_runs_one_pulse_named_after_the_scope():
+    watch = Watch()
+    fed(watch, ev.WorkflowApprovalNeeded(**COMMON, stage="scoping", artifact=SCOPE))
+    assert fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="scoping", to_stage="execution",
+                                              path="quick")).endswith("[stage 4/5]")
+    assert fed(watch, started("pulse-1", "pulse-1", "JWT")).endswith("[pulse 1/1]")
+    assert watch.progress.summary() == "execution (stage 4/5), pulse 1/1 “JWT”"
+
+
+def test_without_a_known_plan_pulses_are_not_counted():
+    """Joined mid-execution with nothing known: no made-up numbers."""
+    watch = Watch()
+    assert fed(watch, started("pulse-2", "pulse-2", "tests")).endswith("pulse pulse-2 started: tests")
+    assert fed(watch, succeeded("pulse-2")).endswith("feat: x")
+    assert watch.progress.summary() == "?"
+
+
+def test_progress_from_the_workflows_state():
+    view = {"id": WF, "stage": "execution"}
+    cards = {"scope": SCOPE, "pulses": PLAN3["pulses"], "pulse_runs": [
+        {"id": "pulse-1", "planned_pulse_id": "pulse-1", "status": "succeeded"},
+        {"id": "pulse-2", "planned_pulse_id": "pulse-2", "status": "failed"},
+        {"id": "pulse-2-a2", "planned_pulse_id": "pulse-2", "status": "running"},
+        {"id": "pulse-3", "planned_pulse_id": "pulse-3", "status": "proposed"},
+    ]}
+    progress = Progress.from_state(view, cards)
+    assert progress.summary() == "execution (stage 4/5), pulse 2/3 “tests”"
+    assert (progress.done_tag(), progress.runs["pulse-2-a2"]) == ("1/3 pulses done", "pulse-2")
+    watch = Watch(progress=progress)
+    assert fed(watch, succeeded("pulse-2-a2")).endswith("[2/3 pulses done]")
+    assert Progress.from_state({"stage": "planning"}).summary() == "planning (stage 3/5)"
+
+
+# --- streamed text --------------------------------------------------------------------------------------
+
+
+def delta(text: str, *, kind: str = "turn:message_delta", restart: bool = False, turn: str = "t-1") -> dict:
+    return wire(TurnDelta(type=kind, session_id=SID, turn_id=turn, text=text,  # type: ignore[arg-type]
+                          workflow_id=WF, restart=restart))
+
+
+SAID = " " * 10 + "[research] » "
+
+
+def test_streamed_text_is_shown_a_line_at_a_time_when_asked():
+    watch = Watch(text=True)
+    watch.feed(wire(ev.WorkflowSessionAssigned(**COMMON, step="research", session_id=SID, role="research")))
+    assert watch.feed(delta("Let me look at")) is None  # no whole line yet
+    assert watch.feed(delta(" the README.\n\nIt says")) == SAID + "Let me look at the README."
+    assert watch.feed(delta("hi", kind="turn:thought_delta")) is None  # thinking is not shown
+    # A tool call ends the reply: the rest of its line comes first, then the call.
+    tool = watch.feed(wire(ev.TurnToolStarted(**TURN, tool_use_id="u", tool="read_file", input={"path": "README"})))
+    assert tool is not None
+    rest, call = tool.split("\n")
+    assert rest == SAID + "It says" and call.endswith("[research] read_file path=README")
+    # Long lines are cut; a reply that starts again says so and drops what it held.
+    long = watch.feed(delta("x" * 300 + "\n"))
+    assert long is not None and len(long) == len(SAID) + 110 and long.endswith("…")
+    assert watch.feed(delta("half a sen")) is None
+    assert watch.feed(delta("The answer", restart=True)) == SAID + "(the model's reply broke off; it starts again)"
+    done = watch.feed(wire(ev.TurnCompleted(**TURN, text="…", thoughts="", outcome="end_turn")))
+    assert done is not None and done.split("\n")[0] == SAID + "The answer"
+    assert "turn done (end_turn)" in done.split("\n")[1]
+    # A restart before anything of the reply was shown needs no notice.
+    assert watch.feed(delta("again", restart=True, turn="t-2")) is None
+
+
+def test_streamed_text_is_ignored_unless_asked():
+    watch = Watch()
+    assert watch.feed(delta("Hello\nworld\n")) is None
+    line = watch.feed(wire(ev.TurnCompleted(**TURN, text="Hello\nworld", thoughts="", outcome="end_turn")))
+    assert line is not None and "\n" not in line and (watch.turns, watch.total()) == (1, "0 tokens, $0.0000")
