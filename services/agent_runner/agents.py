@@ -55,8 +55,12 @@ class AgentConfig:
 
 
 def parse_models(spec: str) -> dict[str, str]:
-    """``"plan=claude-opus-4-6,*=claude-sonnet-4-6"`` → a model for each role it names (``*`` for all)."""
+    """``"plan=claude-opus-4-6,*=claude-sonnet-4-6"`` → a model for each role it names (``*`` for all).
+
+    A role named on its own wins over ``*`` wherever the two stand in the list.
+    """
     chosen: dict[str, str] = {}
+    named: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         role, sep, model = item.partition("=")
         role, model = role.strip(), model.strip()
@@ -67,8 +71,8 @@ def parse_models(spec: str) -> dict[str, str]:
         if role == "*":
             chosen.update(dict.fromkeys(ROLES, model))
         else:
-            chosen[role] = model
-    return chosen
+            named[role] = model
+    return {**chosen, **named}
 
 
 def _request_tools(role: str, *, escape_hatch: bool) -> list[dict[str, Any]]:

@@ -26,7 +26,6 @@ __all__ = [
     "build_digest",
     "compaction_point",
     "elided_result",
-    "elided_through",
     "elision_point",
     "is_elidable",
 ]
@@ -59,11 +58,6 @@ def compaction_point(session: Session, *, current: Turn, threshold_tokens: int) 
     return through if through > session.compacted_through else None
 
 
-def elided_through(turn: Turn) -> int:
-    """The last reply of ``turn`` whose long tool results are sent as stubs (-1: none)."""
-    return getattr(turn, "elided_through", -1)
-
-
 def is_elidable(call: ToolCall) -> bool:
     """Whether ``call``'s result is long enough to be replaced by a stub once its reply is elided."""
     return call.output is not None and len(call.output) >= ELIDE_MIN_CHARS
@@ -80,7 +74,7 @@ def elision_point(session: Session, *, current: Turn, threshold_tokens: int) -> 
     if session.last_context_tokens() <= threshold_tokens:
         return None
     through = len(current.replies) - 1 - KEEP_RECENT_STEPS
-    start = elided_through(current) + 1
+    start = current.elided_through + 1
     if through < start:
         return None
     candidates = (call for reply in current.replies[start : through + 1] for call in reply.tool_calls)

@@ -97,6 +97,8 @@ class Turn:
         self.cost_usd = 0.0
         self.outcome: dict[str, Any] | None = None
         self.completed_at: datetime | None = None
+        self.elided_through = -1
+        """The last reply whose long tool results are sent as stubs (in-turn compaction; -1: none)."""
 
     @property
     def running(self) -> bool:
@@ -267,6 +269,6 @@ class Session(Aggregate):
         """From now on, the long tool results of this turn's replies ``0..through_step`` are sent as stubs.
 
         One long turn outgrew the context window with no older turn left to compact. The turn keeps it as
-        ``elided_through`` (read it with ``compaction.elided_through``: turns recorded before have none).
+        ``elided_through``.
         """
-        self._turn(turn_id).elided_through = through_step  # type: ignore[attr-defined]
+        self._turn(turn_id).elided_through = through_step

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .compaction import build_digest, elided_result, elided_through, is_elidable
+from .compaction import build_digest, elided_result, is_elidable
 from .domainmodel import Reply, Session, ToolCall, Turn
 
 __all__ = ["SUBMITTED", "build_messages", "notes_block"]
@@ -88,7 +88,7 @@ def build_messages(session: Session, *, current: Turn) -> list[dict[str, Any]]:
         else:
             messages.append({"role": "user", "content": opening})
         last = len(turn.replies) - 1
-        elided = elided_through(turn)
+        elided = turn.elided_through
         for n, reply in enumerate(turn.replies):
             messages.append({"role": "assistant", "content": _assistant_content(reply)})
             results = _results(turn, reply, elided=n <= elided)

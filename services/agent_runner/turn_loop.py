@@ -159,12 +159,14 @@ class TurnLoop:
                 elif not await self._call_model():
                     return
         except asyncio.CancelledError:
-            if record_cancel():
+            # A cancel that lands while the turn's completion is being saved finds the turn already ended.
+            if self.turn.running and record_cancel():
                 await self._record_cancelled()
             raise
         except Exception as exc:
             log.exception("turn %s of session %s failed", self.turn.turn_id, self._sid)
-            await self._fail(f"{type(exc).__name__}: {exc}")
+            if self.turn.running:
+                await self._fail(f"{type(exc).__name__}: {exc}")
 
     # --- steps -----------------------------------------------------------------------------------------
 

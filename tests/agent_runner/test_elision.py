@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from autarch.services.agent_runner.application import SYNCHRONOUS_ENV, SessionApplication
-from autarch.services.agent_runner.compaction import KEEP_RECENT_STEPS, elided_through, elision_point
+from autarch.services.agent_runner.compaction import KEEP_RECENT_STEPS, elision_point
 from autarch.services.agent_runner.transcript import build_messages
 from autarch.services.scripted_model.protocol import validate_request
 
@@ -66,7 +66,7 @@ def test_elision_is_recorded_so_a_rebuilt_session_sends_the_same_request(tmp_pat
         session.elide_results(turn_id=turn_id, through_step=2, context_tokens=150_000)
         app.save(session)
         again = app.get_session(str(session.id))
-        assert elided_through(again.turns[-1]) == 2
+        assert again.turns[-1].elided_through == 2
         assert build_messages(again, current=again.turns[-1]) == build_messages(session, current=session.turns[-1])
     finally:
         app.close()

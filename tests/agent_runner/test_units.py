@@ -11,6 +11,7 @@ import anthropic.types as t
 import msgspec
 
 from autarch.contracts.agents import TurnUsage
+from autarch.contracts.tool_catalog import ROLES
 from autarch.runtime.settings import Settings
 from autarch.services.agent_runner.agents import AgentRegistry, parse_models
 from autarch.services.agent_runner.application import SYNCHRONOUS_ENV, SessionApplication
@@ -290,6 +291,7 @@ def test_registry_prompts_tools_models_and_prices():
     assert "ask_questions. Period." in PROMPTS["scoping"]
     assert {d["name"] for d in REGISTRY.get("review").tools} >= {"get_diff", "get_scope_card", "complete_review"}
     assert parse_models("*=m1,plan=m2")["plan"] == "m2"
+    assert parse_models("plan=m2,*=m1") == {**dict.fromkeys(ROLES, "m1"), "plan": "m2"}  # the named role wins
     usage = TurnUsage(
         input_tokens=1_000_000,
         output_tokens=1_000_000,
@@ -312,3 +314,30 @@ def test_complete_review_ends_the_turn_only_when_it_succeeds():
     _reply(session, turn_id, _use("s", "complete_review", **args), ending_id="s")
     _result(session, turn_id, "s", "complete_review", '{"success": true, "recommendation": "approve"}')
     assert next_action(turn) == Complete({"kind": "block", "tool": "complete_review", "arguments": args, "detail": ""})
+
+
+async def test_a_cancel_during_the_final_save_does_not_end_the_turn_twice():
+    """A stop that lands while turn:completed is being written finds the turn ended: nothing more is recorded."""
+    import asyncio
+
+    from autarch.services.agent_runner.turn_loop import RunnerDeps, TurnLoop
+
+    session = _session("discussion")
+    turn_id = _turn(session, "hello")
+    session.record_reply(turn_id=turn_id, content=[{"type": "text", "text": "Hi."}], stop_reason="end_turn",
+                         model="m", usage={}, cost_usd=0.0, ending_id=None)
+    saves: list[list[str]] = []
+
+    async def save(s: Session) -> None:
+        saves.append([type(e).__name__ for e in s.collect_events()])
+        raise asyncio.CancelledError  # the write finished; the task was cancelled meanwhile
+
+    deps = RunnerDeps(nc=None, model=None, budget=None, settings=Settings(data_dir="/tmp/unused"),  # type: ignore[arg-type]
+                      save=save)
+    loop = TurnLoop(deps=deps, session=session, turn=session.turns[0], agent=REGISTRY.get("discussion"))
+    try:
+        await loop.run(record_cancel=lambda: True)
+    except asyncio.CancelledError:
+        pass
+    assert [names[-1] for names in saves] == ["TurnCompleted"]
+    assert session.turns[0].outcome["kind"] == "end_turn"
