@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import scenarios
-from .conftest import Client, git, make_repo
+from .conftest import Client, assert_replay_equals_live, git, make_repo
 
 FEAT = "feat(greeter): greet the world when the name is empty"
 TEST = "test(greeter): cover the empty-name greeting"
@@ -38,17 +38,6 @@ def branch_log(repo: Path, branch: str) -> list[str]:
 
 def types(client: Client, wid: str, until: str = "workflow:completed") -> list[str]:
     return [e["type"] for e in client.events(wid, until=until)]
-
-
-def assert_replay_equals_live(client: Client, wid: str) -> None:
-    """``autarch replay`` rebuilds the workflow, its pulses and cards from the event log alone."""
-    result = client.system.cli("replay", wid)
-    assert result.returncode == 0, result.stderr
-    replayed = json.loads(result.stdout)
-    live, cards = client.get(wid), client.artifacts(wid)
-    assert replayed["workflow"] == live
-    assert replayed["artifacts"] == cards
-    assert replayed["events_applied"] == replayed["events_total"] == live["version"]
 
 
 def test_quick_path_runs_one_pulse_from_the_scope(client: Client, model, tmp_path: Path) -> None:
