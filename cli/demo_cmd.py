@@ -331,10 +331,10 @@ class Gateway:
     @contextlib.contextmanager
     def events(self, *, workflow: str | None = None, since: int | None = None,
                read_timeout: float = 30) -> Iterator[Iterator[str]]:
-        """The lines of ``GET /api/events`` (server-sent events)."""
+        """The lines of ``GET /api/events`` (server-sent events): recorded events only, no live deltas."""
         import httpx
 
-        params: dict[str, str] = {}
+        params: dict[str, str] = {"deltas": "false"}
         if workflow:
             params["workflow"] = workflow
         if since is not None:
