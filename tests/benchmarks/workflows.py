@@ -214,7 +214,7 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
             model.kill()
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workflows", type=int, default=20, help="demo workflows run at once")
     parser.add_argument("--timeout", type=float, default=300, help="seconds one workflow may take")
@@ -229,7 +229,10 @@ def main() -> None:
         else:
             print(f"{key:>22}: {value}")
     print(json.dumps(figures))
+    # Figures of a run in which workflows failed are not figures of the system working: say so in the exit code.
+    ok = figures["workflows_completed"] == figures["branches_ok"] == figures["workflows"]
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

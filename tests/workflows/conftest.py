@@ -131,6 +131,50 @@ class Client:
         return found
 
 
+NOISE = {"workflow:session_assigned", "workflow:note_taken", "workflow:review_comment_added"}
+"""Workflow events that depend on how agents work, left out of the stage sequences tests assert."""
+
+
+TO_EXECUTION = ["workflow:created", *["workflow:approval_needed", "workflow:stage_changed"] * 3,
+                "preflight:started", "preflight:completed"]
+"""The stage events from creation through the three approved cards and preflight."""
+PULSE = ["pulse:started", "pulse:completed"]
+REVIEW_TO_DONE = ["workflow:stage_changed", "workflow:approval_needed", "workflow:stage_changed", "workflow:completed"]
+"""Execution → review, the review card approved, review → done."""
+
+
+def workflow_events(client: Client, workflow_id: str, *, until: str = "workflow:completed") -> list[str]:
+    """The names of the workflow's stage, preflight and pulse events, in stream order, up to ``until``."""
+    return [e["type"] for e in client.events(workflow_id, until=until)
+            if e["type"].split(":")[0] in ("workflow", "preflight", "pulse") and e["type"] not in NOISE]
+
+
+def start(client: Client, model: ScriptedModelServer, tmp_path: Path, scenario: dict[str, Any],
+          **fields: Any) -> tuple[str, Path]:
+    """A workflow on a fresh repository holding the scenario's files, the model answering from ``scenario``."""
+    model.use(scenario)
+    repo = make_repo(tmp_path / "repo", scenario["files"])
+    return client.create(repo, **fields), repo
+
+
+def approve_stages(client: Client, workflow_id: str, *stages: str) -> None:
+    for stage in stages or ("scoping", "research", "planning"):
+        client.wait_awaiting(workflow_id, stage)
+        client.approve(workflow_id)
+
+
+def finish(client: Client, workflow_id: str) -> dict[str, Any]:
+    """Approve the review card and wait until the workflow is done and its worktree removed."""
+    client.wait_awaiting(workflow_id, "review", timeout=90)
+    client.approve(workflow_id)
+    return client.wait(workflow_id, lambda v: v["status"] == "done" and v["worktree_path"] is None, "done")
+
+
+def branch_log(repo: Path, branch: str) -> list[str]:
+    """The subjects of the commits on ``branch`` on top of ``main``, newest first."""
+    return git(repo, "log", "--format=%s", f"main..{branch}").splitlines()
+
+
 def assert_replay_equals_live(client: Client, wid: str) -> None:
     """``autarch replay`` rebuilds the workflow, its pulses and cards from the event log alone."""
     result = client.system.cli("replay", wid)

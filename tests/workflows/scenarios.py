@@ -105,3 +105,27 @@ def quick_scope() -> dict[str, Any]:
     s = base()
     s["scripts"]["scoping"][1]["content"][-1]["input"]["recommended_path"] = "quick"
     return s
+
+
+def pulse_never_completes() -> dict[str, Any]:
+    """pulse-1 edits, then ends every turn in prose instead of complete_pulse, through every nudge, so the pulse
+    fails with its edit kept in a recovery checkpoint; attempt 2 (script ``pulsing``) is clean."""
+    s = base()
+    s["scripts"]["pulsing:pulse-1"] = [READ_CORE, EDIT_CORE, "I think it is done.", "Still done, I believe.",
+                                       "Done, as I said."]
+    return s
+
+
+def review_with_every_comment_kind() -> dict[str, Any]:
+    """The demo, its review agent adding a file comment and a review comment beside its line comment."""
+    s = base()
+    review = s["scripts"]["review"]
+    review.insert(2, {"content": [
+        {"type": "tool_use", "name": "add_file_comment",
+         "input": {"reason": "Note the missing docstring", "file_path": "greeter/core.py", "severity": "Low",
+                   "category": "documentation", "description": "greet() could say what an empty name does."}},
+        {"type": "tool_use", "name": "add_review_comment",
+         "input": {"reason": "Overall", "severity": "Low", "category": "architecture",
+                   "description": "Small, focused change with a test."}},
+    ]})
+    return s

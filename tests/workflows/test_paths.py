@@ -5,39 +5,24 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from . import scenarios
-from .conftest import Client, assert_replay_equals_live, git, make_repo
+from .conftest import (
+    PULSE,
+    REVIEW_TO_DONE,
+    TO_EXECUTION,
+    Client,
+    approve_stages,
+    assert_replay_equals_live,
+    branch_log,
+    finish,
+    git,
+    start,
+    workflow_events,
+)
 
 FEAT = "feat(greeter): greet the world when the name is empty"
 TEST = "test(greeter): cover the empty-name greeting"
-
-
-def start(client: Client, model, tmp_path: Path, scenario: dict[str, Any], **fields: Any) -> tuple[str, Path]:
-    model.use(scenario)
-    repo = make_repo(tmp_path / "repo", scenario["files"])
-    return client.create(repo, **fields), repo
-
-
-def approve_through_planning(client: Client, wid: str) -> None:
-    for stage in ("scoping", "research", "planning"):
-        client.wait_awaiting(wid, stage)
-        client.approve(wid)
-
-
-def finish(client: Client, wid: str) -> dict[str, Any]:
-    client.wait_awaiting(wid, "review", timeout=90)
-    client.approve(wid)
-    return client.wait(wid, lambda v: v["status"] == "done" and v["worktree_path"] is None, "done")
-
-
-def branch_log(repo: Path, branch: str) -> list[str]:
-    return git(repo, "log", "--format=%s", f"main..{branch}").splitlines()
-
-
-def types(client: Client, wid: str, until: str = "workflow:completed") -> list[str]:
-    return [e["type"] for e in client.events(wid, until=until)]
 
 
 def test_quick_path_runs_one_pulse_from_the_scope(client: Client, model, tmp_path: Path) -> None:
@@ -52,6 +37,8 @@ def test_quick_path_runs_one_pulse_from_the_scope(client: Client, model, tmp_pat
     assert [r["id"] for r in cards["pulse_runs"]] == ["pulse-1"]
     stages = [(e["from_stage"], e["to_stage"]) for e in client.events(wid) if e["type"] == "workflow:stage_changed"]
     assert stages == [("scoping", "execution"), ("execution", "review"), ("review", "done")]
+    assert workflow_events(client, wid) == ["workflow:created", "workflow:approval_needed", "workflow:stage_changed",
+                                            "preflight:started", "preflight:completed", *PULSE, *REVIEW_TO_DONE]
     assert_replay_equals_live(client, wid)
 
 
@@ -80,14 +67,17 @@ def test_request_changes_at_every_gate_reaches_the_agent_and_comes_back_revised(
     for stage in ("scoping", "research", "planning", "review"):
         assert any(f"Please revise the {stage} card." in body for body in sent), stage
     assert branch_log(repo, view["branch"]) == [TEST, FEAT]
-    assert types(client, wid).count("workflow:changes_requested") == 4
+    revised = ["workflow:approval_needed", "workflow:changes_requested", "workflow:approval_needed"]
+    assert workflow_events(client, wid) == [
+        "workflow:created", *[*revised, "workflow:stage_changed"] * 3, "preflight:started", "preflight:completed",
+        *PULSE, *PULSE, "workflow:stage_changed", *revised, "workflow:stage_changed", "workflow:completed"]
     assert_replay_equals_live(client, wid)
 
 
 def test_preflight_failure_abandons_the_workflow_and_removes_its_worktree(
         client: Client, model, tmp_path: Path) -> None:
     wid, repo = start(client, model, tmp_path, scenarios.failing_preflight())
-    approve_through_planning(client, wid)
+    approve_stages(client, wid)
     view = client.wait(wid, lambda v: v["status"] == "abandoned" and v["worktree_path"] is None, "abandoned")
     assert "preflight failed" in client.events(wid, until="workflow:abandoned")[-1]["reason"]
     cards = client.artifacts(wid)
@@ -97,12 +87,13 @@ def test_preflight_failure_abandons_the_workflow_and_removes_its_worktree(
     assert git(repo, "worktree", "list").count("\n") == 1  # only the user's checkout
     for action in ("approve", "resume", "stop"):
         assert client.post(wid, action).status_code == 409
+    assert workflow_events(client, wid, until="workflow:abandoned") == [*TO_EXECUTION, "workflow:abandoned"]
     assert_replay_equals_live(client, wid)
 
 
 def test_preflight_timeout_abandons_the_workflow(client: Client, model, tmp_path: Path) -> None:
     wid, repo = start(client, model, tmp_path, scenarios.hanging_preflight())
-    approve_through_planning(client, wid)
+    approve_stages(client, wid)
     view = client.wait(wid, lambda v: v["status"] == "abandoned" and v["worktree_path"] is None, "abandoned",
                        timeout=60)
     cards = client.artifacts(wid)
@@ -110,13 +101,14 @@ def test_preflight_timeout_abandons_the_workflow(client: Client, model, tmp_path
     assert branch_log(repo, view["branch"]) == []
     session = client.http.get(f"/api/sessions/{view['sessions']['preflight']}").json()
     assert session["status"] == "closed" and session["turns"][0]["outcome"]["kind"] == "cancelled"
+    assert workflow_events(client, wid, until="workflow:abandoned") == [*TO_EXECUTION, "workflow:abandoned"]
     assert_replay_equals_live(client, wid)
 
 
 def test_iteration_limit_fails_the_pulse_with_a_recovery_checkpoint_then_resume_retries_it(
         client: Client, model, tmp_path: Path) -> None:
     wid, repo = start(client, model, tmp_path, scenarios.pulse_hits_the_iteration_limit())
-    approve_through_planning(client, wid)
+    approve_stages(client, wid)
     view = client.wait_halted(wid, "pulse_failed", timeout=90)
     assert "iteration limit" in view["halt"]["message"]
     run = client.artifacts(wid)["pulse_runs"][0]
@@ -133,16 +125,16 @@ def test_iteration_limit_fails_the_pulse_with_a_recovery_checkpoint_then_resume_
     assert [(r["id"], r["status"]) for r in runs] == [("pulse-1", "failed"), ("pulse-1-a2", "succeeded"),
                                                      ("pulse-2", "succeeded")]
     assert branch_log(repo, view["branch"]) == [TEST, FEAT]
-    names = types(client, wid)
-    assert names.count("pulse:completion_rejected") == 7
-    assert "workflow:halted" in names and "workflow:resumed" in names
+    assert workflow_events(client, wid) == [
+        *TO_EXECUTION, "pulse:started", *["pulse:completion_rejected"] * 7, "pulse:completed",
+        "workflow:halted", "workflow:resumed", *PULSE, *PULSE, *REVIEW_TO_DONE]
     assert_replay_equals_live(client, wid)
 
 
 def test_unresolved_issues_are_revealed_after_rejections_and_halt_until_resumed(
         client: Client, model, tmp_path: Path) -> None:
     wid, repo = start(client, model, tmp_path, scenarios.pulse_with_unresolved_issues())
-    approve_through_planning(client, wid)
+    approve_stages(client, wid)
     view = client.wait_halted(wid, "unresolved_issues", timeout=90)
     assert view["halt"]["details"]["unresolved_issues"][0]["issue"] == "The network check fails"
     # pulse-1 is committed; pulse-2 waits for a human.
@@ -155,13 +147,16 @@ def test_unresolved_issues_are_revealed_after_rejections_and_halt_until_resumed(
     assert client.post(wid, "resume").status_code == 200
     view = finish(client, wid)
     assert branch_log(repo, view["branch"]) == [TEST, FEAT]
+    assert workflow_events(client, wid) == [
+        *TO_EXECUTION, "pulse:started", "pulse:completion_rejected", "pulse:completion_rejected", "pulse:completed",
+        "workflow:halted", "workflow:resumed", *PULSE, *REVIEW_TO_DONE]
     assert_replay_equals_live(client, wid)
 
 
 def test_extension_request_waits_for_approval_then_the_pulse_continues(
         client: Client, model, tmp_path: Path) -> None:
     wid, repo = start(client, model, tmp_path, scenarios.pulse_asks_for_an_extension())
-    approve_through_planning(client, wid)
+    approve_stages(client, wid)
     view = client.wait_halted(wid, "extension_requested", timeout=90)
     assert view["halt"]["details"]["remaining"] == ["Edit greet", "Verify it"]
     assert client.post(wid, "resume").json()["code"] == "wrong_halt"
@@ -171,13 +166,16 @@ def test_extension_request_waits_for_approval_then_the_pulse_continues(
     runs = client.artifacts(wid)["pulse_runs"]
     assert runs[0]["extensions"] == 1 and runs[0]["status"] == "succeeded"
     assert branch_log(repo, view["branch"]) == [TEST, FEAT]
+    assert workflow_events(client, wid) == [
+        *TO_EXECUTION, "pulse:started", "workflow:halted", "workflow:resumed", "pulse:completed", *PULSE,
+        *REVIEW_TO_DONE]
     assert_replay_equals_live(client, wid)
 
 
 def test_user_stop_makes_a_recovery_checkpoint_and_resume_runs_the_pulse_again(
         client: Client, model, tmp_path: Path) -> None:
     wid, repo = start(client, model, tmp_path, scenarios.slow_pulse())
-    approve_through_planning(client, wid)
+    approve_stages(client, wid)
     client.wait(wid, lambda v: v["current_pulse"] == "pulse-1", "pulse-1 running", timeout=60)
     worktree = Path(client.get(wid)["worktree_path"])
     client.wait(wid, lambda v: 'name = "world"' in (worktree / "greeter/core.py").read_text(), "the edit")
@@ -193,6 +191,10 @@ def test_user_stop_makes_a_recovery_checkpoint_and_resume_runs_the_pulse_again(
     assert client.post(wid, "resume").status_code == 200
     view = finish(client, wid)
     assert branch_log(repo, view["branch"]) == [TEST, FEAT]
+    # The stop halts the workflow first, then the stopped pulse ends with its recovery checkpoint.
+    assert workflow_events(client, wid) == [
+        *TO_EXECUTION, "pulse:started", "workflow:halted", "pulse:completed", "workflow:resumed", *PULSE, *PULSE,
+        *REVIEW_TO_DONE]
     assert_replay_equals_live(client, wid)
 
 
@@ -207,3 +209,30 @@ def test_questions_halt_scoping_until_answered(client: Client, model, tmp_path: 
     bodies = [json.dumps(r.body) for r in model.requests if r.role == "scoping" and r.body]
     assert any("A: Hello, world!" in b for b in bodies)
     assert client.post(wid, "answers", {"answers": ["again"]}).json()["code"] == "not_halted"
+    assert workflow_events(client, wid, until="workflow:approval_needed") == [
+        "workflow:created", "workflow:halted", "workflow:resumed", "workflow:approval_needed"]
+    assert_replay_equals_live(client, wid)
+
+
+def test_a_pulse_that_never_completes_fails_with_a_recovery_checkpoint_then_resume_retries_it(
+        client: Client, model, tmp_path: Path) -> None:
+    wid, repo = start(client, model, tmp_path, scenarios.pulse_never_completes())
+    approve_stages(client, wid)
+    view = client.wait_halted(wid, "pulse_failed", timeout=90)
+    assert "ended its turn without complete_pulse" in view["halt"]["message"]
+    run = client.artifacts(wid)["pulse_runs"][0]
+    assert run["status"] == "failed" and run["is_recovery_checkpoint"] and run["checkpoint_commit"]
+    assert "without complete_pulse" in run["failure_reason"]
+    # The edit is kept on the pulse branch for whoever looks into it; the workflow branch has nothing yet.
+    assert 'name = "world"' in git(repo, "show", f"{run['pulse_branch']}:greeter/core.py")
+    assert branch_log(repo, view["branch"]) == []
+
+    assert client.post(wid, "resume").status_code == 200
+    view = finish(client, wid)
+    runs = client.artifacts(wid)["pulse_runs"]
+    assert [(r["id"], r["status"]) for r in runs] == [("pulse-1", "failed"), ("pulse-1-a2", "succeeded"),
+                                                     ("pulse-2", "succeeded")]
+    assert branch_log(repo, view["branch"]) == [TEST, FEAT]
+    assert workflow_events(client, wid) == [
+        *TO_EXECUTION, *PULSE, "workflow:halted", "workflow:resumed", *PULSE, *PULSE, *REVIEW_TO_DONE]
+    assert_replay_equals_live(client, wid)

@@ -8,22 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from . import recovery_scenarios
-from .conftest import Client, git, make_repo
+from .conftest import (
+    PULSE,
+    REVIEW_TO_DONE,
+    TO_EXECUTION,
+    Client,
+    approve_stages,
+    assert_replay_equals_live,
+    git,
+    start,
+    workflow_events,
+)
 
 FEAT = "feat(greeter): greet the world when the name is empty"
 TEST = "test(greeter): cover the empty-name greeting"
-
-
-def start(client: Client, model, tmp_path: Path, scenario: dict[str, Any]) -> tuple[str, Path]:
-    model.use(scenario)
-    repo = make_repo(tmp_path / "repo", scenario["files"])
-    return client.create(repo), repo
-
-
-def approve_stages(client: Client, wid: str, *stages: str) -> None:
-    for stage in stages:
-        client.wait_awaiting(wid, stage)
-        client.approve(wid)
 
 
 def session_of(client: Client, session_id: str) -> dict[str, Any]:
@@ -92,6 +90,10 @@ def test_a_model_error_mid_pulse_halts_and_resume_continues_the_same_pulse(
     assert set(completed) == set(sessions.values())
     assert completed[sessions["pulse:pulse-1"]] == "pulse pulse-1 succeeded"
     assert completed[sessions["scoping"]] == "the scoping card was approved"
+    assert workflow_events(client, wid) == [
+        *TO_EXECUTION, "pulse:started", "workflow:error", "workflow:halted", "workflow:resumed", "pulse:completed",
+        *PULSE, *REVIEW_TO_DONE]
+    assert_replay_equals_live(client, wid)
 
 
 def test_a_preflight_that_modifies_a_tracked_file_abandons_the_workflow(
@@ -112,6 +114,8 @@ def test_a_preflight_that_modifies_a_tracked_file_abandons_the_workflow(
     assert (repo / "README.md").read_text() == readme and git(repo, "status", "--porcelain") == ""
     assert client.post(wid, "resume").json()["code"] == "finished"
     wait_closed(client, wid, ["preflight"])
+    assert workflow_events(client, wid, until="workflow:abandoned") == [*TO_EXECUTION, "workflow:abandoned"]
+    assert_replay_equals_live(client, wid)
 
 
 def test_answers_are_checked_against_the_questions(client: Client, model, tmp_path: Path) -> None:
@@ -131,3 +135,4 @@ def test_answers_are_checked_against_the_questions(client: Client, model, tmp_pa
     client.wait_awaiting(wid, "scoping")
     bodies = [json.dumps(r.body) for r in model.requests if r.role == "scoping" and r.body]
     assert any("A: Nothing else." in b for b in bodies)
+    assert_replay_equals_live(client, wid)
