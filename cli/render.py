@@ -445,6 +445,8 @@ class Watch:
     """Turn id → the streamed line not finished yet."""
     _shown: dict[str, int] = field(default_factory=dict)
     """Turn id → lines shown of its current reply (to say so when a reply starts again)."""
+    _step: dict[str, int] = field(default_factory=dict)
+    """Turn id → the reply its latest delta belonged to."""
 
     def feed(self, event: Mapping[str, Any]) -> str | None:
         kind = event.get("type")
@@ -489,6 +491,13 @@ class Watch:
         turn = str(event.get("turn_id", ""))
         label = _label(event, self.sessions)
         lines = []
+        step = int(event.get("step", 0) or 0)
+        if self._step.get(turn, step) != step:
+            # A new reply of the same turn: what is left of the previous one's last line is complete.
+            rest = self._partial.pop(turn, "")
+            if rest.strip():
+                lines.append(_said(label, _cut(rest, 110)))
+        self._step[turn] = step
         buffered = self._partial.get(turn, "")
         if event.get("restart"):
             if self._shown.get(turn) or buffered.strip():
@@ -507,4 +516,6 @@ class Watch:
         turn = str(event.get("turn_id", ""))
         rest = self._partial.pop(turn, "")
         self._shown.pop(turn, None)
+        if event.get("type") == "turn:completed":
+            self._step.pop(turn, None)
         return _said(_label(event, self.sessions), _cut(rest, 110)) if rest.strip() else None

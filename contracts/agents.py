@@ -429,6 +429,8 @@ class TurnDelta(msgspec.Struct, kw_only=True):
     turn_id: str
     text: str
     workflow_id: str | None = None
+    step: int = 0
+    """The model reply of the turn (0-based) this piece belongs to: a new step is a new reply."""
     restart: bool = False
     """The model call was retried after its stream broke: drop what this turn's current reply streamed so
     far (of this ``type``) and start again from this delta."""

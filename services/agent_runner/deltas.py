@@ -35,8 +35,8 @@ class DeltaPublisher:
         self._turn_id = turn_id
         self._workflow_id = workflow_id
 
-    async def publish(self, is_thinking: bool, text: str, restart: bool = False) -> None:
-        """Publish a ``turn:thought_delta`` (``is_thinking``) or a ``turn:message_delta``.
+    async def publish(self, is_thinking: bool, text: str, restart: bool = False, *, step: int = 0) -> None:
+        """Publish a ``turn:thought_delta`` (``is_thinking``) or a ``turn:message_delta`` of reply ``step``.
 
         An empty delta is skipped unless it carries ``restart`` (then it clears what listeners hold).
         """
@@ -44,7 +44,7 @@ class DeltaPublisher:
             return
         kind = "turn:thought_delta" if is_thinking else "turn:message_delta"
         payload = _encode(TurnDelta(type=kind, session_id=self._session_id, turn_id=self._turn_id, text=text,
-                                     workflow_id=self._workflow_id, restart=restart))
+                                     workflow_id=self._workflow_id, step=step, restart=restart))
         try:
             # Only appends to nats.py's pending buffer (its flusher sends it): never waits on a listener.
             await self._nc.publish(self._subject, payload)

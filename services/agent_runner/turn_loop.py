@@ -218,7 +218,7 @@ class TurnLoop:
             if restart:
                 self._partial = []  # a retried stream starts the reply over: keep only what it sends
             self._partial.append(text)
-        await self._deltas.publish(is_thinking, text, restart)
+        await self._deltas.publish(is_thinking, text, restart, step=len(self.turn.replies))
 
     def _record_reply(self, reply: ModelReply) -> None:
         session, turn = self.session, self.turn

@@ -107,6 +107,10 @@ SCRIPTS: dict[str, list[Any]] = {
         step(text("Hello there, this is greeter.")),
         step(text("Second answer.")),
     ],
+    "discussion:two-replies": [
+        step(text("Looking at the module."), tool("read_file", reason="Read the module", path="greeter/core.py")),
+        step(text("It greets by name.")),
+    ],
     "pulsing:slow-tool": [
         step(tool("shell", reason="A long check", command="sleep 5")),
         step(text("Understood.")),

@@ -140,6 +140,23 @@ async def test_message_deltas_stream_live_and_the_completed_turn_has_the_full_te
     assert "".join(d["text"] for d in got) == view.turns[0].messages[0] == "Hello there, this is greeter."
 
 
+async def test_each_delta_names_the_reply_it_belongs_to(nc, runner, repo):
+    workflow_id = str(uuid.uuid4())
+    got: list[dict] = []
+    sub = await nc.subscribe(subjects.deltas(workflow_id, "*"), cb=_collector(got))
+    try:
+        accepted = await start_session(nc, role="discussion", script="two-replies", root=repo,
+                                       workflow_id=workflow_id)
+        view = await wait_turn(nc, accepted.session_id, accepted.turn_id)
+        await nc.flush()
+        await asyncio.sleep(0.05)
+    finally:
+        await sub.unsubscribe()
+    by_step = {step: "".join(d["text"] for d in got if d["step"] == step) for step in (0, 1)}
+    assert by_step == {0: "Looking at the module.", 1: "It greets by name."}
+    assert view.turns[0].messages == ["Looking at the module.", "It greets by name."]
+
+
 def _collector(got: list[dict]):
     async def collect(msg) -> None:
         got.append(json.loads(msg.data))

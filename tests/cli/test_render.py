@@ -323,9 +323,10 @@ def test_progress_from_the_workflows_state():
 # --- streamed text --------------------------------------------------------------------------------------
 
 
-def delta(text: str, *, kind: str = "turn:message_delta", restart: bool = False, turn: str = "t-1") -> dict:
+def delta(text: str, *, kind: str = "turn:message_delta", restart: bool = False, turn: str = "t-1",
+          step: int = 0) -> dict:
     return wire(TurnDelta(type=kind, session_id=SID, turn_id=turn, text=text,  # type: ignore[arg-type]
-                          workflow_id=WF, restart=restart))
+                          workflow_id=WF, step=step, restart=restart))
 
 
 SAID = " " * 10 + "[research] » "
@@ -352,6 +353,16 @@ def test_streamed_text_is_shown_a_line_at_a_time_when_asked():
     assert "turn done (end_turn)" in done.split("\n")[1]
     # A restart before anything of the reply was shown needs no notice.
     assert watch.feed(delta("again", restart=True, turn="t-2")) is None
+
+
+def test_two_replies_of_one_turn_stay_on_their_own_lines():
+    """Replies streamed back to back (no tool call between their deltas yet) are not run together."""
+    watch = Watch(text=True)
+    watch.feed(wire(ev.WorkflowSessionAssigned(**COMMON, step="research", session_id=SID, role="research")))
+    assert watch.feed(delta("Reading the function.")) is None
+    assert watch.feed(delta("Verifying", step=1)) == SAID + "Reading the function."
+    done = watch.feed(wire(ev.TurnCompleted(**TURN, text="…", thoughts="", outcome="end_turn")))
+    assert done is not None and done.split("\n")[0] == SAID + "Verifying"
 
 
 def test_streamed_text_is_ignored_unless_asked():
