@@ -169,6 +169,23 @@ def cmd_show(client: GatewayClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Print the workflow branch's diff against its base (or one pulse's), every page of it."""
+    wf = client.workflow_id(args.workflow_id)
+    route = f"/api/workflows/{wf}/pulses/{args.pulse}/diff" if args.pulse else f"/api/workflows/{wf}/diff"
+    offset: int | None = 0
+    while offset is not None:
+        page = client.get(route, offset=offset)
+        if args.stat and offset == 0:
+            ref = page["ref"]
+            print(f"{ref['from_commit'][:8]}..{ref['to_commit'][:8]}: {ref['files_changed']} files changed, "
+                  f"+{ref['insertions']} -{ref['deletions']}")
+            return 0
+        sys.stdout.write(page["diff"])
+        offset = page.get("next_offset")
+    return 0
+
+
 # --- approvals and controls -----------------------------------------------------------------------------
 
 
@@ -243,6 +260,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     show = verb("show", cmd_show, "a workflow's state, halt, pulses and cards", json_flag=True)
     show.add_argument("workflow_id", metavar="ID")
+
+    diff = verb("diff", cmd_diff, "the workflow branch's diff against its base, or one pulse's (--pulse)")
+    diff.add_argument("workflow_id", metavar="ID")
+    diff.add_argument("--pulse", metavar="PULSE_ID", help="one pulse run's diff (pulse-1, pulse-1-a2, …)")
+    diff.add_argument("--stat", action="store_true", help="only the commits and the counts")
 
     approve = verb("approve", cmd_approve, "approve the card awaiting approval", json_flag=True)
     approve.add_argument("workflow_id", metavar="ID")

@@ -82,6 +82,12 @@ def test_a_workflow_from_request_to_done_with_watch(cli: Cli, system: System, re
     shown = cli("workflow", "show", wid)
     assert "pulses    pulse-1" in shown and "succeeded" in shown and "→ branch autarch/world" in shown
     assert "review    review: recommends approve" in shown
+    # What the review card is about: the branch's diff, and each pulse's.
+    diff = cli("workflow", "diff", wid[:8])
+    assert diff.startswith("diff --git ") and '+        name = "world"' in diff
+    stat = cli("workflow", "diff", wid, "--pulse", "pulse-1", "--stat")
+    assert stat.endswith("1 files changed, +2 -0\n"), stat
+    assert cli("workflow", "diff", wid, "--pulse", "pulse-9", code=1).startswith("autarch: not_found: ")
     cli("workflow", "approve", wid)
     code, out, err = finish(watcher)
     assert code == 0, err
