@@ -54,7 +54,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     print(f"  data     {settings.data_path}", flush=True)
     print(f"  NATS     {settings.effective_nats_url}{'' if settings.nats_url else ' (embedded)'}", flush=True)
     print("  stop     Ctrl-C", flush=True)
+    if "agent_runner" in services:
+        print(f"  model    {_model_line(settings)}", flush=True)
     return asyncio.run(Supervisor(settings, services=services).run())
+
+
+def _model_line(settings: Settings) -> str:
+    """Where agent turns go, and a warning when they cannot work (no key for Anthropic's own API)."""
+    if settings.anthropic_base_url:
+        return f"{settings.anthropic_base_url}{'' if settings.anthropic_api_key else ' (no API key set)'}"
+    if settings.anthropic_api_key:
+        return "Anthropic API (key from the settings)"
+    return ("Anthropic API, but NO API KEY is set: every agent turn will fail with 401. Set ANTHROPIC_API_KEY "
+            "(or AUTARCH_ANTHROPIC_BASE_URL for another endpoint), or try `autarch demo` offline.")
 
 
 async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:

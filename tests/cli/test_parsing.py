@@ -365,3 +365,15 @@ def test_watch_rides_out_a_restarting_gateway_but_not_a_refusal(monkeypatch):
 
 def test_sse_comments_are_not_events():
     assert SseComment("keep-alive") != SseComment("connected")
+
+
+def test_autarch_up_says_where_agent_turns_go_and_warns_without_a_key():
+    from autarch.cli.system import _model_line
+    from autarch.runtime.settings import Settings
+
+    assert "NO API KEY" in _model_line(Settings(data_dir="/tmp/unused"))
+    assert "autarch demo" in _model_line(Settings(data_dir="/tmp/unused"))
+    assert _model_line(Settings(data_dir="/tmp/unused", anthropic_api_key="sk-x")) == (
+        "Anthropic API (key from the settings)")
+    assert _model_line(Settings(data_dir="/tmp/unused", anthropic_base_url="http://127.0.0.1:9/")) == (
+        "http://127.0.0.1:9/ (no API key set)")
