@@ -35,6 +35,7 @@ from .domainmodel import Workflow
 from .driver import WorkflowDriver
 from .lifecycle import LifecycleError
 from .replay import replay
+from .steps import needs_driving
 from .verbs import register_lifecycle
 from .writer import BatchedWriter
 
@@ -55,9 +56,15 @@ class Orchestrator:
     driver: Any = None
     """The ``WorkflowDriver`` that moves workflows along (None: record commands only, as in unit tests)."""
 
+    unsettled: list[str] = field(default_factory=list)
+    """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
+
     def load_views(self) -> None:
         for workflow_id in self.app.workflow_ids():
-            self.views[workflow_id] = view_of(self.app.get_workflow(workflow_id))
+            workflow = self.app.get_workflow(workflow_id)
+            self.views[workflow_id] = view_of(workflow)
+            if needs_driving(workflow):
+                self.unsettled.append(workflow_id)
 
     async def create_workflow(self, command: CreateWorkflow) -> WorkflowView:
         async with self._mailboxes[command.workflow_id]:
@@ -149,8 +156,7 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
         orchestrator.driver = driver
     await service.start()
     if settings.drive_workflows:
-        await driver.start([wid for wid, view in orchestrator.views.items() if view.status not in ("done", "abandoned")
-                        or view.worktree_path is not None])
+        await driver.start(orchestrator.unsettled)
 
     async def stop() -> None:
         await service.stop()

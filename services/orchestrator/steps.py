@@ -21,6 +21,7 @@ __all__ = [
     "all_pulses_done",
     "close_reason",
     "current_step",
+    "needs_driving",
     "next_pulse",
     "preflight_overdue",
     "session_baselines",
@@ -97,6 +98,14 @@ def sessions_to_close(wf: Workflow) -> list[str]:
     """Started sessions whose step is over and that are not closed yet."""
     return [step for step, s in wf.sessions.items()
             if s["started"] and not s.get("closed") and step_over(wf, step)]
+
+
+def needs_driving(wf: Workflow) -> bool:
+    """Whether ``wf`` may still have a step for the driver: it is not finished, or a finished one's worktree
+    is not removed or a session of it is not closed yet (a process that died before doing that)."""
+    if not (wf.abandoned or wf.stage == "done"):
+        return True
+    return (wf.execution is not None and not wf.worktree_removed) or bool(sessions_to_close(wf))
 
 
 def close_reason(wf: Workflow, step: str) -> str:

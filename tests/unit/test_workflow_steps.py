@@ -23,6 +23,7 @@ from autarch.services.orchestrator.driver import next_action
 from autarch.services.orchestrator.lifecycle import LifecycleError
 from autarch.services.orchestrator.outcomes import handle_turn
 from autarch.services.orchestrator.steps import (
+    needs_driving,
     preflight_overdue,
     session_baselines,
     session_notes,
@@ -167,6 +168,19 @@ def test_abandoning_closes_every_open_session() -> None:
     open_session(wf, "preflight")
     wf.abandon("preflight timed out")
     assert sessions_to_close(wf) == ["preflight"]
+
+
+def test_a_finished_workflow_needs_driving_until_its_worktree_is_removed_and_its_sessions_are_closed() -> None:
+    """What a restarted orchestrator picks up: a workflow that finished before the last process closed it out."""
+    wf = executing(PLAN["pulses"])
+    open_session(wf, "preflight")
+    assert needs_driving(wf)
+    wf.abandon("preflight timed out")
+    assert needs_driving(wf)  # its preflight session is open and its worktree still there
+    wf.worktree_removed_event()
+    assert needs_driving(wf)  # the session still is open
+    wf.session_closed(step="preflight", reason="abandoned")
+    assert not needs_driving(wf)
 
 
 def test_the_preflight_clock_counts_running_time_only() -> None:
