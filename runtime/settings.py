@@ -44,6 +44,9 @@ class Settings(msgspec.Struct, kw_only=True):
     """``postgresql://user:pass@host:port/db``: event stores in PostgreSQL instead of SQLite."""
     request_timeout: float = 10.0
     """Seconds a service request may take before the caller gets a ``timeout`` error."""
+    restart_grace: float = 15.0
+    """Seconds an agent tool that forwards to the orchestrator or the git service keeps asking while neither
+    answers (a restart) before the tool call fails."""
     log_level: str = "INFO"
     sse_keepalive: float = 15.0
     """Seconds between SSE keep-alive comments when no event flows."""
@@ -124,6 +127,8 @@ class Settings(msgspec.Struct, kw_only=True):
             raise SettingsError(f"nats_port must be between 1 and 65535, got {self.nats_port}")
         if self.request_timeout <= 0:
             raise SettingsError(f"request_timeout must be positive, got {self.request_timeout}")
+        if self.restart_grace < 0:
+            raise SettingsError(f"restart_grace must be 0 or more, got {self.restart_grace}")
 
     @property
     def data_path(self) -> Path:

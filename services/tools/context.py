@@ -37,9 +37,15 @@ class ToolSettings:
 class Forwarder:
     """Sends the typed commands of tools whose effect belongs to another service."""
 
-    def __init__(self, nc: Client | None, *, timeout: float = 10.0) -> None:
+    OPTIONAL = frozenset({"indexer"})
+    """Services an installation may run without: their absence is answered at once, not waited out."""
+
+    def __init__(self, nc: Client | None, *, timeout: float = 10.0, restart_grace: float = 15.0) -> None:
         self.nc = nc
         self.timeout = timeout
+        # Every forwarded command carries an idempotency key, so asking again is safe: an owner that is
+        # restarting (a crash, a deploy) answers a moment later instead of failing the agent's tool call.
+        self.restart_grace = restart_grace
 
     async def send(self, service: str, verb: str, payload: Any, reply_type: type[T]) -> T:
         """The owner's typed reply; :class:`RemoteError` (``unavailable`` without a connection) otherwise."""
@@ -49,7 +55,8 @@ class Forwarder:
                 ErrorReply(code=ErrorCode.UNAVAILABLE, message=f"not connected to NATS; no {service} to ask"),
                 subject=subject,
             )
-        return await request(self.nc, subject, payload, reply_type, timeout=self.timeout)
+        grace = 0.0 if service in self.OPTIONAL else self.restart_grace
+        return await request(self.nc, subject, payload, reply_type, timeout=self.timeout, retry_unavailable=grace)
 
 
 @dataclass

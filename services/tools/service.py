@@ -48,7 +48,7 @@ def build_executor(settings: Settings, *, nc: Client | None = None, grep_workers
     return ToolExecutor(
         store=store,
         engine=GrepEngine(workers=workers),
-        forwarder=Forwarder(nc, timeout=settings.request_timeout),
+        forwarder=Forwarder(nc, timeout=settings.request_timeout, restart_grace=settings.restart_grace),
         settings=ToolSettings(
             exa_api_key=settings.exa_api_key,
             exa_base_url=settings.exa_base_url,

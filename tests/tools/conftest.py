@@ -24,7 +24,7 @@ def worktree(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def tool_settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=str(tmp_path / "data"), request_timeout=5.0)
+    return Settings(data_dir=str(tmp_path / "data"), request_timeout=5.0, restart_grace=0.5)
 
 
 @pytest.fixture

@@ -6,16 +6,22 @@ record what they receive and answer with the owners' contracts (or ``not_found``
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import pytest
 
 from autarch.contracts import git, indexer
 from autarch.contracts import orchestrator_tools as fx
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
+from autarch.services.tools.service import build_executor
+
+from .helpers import Tools
 
 WORKFLOW = "wf-1"
 
@@ -298,3 +304,33 @@ async def test_without_owners_the_model_gets_a_readable_error(nats_tools):
     assert diff["success"] is False and "did not answer" in diff["error"]
     scope = await tools("get_scope_card", role="review", workflow_id=WORKFLOW)
     assert scope["success"] is False and "did not answer" in scope["error"]
+
+
+async def test_a_restarting_owner_is_waited_for_and_an_absent_indexer_is_not(nc, tool_settings, worktree):
+    """The orchestrator answering a moment late (a restart) does not fail the agent's call; the optional indexer's
+    absence is answered at once."""
+    executor = build_executor(msgspec.structs.replace(tool_settings, restart_grace=30.0), nc=nc, grep_workers=0)
+    tools = Tools(executor, worktree)
+    received: list[fx.TakeNote] = []
+
+    async def take_note(cmd: fx.TakeNote) -> fx.NoteTaken:
+        received.append(cmd)
+        return fx.NoteTaken(note_id="n1")
+
+    async def come_back() -> TypedService:
+        await asyncio.sleep(1.0)
+        orchestrator = TypedService(nc, name="orchestrator")
+        orchestrator.endpoint("take_note", fx.TakeNote, take_note)
+        await orchestrator.start()
+        return orchestrator
+
+    try:
+        restarted = asyncio.create_task(come_back())
+        assert await tools("take_note", {"note": "kept across the restart"}, workflow_id=WORKFLOW) == {"success": True}
+        assert [c.note for c in received] == ["kept across the restart"]
+        started = time.monotonic()
+        assert await tools("semantic_search", {"query": "auth"}) == {"error": "Project has not been indexed yet."}
+        assert time.monotonic() - started < 15.0  # not the 30 s grace: nobody waits for an optional service
+        await (await restarted).stop()
+    finally:
+        executor.close()

@@ -40,6 +40,7 @@ def test_the_sdk_variables_are_a_fallback_for_the_model_settings(tmp_path):
         ("colour = 1\n", {}, "unknown settings colour"),
         ("port = [\n", {}, "config.toml"),
         ("", {"AUTARCH_REQUEST_TIMEOUT": "-1"}, "request_timeout must be positive"),
+        ("", {"AUTARCH_RESTART_GRACE": "-1"}, "restart_grace must be 0 or more"),
     ],
 )
 def test_bad_values_name_the_setting(tmp_path, toml, env, message):
