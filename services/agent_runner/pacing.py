@@ -13,14 +13,15 @@ interval after a save is up (a long tool call's ``turn:tool_started``). A save a
 runs no turn (a turn completed, a session closed) starts a round at once. Nothing else changes: every
 event is still published exactly once, in store order, by the same relay code; only the moment a round
 starts is chosen here. The stream lags a running turn by at most about :data:`INTERVAL` plus one round;
-live deltas do not go through the relay and are not delayed. Measured with the overhead benchmark's
-sessions alternating between this pacing and none in one run: p50 per tool round trip 2.5-3.0 ms
-instead of 3.4-3.8 ms, most of the difference on the tool call's hop through NATS.
+live deltas do not go through the relay and are not delayed. Measured once, with the overhead benchmark's
+sessions alternating between this pacing and none (a change not kept in the benchmark): p50 per tool
+round trip 2.5-3.0 ms instead of 3.4-3.8 ms, most of the difference on the tool call's hop through NATS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -75,7 +76,10 @@ class PacedRelay(EventRelay):
 
     async def publish_pending(self) -> int:
         if not self._released:
-            await self._permit.wait()
+            # Without a permit the relay still polls (the base loop's poll_interval): events another writer
+            # of a shared store saved wake no permit here, and must not wait for this process's next save.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._permit.wait(), self.poll_interval)
             self._permit.clear()
         self._last_round = time.monotonic()
         try:
