@@ -29,6 +29,7 @@ from nats.aio.client import Client
 
 from autarch.contracts import subjects
 from autarch.contracts.agents import BLOCK_TOOLS
+from autarch.contracts.tool_catalog import MUTATING_TOOLS
 from autarch.contracts.tools import CALL, ToolCall, ToolResult
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
@@ -292,9 +293,10 @@ class TurnLoop:
             output = json.dumps({"error": f"{call.name} could not run: {exc.code}: {exc.message}"})
             is_error, replayed, duration = True, False, (time.perf_counter() - started) * 1000
         except asyncio.CancelledError as stop:
-            if stop.args[:1] == (STOP_TURN,):
-                # A stop command (not a shutdown): the call must not go on changing the worktree after
-                # the turn is recorded as cancelled, so it is stopped first and the record says how it went.
+            if stop.args[:1] == (STOP_TURN,) and call.name in MUTATING_TOOLS:
+                # A stop command (not a shutdown): a call with an effect must not go on changing the worktree
+                # after the turn is recorded as cancelled, so it is stopped first and the record says how it
+                # went. A read-only call can change nothing: it is left to finish unseen.
                 outcome = await cancel_tool_call(
                     self.deps.nc, session_id=self._sid, tool_call_id=call.tool_use_id, reason=self.stop_reason,
                     timeout=cancel_timeout(self.deps.settings.request_timeout))

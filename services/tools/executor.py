@@ -5,9 +5,11 @@ runs and its result recorded after, so a repeated call gets the recorded result 
 a second run — also from another instance, and after a restart. A call whose process died
 mid-run is never re-run: the retry is told its effect is unknown.
 
-Every call's work runs as a task of its own, so a ``cancel`` can stop it: the call is then answered
-(and, when mutating, recorded) with a ``cancelled: …`` error result. A cancel that finds no such
-call here is remembered for a minute, so a call whose request was still on its way does not start.
+The work of every call with an effect runs as a task of its own, so a ``cancel`` can stop it: the
+call is then answered and recorded with a ``cancelled: …`` error result. A read-only call is not
+cancellable (it changes nothing a stop must prevent) and answers a cancel with ``not_running``. A
+cancel that finds no such call here is remembered for a minute, so a call whose request was still on
+its way does not start.
 """
 
 from __future__ import annotations
@@ -167,7 +169,9 @@ class ToolExecutor:
         )
         if tool in MUTATING_TOOLS:
             return await self._once(ctx, args, started)
-        return self._result(call, await self._run_cancellable(ctx, args), started)
+        # A read-only call changes nothing a stop must prevent, so it runs without the bookkeeping of a
+        # cancellable task (it is on every tool round trip).
+        return self._result(call, await self._run(ctx, args), started)
 
     async def cancel_running(self, command: CancelToolCall) -> ToolCallCancelled | None:
         """Stop the call if this process runs it, and answer once it has stopped; None when it does not run here."""
