@@ -178,10 +178,14 @@ class GatewayClient:
         return payload
 
     @contextmanager
-    def events(self, *, workflow: str | None, since: int | None, read_timeout: float = 60.0) -> Iterator[Any]:
-        """``GET /api/events`` as a stream of text lines (the gateway sends a keep-alive every 15 s)."""
+    def events(self, *, workflow: str | None, since: int | None, deltas: bool = True,
+               read_timeout: float = 60.0) -> Iterator[Any]:
+        """``GET /api/events`` as a stream of text lines (the gateway sends a keep-alive every 15 s).
+
+        ``deltas=False`` asks for recorded events only (no live text and thinking deltas).
+        """
         httpx = self._httpx
-        params: dict[str, Any] = {}
+        params: dict[str, Any] = {} if deltas else {"deltas": "false"}
         if workflow is not None:
             params["workflow"] = workflow
         if since is not None:

@@ -432,7 +432,7 @@ class Watch:
 
     With ``text``, the agents' messages are shown as they stream (``turn:message_delta``): each completed line
     of a reply once, shortened, indented under the events and labelled like them; what is left of a line is
-    shown when the reply ends (a tool call or the end of the turn). Thinking is not shown.
+    shown when the reply ends (the next reply's first delta, or the end of the turn). Thinking is not shown.
     """
 
     sessions: dict[str, str] = field(default_factory=dict)
@@ -465,7 +465,10 @@ class Watch:
                 line += f"  [total {self.total()}]"
         if line is not None:
             line = self._tagged(event, line)
-        if kind in ("turn:tool_started", "turn:completed"):
+        # A reply's last line is complete when the next reply starts (a delta of a new step) or the turn ends.
+        # Not at turn:tool_started: recorded events reach the stream a little after the live deltas, so the
+        # next reply's text may already be arriving.
+        if kind == "turn:completed":
             rest = self._end_reply(event)
             if rest:
                 line = rest if line is None else f"{rest}\n{line}"
@@ -516,6 +519,5 @@ class Watch:
         turn = str(event.get("turn_id", ""))
         rest = self._partial.pop(turn, "")
         self._shown.pop(turn, None)
-        if event.get("type") == "turn:completed":
-            self._step.pop(turn, None)
+        self._step.pop(turn, None)
         return _said(_label(event, self.sessions), _cut(rest, 110)) if rest.strip() else None

@@ -64,7 +64,8 @@ def follow(
     lost_at: float | None = None
     while True:
         try:
-            with client.events(workflow=workflow_id, since=since) as lines:
+            # Deltas only when they are shown: each one is a message on the wire and a JSON decode here.
+            with client.events(workflow=workflow_id, since=since, deltas=watch.text) as lines:
                 for message in parse_sse(lines):
                     if isinstance(message, SseComment):
                         if message.text != "connected":

@@ -175,7 +175,8 @@ def cmd_diff(client: GatewayClient, args: argparse.Namespace) -> int:
     route = f"/api/workflows/{wf}/pulses/{args.pulse}/diff" if args.pulse else f"/api/workflows/{wf}/diff"
     offset: int | None = 0
     while offset is not None:
-        page = client.get(route, offset=offset)
+        # --stat needs only the ref, which every page carries: ask for the smallest page.
+        page = client.get(route, offset=offset, limit=1) if args.stat else client.get(route, offset=offset)
         if args.stat and offset == 0:
             ref = page["ref"]
             print(f"{ref['from_commit'][:8]}..{ref['to_commit'][:8]}: {ref['files_changed']} files changed, "

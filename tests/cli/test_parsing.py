@@ -298,7 +298,9 @@ def test_watch_prints_events_until_the_workflow_completes(monkeypatch):
     ])
     lines: list[str] = []
     assert follow(client, WF, from_start=True, out=lines.append) == 0
-    assert calls == [{"workflow": WF, "since": "0"}, {"workflow": WF, "since": "2"}]
+    # Recorded events only: without --text the deltas would be sent only to be dropped.
+    assert calls == [{"deltas": "false", "workflow": WF, "since": "0"},
+                     {"deltas": "false", "workflow": WF, "since": "2"}]
     assert [line[10:] for line in lines[:-1]] == [
         "created “JWT” on /r (base main)",
         "[session s] turn done (end_turn): 5 in / 5 out tokens, $0.2500, 0 tool calls  [total 10 tokens, $0.2500]",
@@ -318,7 +320,7 @@ def test_watch_exits_on_abandonment_and_at_once_when_the_workflow_already_ended(
     client, calls = stream_gateway([sse()], view={**VIEW, "stage": "done", "status": "done"})
     lines = []
     assert follow(client, WF, out=lines.append) == 0
-    assert calls == [{"workflow": WF}] and lines == ["workflow already ended: stage done, done"]
+    assert calls == [{"deltas": "false", "workflow": WF}] and lines == ["workflow already ended: stage done, done"]
 
 
 def test_watch_gives_up_when_the_gateway_stays_away(monkeypatch, capsys):

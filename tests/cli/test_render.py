@@ -338,16 +338,18 @@ def test_streamed_text_is_shown_a_line_at_a_time_when_asked():
     assert watch.feed(delta("Let me look at")) is None  # no whole line yet
     assert watch.feed(delta(" the README.\n\nIt says")) == SAID + "Let me look at the README."
     assert watch.feed(delta("hi", kind="turn:thought_delta")) is None  # thinking is not shown
-    # A tool call ends the reply: the rest of its line comes first, then the call.
+    # A tool call is shown as it comes; the rest of the reply's line waits for the next reply (or the turn's end).
     tool = watch.feed(wire(ev.TurnToolStarted(**TURN, tool_use_id="u", tool="read_file", input={"path": "README"})))
-    assert tool is not None
-    rest, call = tool.split("\n")
-    assert rest == SAID + "It says" and call.endswith("[research] read_file path=README")
-    # Long lines are cut; a reply that starts again says so and drops what it held.
-    long = watch.feed(delta("x" * 300 + "\n"))
+    assert tool is not None and tool.endswith("[research] read_file path=README") and "\n" not in tool
+    # Long lines are cut; the next reply's first delta completes the last line of the one before.
+    long = watch.feed(delta("x" * 300 + "\n", step=1))
+    assert long is not None
+    rest, long = long.split("\n")
+    assert rest == SAID + "It says"
     assert long is not None and len(long) == len(SAID) + 110 and long.endswith("…")
-    assert watch.feed(delta("half a sen")) is None
-    assert watch.feed(delta("The answer", restart=True)) == SAID + "(the model's reply broke off; it starts again)"
+    assert watch.feed(delta("half a sen", step=1)) is None
+    assert watch.feed(delta("The answer", restart=True, step=1)) == (
+        SAID + "(the model's reply broke off; it starts again)")
     done = watch.feed(wire(ev.TurnCompleted(**TURN, text="…", thoughts="", outcome="end_turn")))
     assert done is not None and done.split("\n")[0] == SAID + "The answer"
     assert "turn done (end_turn)" in done.split("\n")[1]

@@ -108,12 +108,13 @@ def test_watching_live_starts_from_the_workflows_progress(conn, capsys):
     assert out[0].startswith(f"watching “JWT” ({WF}): stage execution (stage 4/5), pulse 2/2 “tests”, active")
     # The pulse that ends is counted with the one that ended before the watch began.
     assert out[1].endswith("pulse pulse-2 succeeded: commit c0ffee — test: cover it  [2/2 pulses done]")
-    assert gateway.calls == [{"workflow": WF}]
+    assert gateway.calls == [{"deltas": "false", "workflow": WF}]
 
 
 def test_text_is_an_option_of_watch(conn, capsys):
-    _, args = conn
+    gateway, args = conn
     assert main(["watch", WF, "--text", "--from-start", *args]) == 0
+    assert gateway.calls == [{"workflow": WF, "since": "0"}]  # with --text, the deltas come too
     out = capsys.readouterr().out.splitlines()
     # Replaying from the start: the header still says where the workflow is; the lines count from the events.
     assert "stage execution (stage 4/5)" in out[0] and "--from-start" not in out[0]
