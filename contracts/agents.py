@@ -18,6 +18,7 @@ import msgspec
 from msgspec import Meta
 
 from .base import Command, Query, Reply
+from .git import COMMIT_TYPES
 from .tool_args import ToolArgs
 from .tool_catalog import Role, ToolDefinition, input_schema
 
@@ -25,6 +26,7 @@ __all__ = [
     "BLOCK_TOOLS",
     "BLOCK_TOOL_ARGUMENTS",
     "BLOCK_TOOL_DESCRIPTIONS",
+    "COMPLETION_REJECTED",
     "ESCAPE_HATCH_FIELD",
     "ROLE_BLOCK_TOOLS",
     "TURN_ENDING_TOOLS",
@@ -250,7 +252,7 @@ call it, then stop and wait for the answers.""",
 
 Call it only when every requirement of the pulse is satisfied and the code is complete and clean. The summary \
 becomes the commit message: its first line must be a Conventional Commit, type(scope): description, with type \
-one of feat, fix, docs, style, refactor, perf, test, chore, build, ci (the scope is optional; ! before the colon \
+one of """ + ", ".join(COMMIT_TYPES) + """ (the scope is optional; ! before the colon \
 marks a breaking change). The call is refused while a tool failure of this session is unresolved (a failing \
 command, a failed edit): fix it and check again first. Never combine it with request_extension.""",
     "complete_preflight": """Report that the environment setup is complete.
@@ -262,6 +264,10 @@ issues you recorded with record_baseline (0 when there were none).""",
 
 ESCAPE_HATCH_FIELD = "unresolvedIssues"
 """``complete_pulse``'s escape hatch (seed 000): offered only once the session has opened it."""
+
+COMPLETION_REJECTED = "completion_rejected"
+"""The ``rule`` of the tool result ``{"error", "rule"}`` that refuses ``complete_pulse`` while tool failures
+are unresolved (seed 000, "Completion Validation"); the orchestrator records each as ``pulse:completion_rejected``."""
 
 _ESCAPE_HATCH_DESCRIPTION = """\
 unresolvedIssues is available now. Use it only for failures that genuinely cannot be fixed within this pulse \

@@ -17,6 +17,8 @@ import msgspec
 from .base import Command, Query, Reply
 
 __all__ = [
+    "COMMIT_TYPES",
+    "CONVENTIONAL_SUBJECT",
     "CheckpointPulse",
     "CreateWorkflowBranch",
     "DiffArtifact",
@@ -74,12 +76,16 @@ Identifier = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,6
 """Workflow and pulse ids: used in branch names, directory names and worktree ids."""
 RepositoryId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
 ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$")]
+COMMIT_TYPES = ("feat", "fix", "docs", "style", "refactor", "perf", "test", "chore", "build", "ci")
+"""Seed 004's Conventional Commit types, the only ones a pulse's commit subject may start with."""
+CONVENTIONAL_SUBJECT = rf"^(?:{'|'.join(COMMIT_TYPES)})(\([^()\r\n]+\))?!?: [^\r\n]*\S[^\r\n]*$"
+"""A one-line Conventional Commit subject: ``type(scope)!: description`` (scope and ``!`` optional)."""
 Summary = Annotated[
     str,
     msgspec.Meta(
         min_length=4,
         max_length=200,
-        pattern=r"^[A-Za-z][A-Za-z0-9-]*(\([^()\r\n]+\))?!?: [^\r\n]*\S[^\r\n]*$",
+        pattern=CONVENTIONAL_SUBJECT,
         description="A one-line Conventional Commit subject, e.g. 'feat(auth): validate JWT tokens'.",
     ),
 ]

@@ -18,20 +18,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from autarch.contracts.agents import ESCAPE_HATCH_FIELD, Baseline, CompletePulseArgs
+from autarch.contracts.agents import COMPLETION_REJECTED, ESCAPE_HATCH_FIELD, Baseline, CompletePulseArgs
+from autarch.contracts.git import COMMIT_TYPES, CONVENTIONAL_SUBJECT
 
 from .baselines import explained_by_baselines
 from .domainmodel import ToolCall
 
-__all__ = ["COMMIT_TYPES", "ESCAPE_HATCH_AFTER", "check_completion", "escape_hatch_open", "unresolved_failures"]
+__all__ = ["ESCAPE_HATCH_AFTER", "check_completion", "escape_hatch_open", "unresolved_failures"]
 
 ESCAPE_HATCH_AFTER = 2
 """The rejection of ``complete_pulse`` that reveals the ``unresolvedIssues`` escape hatch."""
 
-COMMIT_TYPES = ("feat", "fix", "docs", "style", "refactor", "perf", "test", "chore", "build", "ci")
-"""Seed 004's commit types for ``complete_pulse``'s summary."""
-
-_CONVENTIONAL = re.compile(rf"^(?:{'|'.join(COMMIT_TYPES)})(?:\([^()\s][^()]*\))?!?: \S.*$")
+# The git service's rule for a commit subject: a summary that passes here is one it will commit.
+_CONVENTIONAL = re.compile(CONVENTIONAL_SUBJECT)
 _MUTATING_FILE_TOOLS = ("write_file", "edit_file", "multi_edit")
 
 
@@ -99,4 +98,4 @@ def check_completion(args: CompletePulseArgs, *, history: Iterable[ToolCall], ba
         text += (f" If an issue genuinely cannot be fixed (a flaky or pre-existing failure), complete_pulse now "
                  f"takes {ESCAPE_HATCH_FIELD}: list each such issue with the reason. This halts automatic "
                  f"execution until a person reviews the pulse.")
-    return "completion_rejected", text
+    return COMPLETION_REJECTED, text

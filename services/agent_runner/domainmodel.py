@@ -14,7 +14,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from autarch.contracts.agents import Baseline, TurnUsage
+from autarch.contracts.agents import COMPLETION_REJECTED, Baseline, TurnUsage
 
 __all__ = ["Reply", "Session", "ToolCall", "Turn", "add_usage"]
 
@@ -181,7 +181,7 @@ class Session(Aggregate):
         call = turn.calls[tool_use_id]
         call.output, call.is_error = message, True
         turn.violations.append(f"{call.name}: {rule}")
-        if rule == "completion_rejected":
+        if rule == COMPLETION_REJECTED:
             self.completion_rejections += 1
 
     @event("ToolStarted")

@@ -5,7 +5,7 @@ call put it right (baselines from preflight aside), the call is refused and the 
 tool result ``{"error": <why>, "rule": "completion_rejected"}``; from the second refusal on, that
 text also reveals the ``unresolvedIssues`` escape hatch (progressive rejection). The orchestrator
 reads those results from the session and records each as ``pulse:completion_rejected``; before it
-commits an accepted completion it checks the summary is a Conventional Commit.
+commits an accepted completion it checks the summary against the git service's subject rule.
 """
 
 from __future__ import annotations
@@ -13,18 +13,17 @@ from __future__ import annotations
 import json
 import re
 
-from autarch.contracts.agents import SessionView
+from autarch.contracts.agents import COMPLETION_REJECTED, ESCAPE_HATCH_FIELD, SessionView
+from autarch.contracts.git import CONVENTIONAL_SUBJECT
 
 __all__ = ["CONVENTIONAL_COMMIT", "Rejection", "completion_rejections"]
 
-CONVENTIONAL_COMMIT = re.compile(r"^[A-Za-z][A-Za-z0-9-]*(\([^()\r\n]+\))?!?: [^\r\n]*\S[^\r\n]*$")
+CONVENTIONAL_COMMIT = re.compile(CONVENTIONAL_SUBJECT)
 """The git service's rule for a checkpoint summary (its first line)."""
 
 Rejection = tuple[str, str, bool]
 """(tool_use_id, the refusal the model was given, whether it revealed ``unresolvedIssues``)."""
 
-_RULE = "completion_rejected"
-_ESCAPE_HATCH = "unresolvedIssues"
 
 
 def _refusal(output: str | None) -> str | None:
@@ -33,7 +32,7 @@ def _refusal(output: str | None) -> str | None:
         result = json.loads(output or "")
     except ValueError:
         return None
-    if not isinstance(result, dict) or result.get("rule") != _RULE:
+    if not isinstance(result, dict) or result.get("rule") != COMPLETION_REJECTED:
         return None
     return str(result.get("error", ""))
 
@@ -47,5 +46,5 @@ def completion_rejections(session: SessionView) -> list[Rejection]:
                 continue
             refusal = _refusal(call.output)
             if refusal is not None:
-                found.append((call.tool_use_id, refusal, _ESCAPE_HATCH in refusal))
+                found.append((call.tool_use_id, refusal, ESCAPE_HATCH_FIELD in refusal))
     return found

@@ -10,6 +10,7 @@ from autarch.contracts.workflows import WorkflowErrorCode
 
 __all__ = [
     "ARTIFACT_STAGES",
+    "BLOCK_OF_STEP",
     "LifecycleError",
     "next_stage",
     "quick_pulse",
@@ -103,14 +104,15 @@ def quick_pulse(scope: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-_BLOCK_OF_STAGE = {"scoping": "submit_scope", "research": "submit_research", "planning": "submit_plan",
-                   "review": "complete_review"}
+BLOCK_OF_STEP = {"scoping": "submit_scope", "research": "submit_research", "planning": "submit_plan",
+                 "preflight": "complete_preflight", "review": "complete_review"}
+"""The tool that ends each stage step (pulse steps end with ``complete_pulse``)."""
 
 
 def revision_request(stage: str, feedback: str) -> str:
     """The message that hands the user's change request to the stage's agent."""
     return (f"The user reviewed your {stage} submission and requests changes:\n\n{feedback}\n\n"
-            f"Revise it accordingly, then call {_BLOCK_OF_STAGE[stage]} again with the complete revised version.")
+            f"Revise it accordingly, then call {BLOCK_OF_STEP[stage]} again with the complete revised version.")
 
 
 def validate_answers(questions: list[dict[str, Any]], answers: list[str]) -> None:

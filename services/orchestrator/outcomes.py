@@ -19,14 +19,11 @@ from autarch.runtime.settings import Settings
 from . import kickoffs
 from .completion import CONVENTIONAL_COMMIT, completion_rejections
 from .domainmodel import Workflow
-from .lifecycle import LifecycleError
+from .lifecycle import BLOCK_OF_STEP, LifecycleError
 from .steps import step_over
 
-__all__ = ["BLOCK_OF_STEP", "handle_turn"]
+__all__ = ["handle_turn"]
 
-BLOCK_OF_STEP = {"scoping": "submit_scope", "research": "submit_research", "planning": "submit_plan",
-                 "preflight": "complete_preflight", "review": "complete_review"}
-"""The tool that ends each stage step (pulse steps end with ``complete_pulse``)."""
 
 
 def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Settings, *,

@@ -91,7 +91,8 @@ def tools_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def tools(nats_server, tools_data_dir: Path) -> AsyncIterator[Path]:
     """The real tools service, in-process, shared by the tests (its store: ``<dir>/tools/sessions.sqlite3``)."""
     client = await connect(nats_server.url, name="tools")
-    stop = await start_tools(client, Settings(data_dir=str(tools_data_dir)))
+    # No orchestrator here: forwarded tools (take_note, the review tools) must not wait long for one.
+    stop = await start_tools(client, Settings(data_dir=str(tools_data_dir), restart_grace=0.2))
     yield tools_data_dir
     await stop()
     await client.drain()

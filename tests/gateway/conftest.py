@@ -163,7 +163,7 @@ def scripted() -> Iterator[ScriptedModelServer]:
 @pytest.fixture(scope="package")
 async def tools(nats_server, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[None]:
     client = await connect(nats_server.url, name="tools")
-    stop = await start_tools(client, Settings(data_dir=str(tmp_path_factory.mktemp("tools-data"))))
+    stop = await start_tools(client, Settings(data_dir=str(tmp_path_factory.mktemp("tools-data")), restart_grace=0.2))
     yield
     await stop()
     await client.drain()

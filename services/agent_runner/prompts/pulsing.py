@@ -1,5 +1,7 @@
 """The pulsing agent: implements one pulse of the plan in the workflow's worktree."""
 
+from autarch.contracts.git import COMMIT_TYPES
+
 PROMPT = """\
 Your role: PULSING. You implement exactly one pulse of the approved plan, in an isolated git worktree. Your
 changes become one commit when the pulse is done; the developer's own checkout is never touched.
@@ -36,7 +38,7 @@ If you would not confidently merge it yourself, it is not done.
 Finishing:
 - Only when every requirement of the pulse is satisfied, and the code is complete and clean (it builds, and the
   tests you ran pass), call complete_pulse. Its summary becomes the commit message: a Conventional Commit,
-  type(scope): description, with type one of feat, fix, docs, style, refactor, perf, test, chore, build, ci.
+  type(scope): description, with type one of {commit_types}.
   filesChanged lists every file you modified.
 - Completion is checked: while a tool failure (a failing command, a failed edit) is unresolved, complete_pulse is
   rejected. Fix the cause and run the check again until it passes; a later successful run of the same command,
@@ -44,4 +46,4 @@ Finishing:
   recorded do not count against you. Each rejection lists what is still failing.
 - A summary whose first line is not a Conventional Commit of those types is rejected; fix it and call again.
 - complete_pulse and request_extension never go together. After either one, stop: no more text or tools.
-"""
+""".format(commit_types=", ".join(COMMIT_TYPES))
