@@ -19,9 +19,13 @@ def _long_turn(steps: int, *, context_tokens: int = 150_000):
     session = _session(notes=["Keep greet() backwards compatible."])
     turn_id = _turn(session, "Implement pulse-1: greet the world.")
     for n in range(steps):
-        _reply(session, turn_id, _use(f"r{n}", "read_file", reason=f"Read part {n}", path=f"part{n}.py"),
-               input_tokens=context_tokens)
+        uses = [_use(f"r{n}", "read_file", reason=f"Read part {n}", path=f"part{n}.py")]
+        if n == 1:  # a short result in a reply that gets elided
+            uses.append(_use("s", "grep", reason="Find the callers", pattern="greet("))
+        _reply(session, turn_id, *uses, input_tokens=context_tokens)
         _result(session, turn_id, f"r{n}", "read_file", f"part {n}\n{BIG}")
+        if n == 1:
+            _result(session, turn_id, "s", "grep", '{"results": [{"file_path": "a.py", "line_number": 3}]}')
     _reply(session, turn_id, _use("e", "edit_file", reason="Fix it", path="a.py", oldString="a", newString="b"),
            input_tokens=context_tokens)
     _result(session, turn_id, "e", "edit_file", json.dumps({"success": True}))
@@ -48,12 +52,14 @@ def test_a_turn_over_the_threshold_elides_its_older_long_results_and_keeps_the_t
         assert "read_file" in stub and "call read_file again" in stub and "context window" in stub
     for n in (4, 5):
         assert results[f"r{n}"]["content"].startswith(f"part {n}\n")
-    assert json.loads(results["e"]["content"]) == {"success": True}  # short results stay, elided or not
+    # Short results stay whole, in an elided reply (s, reply 1) as in a kept one (e).
+    assert json.loads(results["s"]["content"]) == {"results": [{"file_path": "a.py", "line_number": 3}]}
+    assert json.loads(results["e"]["content"]) == {"success": True}
     notes, task = messages[0]["content"]
     assert "Keep greet() backwards compatible." in notes["text"] and task["text"].startswith("Implement pulse-1")
     # The calls themselves stay, so the model knows what it ran and with which arguments.
-    assert [b["input"]["path"] for m in messages if m["role"] == "assistant" for b in m["content"]][:2] == [
-        "part0.py", "part1.py"]
+    assert [b["input"].get("path") for m in messages if m["role"] == "assistant" for b in m["content"]][:3] == [
+        "part0.py", "part1.py", None]
     # Nothing more to elide until the turn has grown past the kept replies again.
     assert elision_point(session, current=turn, threshold_tokens=100_000) is None
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import uuid
 
 import pytest
 
-from autarch.contracts import subjects
 from autarch.services.agent_runner.service import open_runner
 
 from .conftest import runner_settings, start_session, wait_turn
+from .runners import run_turn_collecting_deltas
 from .scenarios import NEW, PULSE_DONE, RESEARCH_CARD
 
 
@@ -125,43 +123,17 @@ async def test_rate_limits_overloads_and_broken_streams_are_retried(nc, runner, 
 
 
 async def test_message_deltas_stream_live_and_the_completed_turn_has_the_full_text(nc, runner, repo):
-    workflow_id = str(uuid.uuid4())
-    got: list[dict] = []
-    sub = await nc.subscribe(subjects.deltas(workflow_id, "*"), cb=_collector(got))
-    try:
-        accepted = await start_session(nc, role="discussion", script="chat", root=repo, workflow_id=workflow_id)
-        view = await wait_turn(nc, accepted.session_id, accepted.turn_id)
-        await nc.flush()
-        await asyncio.sleep(0.05)
-    finally:
-        await sub.unsubscribe()
+    turn, got = await run_turn_collecting_deltas(nc, role="discussion", script="chat", root=repo)
     assert {d["type"] for d in got} == {"turn:message_delta"}
-    assert {(d["session_id"], d["turn_id"]) for d in got} == {(accepted.session_id, accepted.turn_id)}
-    assert "".join(d["text"] for d in got) == view.turns[0].messages[0] == "Hello there, this is greeter."
+    assert {d["turn_id"] for d in got} == {turn.turn_id}
+    assert "".join(d["text"] for d in got) == turn.messages[0] == "Hello there, this is greeter."
 
 
 async def test_each_delta_names_the_reply_it_belongs_to(nc, runner, repo):
-    workflow_id = str(uuid.uuid4())
-    got: list[dict] = []
-    sub = await nc.subscribe(subjects.deltas(workflow_id, "*"), cb=_collector(got))
-    try:
-        accepted = await start_session(nc, role="discussion", script="two-replies", root=repo,
-                                       workflow_id=workflow_id)
-        view = await wait_turn(nc, accepted.session_id, accepted.turn_id)
-        await nc.flush()
-        await asyncio.sleep(0.05)
-    finally:
-        await sub.unsubscribe()
+    turn, got = await run_turn_collecting_deltas(nc, role="discussion", script="two-replies", root=repo)
     by_step = {step: "".join(d["text"] for d in got if d["step"] == step) for step in (0, 1)}
     assert by_step == {0: "Looking at the module.", 1: "It greets by name."}
-    assert view.turns[0].messages == ["Looking at the module.", "It greets by name."]
-
-
-def _collector(got: list[dict]):
-    async def collect(msg) -> None:
-        got.append(json.loads(msg.data))
-
-    return collect
+    assert turn.messages == ["Looking at the module.", "It greets by name."]
 
 
 async def test_the_workflow_budget_ends_the_turn_before_the_next_model_call(nc, data_dir, scripted, tools, repo):

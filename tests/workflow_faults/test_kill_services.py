@@ -138,7 +138,11 @@ def test_ten_demo_runs_survive_random_sigkills(system: System, tmp_path: Path) -
     _run_to_done(client, [client.create(control, branch=BRANCH)], killer_seed=None, system=system, timeout=60)
     expected_log = git(control, "log", "--format=%s", f"main..{BRANCH}").splitlines()
     expected_tree = git(control, "rev-parse", f"{BRANCH}^{{tree}}").strip()
-    assert len(expected_log) == 2
+    # The reference itself is the demo's result: its two pulse commits and their changes.
+    assert expected_log == ["test(greeter): cover the empty-name greeting",
+                            "feat(greeter): greet the world when the name is empty"]
+    assert 'name = "world"' in git(control, "show", f"{BRANCH}:greeter/core.py")
+    assert "def test_greet_empty_name" in git(control, "show", f"{BRANCH}:tests/test_core.py")
 
     repos = [make_repo(tmp_path / f"repo-{n}", files) for n in range(RUNS)]
     ids = [client.create(repo, branch=BRANCH) for repo in repos]

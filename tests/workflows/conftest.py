@@ -115,8 +115,11 @@ class Client:
         assert reply.status_code == 200, reply.text
         return reply.json()
 
-    def events(self, workflow_id: str, *, until: str = "workflow:completed", timeout: float = 20) -> list[dict]:
-        """Every event of the workflow from the start of the stream, up to the first ``until`` event."""
+    def events(self, workflow_id: str, *, until: str | Callable[[list[dict]], bool] = "workflow:completed",
+               timeout: float = 20) -> list[dict]:
+        """Every event of the workflow from the start of the stream, up to the first ``until`` event (or until
+        ``until(events so far)`` is true)."""
+        done = until if callable(until) else (lambda found: found[-1]["type"] == until)
         found: list[dict] = []
         params = {"workflow": workflow_id, "since": "0", "deltas": "false"}
         with self.http.stream("GET", "/api/events", params=params, timeout=timeout) as reply:
@@ -126,7 +129,7 @@ class Client:
                     name = line.split(":", 1)[1].strip()
                 elif line.startswith("data:") and name:
                     found.append({"type": name, **json.loads(line.split(":", 1)[1])})
-                    if name == until:
+                    if done(found):
                         return found
         return found
 

@@ -38,19 +38,8 @@ def wait_closed(client: Client, wid: str, steps: list[str]) -> dict[str, str]:
 
 def sessions_completed(client: Client, wid: str, *, count: int) -> dict[str, str]:
     """The first ``count`` ``session:completed`` events of the workflow over SSE: reason by session id."""
-    found: dict[str, str] = {}
-    params = {"workflow": wid, "since": "0"}
-    with client.http.stream("GET", "/api/events", params=params, timeout=20) as reply:
-        name = None
-        for line in reply.iter_lines():
-            if line.startswith("event:"):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and name == "session:completed":
-                event = json.loads(line.split(":", 1)[1])
-                found[event["session_id"]] = event["reason"]
-                if len(found) == count:
-                    break
-    return found
+    events = client.events(wid, until=lambda found: sum(e["type"] == "session:completed" for e in found) == count)
+    return {e["session_id"]: e["reason"] for e in events if e["type"] == "session:completed"}
 
 
 def test_a_model_error_mid_pulse_halts_and_resume_continues_the_same_pulse(
