@@ -13,10 +13,11 @@ keyed by the turn id, and acknowledges it only then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from autarch.contracts.agents import (
     StartSession,
     StopSession,
     TurnAccepted,
+    TurnView,
 )
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
@@ -149,6 +151,16 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
     return None
 
 
+def _completed(workflow_id: str, session: SessionView, turn: TurnView) -> TurnCompleted:
+    """The ``turn:completed`` event of a turn, from the runner's view of it."""
+    assert turn.outcome is not None
+    return TurnCompleted(
+        workflow_id=workflow_id, occurred_at=turn.completed_at or turn.started_at, session_id=session.session_id,
+        turn_id=turn.turn_id, text="\n\n".join(turn.messages), thoughts="\n\n".join(t.text for t in turn.thoughts),
+        outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
+        detail=turn.outcome.detail)
+
+
 class WorkflowDriver:
     """Runs every workflow's next step; one workflow's steps and turn outcomes are handled one at a time."""
 
@@ -160,6 +172,8 @@ class WorkflowDriver:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._consumer: asyncio.Task[None] | None = None
+        self._turns: Any = None
+        """The pull subscription on the turn consumer."""
         self._watchdog: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -174,10 +188,35 @@ class WorkflowDriver:
                                     filter_subject=subjects.event("*", "turn", "*", "completed"))
         sub = await js.pull_subscribe(config.filter_subject, durable=_CONSUMER, stream=subjects.EVENTS_STREAM,
                                       config=config)
+        self._turns = sub
         self._consumer = asyncio.create_task(self._consume(sub), name="driver-turns")
         self._watchdog = asyncio.create_task(self._watch_preflights(), name="driver-preflight-watchdog")
         for workflow_id in workflow_ids:
             self.kick(workflow_id)
+            self._in_background(self.catch_up(workflow_id))
+
+    async def catch_up(self, workflow_id: str) -> None:
+        """Handle the turns of ``workflow_id``'s open sessions that ended but were never recorded here.
+
+        A process that died while handling a ``turn:completed`` leaves that message unacknowledged, and
+        JetStream hands it out again only after the consumer's ``ack_wait``: the workflow would stand still
+        that long. Asked at start, the agent runner tells at once. Best effort: with the runner away, the
+        redelivery still comes (and, like every turn, is handled once: the turn id is recorded).
+        """
+        wf = await self.orch.read(workflow_id)
+        for step, s in list(wf.sessions.items()):
+            if not s["started"] or s.get("closed"):
+                continue
+            try:
+                view = await self._ask("agent_runner", "get_session", GetSession(session_id=s["session_id"]),
+                                       SessionView)
+            except (RemoteError, ServiceFailure) as exc:
+                log.info("workflow %s: %s not caught up (%s); its turn events will come again", workflow_id, step,
+                         exc)
+                continue
+            for turn in view.turns:
+                if turn.outcome is not None and turn.turn_id not in wf.seen:
+                    await self.on_turn(_completed(workflow_id, view, turn))
 
     async def stop(self) -> None:
         self._stopping = True
@@ -186,6 +225,12 @@ class WorkflowDriver:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._turns is not None:
+            # Messages a cancelled fetch left in the subscription's queue would hold the connection's drain
+            # until it times out; they are not acked, so JetStream hands them out again.
+            with contextlib.suppress(Exception):
+                await self._turns.unsubscribe()
+            self._turns = None
 
     def kick(self, workflow_id: str) -> None:
         """Make sure ``workflow_id`` is advanced soon (coalesces kicks that come while it advances)."""
@@ -283,7 +328,19 @@ class WorkflowDriver:
             except RemoteError as exc:
                 log.info("indexing %s skipped: %s", worktree or repo, exc.message)
 
-        task = asyncio.create_task(index())
+        self._in_background(index())
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` beside the workflows' steps (cancelled on stop); a failure is logged, never raised."""
+        async def guarded() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("background work failed")
+
+        task = asyncio.create_task(guarded())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

@@ -77,6 +77,9 @@ SCRIPTS: dict[str, list[Any]] = {
         step(tool("submit_scope", **SCOPE), text("Hope this scope helps!")),
         step(tool("submit_scope", **SCOPE)),
     ],
+    "scoping:slow-scope": [
+        step(text(SLOW_TEXT), tool("submit_scope", **SCOPE), delay_ms=50),
+    ],
     "scoping:not-alone": [
         step(tool("read_file", reason="Check greet once more", path="greeter/core.py"), tool("submit_scope", **SCOPE)),
         step(tool("submit_scope", **SCOPE)),
