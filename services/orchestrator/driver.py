@@ -89,6 +89,9 @@ STEP_ROLES = {"scoping": "scoping", "research": "research", "planning": "plan", 
 _SESSIONS = uuid.UUID("6f1d7c1e-9a43-4f0e-8a35-3f6d2b7c9e01")
 _TRANSIENT = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
 _CONSUMER = "orchestrator-turns"
+_ACK_WAIT = 30.0
+"""Seconds before JetStream hands out again a turn event whose handler did not acknowledge it (handling is
+idempotent on the turn id, so a slow handler seeing its event twice changes nothing)."""
 
 Action = Callable[[], Awaitable[None]]
 
@@ -183,7 +186,7 @@ class WorkflowDriver:
     async def start(self, workflow_ids: list[str]) -> None:
         """Follow turn completions and pick up every workflow where the last process left it."""
         js = self.nc.jetstream()
-        config = api.ConsumerConfig(durable_name=_CONSUMER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=60,
+        config = api.ConsumerConfig(durable_name=_CONSUMER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=_ACK_WAIT,
                                     max_ack_pending=256, deliver_policy=api.DeliverPolicy.ALL,
                                     filter_subject=subjects.event("*", "turn", "*", "completed"))
         sub = await js.pull_subscribe(config.filter_subject, durable=_CONSUMER, stream=subjects.EVENTS_STREAM,
@@ -201,15 +204,17 @@ class WorkflowDriver:
         A process that died while handling a ``turn:completed`` leaves that message unacknowledged, and
         JetStream hands it out again only after the consumer's ``ack_wait``: the workflow would stand still
         that long. Asked at start, the agent runner tells at once. Best effort: with the runner away, the
-        redelivery still comes (and, like every turn, is handled once: the turn id is recorded).
+        redelivery still comes (and, like every turn, is handled once: the turn id is recorded). A runner
+        that is restarting too (both killed at once) is waited for until that redelivery would come anyway.
         """
         wf = await self.orch.read(workflow_id)
         for step, s in list(wf.sessions.items()):
             if not s["started"] or s.get("closed"):
                 continue
             try:
-                view = await self._ask("agent_runner", "get_session", GetSession(session_id=s["session_id"]),
-                                       SessionView)
+                view = await request(self.nc, subjects.request("agent_runner", "get_session"),
+                                     GetSession(session_id=s["session_id"]), SessionView,
+                                     timeout=self.settings.request_timeout, retry_unavailable=_ACK_WAIT)
             except (RemoteError, ServiceFailure) as exc:
                 log.info("workflow %s: %s not caught up (%s); its turn events will come again", workflow_id, step,
                          exc)

@@ -1,5 +1,5 @@
 """A turn whose ``turn:completed`` a dying orchestrator took but never acknowledged is handled as soon as the
-next orchestrator starts, not after the event stream's redelivery delay (``ack_wait``, a minute).
+next orchestrator starts, not after the event stream's redelivery delay (``ack_wait``, 30 s).
 
 The real runner, tools service and orchestrator run here; the test itself plays the orchestrator that died:
 it takes the turn's event from the orchestrator's durable consumer and never acknowledges it.
@@ -92,7 +92,7 @@ async def test_a_turn_left_unacknowledged_by_a_dead_orchestrator_is_handled_at_t
         await _left_unacknowledged(nc, session_id)
         stop = await start_orchestrator(nc, settings)
         try:
-            async with asyncio.timeout(30):  # well inside the consumer's 60 s ack_wait
+            async with asyncio.timeout(15):  # well inside the consumer's 30 s ack_wait
                 while not (view := await _view(nc, workflow_id)).awaiting_approval:
                     await asyncio.sleep(0.1)
             assert view.stage == "scoping" and view.version > 0

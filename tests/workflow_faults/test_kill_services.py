@@ -24,7 +24,7 @@ from tests.workflows.conftest import SERVICES, Client, assert_replay_equals_live
 RUNS = 10
 VICTIMS = ("orchestrator", "agent_runner", "git")
 MAX_KILLS = 12
-"""Kills come 1-3 s apart (a restarted service needs a moment to catch up) until every run is done or this many."""
+"""Kills come 0.5-2 s apart (a restarted service needs a moment to catch up) until every run is done or this many."""
 BRANCH = "autarch/demo"
 
 
@@ -82,13 +82,20 @@ def _phase(view: dict) -> str:
 
 def _killer(system: System, approver: Approver, rng: random.Random, kills: list[tuple[str, set[str]]]) -> None:
     """Kill a service at a random moment, again and again, until every workflow is done: every service once per
-    round, in a random order. Each kill is logged with the phases the workflows were in at that moment."""
+    round, in a random order; every other kill waits (a few seconds at most) for a moment when a pulse runs, so
+    that kills land in the middle of pulses and their git steps too, not only in the quick stages before. Each
+    kill is logged with the phases the workflows were in at that moment."""
     time.sleep(0.5)
     order: list[str] = []
     while not approver.stop.is_set() and not approver.finished() and len(kills) < MAX_KILLS:
         if not order:
             order = rng.sample(VICTIMS, len(VICTIMS))
         victim = order.pop()
+        if len(kills) % 2 == 1:
+            aim = time.monotonic() + 5
+            while time.monotonic() < aim and not approver.stop.is_set() and not any(
+                    _phase(v) == "pulse" for v in list(approver.views.values()) if v["status"] != "done"):
+                time.sleep(0.02)
         pid = system.run_info()["children"].get(victim)
         if pid:
             phases = {_phase(v) for v in approver.views.values() if v["status"] != "done"}
@@ -97,7 +104,7 @@ def _killer(system: System, approver: Approver, rng: random.Random, kills: list[
                 kills.append((victim, phases))
             except ProcessLookupError:
                 pass
-        approver.stop.wait(rng.uniform(1.0, 3.0))
+        approver.stop.wait(rng.uniform(0.5, 2.0))
 
 
 def _run_to_done(client: Client, ids: list[str], *, killer_seed: int | None, system: System,
