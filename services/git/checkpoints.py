@@ -19,9 +19,6 @@ skips steps 3 and 5 (or, with nothing to keep, makes no commit and deletes the p
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 from dulwich.graph import can_fast_forward
 from dulwich.objects import Commit
 
@@ -43,7 +40,7 @@ from .snapshots import Snapshot, leaves, scan_worktree
 from .store import GitStore, PendingOperation, PulseRecord
 from .trees import TreeSet, build_trees, diff_trees, write_trees
 from .workspace import Workspace, fail
-from .worktrees import break_stale_locks, set_head
+from .worktrees import set_head
 
 __all__ = ["checkpoint_pulse", "finish_pending", "recovery_checkpoint"]
 
@@ -168,12 +165,7 @@ def finish_pending(ws: Workspace, *, store: GitStore, identity: Identity, faults
     pending = ws.record.pending
     if pending is None:
         return None
-    # This process did not write these (it is finishing another's work): locks left by a
-    # killed process would block every later write.
-    break_stale_locks(ws.admin)
-    for ref in (ws.workflow_ref, ws.pulse_ref(pending.pulse_id)):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(ws.repo.refs.refpath(ref) + b".lock")
+    # Lock files a killed process left were removed when the workspace was opened (GitEngine._open).
     if pending.kind == "checkpoint":
         _finish_checkpoint(ws, store=store, identity=identity, faults=faults, current=None)
     else:

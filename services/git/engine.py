@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from dulwich.repo import Repo
@@ -125,6 +125,7 @@ class GitEngine:
             )
         ws = Workspace(repo=open_repository(record.repository_path), record=record)
         try:
+            _break_stale_locks(ws)
             if finish:
                 self._finish(ws)
             yield ws
@@ -473,3 +474,16 @@ class GitEngine:
         """A workflow's workspace whether or not its worktree still exists (diffs need only refs)."""
         with self._open(workflow_id, ready=False) as ws:
             yield ws
+
+
+def _break_stale_locks(ws: Workspace) -> None:
+    """Remove the lock files a process killed mid-write left on this workflow's refs, HEAD and index.
+
+    Every write of them happens under the repository's ``flock``, which the caller holds (the service runs
+    each operation under it; the kernel released a killed holder's): a lock file found now is a dead
+    writer's, and left alone it would refuse every later write of that ref (dulwich's ``FileLocked``).
+    """
+    break_stale_locks(ws.admin)
+    for ref in (ws.workflow_ref, *(ws.pulse_ref(pulse_id) for pulse_id in ws.record.pulses)):
+        with suppress(FileNotFoundError):
+            os.unlink(ws.repo.refs.refpath(ref) + b".lock")

@@ -188,3 +188,42 @@ async def test_create_workflow_branch_killed_after_each_step_is_retried_cleanly(
     assert git(worktree, "status", "--porcelain") == ""
     assert git(worktree, "symbolic-ref", "HEAD") == "refs/heads/autarch/wf-1"
     fsck(repo)
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL in the middle of a write."""
+
+
+def test_lock_files_a_killed_writer_left_do_not_block_the_next_operations(tmp_path: Path, monkeypatch):
+    """A process SIGKILLed inside a ref or HEAD write leaves ``<file>.lock`` behind: the next operation, which holds
+    the repository's lock, knows it is a dead writer's and goes on (dulwich would refuse: ``FileLocked``)."""
+    repo = make_user_repo(tmp_path / "project")
+    engine = GitEngine(data_dir=tmp_path / "data")
+    registered = engine.register_repository(RegisterRepository(path=str(repo)))
+    view = engine.create_workflow_branch(
+        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
+    )
+    heads = repo / ".git" / "refs" / "heads" / "autarch"
+    admin = Path(git(Path(view.worktree_path), "rev-parse", "--absolute-git-dir"))
+
+    def killed_while_creating(repo_, ref, *args, **kwargs):  # the lock is taken, then the process dies
+        (heads / "wf-1.pulse-p1.lock").write_bytes(b"")
+        raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr("autarch.services.git.engine.create_branch", killed_while_creating)
+        with pytest.raises(Killed):
+            engine.start_pulse(StartPulse(workflow_id="wf1", pulse_id="p1"))
+    (admin / "HEAD.lock").write_bytes(b"")
+    restarted = GitEngine(data_dir=tmp_path / "data")
+    restarted.start_pulse(StartPulse(workflow_id="wf1", pulse_id="p1"))  # the retried request
+    assert git(Path(view.worktree_path), "symbolic-ref", "HEAD") == "refs/heads/autarch/wf-1.pulse-p1"
+
+    (Path(view.worktree_path) / "src/app.py").write_text("def main():\n    return 42\n")
+    (heads / "wf-1.lock").write_bytes(b"")  # killed while moving the workflow branch
+    (heads / "wf-1.pulse-p1.lock").write_bytes(b"")
+    (admin / "index.lock").write_bytes(b"")
+    done = restarted.checkpoint_pulse(CheckpointPulse(workflow_id="wf1", pulse_id="p1", summary="feat(app): answer 42"))
+    assert git(repo, "rev-parse", "autarch/wf-1") == done.commit
+    assert not list(heads.glob("*.lock")) and not (admin / "index.lock").exists()
+    fsck(repo)
