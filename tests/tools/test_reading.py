@@ -9,6 +9,7 @@ import pytest
 
 from autarch.contracts.tool_catalog import SUCCESS_SHAPED_TOOLS, TOOL_ARGUMENTS, role_for_tool
 from autarch.contracts.tools import ToolCall
+from autarch.services.tools.reading import INLINE_READ_BYTES
 from autarch.services.tools.sensitivity import SENSITIVE_PATH_REASON
 
 
@@ -28,6 +29,20 @@ async def test_read_file_numbers_lines_and_honours_the_range(tools, worktree):
     )
     assert await tools("read_file", {"path": "src/a.py", "startLine": 4}) == "     4\tfour"
     assert await tools("read_file", {"path": "src/a.py", "endLine": 1}) == "     1\tone"
+
+
+async def test_small_files_read_inline_and_large_ones_in_a_thread_read_the_same(tools, worktree):
+    line = "x" * 99 + "\n"
+    for name, count in (("small.txt", 10), ("large.txt", INLINE_READ_BYTES // len(line) + 50)):
+        write(worktree, name, line * count)
+        text = await tools("read_file", {"path": name, "startLine": count})
+        assert text == f"{count:>6}\t{'x' * 99}", name
+    os.mkfifo(worktree / "pipe")  # size 0, so "small": must still be refused, never waited on
+    assert await tools("read_file", {"path": "pipe"}) == {"error": "Not a regular file: pipe"}
+    # The size hint looks outside the worktree only by stat; the read itself is confined as always.
+    (worktree.parent / "outside.txt").write_text("secret\n")
+    outside = await tools("read_file", {"path": "../outside.txt"})
+    assert isinstance(outside, dict) and "secret" not in str(outside), outside
 
 
 async def test_read_file_errors(tools, worktree):
