@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from . import scenarios
 from .conftest import (
@@ -105,30 +106,40 @@ def test_preflight_timeout_abandons_the_workflow(client: Client, model, tmp_path
     assert_replay_equals_live(client, wid)
 
 
-def test_iteration_limit_fails_the_pulse_with_a_recovery_checkpoint_then_resume_retries_it(
-        client: Client, model, tmp_path: Path) -> None:
-    wid, repo = start(client, model, tmp_path, scenarios.pulse_hits_the_iteration_limit())
+def fail_pulse_1_then_retry(client: Client, model, tmp_path: Path, scenario: dict[str, Any], why: str,
+                            **resume: Any) -> tuple[str, dict[str, Any]]:
+    """pulse-1 fails (``why`` in the halt); its edit is kept on the pulse branch as a recovery checkpoint; resume
+    runs it again as attempt 2 and the workflow ends done with both commits. Returns the workflow and pulse-1's run."""
+    wid, repo = start(client, model, tmp_path, scenario)
     approve_stages(client, wid)
     view = client.wait_halted(wid, "pulse_failed", timeout=90)
-    assert "iteration limit" in view["halt"]["message"]
+    assert why in view["halt"]["message"]
     run = client.artifacts(wid)["pulse_runs"][0]
-    # The runner refused complete_pulse at every step after the failed check, until its step limit (10 here).
-    assert run["status"] == "failed" and run["is_recovery_checkpoint"] and run["completion_rejections"] == 7
+    assert run["status"] == "failed" and run["is_recovery_checkpoint"] and run["checkpoint_commit"]
     # The work in progress is kept on the pulse branch; the workflow branch has nothing yet.
     assert branch_log(repo, view["branch"]) == []
     assert 'name = "world"' in git(repo, "show", f"{run['pulse_branch']}:greeter/core.py")
     assert client.post(wid, "extension/approve").json()["code"] == "wrong_halt"
 
-    assert client.post(wid, "resume", {"message": "Try again from a clean tree."}).status_code == 200
+    assert client.post(wid, "resume", resume or None).status_code == 200
     view = finish(client, wid)
     runs = client.artifacts(wid)["pulse_runs"]
     assert [(r["id"], r["status"]) for r in runs] == [("pulse-1", "failed"), ("pulse-1-a2", "succeeded"),
                                                      ("pulse-2", "succeeded")]
     assert branch_log(repo, view["branch"]) == [TEST, FEAT]
+    assert_replay_equals_live(client, wid)
+    return wid, run
+
+
+def test_iteration_limit_fails_the_pulse_with_a_recovery_checkpoint_then_resume_retries_it(
+        client: Client, model, tmp_path: Path) -> None:
+    wid, run = fail_pulse_1_then_retry(client, model, tmp_path, scenarios.pulse_hits_the_iteration_limit(),
+                                       "iteration limit", message="Try again from a clean tree.")
+    # The runner refused complete_pulse at every step after the failed check, until its step limit (10 here).
+    assert run["completion_rejections"] == 7
     assert workflow_events(client, wid) == [
         *TO_EXECUTION, "pulse:started", *["pulse:completion_rejected"] * 7, "pulse:completed",
         "workflow:halted", "workflow:resumed", *PULSE, *PULSE, *REVIEW_TO_DONE]
-    assert_replay_equals_live(client, wid)
 
 
 def test_unresolved_issues_are_revealed_after_rejections_and_halt_until_resumed(
@@ -216,23 +227,8 @@ def test_questions_halt_scoping_until_answered(client: Client, model, tmp_path: 
 
 def test_a_pulse_that_never_completes_fails_with_a_recovery_checkpoint_then_resume_retries_it(
         client: Client, model, tmp_path: Path) -> None:
-    wid, repo = start(client, model, tmp_path, scenarios.pulse_never_completes())
-    approve_stages(client, wid)
-    view = client.wait_halted(wid, "pulse_failed", timeout=90)
-    assert "ended its turn without complete_pulse" in view["halt"]["message"]
-    run = client.artifacts(wid)["pulse_runs"][0]
-    assert run["status"] == "failed" and run["is_recovery_checkpoint"] and run["checkpoint_commit"]
-    assert "without complete_pulse" in run["failure_reason"]
-    # The edit is kept on the pulse branch for whoever looks into it; the workflow branch has nothing yet.
-    assert 'name = "world"' in git(repo, "show", f"{run['pulse_branch']}:greeter/core.py")
-    assert branch_log(repo, view["branch"]) == []
-
-    assert client.post(wid, "resume").status_code == 200
-    view = finish(client, wid)
-    runs = client.artifacts(wid)["pulse_runs"]
-    assert [(r["id"], r["status"]) for r in runs] == [("pulse-1", "failed"), ("pulse-1-a2", "succeeded"),
-                                                     ("pulse-2", "succeeded")]
-    assert branch_log(repo, view["branch"]) == [TEST, FEAT]
+    wid, run = fail_pulse_1_then_retry(client, model, tmp_path, scenarios.pulse_never_completes(),
+                                       "ended its turn without complete_pulse")
+    assert "without complete_pulse" in run["failure_reason"] and run["completion_rejections"] == 0
     assert workflow_events(client, wid) == [
         *TO_EXECUTION, *PULSE, "workflow:halted", "workflow:resumed", *PULSE, *PULSE, *REVIEW_TO_DONE]
-    assert_replay_equals_live(client, wid)
