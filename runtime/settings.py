@@ -119,6 +119,19 @@ class Settings(msgspec.Struct, kw_only=True):
     """Worker processes the tools service's grep spreads big trees over; unset: one per CPU, 0: in-process."""
     tools_shell_output_chars: int = 512
     """Characters of a shell command's stdout (and of its stderr) shown to the model; seed 004's threshold."""
+    sandbox: str = "on"
+    """``on``: every agent command runs confined by the kernel (Landlock, namespaces), and is refused where no
+    sandbox is available; ``off``: unconfined, the user's explicit choice (warned about at every start)."""
+    sandbox_network: bool = False
+    """Let agent commands open outgoing TCP connections to ``sandbox_network_ports`` (off: loopback only)."""
+    sandbox_network_ports: tuple[int, ...] = (53, 80, 443)
+    """Ports agent commands may connect to when ``sandbox_network`` is on (env: comma-separated)."""
+    sandbox_read_paths: tuple[str, ...] = ()
+    """More directories agent commands may read and execute from, e.g. ``~/.cargo`` (env: comma-separated)."""
+    sandbox_write_paths: tuple[str, ...] = ()
+    """More directories agent commands may write in, e.g. a shared build cache (env: comma-separated)."""
+    sandbox_env: tuple[str, ...] = ()
+    """More environment variable names agent commands inherit (env: comma-separated)."""
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -129,6 +142,11 @@ class Settings(msgspec.Struct, kw_only=True):
             raise SettingsError(f"request_timeout must be positive, got {self.request_timeout}")
         if self.restart_grace < 0:
             raise SettingsError(f"restart_grace must be 0 or more, got {self.restart_grace}")
+        if self.sandbox not in ("on", "off"):
+            raise SettingsError(f'sandbox must be "on" or "off", got {self.sandbox!r}')
+        bad_ports = [port for port in self.sandbox_network_ports if not 0 < port < 65536]
+        if bad_ports:
+            raise SettingsError(f"sandbox_network_ports must be between 1 and 65535, got {bad_ports}")
 
     @property
     def data_path(self) -> Path:
@@ -146,20 +164,25 @@ class Settings(msgspec.Struct, kw_only=True):
         """The environment that hands these settings to a child process."""
         env = {}
         for name, value in msgspec.structs.asdict(self).items():
-            if value is not None:
+            if isinstance(value, tuple):
+                env[f"AUTARCH_{name.upper()}"] = ",".join(str(item) for item in value)
+            elif value is not None:
                 env[f"AUTARCH_{name.upper()}"] = str(value)
         return env
 
 
 _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}
+_LIST_FIELDS = {f.name for f in _FIELDS.values() if isinstance(f.default, tuple)}
 
 
 def load_settings(overrides: dict[str, Any] | None = None, *, environ: dict[str, str] | None = None) -> Settings:
     """Build the settings from the TOML file, ``AUTARCH_*`` variables and ``overrides``."""
     environ = dict(os.environ if environ is None else environ)
-    env_values = {
+    env_values: dict[str, Any] = {
         name: environ[f"AUTARCH_{name.upper()}"] for name in _FIELDS if f"AUTARCH_{name.upper()}" in environ
     }
+    for name in _LIST_FIELDS & set(env_values):  # a list in a variable: comma-separated
+        env_values[name] = [item.strip() for item in env_values[name].split(",") if item.strip()]
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     data_dir = given.get("data_dir") or env_values.get("data_dir") or _default_data_dir(environ)
     raw: dict[str, Any] = {"data_dir": data_dir}

@@ -1,9 +1,10 @@
 """The ``shell`` tool, in its pulsing and preflight variants.
 
+Every command runs in the sandbox of :mod:`.sandbox` (or is refused with the reason where none exists).
 Output is redacted before it is truncated (a secret cut in half would no longer be recognised),
 with the values found in the worktree's sensitive files added to the redactor: a command is not
-confined by the path checks, so ``cat .env`` must still not leak ``.env``'s values. The preflight
-variant also compares the tracked files before and after the command: any tracked file the
+confined by the path checks (the worktree is all its own), so ``cat .env`` must still not leak ``.env``'s
+values. The preflight variant also compares the tracked files before and after the command: any tracked file the
 command left modified turns the result into a failure.
 """
 
@@ -16,8 +17,9 @@ from autarch.contracts.tool_args import ShellArgs
 
 from .context import ToolContext
 from .gitstate import GitStateError, changed_tracked_files, tracked_state
+from .sandbox import LAUNCH_FAILED, SandboxUnavailable, prepare_launch, sandbox_environment
 from .sensitivity import worktree_secret_values
-from .shell import effective_timeout, run_command, scrubbed_environment, truncate_output
+from .shell import effective_timeout, run_command, truncate_output
 
 __all__ = ["shell"]
 
@@ -25,18 +27,34 @@ __all__ = ["shell"]
 async def shell(ctx: ToolContext, args: ShellArgs) -> Any:
     root = ctx.worktree.root
     timeout = effective_timeout(args.timeout_seconds)
-    env = scrubbed_environment()
-    preflight = ctx.variant == "preflight"
+    policy = ctx.settings.sandbox
+    try:
+        launch = await asyncio.to_thread(prepare_launch, policy, args.command, root=root)
+    except SandboxUnavailable as exc:
+        return {"success": False, "error": f"Command refused: {exc}"}
+    try:
+        return await _run(ctx, args, launch.argv, launch.env, timeout=timeout,
+                          git_env=sandbox_environment(policy, home=None))
+    finally:
+        await asyncio.to_thread(launch.cleanup)
+
+
+async def _run(ctx: ToolContext, args: ShellArgs, argv: list[str], env: dict[str, str], *, timeout: float,
+               git_env: dict[str, str]) -> Any:
+    root = ctx.worktree.root
     before = None
-    if preflight:
+    if ctx.variant == "preflight":
         try:
-            before = await tracked_state(root, env=env)
+            before = await tracked_state(root, env=git_env)
         except GitStateError as exc:
             return {"success": False, "error": f"Preflight commands must run in a git worktree: {exc}"}
     try:
-        outcome = await run_command(args.command, cwd=root, timeout=timeout, env=env)
+        outcome = await run_command(argv, cwd=root, timeout=timeout, env=env)
     except OSError as exc:
         return {"success": False, "error": f"Could not start the command: {exc.strerror or exc}"}
+    if outcome.exit_code == LAUNCH_FAILED and outcome.stderr.startswith("autarch-sandbox: "):
+        reason = outcome.stderr.removeprefix("autarch-sandbox: ").strip()
+        return {"success": False, "error": f"The sandbox could not start the command: {reason}"}
     redactor = ctx.redactor.with_literals(await asyncio.to_thread(worktree_secret_values, root))
     limit = ctx.settings.shell_output_chars
     stdout = truncate_output(redactor.redact(outcome.stdout), limit)
@@ -46,7 +64,7 @@ async def shell(ctx: ToolContext, args: ShellArgs) -> Any:
         errors.append(f"Command timed out after {timeout:g} seconds")
     if before is not None:
         try:
-            changed = changed_tracked_files(before, await tracked_state(root, env=env))
+            changed = changed_tracked_files(before, await tracked_state(root, env=git_env))
         except GitStateError as exc:
             changed = [f"(git status failed: {exc})"]
         if changed:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from nats.aio.client import Client
@@ -17,6 +17,7 @@ from autarch.runtime.requests import request
 
 from .grep_pool import GrepEngine
 from .paths import Worktree
+from .sandbox import SandboxPolicy
 from .sensitivity import Redactor
 from .store import SessionStore
 
@@ -32,6 +33,8 @@ class ToolSettings:
     exa_api_key: str | None = None
     exa_base_url: str = "https://api.exa.ai"
     shell_output_chars: int = 512
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    """What an agent's commands may reach (``shell``, preflight commands)."""
 
 
 class Forwarder:

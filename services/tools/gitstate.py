@@ -28,9 +28,14 @@ class TrackedState:
     """Path → (status code, content hash) of every tracked file that differs from HEAD."""
 
 
+_NO_REPO_CODE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+"""A repository's config can name programs git runs (a filesystem monitor, hooks); Autarch's git never runs them."""
+
+
 async def _git(root: str, *args: str, env: dict[str, str]) -> bytes:
     proc = await asyncio.create_subprocess_exec(
         "git",
+        *_NO_REPO_CODE,
         *args,
         cwd=root,
         env=env,

@@ -21,7 +21,6 @@ __all__ = [
     "Redactor",
     "is_sensitive_path",
     "platform_secret_values",
-    "secret_env_name",
     "worktree_secret_values",
 ]
 
@@ -185,18 +184,6 @@ class Redactor:
         return "".join(out)
 
 
-_ENV_SECRET_NAME = re.compile(
-    r"(?i)(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|SESSION|_DSN$|^DATABASE_URL$)"
-    r"|^(?:AWS|ANTHROPIC|OPENAI|AUTARCH|EXA|AZURE|GOOGLE|GCP|GCLOUD|NATS|GITHUB|GH|GITLAB|HF|HUGGING|NPM|PYPI|TWINE"
-    r"|DOCKER|SLACK|STRIPE|SENTRY|PG)_?"
-)
-
-
-def secret_env_name(name: str) -> bool:
-    """True for environment variables that may carry a secret; shell children never see them."""
-    return bool(_ENV_SECRET_NAME.search(name))
-
-
 _SECRET_VALUE_NAME = re.compile(
     r"(?i)(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|_DSN$|DATABASE_URL$|POSTGRES_URL$)"
 )
@@ -205,8 +192,8 @@ _SECRET_VALUE_NAME = re.compile(
 def platform_secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """Values of this process's secret variables (API keys, tokens, passwords), to blank wherever they appear.
 
-    Narrower than :func:`secret_env_name` (which decides what shell children do not inherit):
-    ``AUTARCH_DATA_DIR`` is kept from children but its value is no secret to hide in output.
+    Agent commands inherit none of them (their environment is an allow-list, :mod:`.sandbox`); this is for
+    output that quotes them anyway (a config file, a log).
     """
     environ = dict(os.environ if environ is None else environ)
     return [

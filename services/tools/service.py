@@ -27,6 +27,7 @@ from .cancelling import CancelRouter
 from .context import Forwarder, ToolSettings
 from .executor import ToolExecutor
 from .grep_pool import GrepEngine
+from .sandbox import SandboxPolicy, capabilities
 from .sensitivity import Redactor, platform_secret_values
 from .store import SessionStore
 
@@ -35,6 +36,34 @@ __all__ = ["build_executor", "start"]
 log = logging.getLogger("tools")
 
 _KEEP_SESSIONS_SECONDS = 14 * 24 * 3600
+
+
+def sandbox_policy(settings: Settings) -> SandboxPolicy:
+    """The sandbox settings as the shell tool reads them."""
+    return SandboxPolicy(
+        mode=settings.sandbox,
+        network=settings.sandbox_network,
+        network_ports=settings.sandbox_network_ports,
+        read_paths=settings.sandbox_read_paths,
+        write_paths=settings.sandbox_write_paths,
+        env=settings.sandbox_env,
+        data_dir=str(settings.data_path),
+    )
+
+
+def sandbox_warning(settings: Settings) -> str | None:
+    """What the user must hear at every start when agent commands will not run confined; None when they will."""
+    if settings.sandbox == "off":
+        return ("sandbox = \"off\": agent commands run UNCONFINED, with your user's access to every file, "
+                "the network and this system's services (set sandbox = \"on\" to confine them)")
+    caps = capabilities()
+    if caps.landlock_abi < 1:
+        return ("no sandbox is available on this machine (no Landlock): shell commands of agents will be "
+                "refused; set sandbox = \"off\" to run them unconfined at your own risk")
+    if not caps.namespaces:
+        return (f"user namespaces are not available ({caps.namespace_error}): agent commands are confined by "
+                "Landlock alone; a process they detach with setsid can outlive them")
+    return None
 
 
 def build_executor(settings: Settings, *, nc: Client | None = None, grep_workers: int | None = None) -> ToolExecutor:
@@ -53,6 +82,7 @@ def build_executor(settings: Settings, *, nc: Client | None = None, grep_workers
             exa_api_key=settings.exa_api_key,
             exa_base_url=settings.exa_base_url,
             shell_output_chars=settings.tools_shell_output_chars,
+            sandbox=sandbox_policy(settings),
         ),
         redactor=Redactor(secrets),
     )
@@ -61,6 +91,13 @@ def build_executor(settings: Settings, *, nc: Client | None = None, grep_workers
 async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
     """Open the session store, start the grep workers and serve the endpoints."""
     executor = build_executor(settings, nc=nc)
+    warning = await asyncio.to_thread(sandbox_warning, settings)
+    if warning:
+        log.warning("%s", warning)
+    else:
+        caps = capabilities()
+        log.info("tools: agent commands confined (Landlock ABI %d, user/PID/mount/network namespaces)",
+                 caps.landlock_abi)
     await asyncio.to_thread(executor.store.prune, older_than=time.time() - _KEEP_SESSIONS_SECONDS)
     await asyncio.to_thread(executor.engine.start)
     router = CancelRouter(executor, nc)

@@ -1,11 +1,11 @@
-"""Running one shell command: own process group, scrubbed environment, a timeout that kills everything.
+"""Running one command: own session, a timeout that kills everything, output captured head and tail.
 
-The command runs under ``bash -c`` in the worktree as the leader of a new session
-(``start_new_session``). When it times out, when its call is cancelled, or when it finishes but
-left background processes behind, every process of its process group *and* of its session is
-killed with SIGKILL, so a command that spawns children and outlives its timeout leaves nothing
-running. (A child that calls ``setsid`` itself leaves the session and escapes; that is the limit
-of process groups.)
+The command (normally the sandbox launcher of :mod:`.sandbox`, which runs ``bash -c`` confined) starts
+in the worktree as the leader of a new session (``start_new_session``). When it times out, when its call
+is cancelled, or when it finishes but left background processes behind, every process of its process
+group *and* of its session is killed with SIGKILL. Inside the sandbox that kills the PID namespace's init,
+and with it every process the command started, ``setsid`` ones included; unconfined (``sandbox = "off"``),
+a child that calls ``setsid`` leaves the session and escapes, which is the limit of process groups.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
-from .sensitivity import secret_env_name
-
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "MAX_TIMEOUT_SECONDS",
@@ -25,7 +23,6 @@ __all__ = [
     "ShellOutcome",
     "effective_timeout",
     "run_command",
-    "scrubbed_environment",
     "truncate_output",
 ]
 
@@ -35,7 +32,6 @@ OUTPUT_TRUNCATION_CHARS = 512
 """Seed 004's output truncation threshold: longer stdout/stderr keep their head and tail around a notice."""
 
 _CAPTURE_BYTES = 256 * 1024  # kept from each end of a stream; far more than is ever shown
-_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
 
 
 @dataclass(frozen=True)
@@ -53,15 +49,6 @@ def effective_timeout(requested: float | None) -> float:
     if requested is None or requested <= 0:
         return DEFAULT_TIMEOUT_SECONDS
     return min(float(requested), MAX_TIMEOUT_SECONDS)
-
-
-def scrubbed_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The child environment: this process's environment without anything that may carry a secret."""
-    source = os.environ if environ is None else environ
-    env = {name: value for name, value in source.items() if not secret_env_name(name)}
-    # Never wait for a password prompt or a pager that nobody will answer.
-    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat"})
-    return env
 
 
 def truncate_output(text: str, limit: int = OUTPUT_TRUNCATION_CHARS) -> str:
@@ -173,12 +160,10 @@ async def _end(proc: asyncio.subprocess.Process, pumps: list[asyncio.Future[None
     await asyncio.gather(*pumps, return_exceptions=True)
 
 
-async def run_command(command: str, *, cwd: str, timeout: float, env: dict[str, str]) -> ShellOutcome:
-    """Run ``command`` with ``bash -c`` in ``cwd``; kill its whole process tree on timeout or exit."""
+async def run_command(argv: list[str], *, cwd: str, timeout: float, env: dict[str, str]) -> ShellOutcome:
+    """Run ``argv`` in ``cwd``; kill its whole process tree on timeout or exit."""
     proc = await asyncio.create_subprocess_exec(
-        _SHELL,
-        "-c",
-        command,
+        *argv,
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,

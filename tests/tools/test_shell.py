@@ -1,13 +1,15 @@
-"""shell: timeouts that kill the whole process tree, scrubbed environment, truncation, the preflight guard."""
+"""shell: timeouts that kill the whole process tree, an allow-listed environment, truncation, the preflight guard."""
 
 from __future__ import annotations
 
 import os
 import time
 
+import msgspec
 import pytest
 
 from autarch.contracts.tool_args import ShellArgs
+from autarch.services.tools.service import build_executor
 from autarch.services.tools.shell import (
     DEFAULT_TIMEOUT_SECONDS,
     MAX_TIMEOUT_SECONDS,
@@ -16,16 +18,7 @@ from autarch.services.tools.shell import (
     truncate_output,
 )
 
-from .helpers import git, make_repo
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            state = handle.read().rsplit(b")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != b"Z"
+from .helpers import Tools, git, make_repo, processes_with, wait_gone
 
 
 def test_timeout_default_and_cap_are_the_seeds():
@@ -63,10 +56,11 @@ async def test_output_is_truncated(tools):
 
 
 async def test_timeout_response_kills_every_child_and_grandchild(tools, worktree):
+    marker = f"{time.time_ns() % 10**6 + 3000}.{os.getpid()}"
     command = (
-        "sleep 120 & echo $! > pids; "
-        "(sleep 120 & echo $! >> pids; sleep 120) & echo $! >> pids; "
-        "set -m; sleep 120 & echo $! >> pids; "  # job control: its own process group, same session
+        f"sleep {marker} & "
+        f"(sleep {marker} & sleep {marker}) & "
+        f"set -m; sleep {marker} & "  # job control: its own process group, same session
         "echo started; wait"
     )
     started = time.monotonic()
@@ -75,22 +69,14 @@ async def test_timeout_response_kills_every_child_and_grandchild(tools, worktree
     assert value["success"] is False
     assert value["error"] == "Command timed out after 1 seconds"
     assert value["stdout"] == "started\n" and value["stderr"] == ""
-    pids = [int(p) for p in (worktree / "pids").read_text().split()]
-    assert len(pids) == 4
-    deadline = time.monotonic() + 5
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in pids if alive(pid)]
+    assert not wait_gone(marker)
 
 
 async def test_background_processes_do_not_outlive_the_command(tools, worktree):
-    value = await tools("shell", {"command": "sleep 120 & echo $! > pid; echo done"})
+    marker = f"{time.time_ns() % 10**6 + 4000}.{os.getpid()}"
+    value = await tools("shell", {"command": f"sleep {marker} & echo done"})
     assert value == {"success": True, "exit_code": 0, "stdout": "done\n", "stderr": ""}
-    pid = int((worktree / "pid").read_text())
-    deadline = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(pid)
+    assert not wait_gone(marker)
 
 
 async def test_environment_is_scrubbed_of_secrets(tools, monkeypatch):
@@ -103,15 +89,16 @@ async def test_environment_is_scrubbed_of_secrets(tools, monkeypatch):
         "DB_PASSWORD": "planted-0006",
         "CLIENT_SECRET": "planted-0007",
         "OPENAI_API_KEY": "planted-0008",
+        "DB_PASS": "planted-0009",
     }
     for name, value in planted.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("HARMLESS_SETTING", "kept-0009")
+    monkeypatch.setenv("LANG", "C.UTF-8")
     value = await tools("shell", {"command": "env"})
     for name, secret in planted.items():
         assert name not in value["stdout"] and secret not in value["stdout"]
-    env = await tools("shell", {"command": 'echo $HARMLESS_SETTING; test -n "$PATH" && echo path'})
-    assert env["stdout"] == "kept-0009\npath\n"
+    env = await tools("shell", {"command": 'echo $LANG; test -n "$PATH" && echo path'})
+    assert env["stdout"] == "C.UTF-8\npath\n"
 
 
 async def test_a_command_that_cannot_start_is_an_error(tools, worktree):
@@ -143,16 +130,27 @@ async def test_preflight_reports_modified_tracked_files_as_failure(tools, repo):
     assert not result.is_error  # already-modified files that the command leaves alone are not its doing
 
 
-async def test_preflight_sees_changes_to_an_already_dirty_file_and_commits(tools, repo):
+async def test_preflight_sees_changes_to_an_already_dirty_file(tools, repo):
     (repo / "dirty.txt").write_text("local edit\n")
     value = await tools("shell", {"command": "echo more >> dirty.txt"}, role="preflight")
     assert value["success"] is False and value["error"].endswith("left modified: dirty.txt")
-    git(repo, "checkout", "--", "dirty.txt")
-    value = await tools(
-        "shell",
-        {"command": "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m sneaky"},
-        role="preflight",
-    )
+
+
+SNEAKY_COMMIT = "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m sneaky"
+
+
+async def test_preflight_cannot_commit_in_the_sandbox(tools, repo):
+    value = await tools("shell", {"command": SNEAKY_COMMIT}, role="preflight")
+    assert value["success"] is True and value["exit_code"] != 0 and "Read-only file system" in value["stderr"]
+    assert git(repo, "log", "--oneline").count("\n") == 1
+
+
+async def test_unconfined_preflight_that_commits_is_caught(tool_settings, repo):
+    executor = build_executor(msgspec.structs.replace(tool_settings, sandbox="off"), grep_workers=0)
+    try:
+        value = await Tools(executor, repo)("shell", {"command": SNEAKY_COMMIT}, role="preflight")
+    finally:
+        executor.close()
     assert value["success"] is False and value["error"].endswith("left modified: HEAD")
 
 
@@ -167,5 +165,5 @@ async def test_preflight_outside_a_git_worktree_is_an_error(tools, worktree):
     assert value["error"].startswith("Preflight commands must run in a git worktree:")
 
 
-def test_alive_helper_sees_this_process():
-    assert alive(os.getpid())
+def test_the_process_finder_sees_this_process():
+    assert os.getpid() in processes_with("pytest")

@@ -67,3 +67,18 @@ def test_postgres_url_is_translated_to_eventsourcing_settings(tmp_path, monkeypa
     with pytest.raises(SettingsError, match="postgres_url"):
         event_store_env(load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path),
                                                "AUTARCH_POSTGRES_URL": "mysql://x/y"}), "orchestrator")
+
+
+def test_sandbox_settings_from_toml_and_comma_separated_variables(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "config.toml").write_text('sandbox_read_paths = ["~/.cargo"]\nsandbox_network_ports = [443]\n')
+    settings = load_settings(environ={"AUTARCH_DATA_DIR": str(data), "AUTARCH_SANDBOX_ENV": "GOPATH, CARGO_HOME"})
+    assert settings.sandbox == "on" and settings.sandbox_network is False
+    assert settings.sandbox_read_paths == ("~/.cargo",) and settings.sandbox_network_ports == (443,)
+    assert settings.sandbox_env == ("GOPATH", "CARGO_HOME")
+    assert load_settings(environ=settings.to_env()).sandbox_env == ("GOPATH", "CARGO_HOME")
+    with pytest.raises(SettingsError, match='sandbox must be "on" or "off"'):
+        load_settings(environ={"AUTARCH_DATA_DIR": str(data), "AUTARCH_SANDBOX": "maybe"})
+    with pytest.raises(SettingsError, match="sandbox_network_ports must be between 1 and 65535"):
+        load_settings(environ={"AUTARCH_DATA_DIR": str(data), "AUTARCH_SANDBOX_NETWORK_PORTS": "0,80"})

@@ -1,0 +1,271 @@
+"""What an agent's command may reach, and how it is started confined (see :mod:`.sandbox_launch`).
+
+The policy is an allow-list at every level:
+
+- files (Landlock): read, write and execute in the worktree and a private temp dir made for the call;
+  read and execute in the system's toolchain directories (``/usr``, ``/bin``, ``/lib*``, ``/opt``,
+  ``/etc`` without its secret files, ``/proc``, ``/sys``), this Python's installation and what the user
+  adds (``sandbox_read_paths``, ``sandbox_write_paths``); read only, never execute, in the repository's git
+  directory (``git status/diff/log`` work; no hook can run, none be written). The data dir, other
+  worktrees, the home directory and the rest of ``/tmp`` are out of reach;
+- network: none but loopback inside a private network namespace (``sandbox_network`` opens outgoing TCP to
+  ``sandbox_network_ports`` only, so the gateway and NATS stay unreachable);
+- processes: a PID namespace whose init ends everything with the command; no signal or ptrace across;
+- environment: only the variables named in :data:`PASSED_VARIABLES` and ``sandbox_env``.
+
+Where the kernel has no Landlock the shell refuses to run, unless the user set ``sandbox = "off"``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import landlock
+
+__all__ = [
+    "LAUNCH_FAILED",
+    "PASSED_VARIABLES",
+    "Capabilities",
+    "Launch",
+    "SandboxPolicy",
+    "SandboxUnavailable",
+    "capabilities",
+    "prepare_launch",
+    "sandbox_environment",
+]
+
+_LAUNCHER = str(Path(__file__).with_name("sandbox_launch.py"))
+LAUNCH_FAILED = 125
+"""The launcher's exit code when the sandbox could not be set up (the command never ran); its stderr says why."""
+_SHELL = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc", "/proc", "/sys")
+"""The toolchain and system directories a command may read and execute from."""
+SYSTEM_SECRETS = (
+    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
+    "/etc/ssh", "/etc/ssl/private", "/etc/security/opasswd",
+)
+"""Beneath :data:`SYSTEM_READ` but never readable: password hashes, host keys, private TLS keys."""
+DEVICES_RW = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+DEVICES_R = ("/dev/random", "/dev/urandom")
+PASSED_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLUMNS", "LINES")
+"""Variables a command inherits (with every ``LC_*``); anything else must be named in ``sandbox_env``."""
+DEFAULT_NETWORK_PORTS = (53, 80, 443)
+
+_DEVICE_RW = landlock.ACCESS_FS["read_file"] | landlock.ACCESS_FS["write_file"] | landlock.ACCESS_FS["truncate"] \
+    | landlock.ACCESS_FS["ioctl_dev"]
+_ALL = (1 << 16) - 1  # masked by the kernel's ABI in the launcher's Ruleset
+
+
+class SandboxUnavailable(Exception):
+    """The command cannot run confined; the message says why and what the user can do."""
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """The user's settings for agent commands (``sandbox*`` in :class:`autarch.runtime.settings.Settings`)."""
+
+    mode: str = "on"
+    """``on``: confined, refused where no sandbox exists; ``off``: unconfined (the user's explicit choice)."""
+    network: bool = False
+    """Allow outgoing TCP to :attr:`network_ports` (no network namespace then)."""
+    network_ports: tuple[int, ...] = DEFAULT_NETWORK_PORTS
+    read_paths: tuple[str, ...] = ()
+    """More directories to read and execute from (a toolchain in the home directory, say)."""
+    write_paths: tuple[str, ...] = ()
+    """More directories to write in (a shared build cache, say)."""
+    env: tuple[str, ...] = ()
+    """More environment variable names a command inherits."""
+    data_dir: str | None = None
+    """Autarch's data dir: must stay out of reach, so no read or write path may contain it."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What this machine offers: the Landlock ABI (0: none) and whether user namespaces can be made."""
+
+    landlock_abi: int
+    namespaces: bool
+    namespace_error: str = ""
+
+
+@functools.cache
+def capabilities() -> Capabilities:
+    """Probe once per process: the kernel's Landlock ABI, and a real start of the launcher in namespaces."""
+    abi = landlock.abi_version()
+    spec = {"argv": ["/bin/true"], "cwd": "/", "parent": os.getpid(), "namespaces": True,
+            "private_network": True, "landlock_abi": 0, "rules": []}
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)], env={},
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Capabilities(abi, False, str(exc))
+    if done.returncode != 0:
+        return Capabilities(abi, False, done.stderr.strip().removeprefix("autarch-sandbox: "))
+    return Capabilities(abi, True)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _grant(root: str, rights: int, exclude: tuple[str, ...], rules: list[tuple[str, int]]) -> None:
+    """A rule for ``root``, or — when a path to keep out lies beneath it — one per child, recursively."""
+    if any(_under(root, ex) for ex in exclude) or not os.path.exists(root):
+        return
+    if not any(_under(ex, root) and ex != root for ex in exclude):
+        rules.append((root, rights))
+        return
+    try:
+        children = sorted(os.listdir(root))
+    except OSError:
+        return
+    for name in children:
+        _grant(os.path.join(root, name), rights, exclude, rules)
+
+
+def _python_prefixes() -> list[str]:
+    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)})
+
+
+@functools.lru_cache(maxsize=8)
+def _base_rules(policy: SandboxPolicy) -> tuple[tuple[str, int], ...]:
+    """The rules every call shares (computed once per policy: ``/etc`` is walked around its secrets)."""
+    rules: list[tuple[str, int]] = []
+    for root in (*SYSTEM_READ, *_python_prefixes(), *policy.read_paths):
+        _grant(os.path.realpath(os.path.expanduser(root)), landlock.READ_EXEC, SYSTEM_SECRETS, rules)
+    for path in policy.write_paths:
+        _grant(os.path.realpath(os.path.expanduser(path)), _ALL, SYSTEM_SECRETS, rules)
+    rules += [(dev, _DEVICE_RW) for dev in DEVICES_RW if os.path.exists(dev)]
+    rules += [(dev, landlock.READ_EXEC & ~landlock.ACCESS_FS["execute"]) for dev in DEVICES_R if os.path.exists(dev)]
+    if policy.data_dir:
+        data = os.path.realpath(os.path.expanduser(policy.data_dir))
+        for path, _ in rules:
+            if _under(data, path):
+                raise SandboxUnavailable(
+                    f"the sandbox would expose Autarch's data dir {data}: it lies inside {path}. Move the data dir "
+                    "or narrow sandbox_read_paths / sandbox_write_paths."
+                )
+    return tuple(rules)
+
+
+def _git_dirs(root: str) -> tuple[str | None, bool]:
+    """The repository's common git directory for the worktree at ``root``, and whether it lies inside it."""
+    dot_git = os.path.join(root, ".git")
+    if os.path.isdir(dot_git):
+        return dot_git, True
+    try:
+        with open(dot_git) as handle:
+            line = handle.readline().strip()
+    except OSError:
+        return None, False
+    if not line.startswith("gitdir:"):
+        return None, False
+    admin = os.path.join(root, line.removeprefix("gitdir:").strip())
+    try:
+        with open(os.path.join(admin, "commondir")) as handle:
+            common = os.path.join(admin, handle.read().strip())
+    except OSError:
+        common = admin
+    common = os.path.realpath(common)
+    return common, _under(common, os.path.realpath(root))
+
+
+def sandbox_environment(policy: SandboxPolicy, *, home: str | None, environ: dict[str, str] | None = None,
+                        readable: tuple[str, ...] = ()) -> dict[str, str]:
+    """The command's environment, built from an allow-list (never from what a filter let through).
+
+    Args:
+        home: the private temp dir, which also serves as ``HOME`` and ``TMPDIR``; None keeps the real ones.
+        readable: directories the command may read; ``PATH`` keeps only entries beneath them, after this
+            Python's own ``bin`` (so ``python3`` is an interpreter the command can run, not a shim it cannot).
+    """
+    source = os.environ if environ is None else environ
+    names = set(PASSED_VARIABLES) | set(policy.env)
+    env = {k: v for k, v in source.items() if k in names or k.startswith("LC_")}
+    if home is None:
+        for name in ("HOME", "TMPDIR"):
+            if name in source:
+                env[name] = source[name]
+    else:
+        env.update(HOME=home, TMPDIR=home, TMP=home, TEMP=home)
+        entries = [os.path.dirname(sys.executable)]
+        for entry in source.get("PATH", os.defpath).split(os.pathsep):
+            real = os.path.realpath(entry) if entry else ""
+            if real and any(_under(real, root) for root in readable) and entry not in entries:
+                entries.append(entry)
+        env["PATH"] = os.pathsep.join(entries)
+    # Never wait for a password prompt or a pager that nobody will answer.
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat", AUTARCH_SANDBOX=policy.mode)
+    return env
+
+
+@dataclass
+class Launch:
+    """How to start one command: the argv and environment, and the private temp dir to remove after."""
+
+    argv: list[str]
+    env: dict[str, str]
+    temp_dir: str | None = None
+
+    def cleanup(self) -> None:
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
+    """The confined (or, with ``sandbox = "off"``, plain) start of ``bash -c command`` in ``root``.
+
+    Raises:
+        SandboxUnavailable: confinement is on but this machine cannot provide it, or the settings would
+            expose the data dir.
+    """
+    shell = [_SHELL, "-c", command]
+    if policy.mode == "off":
+        return Launch(shell, sandbox_environment(policy, home=None))
+    caps = capabilities()
+    if caps.landlock_abi < 1:
+        raise SandboxUnavailable(
+            "no sandbox is available: this kernel has no Landlock, so agent commands cannot be confined. Use a "
+            "kernel with Landlock (Linux 5.13+, enabled in the lsm= boot list), or set sandbox = \"off\" to run "
+            "them unconfined at your own risk."
+        )
+    root = os.path.realpath(root)
+    git_dir, git_inside = _git_dirs(root)
+    if git_inside and not caps.namespaces:
+        raise SandboxUnavailable(
+            f"{root} holds its own .git, which only a mount namespace can keep read-only, and user namespaces are "
+            f"not available here ({caps.namespace_error}); run commands in a linked worktree instead"
+        )
+    temp_dir = tempfile.mkdtemp(prefix="autarch-sandbox-")
+    rules = list(_base_rules(policy))
+    readable = tuple(path for path, _ in rules)
+    rules += [(root, _ALL), (temp_dir, _ALL)]
+    if git_dir and not git_inside:
+        rules.append((git_dir, landlock.READ))
+    private_network = caps.namespaces and not policy.network
+    if caps.namespaces:
+        rules.append(("/dev/shm", _ALL))  # a private tmpfs in the launcher's mount namespace
+    spec = {
+        "argv": shell,
+        "cwd": root,
+        "parent": os.getpid(),
+        "namespaces": caps.namespaces,
+        "private_network": private_network,
+        "private_shm": caps.namespaces,
+        "landlock_abi": caps.landlock_abi,
+        "rules": rules,
+        # Without a network namespace, Landlock (ABI 4+) keeps TCP to the allowed ports; none when off.
+        "connect_ports": None if private_network else list(policy.network_ports if policy.network else ()),
+        "readonly_mounts": [git_dir] if git_dir and git_inside else [],
+    }
+    env = sandbox_environment(policy, home=temp_dir, readable=(*readable, root))
+    return Launch([sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)], env, temp_dir)

@@ -1,0 +1,191 @@
+"""The sandbox launcher: confines one agent command, runs it, and ends everything it started.
+
+Run as ``python -I -S sandbox_launch.py SPEC`` (standard library only, so it starts in ~10 ms) with the
+sandbox's environment already in place; SPEC is the JSON :func:`autarch.services.tools.sandbox.launch_spec`
+writes. The process tree:
+
+- the launcher (in the tools service's process group; dies with the service by ``PR_SET_PDEATHSIG``)
+  creates a user namespace with a PID, a mount and — when the network is off — a network namespace, and
+  forks
+- an init (PID 1 of the new PID namespace): it mounts a fresh ``/proc`` (so no process outside is even
+  visible), makes the repository's git directory read-only and non-executable, gives ``/dev/shm`` a private
+  tmpfs, brings up loopback, and forks
+- the command: Landlock-confined to the rules of the spec, then ``execve``.
+
+When the command exits the init exits with its status, and the kernel kills every process left in the
+PID namespace — a ``setsid`` or double-forked daemon included. Killing the launcher's process group (a
+timeout, a cancel) kills the init, with the same effect. The launcher exits with the command's status
+(128 + N for signal N); a failure of its own is exit code 125 with one ``autarch-sandbox:`` line on stderr.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import landlock  # the sibling module, imported without its package: there are no site-packages here
+
+LAUNCH_FAILED = 125
+_PR_SET_PDEATHSIG = 1
+_CLONE_NEWNS, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
+# statvfs flag → the mount flag a bind remount must repeat (a user namespace may not clear locked flags).
+_KEPT_FLAGS = {1: _MS_RDONLY, 2: _MS_NOSUID, 4: _MS_NODEV, 8: _MS_NOEXEC, 1024: _MS_NOATIME, 2048: _MS_NODIRATIME,
+               4096: _MS_RELATIME}
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SandboxFailure(Exception):
+    """The sandbox could not be set up; the command never ran."""
+
+
+def _call(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise SandboxFailure(f"{what}: {os.strerror(err)}")
+
+
+def _die_with_parent(expected_parent: int) -> None:
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != expected_parent:  # the parent died before the line above took effect
+        os._exit(LAUNCH_FAILED)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def _enter_namespaces(private_network: bool) -> None:
+    uid, gid = os.getuid(), os.getgid()
+    flags = _CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | (_CLONE_NEWNET if private_network else 0)
+    _call(_libc.unshare(flags), "unshare (user, PID, mount and network namespaces)")
+    # The same ids inside as outside: files keep their owners, and nothing gains a privilege outside.
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def enc(value: str | None) -> bytes | None:
+        return value.encode() if value is not None else None
+
+    _call(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), f"mount {target}")
+
+
+def _read_only(path: str) -> None:
+    """Bind ``path`` over itself read-only, non-executable, without set-uid: no hook can be written or run."""
+    kept = 0
+    vfs = os.statvfs(path).f_flag
+    for st_flag, ms_flag in _KEPT_FLAGS.items():
+        if vfs & st_flag:
+            kept |= ms_flag
+    _mount(path, path, None, _MS_BIND | _MS_REC)
+    _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOEXEC | _MS_NOSUID | _MS_NODEV | kept)
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        ifreq = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, _SIOCGIFFLAGS, ifreq))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+
+
+def _prepare_mounts(spec: dict) -> None:
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here reaches the host's mounts
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    for path in spec.get("readonly_mounts", []):
+        if os.path.isdir(path):
+            _read_only(path)
+    if spec.get("private_shm") and os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=256m")
+    if spec.get("private_network"):
+        _loopback_up()
+
+
+def _confine(spec: dict) -> None:
+    abi = int(spec.get("landlock_abi") or 0)
+    if abi < 1:
+        return
+    ports = spec.get("connect_ports")
+    ruleset = landlock.Ruleset(abi, connect_ports=tuple(ports) if ports is not None else None)
+    for path, rights in spec["rules"]:
+        ruleset.allow(path, int(rights))
+    ruleset.restrict_self()
+
+
+def _exec_command(spec: dict) -> None:
+    """In the child that becomes the command: confine, then replace this process with it."""
+    try:
+        os.chdir(spec["cwd"])
+        _confine(spec)
+        argv = spec["argv"]
+        os.execve(argv[0], argv, os.environ)
+    except (OSError, SandboxFailure) as exc:
+        os.write(2, f"autarch-sandbox: {exc}\n".encode())
+    os._exit(LAUNCH_FAILED)
+
+
+def _status_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _run_as_init(spec: dict) -> None:
+    """PID 1 of the namespace: prepare it, start the command, reap orphans, exit with the command."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        _prepare_mounts(spec)
+    except (OSError, SandboxFailure) as exc:
+        os.write(2, f"autarch-sandbox: {exc}\n".encode())
+        os._exit(LAUNCH_FAILED)
+    command = os.fork()
+    if command == 0:
+        _exec_command(spec)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(LAUNCH_FAILED)
+        if pid == command:
+            # Exiting as PID 1 makes the kernel SIGKILL everything the command left in the namespace.
+            os._exit(_status_code(status))
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    _die_with_parent(int(spec["parent"]))
+    try:
+        if spec.get("namespaces"):
+            _enter_namespaces(bool(spec.get("private_network")))
+        else:
+            _exec_command(spec)  # Landlock alone: the command replaces the launcher
+    except (OSError, SandboxFailure) as exc:
+        os.write(2, f"autarch-sandbox: {exc}\n".encode())
+        os._exit(LAUNCH_FAILED)
+    init = os.fork()
+    if init == 0:
+        _run_as_init(spec)
+    while True:
+        try:
+            _, status = os.waitpid(init, 0)
+            break
+        except InterruptedError:
+            continue
+    os._exit(_status_code(status))
+
+
+if __name__ == "__main__":
+    main()

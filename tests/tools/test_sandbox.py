@@ -1,0 +1,259 @@
+"""The sandbox, tried as a hostile agent would: every escape fails with a clear error; normal work still works.
+
+Each test runs a real ``shell`` tool call through the real executor, with the layout ``autarch up`` makes: the
+token in the data dir, the pulse's worktree a linked git worktree under ``<data dir>/worktrees/``, the user's
+repository elsewhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autarch.runtime.settings import Settings
+from autarch.services.tools import landlock, sandbox
+from autarch.services.tools.executor import ToolExecutor
+from autarch.services.tools.service import build_executor, sandbox_warning
+
+from .helpers import Tools, git, make_repo, wait_gone
+
+pytestmark = pytest.mark.skipif(
+    sandbox.capabilities().landlock_abi < 1 or not sandbox.capabilities().namespaces,
+    reason="this kernel offers no Landlock or no user namespaces (tests of the refusal below still run)",
+)
+
+
+class Layout:
+    """The data dir with its token, the user's repository, and a pulse worktree linked to it."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.data = tmp / "data"
+        self.data.mkdir()
+        self.token = self.data / "token"
+        self.token.write_text("gateway-token-planted-4711\n")
+        self.repo = make_repo(tmp / "user-repo", {"src/app.py": "def add(a, b):\n    return a + b\n",
+                                                  "README.md": "app\n"})
+        self.worktree = self.data / "worktrees" / "wf-1"
+        self.worktree.parent.mkdir()
+        git(self.repo, "worktree", "add", "-q", "-b", "autarch/wf-1", str(self.worktree))
+        self.other = self.data / "worktrees" / "wf-2"
+        self.other.mkdir()
+        (self.other / "secret.txt").write_text("another workflow's file\n")
+
+    def settings(self, **overrides: object) -> Settings:
+        return Settings(data_dir=str(self.data), request_timeout=5.0, restart_grace=0.5, **overrides)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return Layout(tmp_path)
+
+
+def tools_for(layout: Layout, **overrides: object) -> Iterator[Tools]:
+    executor: ToolExecutor = build_executor(layout.settings(**overrides), grep_workers=0)
+    try:
+        yield Tools(executor, layout.worktree)
+    finally:
+        executor.close()
+
+
+@pytest.fixture
+def tools(layout: Layout) -> Iterator[Tools]:
+    yield from tools_for(layout)
+
+
+async def sh(tools: Tools, command: str, **kwargs: object) -> dict:
+    return await tools("shell", {"command": command, **kwargs})
+
+
+async def test_normal_work_builds_tests_and_reads_git(tools: Tools, layout: Layout):
+    value = await sh(tools, (
+        "set -e; echo 'def test_add():\n    from src.app import add\n    assert add(2, 3) == 5' > test_app.py; "
+        "python3 -c 'from src.app import add; print(add(2, 3))'; "
+        "python3 -m pytest -q -p no:cacheprovider test_app.py | tail -1; "
+        "git status --short; git log --oneline | wc -l; git diff --stat HEAD | tail -1; "
+        "mkdir -p build && cc --version >/dev/null 2>&1; echo tmp=$(mktemp) > build/out.txt; cat build/out.txt"
+    ))
+    assert value["exit_code"] == 0, value
+    out = value["stdout"]
+    assert out.startswith("5\n") and "1 passed" in out and "?? test_app.py" in out
+    assert "tmp=/tmp/autarch-sandbox-" in out
+    assert (layout.worktree / "build" / "out.txt").is_file()
+
+
+async def test_the_gateway_token_in_the_data_dir_cannot_be_read(tools: Tools, layout: Layout):
+    value = await sh(tools, f"cat ../../token; cat {layout.token}; ls {layout.data}")
+    assert "gateway-token-planted" not in value["stdout"]
+    assert value["stderr"].count("Permission denied") == 3
+
+
+async def test_other_worktrees_home_and_tmp_are_out_of_reach(tools: Tools, layout: Layout):
+    home = os.path.realpath(os.path.expanduser("~"))
+    escape = f"/tmp/escape-{uuid.uuid4().hex}"
+    value = await sh(tools, f"cat {layout.other}/secret.txt; ls {home}; ls /tmp; echo x > {escape}")
+    assert "another workflow" not in value["stdout"]
+    assert value["stderr"].count("Permission denied") == 4, value["stderr"]
+
+
+async def test_no_hook_can_be_written_into_the_users_repository(tools: Tools, layout: Layout):
+    hook = layout.repo / ".git" / "hooks" / "pre-commit"
+    value = await sh(tools, (
+        "gitdir=$(sed 's/^gitdir: //' .git); common=$gitdir/$(cat $gitdir/commondir); "
+        "printf '#!/bin/sh\\necho pwned > /tmp/pwned\\n' > $common/hooks/pre-commit; "
+        "chmod +x $common/hooks/pre-commit; echo '[core]\\n\\thooksPath = /tmp' >> $common/config; "
+        "git add -A"
+    ))
+    assert value["exit_code"] != 0
+    assert "Permission denied" in value["stderr"]
+    assert not hook.exists()
+    assert "hooksPath" not in (layout.repo / ".git" / "config").read_text()
+
+
+async def test_a_repository_checked_out_in_the_root_keeps_its_git_dir_read_only(layout: Layout):
+    for tools in tools_for(layout):
+        value = await tools("shell", {"command": (
+            "git status --short; echo bad > .git/hooks/pre-commit; "
+            "git -c user.name=a -c user.email=a@b commit -q --allow-empty -m sneaky"
+        )}, root=layout.repo)
+    assert value["exit_code"] != 0
+    assert "Read-only file system" in value["stderr"]
+    assert not (layout.repo / ".git" / "hooks" / "pre-commit").exists()
+    assert git(layout.repo, "log", "--oneline").count("\n") == 1
+
+
+async def test_the_services_environment_cannot_be_read_from_proc(tools: Tools, monkeypatch):
+    secret = "planted-proc-secret-9137"
+    monkeypatch.setenv("AUTARCH_ANTHROPIC_API_KEY", secret)
+    value = await sh(tools, (
+        "cat /proc/$PPID/environ | base64 -w0; echo; cat /proc/1/environ | base64 -w0; echo; "
+        f"cat /proc/{os.getpid()}/environ | base64 -w0; echo; ls /proc | grep -c '^[0-9]'"
+    ))
+    encoded = base64.b64encode(secret.encode()).decode()
+    assert secret not in value["stdout"] and encoded[:16] not in value["stdout"]
+    assert int(value["stdout"].split()[-1]) <= 8  # only the sandbox's own processes are visible
+
+
+async def test_only_allow_listed_variables_are_inherited(layout: Layout, monkeypatch):
+    planted = {"DB_PASS": "planted-0001", "ANTHROPIC_API_KEY": "sk-ant-planted-0002", "HARMLESS": "planted-0003",
+               "AUTARCH_DATA_DIR": "/planted/0004", "SOME_CONFIG": "kept-0005"}
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    for tools in tools_for(layout, sandbox_env=("SOME_CONFIG",)):
+        value = await tools("shell", {"command": "env"})
+    names = {line.split("=", 1)[0] for line in value["stdout"].splitlines()}
+    assert "SOME_CONFIG=kept-0005" in value["stdout"]
+    assert not names & {"DB_PASS", "ANTHROPIC_API_KEY", "HARMLESS", "AUTARCH_DATA_DIR"}
+    assert names <= {*sandbox.PASSED_VARIABLES, "SOME_CONFIG", "HOME", "TMPDIR", "TMP", "TEMP", "PWD", "SHLVL", "_",
+                     "OLDPWD", "GIT_TERMINAL_PROMPT", "GIT_PAGER", "PAGER", "AUTARCH_SANDBOX"} | {
+                         n for n in names if n.startswith("LC_")}
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A TCP server on loopback standing in for the gateway and NATS."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
+
+
+CONNECT = ("python3 -c 'import socket,sys; socket.create_connection((\"127.0.0.1\", int(sys.argv[1])), 3); "
+           "print(\"connected\")' {port}")
+
+
+async def test_the_network_is_off_but_loopback_inside_works(tools: Tools, listener: int):
+    value = await sh(tools, CONNECT.format(port=listener))
+    assert "connected" not in value["stdout"] and "Connection refused" in value["stderr"]
+    inside = await sh(tools, (
+        "python3 -m http.server 18080 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; "
+        + CONNECT.format(port=18080)
+    ))
+    assert inside["stdout"].strip() == "connected", inside
+
+
+async def test_with_network_on_the_gateway_and_nats_ports_stay_closed(layout: Layout, listener: int):
+    for tools in tools_for(layout, sandbox_network=True, sandbox_network_ports=(443,)):
+        value = await tools("shell", {"command": CONNECT.format(port=listener)})
+    assert "connected" not in value["stdout"] and "Permission denied" in value["stderr"]
+
+
+async def test_a_setsid_daemon_ends_with_the_command(tools: Tools):
+    marker = f"{time.time_ns() % 10**6 + 1000}.{os.getpid()}"
+    value = await sh(tools, f"setsid sh -c 'while :; do sleep {marker}; done' </dev/null >/dev/null 2>&1 & "
+                            f"(setsid sleep {marker}x &) ; nohup sleep {marker}y >/dev/null 2>&1 & echo started")
+    assert value["stdout"] == "started\n"
+    assert not wait_gone(marker)
+
+
+async def test_a_timeout_ends_every_process_setsid_included(tools: Tools):
+    marker = f"{time.time_ns() % 10**6 + 2000}.{os.getpid()}"
+    started = time.monotonic()
+    value = await sh(tools, f"(setsid sleep {marker} &); sleep {marker} & sleep {marker} & wait", timeoutSeconds=1)
+    assert time.monotonic() - started < 10
+    assert value["error"] == "Command timed out after 1 seconds"
+    assert not wait_gone(marker)
+
+
+async def test_processes_outside_cannot_be_signalled(tools: Tools):
+    value = await sh(tools, f"kill -0 {os.getpid()}; kill -TERM 1; kill -KILL 1; echo alive")
+    assert value["stdout"] == "alive\n"
+    assert "No such process" in value["stderr"] and value["stderr"].count("Operation not permitted") == 2
+
+
+async def test_without_landlock_the_shell_refuses_and_up_warns(layout: Layout, monkeypatch):
+    monkeypatch.setattr(landlock, "abi_version", lambda: 0)
+    sandbox.capabilities.cache_clear()
+    try:
+        for tools in tools_for(layout):
+            value = await tools("shell", {"command": "echo ran > ran.txt"})
+        assert value == {"success": False, "error": value["error"]}
+        assert value["error"].startswith("Command refused: no sandbox is available")
+        assert 'sandbox = "off"' in value["error"]
+        assert not (layout.worktree / "ran.txt").exists()
+        assert "no sandbox is available" in (sandbox_warning(layout.settings()) or "")
+    finally:
+        sandbox.capabilities.cache_clear()
+
+
+async def test_sandbox_off_runs_unconfined_with_a_warning(layout: Layout):
+    settings = layout.settings(sandbox="off")
+    assert "UNCONFINED" in (sandbox_warning(settings) or "")
+    assert sandbox_warning(layout.settings()) is None
+    for tools in tools_for(layout, sandbox="off"):
+        value = await tools("shell", {"command": "cat ../../token"})
+    assert value["stdout"] == "gateway-token-planted-4711\n"
+
+
+async def test_settings_that_would_expose_the_data_dir_are_refused(layout: Layout):
+    for tools in tools_for(layout, sandbox_read_paths=(str(layout.data.parent),)):
+        value = await tools("shell", {"command": "cat ../../token"})
+    assert value["success"] is False
+    assert value["error"].startswith("Command refused: the sandbox would expose Autarch's data dir")
+
+
+async def test_user_paths_widen_the_sandbox(layout: Layout, tmp_path: Path):
+    tools_dir = tmp_path / "toolchain"
+    (tools_dir / "bin").mkdir(parents=True)
+    (tools_dir / "bin" / "mytool").write_text("#!/bin/sh\necho mytool ran\n")
+    (tools_dir / "bin" / "mytool").chmod(0o755)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for tools in tools_for(layout, sandbox_read_paths=(str(tools_dir),), sandbox_write_paths=(str(cache),)):
+        command = f"{tools_dir}/bin/mytool; echo c > {cache}/x; echo no > {tools_dir}/y"
+        value = await tools("shell", {"command": command})
+    assert value["stdout"] == "mytool ran\n" and (cache / "x").read_text() == "c\n"
+    assert "Permission denied" in value["stderr"] and not (tools_dir / "y").exists()
+
+
+async def test_the_private_temp_dir_is_removed_after_the_call(tools: Tools):
+    value = await sh(tools, "echo $TMPDIR; touch $TMPDIR/left-behind")
+    temp_dir = Path(value["stdout"].strip())
+    assert temp_dir.name.startswith("autarch-sandbox-") and not temp_dir.exists()
