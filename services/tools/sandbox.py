@@ -59,6 +59,8 @@ DEVICES_R = ("/dev/random", "/dev/urandom")
 PASSED_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME", "COLUMNS", "LINES")
 """Variables a command inherits (with every ``LC_*``); anything else must be named in ``sandbox_env``."""
 DEFAULT_NETWORK_PORTS = (53, 80, 443)
+HIDDEN = ("/run", "/tmp", "/var/tmp")
+"""Replaced by empty tmpfs in the command's mount namespace (allowed paths beneath them are bound back)."""
 
 _DEVICE_RW = landlock.ACCESS_FS["read_file"] | landlock.ACCESS_FS["write_file"] | landlock.ACCESS_FS["truncate"] \
     | landlock.ACCESS_FS["ioctl_dev"]
@@ -245,8 +247,8 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
             f"{root} holds its own .git, which only a mount namespace can keep read-only, and user namespaces are "
             f"not available here ({caps.namespace_error}); run commands in a linked worktree instead"
         )
-    temp_dir = tempfile.mkdtemp(prefix="autarch-sandbox-")
     rules = list(_base_rules(policy))
+    temp_dir = tempfile.mkdtemp(prefix="autarch-sandbox-")
     readable = tuple(path for path, _ in rules)
     rules += [(root, _ALL), (temp_dir, _ALL)]
     if git_dir and not git_inside:
@@ -266,6 +268,8 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
         # Without a network namespace, Landlock (ABI 4+) keeps TCP to the allowed ports; none when off.
         "connect_ports": None if private_network else list(policy.network_ports if policy.network else ()),
         "readonly_mounts": [git_dir] if git_dir and git_inside else [],
+        # Where unix sockets live: hidden, since Landlock does not govern connecting to one by path.
+        "hidden": list(HIDDEN) if caps.namespaces else [],
     }
     env = sandbox_environment(policy, home=temp_dir, readable=(*readable, root))
     return Launch([sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)], env, temp_dir)

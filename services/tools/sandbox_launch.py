@@ -7,9 +7,10 @@ writes. The process tree:
 - the launcher (in the tools service's process group; dies with the service by ``PR_SET_PDEATHSIG``)
   creates a user namespace with a PID, a mount and — when the network is off — a network namespace, and
   forks
-- an init (PID 1 of the new PID namespace): it mounts a fresh ``/proc`` (so no process outside is even
-  visible), makes the repository's git directory read-only and non-executable, gives ``/dev/shm`` a private
-  tmpfs, brings up loopback, and forks
+- an init (PID 1 of the new PID namespace): it hides ``/run`` and ``/tmp`` under empty tmpfs (bringing back
+  only the allowed paths beneath them), mounts a fresh ``/proc`` (so no process outside is even visible),
+  makes the repository's git directory read-only and non-executable, gives ``/dev/shm`` a private tmpfs,
+  brings up loopback, and forks
 - the command: Landlock-confined to the rules of the spec, then ``execve``.
 
 When the command exits the init exits with its status, and the kernel kills every process left in the
@@ -102,8 +103,30 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
 
 
+def _hide(directory: str, keep: list[str]) -> None:
+    """An empty tmpfs over ``directory`` (its unix sockets with it), then ``keep`` (paths beneath it) bound back.
+
+    Landlock governs opening files, not connecting to a unix socket by path, so a database's or a container
+    engine's socket in ``/run`` or ``/tmp`` is hidden this way instead.
+    """
+    kept = [path for path in keep if path.startswith(directory.rstrip("/") + "/") and os.path.exists(path)]
+    handles = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in kept}
+    _mount("tmpfs", directory, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777,size=64m")
+    for path, fd in sorted(handles.items()):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "a").close()
+        _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+        os.close(fd)
+
+
 def _prepare_mounts(spec: dict) -> None:
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done here reaches the host's mounts
+    for directory in spec.get("hidden", []):
+        if os.path.isdir(directory) and not os.path.islink(directory):
+            _hide(directory, [path for path, _ in spec["rules"]])
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     for path in spec.get("readonly_mounts", []):
         if os.path.isdir(path):

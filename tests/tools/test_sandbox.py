@@ -73,6 +73,11 @@ async def sh(tools: Tools, command: str, **kwargs: object) -> dict:
     return await tools("shell", {"command": command, **kwargs})
 
 
+def refusals(stderr: str) -> int:
+    """Lines saying a path is out of reach: denied by Landlock, or not there at all in the command's mounts."""
+    return sum(1 for line in stderr.splitlines() if "Permission denied" in line or "No such file" in line)
+
+
 async def test_normal_work_builds_tests_and_reads_git(tools: Tools, layout: Layout):
     value = await sh(tools, (
         "set -e; echo 'def test_add():\n    from src.app import add\n    assert add(2, 3) == 5' > test_app.py; "
@@ -91,7 +96,7 @@ async def test_normal_work_builds_tests_and_reads_git(tools: Tools, layout: Layo
 async def test_the_gateway_token_in_the_data_dir_cannot_be_read(tools: Tools, layout: Layout):
     value = await sh(tools, f"cat ../../token; cat {layout.token}; ls {layout.data}")
     assert "gateway-token-planted" not in value["stdout"]
-    assert value["stderr"].count("Permission denied") == 3
+    assert refusals(value["stderr"]) == 3, value["stderr"]
 
 
 async def test_other_worktrees_home_and_tmp_are_out_of_reach(tools: Tools, layout: Layout):
@@ -99,7 +104,7 @@ async def test_other_worktrees_home_and_tmp_are_out_of_reach(tools: Tools, layou
     escape = f"/tmp/escape-{uuid.uuid4().hex}"
     value = await sh(tools, f"cat {layout.other}/secret.txt; ls {home}; ls /tmp; echo x > {escape}")
     assert "another workflow" not in value["stdout"]
-    assert value["stderr"].count("Permission denied") == 4, value["stderr"]
+    assert refusals(value["stderr"]) == 4, value["stderr"]
 
 
 async def test_no_hook_can_be_written_into_the_users_repository(tools: Tools, layout: Layout):
@@ -257,3 +262,19 @@ async def test_the_private_temp_dir_is_removed_after_the_call(tools: Tools):
     value = await sh(tools, "echo $TMPDIR; touch $TMPDIR/left-behind")
     temp_dir = Path(value["stdout"].strip())
     assert temp_dir.name.startswith("autarch-sandbox-") and not temp_dir.exists()
+
+
+async def test_unix_sockets_outside_are_out_of_reach(tools: Tools, tmp_path: Path):
+    path = tmp_path / "db.sock"  # a database's or a container engine's socket, as /run and /tmp hold them
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    try:
+        value = await sh(tools, (
+            "python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); "
+            f"print(\"reached\")' {path}; ls -A /run | wc -l"
+        ))
+    finally:
+        server.close()
+    assert "reached" not in value["stdout"] and "No such file or directory" in value["stderr"]
+    assert value["stdout"].strip() == "0"
