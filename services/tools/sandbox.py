@@ -205,8 +205,10 @@ def sandbox_environment(policy: SandboxPolicy, *, home: str | None, environ: dic
             if real and any(_under(real, root) for root in readable) and entry not in entries:
                 entries.append(entry)
         env["PATH"] = os.pathsep.join(entries)
-    # Never wait for a password prompt or a pager that nobody will answer.
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat", AUTARCH_SANDBOX=policy.mode)
+    # Never wait for a password prompt or a pager that nobody will answer; leave no bytecode in the worktree
+    # (a __pycache__ the agent's test run made would otherwise land in the pulse's commit).
+    env.update(GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat", PYTHONDONTWRITEBYTECODE="1",
+               AUTARCH_SANDBOX=policy.mode)
     return env
 
 

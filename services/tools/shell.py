@@ -145,7 +145,7 @@ async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
         if remaining <= 0:
             return False
         await asyncio.sleep(min(delay, remaining))
-        delay = min(delay * 2, 0.05)
+        delay = min(delay * 2, 0.01)  # a short command is answered within 10 ms of its exit
     return True
 
 

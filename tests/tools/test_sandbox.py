@@ -155,9 +155,11 @@ async def test_only_allow_listed_variables_are_inherited(layout: Layout, monkeyp
     names = {line.split("=", 1)[0] for line in value["stdout"].splitlines()}
     assert "SOME_CONFIG=kept-0005" in value["stdout"]
     assert not names & {"DB_PASS", "ANTHROPIC_API_KEY", "HARMLESS", "AUTARCH_DATA_DIR"}
-    assert names <= {*sandbox.PASSED_VARIABLES, "SOME_CONFIG", "HOME", "TMPDIR", "TMP", "TEMP", "PWD", "SHLVL", "_",
-                     "OLDPWD", "GIT_TERMINAL_PROMPT", "GIT_PAGER", "PAGER", "AUTARCH_SANDBOX"} | {
-                         n for n in names if n.startswith("LC_")}
+    set_by_the_sandbox = {"HOME", "TMPDIR", "TMP", "TEMP", "GIT_TERMINAL_PROMPT", "GIT_PAGER", "PAGER",
+                          "PYTHONDONTWRITEBYTECODE", "AUTARCH_SANDBOX"}
+    set_by_bash = {"PWD", "SHLVL", "_", "OLDPWD"}
+    locale = {n for n in names if n.startswith("LC_")}
+    assert names <= {*sandbox.PASSED_VARIABLES, "SOME_CONFIG", *set_by_the_sandbox, *set_by_bash, *locale}
 
 
 @pytest.fixture
