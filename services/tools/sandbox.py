@@ -13,7 +13,8 @@ The policy is an allow-list at every level:
 - processes: a PID namespace whose init ends everything with the command; no signal or ptrace across;
 - environment: only the variables named in :data:`PASSED_VARIABLES` and ``sandbox_env``.
 
-Where the kernel has no Landlock the shell refuses to run, unless the user set ``sandbox = "off"``.
+Where the kernel has no Landlock, bubblewrap (``bwrap``) builds the same allow-list out of mounts; where neither
+exists the shell refuses to run, unless the user set ``sandbox = "off"``.
 """
 
 from __future__ import annotations
@@ -236,13 +237,16 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
     if policy.mode == "off":
         return Launch(shell, sandbox_environment(policy, home=None))
     caps = capabilities()
-    if caps.landlock_abi < 1:
-        raise SandboxUnavailable(
-            "no sandbox is available: this kernel has no Landlock, so agent commands cannot be confined. Use a "
-            "kernel with Landlock (Linux 5.13+, enabled in the lsm= boot list), or set sandbox = \"off\" to run "
-            "them unconfined at your own risk."
-        )
     root = os.path.realpath(root)
+    if caps.landlock_abi < 1:
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise SandboxUnavailable(
+                "no sandbox is available: this kernel has no Landlock and bubblewrap (bwrap) is not installed, so "
+                "agent commands cannot be confined. Use a kernel with Landlock (Linux 5.13+, in the lsm= boot "
+                "list) or install bubblewrap, or set sandbox = \"off\" to run them unconfined at your own risk."
+            )
+        return _bubblewrap_launch(bwrap, policy, shell, root)
     git_dir, git_inside = _git_dirs(root)
     if git_inside and not caps.namespaces:
         raise SandboxUnavailable(
@@ -275,3 +279,33 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
     }
     env = sandbox_environment(policy, home=temp_dir, readable=(*readable, root))
     return Launch([sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)], env, temp_dir)
+
+
+def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root: str) -> Launch:
+    """Where the kernel has no Landlock: the same allow-list as mounts in a new, otherwise empty root.
+
+    bubblewrap builds the root from bind mounts of exactly the allowed paths (read-only where only reading is
+    allowed), a fresh ``/proc`` and minimal ``/dev``, in user, PID, IPC and (network off) network namespaces;
+    the command's PID namespace dies with it. Without Landlock, outgoing TCP cannot be narrowed to ports, so
+    ``sandbox_network`` then opens the whole network.
+    """
+    rules = list(_base_rules(policy))
+    git_dir, _ = _git_dirs(root)
+    temp_dir = tempfile.mkdtemp(prefix="autarch-sandbox-")
+    argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc",
+            "--unshare-uts", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    if not policy.network:
+        argv.append("--unshare-net")
+    for path, rights in rules:
+        if path.startswith(("/proc", "/dev")):
+            continue  # bubblewrap's own fresh /proc and minimal /dev
+        argv += ["--bind" if rights & landlock.ACCESS_FS["write_file"] else "--ro-bind", path, path]
+    for path in SYSTEM_READ:
+        if os.path.islink(path):  # /bin → usr/bin on a merged-/usr system: the rules name only the target
+            argv += ["--symlink", os.readlink(path), path]
+    argv += ["--bind", root, root, "--bind", temp_dir, temp_dir]
+    if git_dir:  # after the root's bind, so a .git inside it is covered read-only too
+        argv += ["--ro-bind", git_dir, git_dir]
+    argv += ["--chdir", root, "--", *shell]
+    readable = tuple(path for path, _ in rules)
+    return Launch(argv, sandbox_environment(policy, home=temp_dir, readable=(*readable, root)), temp_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 
@@ -57,9 +58,13 @@ def sandbox_warning(settings: Settings) -> str | None:
         return ("sandbox = \"off\": agent commands run UNCONFINED, with your user's access to every file, "
                 "the network and this system's services (set sandbox = \"on\" to confine them)")
     caps = capabilities()
+    if caps.landlock_abi < 1 and shutil.which("bwrap"):
+        return ("no Landlock on this kernel: agent commands are confined by bubblewrap instead, whose "
+                "sandbox_network opens the whole network, not only sandbox_network_ports")
     if caps.landlock_abi < 1:
-        return ("no sandbox is available on this machine (no Landlock): shell commands of agents will be "
-                "refused; set sandbox = \"off\" to run them unconfined at your own risk")
+        return ("no sandbox is available on this machine (no Landlock, no bubblewrap): shell commands of agents "
+                "will be refused; install bubblewrap, or set sandbox = \"off\" to run them unconfined at your own "
+                "risk")
     if not caps.namespaces:
         return (f"user namespaces are not available ({caps.namespace_error}): agent commands are confined by "
                 "Landlock alone; a process they detach with setsid can outlive them")
