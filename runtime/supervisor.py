@@ -1,14 +1,20 @@
 """``autarch up``: the embedded NATS server, every service as its own OS process, and the gateway.
 
 A child that exits unexpectedly is restarted with exponential backoff (reset once it has stayed
-up for a while). Every line a child prints is prefixed with its name. SIGINT/SIGTERM stop the
-children (SIGTERM, then SIGKILL after a grace period); children also get SIGTERM from the
-kernel if the supervisor itself dies (PR_SET_PDEATHSIG), so no process is orphaned.
+up for a while); the embedded nats-server too, on the same port and with the same JetStream
+store, so the services (which reconnect by themselves) find their stream and its events again.
+Every exited child is reaped. Every line a child prints is prefixed with its name. SIGINT/SIGTERM
+stop the children (SIGTERM, then SIGKILL after a grace period). Should the supervisor itself die
+without that cleanup (SIGKILL, a crash), the kernel SIGKILLs every child (PR_SET_PDEATHSIG), so
+no process is orphaned. SIGKILL, not SIGTERM: with nobody left to escalate, a graceful stop that
+waits on something (a client's open SSE stream held the gateway) would never end; and a SIGKILL
+loses nothing (event stores are transactional, relays publish again, JetStream recovers its store).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import logging
@@ -70,7 +76,8 @@ class Child:
             # Its own session: a terminal's Ctrl-C (sent to the whole foreground group) reaches only the
             # supervisor, which then stops the children in order (gateway, services, NATS last).
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            # Read the parent's pid here, before the fork, so a supervisor dying during the fork is noticed.
+            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid()),
         )
         self.started_at = time.monotonic()
         self._pump = asyncio.create_task(self._prefix_lines())
@@ -108,6 +115,8 @@ class Supervisor:
     grace: float = 10.0
     """Seconds a child gets to stop after SIGTERM before SIGKILL."""
     max_backoff: float = 10.0
+    stable_after: float = 30.0
+    """Seconds up after which a child's next exit is a new failure: its backoff starts again from 0.25 s."""
     children: dict[str, Child] = field(default_factory=dict)
     nats: EmbeddedNats | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -143,7 +152,8 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         if self.settings.nats_url is None:
-            self.nats = EmbeddedNats(self.settings.data_path / "nats", port=self.settings.nats_port)
+            self.nats = EmbeddedNats(self.settings.data_path / "nats", port=self.settings.nats_port,
+                                     parent_death_signal=signal.SIGKILL)
             # In this (main) thread: the server's parent-death signal is tied to the thread that forks it.
             self.nats.start()
             log.info("embedded nats-server on %s (JetStream in %s)", self.nats.url, self.nats.data_dir)
@@ -158,6 +168,8 @@ class Supervisor:
                 await child.spawn()
             self._write_run_file()
             watchers = [asyncio.create_task(self._watch(child)) for child in self.children.values()]
+            if self.nats is not None:
+                watchers.append(asyncio.create_task(self._watch_nats(self.nats)))
             await self._stop.wait()
             log.info("stopping")
             for task in watchers:
@@ -180,11 +192,35 @@ class Supervisor:
             if child.stopping or self._stop.is_set():
                 return
             up_for = time.monotonic() - child.started_at
-            if up_for > 30:
+            if up_for > self.stable_after:
                 backoff = 0.25  # it ran fine for a while: this is a new failure, not a crash loop
             log.warning("%s exited with %s after %.1fs; restarting in %.2fs", child.name, code, up_for, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.max_backoff)
             child.restarts += 1
             await child.spawn()
+            self._write_run_file()
+
+    async def _watch_nats(self, nats: EmbeddedNats) -> None:
+        """Restart the embedded nats-server when it dies: same port and store, so no client is reconfigured."""
+        backoff = 0.25
+        while True:
+            code = await nats.wait()  # reaps it: a dead server is never left a zombie
+            if self._stop.is_set():
+                return
+            up_for = time.monotonic() - nats.started_at
+            if up_for > self.stable_after:
+                backoff = 0.25
+            log.warning("nats-server exited with %s after %.1fs; restarting in %.2fs on port %d (JetStream kept)",
+                        code, up_for, backoff, nats.port)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, self.max_backoff)
+            try:
+                await nats.start_async()
+            except (RuntimeError, OSError) as exc:
+                # Its port not free yet, say. The failed server has exited (or was killed), so the wait
+                # above returns at once and the next try comes after a longer backoff.
+                log.error("nats-server did not come back: %s", exc)
+                continue
+            log.info("nats-server restarted on %s (pid %d)", nats.url, nats.process.pid if nats.process else 0)
             self._write_run_file()
