@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -28,7 +29,7 @@ from .health import check_health
 from .orchestrator_client import ask_orchestrator, nc_of
 from .params import bad_request, resolve_repo
 from .session_routes import SESSION_ROUTES
-from .sse import event_stream
+from .sse import end_streams_on_signals, event_stream
 from .workflow_routes import WORKFLOW_ROUTES
 
 __all__ = ["create_app"]
@@ -88,7 +89,9 @@ async def events(
     """Every recorded event as SSE, ``id:`` = its stream sequence; ``Last-Event-ID`` (or ``since``) resumes
     right after that event. Unless ``deltas=false``, the live ``turn:message_delta`` / ``turn:thought_delta``
     events come too, without ``id:`` (they are not stored: a client that falls behind loses some, and
-    ``turn:completed`` carries the full text)."""
+    ``turn:completed`` carries the full text). While nothing flows a ``: keep-alive`` comment comes every
+    ``sse_keepalive`` seconds, so a read timeout somewhat longer than that tells a dead connection; a stopping
+    gateway ends the stream with ``: gateway stopping`` (resume with ``Last-Event-ID``)."""
     after = since
     last_event_id = request.headers.get("last-event-id")
     if last_event_id:
@@ -102,7 +105,7 @@ async def events(
             raise bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow") from None
     settings: Settings = state["settings"]
     stream = event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive,
-                          deltas=deltas)
+                          deltas=deltas, stopping=state.get("stopping"))
     return ServerSentEvent(stream)
 
 
@@ -124,9 +127,14 @@ def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orc
         await ensure_event_stream(
             app.state["nc"], duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas
         )
+        # Open SSE streams end when the server is told to stop, or its graceful shutdown would wait on them.
+        app.state["stopping"] = stopping = asyncio.Event()
+        undo_signals = end_streams_on_signals(stopping)
         try:
             yield
         finally:
+            stopping.set()
+            undo_signals()
             await close_quietly(app.state["nc"])
 
     return Litestar(
