@@ -61,6 +61,9 @@ class GatewayUnreachable(CliError):
 class Connection:
     url: str
     token: str
+    sse_keepalive: float = 15.0
+    """Seconds between the gateway's SSE keep-alive comments (its ``sse_keepalive`` setting, read from the
+    same settings): a stream silent for clearly longer than this is a dead connection."""
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +106,7 @@ def connection_from_args(args: argparse.Namespace) -> Connection:
         raise CliError(f"cannot read the token at {token_file}: {exc.strerror or exc}") from None
     if not token:
         raise CliError(f"{token_file} is empty")
-    return Connection(url=url, token=token)
+    return Connection(url=url, token=token, sse_keepalive=settings.sse_keepalive)
 
 
 def print_json(value: Any) -> None:
@@ -177,12 +180,22 @@ class GatewayClient:
             raise CliError(f"the gateway answered {response.status_code} with a body that is not JSON")
         return payload
 
+    @property
+    def sse_read_timeout(self) -> float:
+        """How long an SSE stream may stay silent before it counts as dead: the keep-alive interval plus slack
+        (a busy gateway may send one late), so a gateway whose host vanished without closing the connection
+        is noticed in under half a minute by default (15 s keep-alives → 24.5 s)."""
+        return self.connection.sse_keepalive * 1.5 + 2.0
+
     @contextmanager
     def events(self, *, workflow: str | None, since: int | None, deltas: bool = True,
-               read_timeout: float = 60.0) -> Iterator[Any]:
-        """``GET /api/events`` as a stream of text lines (the gateway sends a keep-alive every 15 s).
+               read_timeout: float | None = None) -> Iterator[Any]:
+        """``GET /api/events`` as a stream of text lines.
 
-        ``deltas=False`` asks for recorded events only (no live text and thinking deltas).
+        ``deltas=False`` asks for recorded events only (no live text and thinking deltas). The gateway sends a
+        keep-alive comment when nothing else flows; reading stops with ``httpx.ReadTimeout`` after
+        ``read_timeout`` (default :attr:`sse_read_timeout`) seconds of silence, and with ``httpx``'s
+        ``RemoteProtocolError`` when the gateway's process dies mid-stream: the caller reconnects.
         """
         httpx = self._httpx
         params: dict[str, Any] = {} if deltas else {"deltas": "false"}
@@ -190,7 +203,7 @@ class GatewayClient:
             params["workflow"] = workflow
         if since is not None:
             params["since"] = since
-        timeout = httpx.Timeout(10.0, read=read_timeout)
+        timeout = httpx.Timeout(10.0, read=self.sse_read_timeout if read_timeout is None else read_timeout)
         try:
             with self._http.stream("GET", "/api/events", params=params, timeout=timeout,
                                    headers={"Accept": "text/event-stream"}) as response:

@@ -2,7 +2,10 @@
 
 Reads ``GET /api/events?workflow=ID`` (server-sent events). A dropped connection is resumed from the
 last recorded event seen (``since``; live deltas carry no id and never move it), so nothing is missed or
-shown twice. Progress (stage k/5, pulse n/N) comes from the events; watching live, it starts from the
+shown twice. A connection is dropped when the gateway ends it (it is stopping), when its process dies
+(the kernel closes the socket), or when nothing, not even a keep-alive, came for a while (its host is
+gone); after ``reconnect_for`` seconds without getting a stream back the watch gives up, exit 1.
+Progress (stage k/5, pulse n/N) comes from the events; watching live, it starts from the
 workflow's state. Exits 0 on ``workflow:completed`` or ``workflow:abandoned`` (at once when the workflow
 had already ended), 1 on errors, 130 on Ctrl-C.
 """
@@ -61,7 +64,7 @@ def follow(
     since: int | None = 0 if from_start else None
     check_state = not from_start  # once live: had it already ended before we subscribed?
     connected_once = False
-    lost_at: float | None = None
+    lost_at: float | None = None  # when the current outage began
     while True:
         try:
             # Deltas only when they are shown: each one is a message on the wire and a JSON decode here.
@@ -107,13 +110,17 @@ def follow(
         except httpx.HTTPError as exc:
             problem = f"connection lost ({type(exc).__name__})"
         now = time.monotonic()
-        lost_at = lost_at or now
-        if now - lost_at > reconnect_for:
+        if lost_at is None:
+            lost_at = now
+            print(f"autarch watch: {problem}; reconnecting (for up to {reconnect_for:g}s)…",
+                  file=sys.stderr, flush=True)
+        remaining = reconnect_for - (now - lost_at)
+        if remaining <= 0:
             raise CliError(f"{problem}; gave up after {reconnect_for:g}s of reconnecting")
-        print(f"autarch watch: {problem}; reconnecting…", file=sys.stderr, flush=True)
         if since is None:
             check_state = True  # nothing seen yet: look at the state again once live
-        time.sleep(min(2.0, 0.25 + (now - lost_at) / 4))
+        # Never past the deadline: the last attempt is made at it, so giving up is not late.
+        time.sleep(min(2.0, 0.25 + (now - lost_at) / 4, remaining))
 
 
 def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:
@@ -127,7 +134,8 @@ def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:
         # The view maps each step to its session; lines are labelled by the step of their session.
         labels = {str(sid): str(step) for step, sid in (view.get("sessions") or {}).items()}
         watch = Watch(text=args.text, sessions=labels, progress=now)
-    return follow(client, wf, from_start=args.from_start, out=lambda line: print(line, flush=True), watch=watch)
+    return follow(client, wf, from_start=args.from_start, out=lambda line: print(line, flush=True), watch=watch,
+                  reconnect_for=args.reconnect_for)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -141,5 +149,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     watch.add_argument("--from-start", action="store_true", help="replay the workflow's events from the beginning")
     watch.add_argument("--text", action="store_true",
                        help="also show the agents' messages as they stream, a line at a time")
+    watch.add_argument("--reconnect-for", type=_seconds, default=60.0, metavar="SECONDS",
+                       help="how long to keep reconnecting to a gateway that went away before giving up with exit "
+                       "status 1 (default 60)")
     add_connection_arguments(watch)
     watch.set_defaults(handler=gateway_command(cmd_watch))
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
