@@ -148,6 +148,12 @@ def _confine(spec: dict) -> None:
     ruleset.restrict_self()
 
 
+def _fail(exc: Exception) -> None:
+    """End this process with the launcher's own exit code and one line saying why (the command never ran)."""
+    os.write(2, f"autarch-sandbox: {exc}\n".encode())
+    os._exit(LAUNCH_FAILED)
+
+
 def _exec_command(spec: dict) -> None:
     """In the child that becomes the command: confine, then replace this process with it."""
     try:
@@ -156,8 +162,7 @@ def _exec_command(spec: dict) -> None:
         argv = spec["argv"]
         os.execve(argv[0], argv, os.environ)
     except (OSError, SandboxFailure) as exc:
-        os.write(2, f"autarch-sandbox: {exc}\n".encode())
-    os._exit(LAUNCH_FAILED)
+        _fail(exc)
 
 
 def _status_code(status: int) -> int:
@@ -172,8 +177,7 @@ def _run_as_init(spec: dict) -> None:
     try:
         _prepare_mounts(spec)
     except (OSError, SandboxFailure) as exc:
-        os.write(2, f"autarch-sandbox: {exc}\n".encode())
-        os._exit(LAUNCH_FAILED)
+        _fail(exc)
     command = os.fork()
     if command == 0:
         _exec_command(spec)
@@ -196,17 +200,11 @@ def main() -> None:
         else:
             _exec_command(spec)  # Landlock alone: the command replaces the launcher
     except (OSError, SandboxFailure) as exc:
-        os.write(2, f"autarch-sandbox: {exc}\n".encode())
-        os._exit(LAUNCH_FAILED)
+        _fail(exc)
     init = os.fork()
     if init == 0:
         _run_as_init(spec)
-    while True:
-        try:
-            _, status = os.waitpid(init, 0)
-            break
-        except InterruptedError:
-            continue
+    _, status = os.waitpid(init, 0)
     os._exit(_status_code(status))
 
 

@@ -8,8 +8,10 @@ repository elsewhere.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -260,3 +262,15 @@ async def test_unix_sockets_outside_are_out_of_reach(tools: Tools, tmp_path: Pat
         server.close()
     assert "reached" not in value["stdout"] and "No such file or directory" in value["stderr"]
     assert value["stdout"].strip() == "0"
+
+
+def test_a_launch_that_fails_says_why_with_its_own_exit_code(layout: Layout):
+    launch = sandbox.prepare_launch(sandbox.SandboxPolicy(data_dir=str(layout.data)), "true", root=str(layout.worktree))
+    try:
+        spec = json.loads(launch.argv[-1])
+        spec["argv"] = ["/nonexistent/shell", "-c", "true"]
+        done = subprocess.run([*launch.argv[:-1], json.dumps(spec)], env=launch.env, capture_output=True, text=True)
+    finally:
+        launch.cleanup()
+    assert done.returncode == sandbox.LAUNCH_FAILED
+    assert done.stderr.startswith("autarch-sandbox: [Errno 2] No such file or directory")
