@@ -20,7 +20,7 @@ exists the shell refuses to run, unless the user set ``sandbox = "off"``.
 from __future__ import annotations
 
 import functools
-import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -39,6 +39,8 @@ __all__ = [
     "SandboxPolicy",
     "SandboxUnavailable",
     "capabilities",
+    "decode_spec",
+    "encode_spec",
     "prepare_launch",
     "sandbox_environment",
 ]
@@ -100,6 +102,16 @@ class Capabilities:
     namespace_error: str = ""
 
 
+def encode_spec(spec: dict) -> str:
+    """The launcher's argument: ``marshal`` in hex (plain data only: str, int, bool, None, list, dict)."""
+    return marshal.dumps(spec).hex()
+
+
+def decode_spec(text: str) -> dict:
+    """The inverse of :func:`encode_spec`."""
+    return marshal.loads(bytes.fromhex(text))
+
+
 @functools.cache
 def capabilities() -> Capabilities:
     """Probe once per process: the kernel's Landlock ABI, and a real start of the launcher in namespaces."""
@@ -107,7 +119,7 @@ def capabilities() -> Capabilities:
     spec = {"argv": ["/bin/true"], "cwd": "/", "parent": os.getpid(), "namespaces": True,
             "private_network": True, "landlock_abi": 0, "rules": []}
     try:
-        done = subprocess.run([sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)], env={},
+        done = subprocess.run([sys.executable, "-I", "-S", _LAUNCHER, encode_spec(spec)], env={},
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Capabilities(abi, False, str(exc))
@@ -278,7 +290,7 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
         "hidden": list(HIDDEN) if caps.namespaces else [],
     }
     env = sandbox_environment(policy, home=temp_dir, readable=(*readable, root))
-    return Launch([sys.executable, "-I", "-S", _LAUNCHER, json.dumps(spec)], env, temp_dir)
+    return Launch([sys.executable, "-I", "-S", _LAUNCHER, encode_spec(spec)], env, temp_dir)
 
 
 def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root: str) -> Launch:

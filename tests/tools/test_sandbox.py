@@ -8,7 +8,6 @@ repository elsewhere.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import socket
 import subprocess
@@ -267,10 +266,30 @@ async def test_unix_sockets_outside_are_out_of_reach(tools: Tools, tmp_path: Pat
 def test_a_launch_that_fails_says_why_with_its_own_exit_code(layout: Layout):
     launch = sandbox.prepare_launch(sandbox.SandboxPolicy(data_dir=str(layout.data)), "true", root=str(layout.worktree))
     try:
-        spec = json.loads(launch.argv[-1])
+        spec = sandbox.decode_spec(launch.argv[-1])
         spec["argv"] = ["/nonexistent/shell", "-c", "true"]
-        done = subprocess.run([*launch.argv[:-1], json.dumps(spec)], env=launch.env, capture_output=True, text=True)
+        done = subprocess.run([*launch.argv[:-1], sandbox.encode_spec(spec)], env=launch.env, capture_output=True,
+                              text=True)
     finally:
         launch.cleanup()
     assert done.returncode == sandbox.LAUNCH_FAILED
     assert done.stderr.startswith("autarch-sandbox: [Errno 2] No such file or directory")
+
+
+@pytest.fixture
+def landlock_alone(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A machine that forbids user namespaces (some hardened distributions): Landlock is all there is."""
+    abi = sandbox.capabilities().landlock_abi
+    monkeypatch.setattr(sandbox, "capabilities", lambda: sandbox.Capabilities(abi, False, "forbidden here"))
+    yield
+
+
+async def test_landlock_alone_still_confines_files_and_tcp(layout: Layout, listener: int, landlock_alone):
+    for tools in tools_for(layout):
+        work = await tools("shell", {"command": "echo built > out.txt && cat out.txt && git status --short"})
+        escapes = await tools("shell", {"command": f"cat ../../token; {CONNECT.format(port=listener)}"})
+        refused = await tools("shell", {"command": "true"}, root=layout.repo)
+    assert work["stdout"] == "built\n?? out.txt\n", work
+    assert "gateway-token-planted" not in escapes["stdout"] and "connected" not in escapes["stdout"]
+    assert escapes["stderr"].count("Permission denied") == 2, escapes["stderr"]
+    assert refused["success"] is False and "holds its own .git" in refused["error"]
