@@ -101,7 +101,7 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
         log.warning("%s", warning)
     else:
         caps = capabilities()
-        log.info("tools: agent commands confined (Landlock ABI %d, user/PID/mount/network namespaces)",
+        log.info("agent commands confined (Landlock ABI %d, user/PID/mount/network namespaces)",
                  caps.landlock_abi)
     await asyncio.to_thread(executor.store.prune, older_than=time.time() - _KEEP_SESSIONS_SECONDS)
     await asyncio.to_thread(executor.engine.start)
