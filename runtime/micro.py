@@ -5,11 +5,15 @@ with a cached msgspec decoder; a payload that does not decode is answered with a
 ``bad_request`` :class:`ErrorReply` and never reaches the handler. A handler raising
 :class:`ServiceFailure` answers with that typed error; any other exception is logged and
 answered with ``internal``. The service keeps running in every case.
+
+Each instance also tells a waiting caller that it still holds its request (see ``liveness.py``):
+a request whose instance died is then noticed in seconds, not at its timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -17,6 +21,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client
+from nats.errors import ConnectionClosedError
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, Service, ServiceConfig
@@ -26,6 +31,7 @@ from autarch.contracts.base import decoder_for, encode
 from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import ServiceFailure
+from .liveness import REQUEST_ID_HEADER, HeldRequests
 
 __all__ = ["TypedService", "error_headers"]
 
@@ -85,6 +91,7 @@ class TypedService:
     _endpoints: list[_Endpoint] = field(default_factory=list)
     _service: Service | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _held: HeldRequests | None = None
 
     def endpoint(
         self,
@@ -112,14 +119,29 @@ class TypedService:
                 queue_group=self.queue_group or self.name,
             ),
         )
+        # Answering "which requests do you hold?" from the start: a request taken before the first question
+        # must be claimed by it.
+        self._held = HeldRequests(self._service.id)
+        await self._held.start(self.nc, self.name)
         for ep in self._endpoints:
             await self._service.add_endpoint(
                 EndpointConfig(name=ep.verb, subject=ep.subject, handler=self._dispatcher(ep))
             )
 
+    @property
+    def instance_id(self) -> str | None:
+        """This instance's ``nats.micro`` id (as ``$SRV.PING`` reports it); None before :meth:`start`."""
+        return self._service.id if self._service is not None else None
+
     async def stop(self) -> None:
+        if self._held is not None:
+            # First: requests cancelled below are answered by nobody, so their callers must stop seeing
+            # them claimed and send them again (to another instance, or to this service once restarted).
+            await self._held.stop()
         if self._service is not None:
-            await self._service.stop()
+            # A connection that is already closed has no subscriptions left; the handlers still need stopping.
+            with contextlib.suppress(ConnectionClosedError):
+                await self._service.stop()
             self._service = None
         for task in list(self._tasks):
             task.cancel()
@@ -129,12 +151,22 @@ class TypedService:
         decoder = decoder_for(ep.request_type)
         limit = asyncio.Semaphore(ep.concurrency)
 
-        async def serve(request: Request) -> None:
-            async with limit:
-                await _answer(request, decoder, ep)
+        async def serve(request: Request, request_id: str | None) -> None:
+            try:
+                async with limit:
+                    await _answer(request, decoder, ep)
+            finally:
+                if request_id is not None and held is not None:
+                    held.release(request_id)
+
+        held = self._held
 
         async def dispatch(request: Request) -> None:
-            task = asyncio.create_task(serve(request))
+            # Held from receipt (a request queued behind ``limit`` is held too) until it is answered.
+            request_id = (request.headers or {}).get(REQUEST_ID_HEADER)
+            if request_id is not None and held is not None:
+                held.hold(request_id)
+            task = asyncio.create_task(serve(request, request_id))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -160,5 +192,5 @@ async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _End
     if request._msg.reply:
         try:
             await request.respond(body, headers=headers)
-        except Exception:  # the connection is gone; the requester will time out and retry
+        except Exception:  # the connection is gone; an idempotent request is sent again once no one holds it
             log.warning("could not answer %s", ep.subject, exc_info=True)

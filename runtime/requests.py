@@ -3,23 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import secrets
 from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from autarch.contracts import subjects
 from autarch.contracts.base import decoder_for, encode
 from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import RemoteError
+from .liveness import REQUEST_ID_HEADER, InstanceWatch, watch_for
 
 __all__ = ["request"]
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 _error_decoder = decoder_for(ErrorReply)
+_REQUEST_PREFIX = subjects.REQUEST_PREFIX + "."
+MAX_LOST = 3
+"""Times an idempotent request is sent again after its instance went away before it gives up: a request
+that kills every instance it reaches (a poison request) must not crash-loop its service for ever."""
 
 
 async def request(
@@ -30,6 +42,8 @@ async def request(
     *,
     timeout: float = 10.0,
     retry_unavailable: float = 0.0,
+    idempotent: bool = False,
+    service: str | None = None,
 ) -> T:
     """Send ``payload`` to ``subject`` and decode the answer as ``reply_type``.
 
@@ -37,15 +51,26 @@ async def request(
     came in time, or ``unavailable`` when no service listens. With ``retry_unavailable`` > 0,
     "no responders" is retried for that many seconds (a service restarting after a crash).
     Only use that for idempotent requests.
+
+    ``idempotent=True`` says the service recognises a repeat of this payload (an idempotency key, a
+    deterministic id, a query): a request that no live instance holds any more — its instance was
+    killed or restarted — is then noticed within a few seconds and sent again, up to :data:`MAX_LOST`
+    times, each time waiting up to ``retry_unavailable`` for the service to come back. A live instance
+    still holding it is waited for: ``timeout`` applies to each sending. ``service`` names the service
+    when ``subject`` does not (``autarch.svc.<service>.<verb>`` does).
     """
     data = encode(payload)
+    watch: InstanceWatch | None = None
+    if idempotent:
+        name = service or _service_of(subject)
+        watch = watch_for(nc, name) if name else None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + retry_unavailable
     delay = 0.05
+    lost = 0
     while True:
         try:
-            msg = await nc.request(subject, data, timeout=timeout)
-            break
+            msg = await _send(nc, subject, data, timeout, watch)
         except NoRespondersError:
             if loop.time() + delay > deadline:
                 raise RemoteError(
@@ -54,11 +79,60 @@ async def request(
                 ) from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+            continue
         except NatsTimeoutError:
             raise RemoteError(
                 ErrorReply(code=ErrorCode.TIMEOUT, message=f"no answer on {subject} within {timeout:g}s"),
                 subject=subject,
             ) from None
+        if msg is not None:
+            break
+        lost += 1
+        if lost > MAX_LOST:
+            raise RemoteError(
+                ErrorReply(code=ErrorCode.UNAVAILABLE,
+                           message=f"the service instance handling {subject} went away {lost} times"),
+                subject=subject,
+            )
+        log.warning("no instance holds the request on %s any more; sending it again (%d of %d)", subject, lost,
+                    MAX_LOST)
+        # The service may be restarting: it gets the same grace as a first sending would.
+        deadline, delay = loop.time() + retry_unavailable, 0.05
+    return _decode(msg, subject, reply_type)
+
+
+def _service_of(subject: str) -> str | None:
+    if not subject.startswith(_REQUEST_PREFIX):
+        return None
+    name = subject[len(_REQUEST_PREFIX):].split(".", 1)[0]
+    return name or None
+
+
+async def _send(nc: Client, subject: str, data: bytes, timeout: float, watch: InstanceWatch | None) -> Msg | None:
+    """One sending: the reply, or None when the request was lost (no live instance holds it)."""
+    if watch is None:
+        return await nc.request(subject, data, timeout=timeout)
+    request_id = secrets.token_hex(12)
+    async with watch.waiting(request_id) as lost:
+        headers = {REQUEST_ID_HEADER: request_id}
+        reply = asyncio.ensure_future(nc.request(subject, data, timeout=timeout, headers=headers))
+        gone = asyncio.ensure_future(lost.wait())
+        try:
+            await asyncio.wait({reply, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not reply.done():
+                reply.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reply
+        if reply.cancelled():
+            return None
+        return reply.result()  # the reply, or the sending's NoRespondersError / TimeoutError
+
+
+def _decode(msg: Msg, subject: str, reply_type: type[T]) -> T:
+
+
     headers = msg.headers or {}
     if "Nats-Service-Error-Code" in headers:
         try:

@@ -1,0 +1,208 @@
+"""A request whose service instance died is noticed in seconds and sent again; a live, slow one is waited for.
+
+Issue 12 ("No stall on a lost request"): a request in flight to an instance that was killed used to wait out its
+whole timeout. Here the instances are real ``TypedService`` instances on their own connections to the real
+nats-server (an instance "dies" by losing its connection mid-request, as a SIGKILLed process does), and real
+git and tools service processes SIGKILLed mid-request and started again, as the supervisor would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import msgspec
+import pytest
+from nats.aio.client import Client
+
+from autarch.contracts import subjects
+from autarch.contracts.errors import ErrorCode
+from autarch.runtime.bus import connect
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.micro import TypedService
+from autarch.runtime.natsserver import EmbeddedNats
+from autarch.runtime.requests import request
+
+SERVICE = "lost_test"
+SUBJECT = subjects.request(SERVICE, "act")
+TIMEOUT = 60.0
+"""The requests' timeout: what a lost request used to wait out."""
+PROMPT = 10.0
+"""What "noticed within a couple of seconds, then answered by the new instance" must stay well under."""
+
+
+class Act(msgspec.Struct, kw_only=True):
+    key: str
+    """The idempotency key: an effect is made once per key."""
+    seconds: float = 0.0
+
+
+class Acted(msgspec.Struct, kw_only=True):
+    key: str
+    effect: int
+    """Which effect (its number) this key made, the first time."""
+
+
+class Effects:
+    """The service's durable state, shared by its instances (as a data dir is): one effect per key."""
+
+    def __init__(self) -> None:
+        self.made: dict[str, int] = {}
+        self.received: list[tuple[str, str]] = []  # (instance, key): every request an instance got
+
+    def make(self, key: str) -> Acted:
+        if key not in self.made:
+            self.made[key] = len(self.made) + 1
+        return Acted(key=key, effect=self.made[key])
+
+
+class Instance:
+    """One instance of the test service on its own connection; ``die()`` drops the connection without answering."""
+
+    def __init__(self, name: str, effects: Effects, *, effect_first: bool = False) -> None:
+        self.name, self.effects, self.effect_first = name, effects, effect_first
+        self.nc: Client | None = None
+        self.service: TypedService | None = None
+        self.got = asyncio.Event()
+        self.hang = False
+
+    async def start(self, url: str) -> Instance:
+        self.nc = await connect(url, name=f"instance-{self.name}")
+        self.service = TypedService(self.nc, name=SERVICE)
+        self.service.endpoint("act", Act, self._act)
+        await self.service.start()
+        await self.nc.flush()
+        return self
+
+    async def _act(self, command: Act) -> Acted:
+        self.effects.received.append((self.name, command.key))
+        if self.effect_first:
+            self.effects.make(command.key)
+        self.got.set()
+        if self.hang:
+            await asyncio.Event().wait()  # until it dies
+        await asyncio.sleep(command.seconds)
+        return self.effects.make(command.key)
+
+    async def die(self) -> None:
+        """Gone as a killed process is: its connection closes, its requests are never answered."""
+        assert self.nc is not None
+        await self.nc.close()
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop()
+        if self.nc is not None and not self.nc.is_closed:
+            await self.nc.close()
+
+
+@pytest.fixture
+async def instances(nats_server: EmbeddedNats) -> AsyncIterator[Callable[..., Awaitable[Instance]]]:
+    started: list[Instance] = []
+
+    async def start(name: str, effects: Effects, **options: Any) -> Instance:
+        instance = await Instance(name, effects, **options).start(nats_server.url)
+        started.append(instance)
+        return instance
+
+    yield start
+    for instance in started:
+        await instance.stop()
+
+
+async def _dies_mid_request(instances, nc: Client, *, effect_first: bool, restart_after: float) -> None:
+    effects = Effects()
+    first = await instances("first", effects, effect_first=effect_first)
+    first.hang = True
+    started = time.monotonic()
+    pending = asyncio.create_task(request(nc, SUBJECT, Act(key="k1"), Acted, timeout=TIMEOUT,
+                                          retry_unavailable=15.0, idempotent=True))
+    await asyncio.wait_for(first.got.wait(), 5)
+    await first.die()
+    await asyncio.sleep(restart_after)  # the supervisor's restart takes a moment
+    await instances("second", effects)
+    reply = await asyncio.wait_for(pending, TIMEOUT)
+    took = time.monotonic() - started
+    print(f"instance died mid-request (effect {'made' if effect_first else 'not made'} before): answered after "
+          f"{took:.1f}s by the new instance")
+    assert took < PROMPT
+    assert reply == Acted(key="k1", effect=1)
+    assert effects.made == {"k1": 1}  # one effect, although two instances got the request
+    assert effects.received == [("first", "k1"), ("second", "k1")]
+
+
+async def test_a_request_whose_instance_dies_is_sent_again_to_the_restarted_service(instances, nc):
+    await _dies_mid_request(instances, nc, effect_first=False, restart_after=1.5)
+
+
+async def test_an_effect_made_before_the_instance_died_is_not_made_again(instances, nc):
+    await _dies_mid_request(instances, nc, effect_first=True, restart_after=0.1)
+
+
+async def test_a_live_slow_instance_is_waited_for_not_retried(instances, nc, caplog):
+    effects = Effects()
+    await instances("slow", effects)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="autarch.runtime"):
+        reply = await request(nc, SUBJECT, Act(key="slow", seconds=3.0), Acted, timeout=TIMEOUT, idempotent=True)
+    took = time.monotonic() - started
+    assert reply == Acted(key="slow", effect=1) and 3.0 <= took < 4.0
+    assert effects.received == [("slow", "slow")]  # asked about it several times, never sent twice
+    assert not [r for r in caplog.records if "sending it again" in r.getMessage() or "any more" in r.getMessage()]
+
+
+async def test_the_timeout_still_ends_a_live_instance_that_takes_too_long(instances, nc):
+    effects = Effects()
+    await instances("slower", effects)
+    started = time.monotonic()
+    with pytest.raises(RemoteError) as late:
+        await request(nc, SUBJECT, Act(key="late", seconds=10.0), Acted, timeout=3.0, idempotent=True)
+    assert late.value.code == ErrorCode.TIMEOUT and 3.0 <= time.monotonic() - started < 4.0
+    assert effects.received == [("slower", "late")]
+
+
+async def test_one_dead_instance_of_two_retries_only_its_own_request(instances, nc):
+    effects = Effects()
+    doomed = await instances("doomed", effects)
+    await instances("live", effects)
+    doomed.hang = True
+    # The queue group picks the instance: send until each holds one request.
+    tasks: dict[str, asyncio.Task[Acted]] = {}
+    for n in range(40):
+        key = f"k{n}"
+        tasks[key] = asyncio.create_task(request(nc, SUBJECT, Act(key=key, seconds=4.0), Acted, timeout=TIMEOUT,
+                                                 retry_unavailable=5.0, idempotent=True))
+        await asyncio.sleep(0.02)
+        holders = {name for name, _ in effects.received}
+        if holders == {"doomed", "live"}:
+            break
+    assert {name for name, _ in effects.received} == {"doomed", "live"}
+    doomed_keys = {k for name, k in effects.received if name == "doomed"}
+    await doomed.die()
+    started = time.monotonic()
+    replies = await asyncio.wait_for(asyncio.gather(*tasks.values()), TIMEOUT)
+    assert time.monotonic() - started < PROMPT
+    assert {r.key for r in replies} == set(tasks)
+    assert len(effects.made) == len(tasks)
+    # Each request the dead instance held went to the live one once more; none of the live one's went twice.
+    again = [k for name, k in effects.received if name == "live" and k in doomed_keys]
+    assert sorted(again) == sorted(doomed_keys)
+    live_keys = [k for name, k in effects.received if name == "live" and k not in doomed_keys]
+    assert len(live_keys) == len(set(live_keys))
+
+
+async def test_a_request_not_marked_idempotent_is_never_sent_twice(instances, nc):
+    effects = Effects()
+    first = await instances("only", effects)
+    first.hang = True
+    pending = asyncio.create_task(request(nc, SUBJECT, Act(key="once"), Acted, timeout=4.0, retry_unavailable=5.0))
+    await asyncio.wait_for(first.got.wait(), 5)
+    await first.die()
+    await instances("next", effects)
+    with pytest.raises(RemoteError) as late:
+        await pending
+    assert late.value.code == ErrorCode.TIMEOUT
+    assert effects.received == [("only", "once")]
