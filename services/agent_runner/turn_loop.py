@@ -281,11 +281,14 @@ class TurnLoop:
         args = call.input if isinstance(call.input, dict) else {}
         started = time.perf_counter()
         try:
+            # Idempotent: the tools service answers a repeat of (session, tool_use id) with the recorded result,
+            # or runs it once more if the instance running it died; so a call whose tools instance is gone is
+            # sent again within seconds instead of reported to the model as failed after its timeout.
             result = await request(
                 self.deps.nc, _TOOLS_CALL,
                 ToolCall(session_id=self._sid, tool_call_id=call.tool_use_id, role=session.role,  # type: ignore[arg-type]
                          root=session.root, tool=call.name, arguments=args, workflow_id=session.workflow_id),
-                ToolResult, timeout=self._tool_timeout(call.name, args), retry_unavailable=15.0,
+                ToolResult, timeout=self._tool_timeout(call.name, args), retry_unavailable=15.0, idempotent=True,
             )
             output, is_error, replayed = result.content, result.is_error, result.replayed
             duration = result.duration_ms or (time.perf_counter() - started) * 1000

@@ -214,7 +214,8 @@ class WorkflowDriver:
             try:
                 view = await request(self.nc, subjects.request("agent_runner", "get_session"),
                                      GetSession(session_id=s["session_id"]), SessionView,
-                                     timeout=self.settings.request_timeout, retry_unavailable=_ACK_WAIT)
+                                     timeout=self.settings.request_timeout, retry_unavailable=_ACK_WAIT,
+                                     idempotent=True)
             except (RemoteError, ServiceFailure) as exc:
                 log.info("workflow %s: %s not caught up (%s); its turn events will come again", workflow_id, step,
                          exc)
@@ -303,10 +304,12 @@ class WorkflowDriver:
     # --- actions ---------------------------------------------------------------------------------------
 
     async def _ask(self, service: str, verb: str, payload: Any, reply: type) -> Any:
-        # Every request here is idempotent, so a timeout (a service killed mid-request) is simply retried.
+        # Every request here is idempotent (deterministic session, message and pulse ids; git recognises a
+        # repeated checkpoint), so one whose service instance was killed mid-request is sent again as soon as
+        # that is noticed, and a timeout is simply retried by the advance loop.
         timeout = self.settings.git_request_timeout if service == "git" else self.settings.request_timeout
         return await request(self.nc, subjects.request(service, verb), payload, reply, timeout=timeout,
-                             retry_unavailable=2.0)
+                             retry_unavailable=2.0, idempotent=True)
 
     async def open_session(self, workflow_id: str, step: str, run: dict[str, Any] | None = None) -> None:
         wf = await self.orch.read(workflow_id)

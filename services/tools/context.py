@@ -59,7 +59,10 @@ class Forwarder:
                 subject=subject,
             )
         grace = 0.0 if service in self.OPTIONAL else self.restart_grace
-        return await request(self.nc, subject, payload, reply_type, timeout=self.timeout, retry_unavailable=grace)
+        # Idempotent (keyed commands and queries): an owner instance killed mid-request is noticed and the
+        # command sent again, instead of the tool call failing at the timeout.
+        return await request(self.nc, subject, payload, reply_type, timeout=self.timeout, retry_unavailable=grace,
+                             idempotent=True)
 
 
 @dataclass
