@@ -2,8 +2,11 @@
 
 A mutating call is claimed in the session store under ``(session, tool call id)`` before it
 runs and its result recorded after, so a repeated call gets the recorded result back instead of
-a second run — also from another instance, and after a restart. A call whose process died
-mid-run is never re-run: the retry is told its effect is unknown.
+a second run — also from another instance, and after a restart. A call whose process died (or
+stopped) mid-run is run again by the retry its caller sends: its commands died with that process
+(``PR_SET_PDEATHSIG``), so nothing of the first run goes on beside the second, and the model gets
+a real result rather than an error about the crash of a service. Only a claim whose owner cannot
+be checked (another machine) and that is older than ``stale_after`` is settled as interrupted.
 
 The work of every call with an effect runs as a task of its own, so a ``cancel`` can stop it: the
 call is then answered and recorded with a ``cancelled: …`` error result. A read-only call is not
@@ -298,7 +301,14 @@ class ToolExecutor:
                 )
             if claim.state == "done" and claim.result is not None:
                 return msgspec.structs.replace(_result_decoder.decode(claim.result), replayed=True)
-            if not _alive(claim.owner) or time.time() - claim.started_at > self.stale_after:
+            if not _alive(claim.owner):
+                if await asyncio.to_thread(
+                    self.store.take_over, call.session_id, call.tool_call_id, dead_owner=claim.owner, owner=_OWNER
+                ):
+                    log.info("running %s %s again: the process that ran it died", call.tool, call.tool_call_id)
+                    break
+                continue  # another retry took it over (or settled it) first: read back what it did
+            if time.time() - claim.started_at > self.stale_after:
                 result = self._result(call, failure(call.tool, _interrupted(call.tool)), started)
                 await asyncio.to_thread(self.store.settle, call.session_id, call.tool_call_id, encode(result))
                 continue  # read back whatever was settled first
@@ -308,11 +318,11 @@ class ToolExecutor:
         try:
             result = self._result(call, await self._run_cancellable(ctx, args), started)
         except BaseException:
-            # Cancelled mid-run (the service is stopping): settle the call as interrupted so a
-            # retry is told the effect is unknown instead of waiting for a run that is gone.
-            interrupted = self._result(call, failure(call.tool, _interrupted(call.tool)), started)
-            self.store.settle(call.session_id, call.tool_call_id, encode(interrupted))
-            future.set_result(interrupted)
+            # Cancelled mid-run (the service is stopping; the call's commands were killed): give the claim up
+            # so the caller's retry, on another instance or after the restart, runs the call again. Waiters in
+            # this process (being stopped too) hear it was interrupted.
+            self.store.release(call.session_id, call.tool_call_id, owner=_OWNER)
+            future.set_result(self._result(call, failure(call.tool, _interrupted(call.tool)), started))
             raise
         else:
             await asyncio.to_thread(self.store.finish, call.session_id, call.tool_call_id, encode(result))

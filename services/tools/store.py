@@ -1,8 +1,8 @@
 """The tools service's only state: per-session read hashes and recorded results of mutating calls.
 
 Kept in SQLite under ``<data dir>/tools/`` (WAL mode, so several tools processes on one machine
-share it), so a restarted service still knows what each session has read and still refuses to
-run a mutating tool call twice.
+share it), so a restarted service still knows what each session has read and still answers a
+repeated mutating tool call with its recorded result.
 """
 
 from __future__ import annotations
@@ -152,6 +152,27 @@ class SessionStore:
                 "UPDATE calls SET state = 'done', result = ?, finished_at = ? "
                 "WHERE session_id = ? AND tool_call_id = ? AND state = 'running'",
                 (result, time.time(), session_id, tool_call_id),
+            )
+
+    def take_over(self, session_id: str, tool_call_id: str, *, dead_owner: str, owner: str) -> bool:
+        """Claim a call still marked running by ``dead_owner`` (a process that died running it) for ``owner``.
+
+        True when this caller now owns it; False when another caller took it over or settled it first.
+        """
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE calls SET owner = ?, started_at = ? "
+                "WHERE session_id = ? AND tool_call_id = ? AND state = 'running' AND owner = ?",
+                (owner, time.time(), session_id, tool_call_id, dead_owner),
+            )
+        return cursor.rowcount == 1
+
+    def release(self, session_id: str, tool_call_id: str, *, owner: str) -> None:
+        """Forget ``owner``'s claim of a call it stopped running (its service is stopping): a retry runs it."""
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM calls WHERE session_id = ? AND tool_call_id = ? AND state = 'running' AND owner = ?",
+                (session_id, tool_call_id, owner),
             )
 
     def prune(self, *, older_than: float) -> None:
