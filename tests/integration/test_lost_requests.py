@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -20,11 +25,23 @@ from nats.aio.client import Client
 
 from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode
+from autarch.contracts.git import (
+    CheckpointPulse,
+    CreateWorkflowBranch,
+    GetWorkflowBranch,
+    PulseCheckpointed,
+    RegisterRepository,
+    StartPulse,
+    WorkflowBranchView,
+)
+from autarch.contracts.tools import ListTools, ToolCall, ToolDefinitions, ToolResult
 from autarch.runtime.bus import connect
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.micro import TypedService
 from autarch.runtime.natsserver import EmbeddedNats
 from autarch.runtime.requests import request
+from autarch.services.git.engine import GitEngine
+from tests.git.gitcli import fsck, git, make_user_repo
 
 SERVICE = "lost_test"
 SUBJECT = subjects.request(SERVICE, "act")
@@ -206,3 +223,109 @@ async def test_a_request_not_marked_idempotent_is_never_sent_twice(instances, nc
         await pending
     assert late.value.code == ErrorCode.TIMEOUT
     assert effects.received == [("only", "once")]
+
+
+# --- real services, SIGKILLed -----------------------------------------------------------------------------------
+
+
+class ServiceProcess:
+    """``python -m autarch.services.<name>`` on the test nats-server, as the supervisor runs it."""
+
+    def __init__(self, name: str, *, nats_url: str, data_dir: Path, log: Path, **env: str) -> None:
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("AUTARCH_")}
+        environ.update(AUTARCH_NATS_URL=nats_url, AUTARCH_DATA_DIR=str(data_dir), AUTARCH_LOG_LEVEL="INFO", **env)
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen([sys.executable, "-m", f"autarch.services.{name}"], env=environ,
+                                            stdout=out, stderr=subprocess.STDOUT)
+
+    async def exited(self, timeout: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout
+        while self.process.poll() is None:
+            assert time.monotonic() < deadline, "the service did not die"
+            await asyncio.sleep(0.02)
+        return self.process.returncode
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+async def test_git_killed_mid_commit_answers_from_the_restarted_service_with_one_commit(nc, nats_server, tmp_path):
+    repo = make_user_repo(tmp_path / "project")
+    data_dir = tmp_path / "data"
+    engine = GitEngine(data_dir=data_dir)
+    registered = engine.register_repository(RegisterRepository(path=str(repo)))
+    view = engine.create_workflow_branch(
+        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1"))
+    engine.start_pulse(StartPulse(workflow_id="wf1", pulse_id="p1"))
+    (Path(view.worktree_path) / "src/app.py").write_text("def main():\n    return 42\n")
+    log = tmp_path / "git.log"
+    # The fault hook kills the service right after it journaled the commit, before it moved any branch.
+    crashing = ServiceProcess("git", nats_url=nats_server.url, data_dir=data_dir, log=log,
+                              AUTARCH_GIT_CRASH_AFTER="commit")
+    restarted: ServiceProcess | None = None
+    try:
+        await request(nc, subjects.request("git", "get_workflow_branch"), GetWorkflowBranch(workflow_id="wf1"),
+                      WorkflowBranchView, retry_unavailable=30)  # up and serving
+        started = time.monotonic()
+        commit = asyncio.create_task(request(
+            nc, subjects.request("git", "checkpoint_pulse"),
+            CheckpointPulse(workflow_id="wf1", pulse_id="p1", summary="feat(app): answer 42"), PulseCheckpointed,
+            timeout=TIMEOUT, retry_unavailable=15.0, idempotent=True))
+        assert await crashing.exited() == -signal.SIGKILL
+        restarted = ServiceProcess("git", nats_url=nats_server.url, data_dir=data_dir, log=log)
+        done = await asyncio.wait_for(commit, TIMEOUT)
+        took = time.monotonic() - started
+        print(f"git killed mid-commit: the checkpoint answered after {took:.1f}s")
+        assert took < PROMPT
+    finally:
+        crashing.stop()
+        if restarted is not None:
+            restarted.stop()
+    assert git(repo, "rev-parse", "autarch/wf-1") == done.commit
+    assert git(repo, "rev-list", "--count", f"{view.base_commit}..autarch/wf-1") == "1"  # one commit, not two
+    assert git(repo, "log", "-1", "--format=%s", "autarch/wf-1") == "feat(app): answer 42"
+    fsck(repo)
+
+
+async def test_tools_killed_mid_shell_runs_the_call_again_and_answers_with_its_result(nc, nats_server, tmp_path):
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    data_dir = tmp_path / "data"
+    log = tmp_path / "tools.log"
+    tools = ServiceProcess("tools", nats_url=nats_server.url, data_dir=data_dir, log=log)
+    restarted: ServiceProcess | None = None
+    try:
+        await request(nc, subjects.request("tools", "list_tools"), ListTools(role="pulsing"), ToolDefinitions,
+                      retry_unavailable=30)
+        call = ToolCall(session_id="s1", tool_call_id="toolu_1", role="pulsing", root=str(worktree), tool="shell",
+                        arguments={"reason": "a check", "command": "echo started >> runs; sleep 2; echo done >> ends"})
+        started = time.monotonic()
+        pending = asyncio.create_task(request(nc, subjects.request("tools", "call"), call, ToolResult,
+                                              timeout=TIMEOUT, retry_unavailable=15.0, idempotent=True))
+        while not (worktree / "runs").exists():
+            assert time.monotonic() - started < 20, log.read_text()
+            await asyncio.sleep(0.02)
+        tools.process.kill()  # mid-command: the command dies with it
+        assert await tools.exited() == -signal.SIGKILL
+        restarted = ServiceProcess("tools", nats_url=nats_server.url, data_dir=data_dir, log=log)
+        result = await asyncio.wait_for(pending, TIMEOUT)
+        took = time.monotonic() - started
+        print(f"tools killed mid-shell: the call answered after {took:.1f}s (its 2 s command ran twice)")
+        assert took < PROMPT
+        assert not result.is_error and not result.replayed, result.content
+        assert (worktree / "runs").read_text() == "started\nstarted\n"  # killed once, run again
+        assert (worktree / "ends").read_text() == "done\n"  # finished once
+        # A further repeat (a runner restarted after the result came) replays it.
+        again = await request(nc, subjects.request("tools", "call"), call, ToolResult, idempotent=True)
+        assert again.replayed and again.content == result.content
+        assert (worktree / "runs").read_text() == "started\nstarted\n"
+    finally:
+        tools.stop()
+        if restarted is not None:
+            restarted.stop()
