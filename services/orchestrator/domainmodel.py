@@ -268,6 +268,9 @@ class Workflow(Aggregate):
     @event("TurnHandled")
     def turn_handled(self, *, turn_id: str, step: str, outcome: str) -> None:
         self.seen[turn_id] = outcome
+        if step in self.sessions:
+            # The outcome of the step's latest turn: a pulse agent failing twice in a row is told apart by it.
+            self.sessions[step]["last_outcome"] = outcome
 
     @event("Nudged")
     def _nudged(self, *, step: str) -> None:

@@ -36,6 +36,7 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
     """
     if event.turn_id in wf.seen:
         return
+    previous = wf.sessions[step].get("last_outcome") if step in wf.sessions else None
     wf.turn_handled(turn_id=event.turn_id, step=step, outcome=event.outcome)
     if step_over(wf, step):
         return  # a late outcome (a turn cancelled as its finished step's session closed) changes nothing
@@ -55,7 +56,7 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
                 wf.end_pulse_as(run["id"], "stopped", event.detail or "cancelled")
         return
     if outcome in ("error", "budget_exceeded", "step_limit"):
-        _failed_turn(wf, step, run, outcome, event.detail or outcome)
+        _failed_turn(wf, step, run, outcome, event.detail or outcome, again=previous == outcome)
         return
     turns = sum(1 for m in wf.outbox if m["step"] == step) + 1
     if run is not None and turns >= settings.pulse_max_turns and not (
@@ -77,12 +78,18 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
     _block(wf, step, run, event.tool or "", event.arguments or {}, tracked)
 
 
-def _failed_turn(wf: Workflow, step: str, run: dict[str, Any] | None, outcome: str, detail: str) -> None:
+def _failed_turn(wf: Workflow, step: str, run: dict[str, Any] | None, outcome: str, detail: str, *,
+                 again: bool) -> None:
     if step == "preflight":
         wf.complete_preflight(status="failed", error=detail)
         wf.abandon(f"preflight failed: {detail}")
     elif run is not None and outcome == "step_limit":
         wf.end_pulse_as(run["id"], "failed", f"iteration limit: {detail}")
+    elif run is not None and outcome == "error" and again:
+        # Asked again by a resume, the pulse's agent failed at once the same way: its conversation cannot go on
+        # (a model request refused whatever is added to it), and resuming it again would fail for ever. The
+        # pulse fails (its work kept in a recovery commit), so the next resume runs it as a new attempt.
+        wf.end_pulse_as(run["id"], "failed", f"its agent failed again after a resume: {detail}")
     else:
         # The pulse (or stage) stays open: resume asks the same agent session to carry on.
         wf.record_error(stage=wf.stage, message=f"{step}: {detail}")
