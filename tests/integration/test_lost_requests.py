@@ -9,19 +9,24 @@ git and tools service processes SIGKILLed mid-request and started again, as the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
-from nats.aio.client import Client
+from nats.aio.client import Client as Nats
 
 from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode
@@ -38,10 +43,16 @@ from autarch.contracts.tools import ListTools, ToolCall, ToolDefinitions, ToolRe
 from autarch.runtime.bus import connect
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.micro import TypedService
-from autarch.runtime.natsserver import EmbeddedNats
+from autarch.runtime.natsserver import EmbeddedNats, free_port
 from autarch.runtime.requests import request
 from autarch.services.git.engine import GitEngine
+from autarch.services.orchestrator import controls
+from autarch.services.orchestrator.outcomes import handle_turn
+from autarch.services.scripted_model import ScriptedModelServer
+from tests.e2e.conftest import System
 from tests.git.gitcli import fsck, git, make_user_repo
+from tests.unit.test_workflow_steps import SETTINGS, next_step, pulse_running, turn
+from tests.workflows.conftest import SERVICES, Client, demo_scenario, make_repo
 
 SERVICE = "lost_test"
 SUBJECT = subjects.request(SERVICE, "act")
@@ -81,7 +92,7 @@ class Instance:
 
     def __init__(self, name: str, effects: Effects, *, effect_first: bool = False) -> None:
         self.name, self.effects, self.effect_first = name, effects, effect_first
-        self.nc: Client | None = None
+        self.nc: Nats | None = None
         self.service: TypedService | None = None
         self.got = asyncio.Event()
         self.hang = False
@@ -130,7 +141,7 @@ async def instances(nats_server: EmbeddedNats) -> AsyncIterator[Callable[..., Aw
         await instance.stop()
 
 
-async def _dies_mid_request(instances, nc: Client, *, effect_first: bool, restart_after: float) -> None:
+async def _dies_mid_request(instances, nc: Nats, *, effect_first: bool, restart_after: float) -> None:
     effects = Effects()
     first = await instances("first", effects, effect_first=effect_first)
     first.hang = True
@@ -329,3 +340,225 @@ async def test_tools_killed_mid_shell_runs_the_call_again_and_answers_with_its_r
         tools.stop()
         if restarted is not None:
             restarted.stop()
+
+
+# --- whole workflows: a pulse's shell call whose tools service is lost ----------------------------------------
+
+BRANCH = "autarch/demo"
+FEAT = "feat(greeter): greet the world when the name is empty"
+TEST = "test(greeter): cover the empty-name greeting"
+
+
+def slow_shell_scenario() -> dict[str, Any]:
+    """The demo, pulse-1's check sleeping two seconds first: long enough to lose the tools service under it."""
+    s = copy.deepcopy(demo_scenario())
+    shell = s["scripts"]["pulsing"][2]["content"][-1]
+    assert shell["name"] == "shell"
+    shell["input"]["command"] = "sleep 2; " + shell["input"]["command"]
+    return s
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer(slow_shell_scenario()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
+    data = tmp_path_factory.mktemp("lost") / "data"
+    data.mkdir()
+    env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
+           "AUTARCH_REQUEST_TIMEOUT": "5"}
+    system = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES, extra_env=env)
+    system.start(timeout=60)
+    yield system
+    if system.proc is not None:
+        system.stop()
+
+
+class Events(threading.Thread):
+    """Follows one workflow's SSE stream from its start (again after a broken connection), calling ``on_event``
+    with each event and keeping each with the moment it came."""
+
+    def __init__(self, system: System, workflow_id: str, on_event: Callable[[str, dict], None]) -> None:
+        super().__init__(daemon=True)
+        self.workflow_id, self.on_event = workflow_id, on_event
+        self.seen: list[tuple[float, str, dict]] = []
+        self._stop = threading.Event()
+        self._http = httpx.Client(base_url=system.url, headers=system.headers, timeout=httpx.Timeout(5, read=30))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._http.close()
+        self.join(5)
+
+    def run(self) -> None:
+        last = "0"
+        while not self._stop.is_set():
+            try:
+                params = {"workflow": self.workflow_id, "since": last, "deltas": "false"}
+                with self._http.stream("GET", "/api/events", params=params) as reply:
+                    fields: dict[str, str] = {}
+                    for line in reply.iter_lines():
+                        if line:
+                            key, _, value = line.partition(":")
+                            fields[key] = value.strip()
+                            continue
+                        if "event" in fields and "data" in fields:
+                            data = json.loads(fields["data"])
+                            self.seen.append((time.monotonic(), fields["event"], data))
+                            last = fields.get("id", last)
+                            self.on_event(fields["event"], data)
+                        fields = {}
+            except (httpx.HTTPError, RuntimeError, ValueError):
+                pass
+            if not self._stop.is_set():
+                time.sleep(0.2)
+
+    def names(self) -> list[str]:
+        return [name for _, name, _ in self.seen]
+
+
+class PulseShell:
+    """Spots pulse-1's shell call on the event stream and does ``act`` to the tools service the moment it starts."""
+
+    def __init__(self, system: System, act: Callable[[int], None]) -> None:
+        self.system, self.act = system, act
+        self.pulse_session: str | None = None
+        self.tool_use_id: str | None = None
+        self.pid = 0
+        self.at = 0.0
+        self.completed: dict | None = None
+        self.completed_at = 0.0
+
+    def __call__(self, name: str, data: dict) -> None:
+        if name == "session:started" and data.get("role") == "pulsing" and self.pulse_session is None:
+            self.pulse_session = data["session_id"]
+        mine = self.pulse_session is not None and data.get("session_id") == self.pulse_session
+        if mine and name == "turn:tool_started" and data["tool"] == "shell" and self.tool_use_id is None:
+            self.tool_use_id, self.at = data["tool_use_id"], time.monotonic()
+            self.pid = self.system.run_info()["children"]["tools"]
+            self.act(self.pid)
+        elif name == "turn:tool_completed" and data.get("tool_use_id") == self.tool_use_id and self.completed is None:
+            self.completed, self.completed_at = data, time.monotonic()
+
+
+def _drive(client: Client, wid: str, *, until: Callable[[dict], bool], timeout: float,
+           on_halt: Callable[[dict], None] | None = None) -> dict:
+    """Approve each card as it comes (and hand each halt to ``on_halt``) until ``until(view)``."""
+    approved: set[tuple[str, int]] = set()
+    halts: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        view = client.get(wid)
+        if until(view):
+            return view
+        key = (view["stage"], len(view.get("artifact_stages", [])))
+        if view["awaiting_approval"] and key not in approved and client.post(wid, "approve").status_code == 200:
+            approved.add(key)
+        if view["status"] == "halted" and on_halt is not None and view["version"] not in halts:
+            halts.add(view["version"])
+            on_halt(view)
+        time.sleep(0.1)
+    raise AssertionError(f"not there within {timeout:.0f}s: {json.dumps(client.get(wid), indent=1)}")
+
+
+def _done(view: dict) -> bool:
+    return view["status"] == "done" and view["worktree_path"] is None
+
+
+def _results_sent(model: ScriptedModelServer, tool_use_id: str) -> list[dict]:
+    """Every tool_result block for ``tool_use_id`` the model was sent, in any request."""
+    found = []
+    for recorded in model.requests:
+        for message in (recorded.body or {}).get("messages", []):
+            content = message.get("content")
+            if isinstance(content, list):
+                found += [b for b in content if b.get("type") == "tool_result" and b.get("tool_use_id") == tool_use_id]
+    return found
+
+
+@pytest.mark.slow
+def test_tools_killed_mid_shell_the_workflow_goes_on_without_a_halt(system: System, model: ScriptedModelServer,
+                                                                     tmp_path: Path) -> None:
+    model.use(slow_shell_scenario())
+    client = Client(system)
+    repo = make_repo(tmp_path / "repo", demo_scenario()["files"])
+    wid = client.create(repo, branch=BRANCH)
+    shell = PulseShell(system, lambda pid: os.kill(pid, signal.SIGKILL))
+    events = Events(system, wid, shell)
+    events.start()
+    try:
+        _drive(client, wid, until=_done, timeout=120)
+        runs = client.artifacts(wid)["pulse_runs"]
+    finally:
+        events.stop()
+        client.http.close()
+    assert shell.completed is not None, "pulse-1's shell call was never seen"
+    assert system.run_info()["children"]["tools"] != shell.pid  # it was killed and restarted under the call
+    stall = shell.completed_at - shell.at
+    print(f"tools killed mid-shell: the shell call completed {stall:.1f}s after the kill (its command takes 2 s)")
+    assert stall < PROMPT
+    assert not shell.completed["is_error"], shell.completed
+    # The model was never told of the crash: the one result it got for the call is the check's success.
+    [result] = _results_sent(model, shell.tool_use_id or "")
+    assert not result.get("is_error") and "ok" in json.dumps(result)
+    assert "workflow:halted" not in events.names() and "workflow:error" not in events.names()
+    assert [(r["id"], r["status"]) for r in runs] == [("pulse-1", "succeeded"), ("pulse-2", "succeeded")]
+    assert git(repo, "log", "--format=%s", f"main..{BRANCH}").splitlines() == [TEST, FEAT]
+
+
+@pytest.mark.slow
+def test_a_pulse_halted_by_a_lost_tool_call_is_recovered_by_resume(system: System, model: ScriptedModelServer,
+                                                                     tmp_path: Path) -> None:
+    """The halt a lost tool call used to cause: the tools service frozen (SIGSTOP) under pulse-1's shell call, so
+    every sending of the call is lost; the model gets an error result, its ``complete_pulse`` is refused, and the
+    scripted agent, off its script, fails: ``error``. Resume asks the same session, which fails the same way at
+    once; the pulse then fails, and the next resume runs it as a new attempt that completes."""
+    model.use(slow_shell_scenario())
+    client = Client(system)
+    repo = make_repo(tmp_path / "repo", demo_scenario()["files"])
+    wid = client.create(repo, branch=BRANCH)
+    shell = PulseShell(system, lambda pid: os.kill(pid, signal.SIGSTOP))
+    halts: list[dict] = []
+
+    def resume(view: dict) -> None:
+        halts.append(view["halt"])
+        if shell.pid:
+            os.kill(shell.pid, signal.SIGCONT)
+        reply = client.post(wid, "resume", {"message": "carry on"})
+        assert reply.status_code == 200, reply.text
+
+    events = Events(system, wid, shell)
+    events.start()
+    try:
+        _drive(client, wid, until=_done, timeout=180, on_halt=resume)
+        runs = client.artifacts(wid)["pulse_runs"]
+    finally:
+        if shell.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(shell.pid, signal.SIGCONT)
+        events.stop()
+        client.http.close()
+    assert shell.completed is not None and shell.completed["is_error"]  # every sending was lost
+    assert [h["reason"] for h in halts] == ["error", "pulse_failed"], halts
+    assert "failed again after a resume" in halts[1]["message"]
+    assert [(r["id"], r["status"]) for r in runs] == [("pulse-1", "failed"), ("pulse-1-a2", "succeeded"),
+                                                      ("pulse-2", "succeeded")]
+    assert git(repo, "log", "--format=%s", f"main..{BRANCH}").splitlines() == [TEST, FEAT]
+
+
+async def test_a_pulse_agent_failing_again_right_after_a_resume_fails_the_pulse() -> None:
+    wf, session_id = pulse_running()
+    wf.session_closed(step="preflight", reason="preflight completed")
+    handle_turn(wf, "pulse:pulse-1", turn(session_id, "error", detail="model API answered 400"), SETTINGS)
+    assert wf.halt["reason"] == "error"
+    controls.resume(wf, None)  # the same session is asked again (an error is nearly always passing) ...
+    [message] = wf.outbox
+    wf.message_delivered(message_id=message["message_id"])
+    handle_turn(wf, "pulse:pulse-1", turn(session_id, "error", detail="model API answered 400"), SETTINGS)
+    # ... and failing again at once, it cannot go on: the pulse fails, kept in a recovery commit.
+    assert wf.halt is None and wf.run("pulse-1")["ending"] == "failed"
+    assert "failed again after a resume" in wf.run("pulse-1")["failure_reason"]
+    assert (await next_step(wf))[0] == "recover"
