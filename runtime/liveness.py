@@ -175,7 +175,6 @@ class InstanceWatch:
             if nc is None:
                 return
             inbox = nc.new_inbox()
-            sub = await nc.subscribe(inbox, cb=self._on_claim)
             while self._waiters and not nc.is_closed:
                 await asyncio.sleep(self.interval)
                 now = loop.time()
@@ -187,6 +186,9 @@ class InstanceWatch:
                     for w in due:
                         w.misses = 0
                     continue
+                if sub is None:
+                    # Only now: most requests are answered within the grace, and never cost a subscription.
+                    sub = await nc.subscribe(inbox, cb=self._on_claim)
                 claimed = await self._ask(nc, inbox, [w.request_id for w in due])
                 for w in due:
                     if w.request_id in claimed:
