@@ -19,6 +19,7 @@ __all__ = [
     "deltas",
     "event",
     "event_type_from_subject",
+    "held",
     "request",
     "workflow_events",
 ]
@@ -87,6 +88,15 @@ subscribes outside the queue group; only the one running the call answers."""
 def indexer_progress(project_id: str) -> str:
     """Core-NATS subject of one project's indexing progress events (``IndexProgress``)."""
     return f"autarch.indexer.progress.{project_id}"
+
+
+HELD_PREFIX = "autarch.held"
+
+
+def held(service: str) -> str:
+    """``autarch.held.<service>``: "which of these requests do you hold?", answered by every instance of the
+    service that holds one (no queue group; see ``autarch.runtime.liveness``)."""
+    return f"{HELD_PREFIX}.{service}"
 
 
 def request(service: str, verb: str) -> str:

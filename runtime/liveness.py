@@ -34,22 +34,20 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from autarch.contracts import subjects
+
 __all__ = [
     "GRACE",
-    "HELD_PREFIX",
     "INTERVAL",
     "MISSES",
     "REQUEST_ID_HEADER",
     "HeldRequests",
     "InstanceWatch",
-    "held_subject",
     "watch_for",
 ]
 
 log = logging.getLogger(__name__)
 
-HELD_PREFIX = "autarch.held"
-"""``autarch.held.<service>``: the question every instance of ``<service>`` answers (no queue group)."""
 REQUEST_ID_HEADER = "Autarch-Request-Id"
 """The header naming one attempt of a watched request (a new id per attempt)."""
 GRACE = 1.0
@@ -60,10 +58,6 @@ WINDOW = 0.5
 """Seconds to gather claims; a round ends as soon as every id asked about is claimed."""
 MISSES = 2
 """Unclaimed rounds in a row before a request counts as lost (one miss may be an instance's busy moment)."""
-
-
-def held_subject(service: str) -> str:
-    return f"{HELD_PREFIX}.{service}"
 
 
 class _Question(msgspec.Struct, kw_only=True):
@@ -105,7 +99,7 @@ class HeldRequests:
 
     async def start(self, nc: Client, service: str) -> None:
         """Answer the question about ``service``'s requests on ``nc``."""
-        self._sub = await nc.subscribe(held_subject(service), cb=self._answer(nc))
+        self._sub = await nc.subscribe(subjects.held(service), cb=self._answer(nc))
 
     async def stop(self) -> None:
         if self._sub is not None:
@@ -216,7 +210,7 @@ class InstanceWatch:
         self._asked, self._claimed = set(ids), set()
         self._all_claimed.clear()
         question = _Question(round=self._round, ids=ids)
-        await nc.publish(held_subject(self.service), msgspec.json.encode(question), reply=inbox)
+        await nc.publish(subjects.held(self.service), msgspec.json.encode(question), reply=inbox)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._all_claimed.wait(), self.window)
         return self._claimed
