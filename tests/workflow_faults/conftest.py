@@ -3,16 +3,29 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from autarch.runtime.natsserver import free_port
+from autarch.runtime.settings import Settings
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.e2e.conftest import System
 from tests.workflows.conftest import SERVICES
 
 from .harness import FIGURES, CpuHog
+
+
+def request_timeouts() -> dict[str, str]:
+    """5 s for every service request and git step: a request that waits out its timeout shows as a few seconds'
+    stall. ``AUTARCH_FAULT_TIMEOUTS=production`` runs with the defaults instead (10 s, git 120 s), where such a
+    wait would break the 10 s allowance, to see whether the short timeouts hide one."""
+    if os.environ.get("AUTARCH_FAULT_TIMEOUTS") == "production":
+        defaults = Settings()
+        return {"AUTARCH_REQUEST_TIMEOUT": str(defaults.request_timeout),
+                "AUTARCH_GIT_REQUEST_TIMEOUT": str(defaults.git_request_timeout)}
+    return {"AUTARCH_REQUEST_TIMEOUT": "5", "AUTARCH_GIT_REQUEST_TIMEOUT": "5"}
 
 
 @pytest.fixture(scope="package")
@@ -26,7 +39,7 @@ def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer)
     data = tmp_path_factory.mktemp("faults") / "data"
     data.mkdir()
     env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
-           "AUTARCH_REQUEST_TIMEOUT": "5", "AUTARCH_GIT_REQUEST_TIMEOUT": "5"}
+           **request_timeouts()}
     sys_ = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES, extra_env=env)
     sys_.start(timeout=60)
     yield sys_
