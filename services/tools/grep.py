@@ -91,9 +91,12 @@ def _required_literal(parsed: object) -> tuple[str, bool] | None:
     Among the runs (``class `` and ``error(`` in ``class \\w+Error\\(``) the one with the rarest
     characters wins: fewer candidate lines for the regex to check.
     """
+    # No public API parses a regex (``sre_parse`` is deprecated since 3.11), so the prefilter reads
+    # ``re._parser``/``re._constants`` (Python >= 3.11). If they move, grep stays correct but loses the
+    # prefilter, and tests/unit/test_private_names.py fails saying which name moved.
     try:
         from re import _constants as c  # type: ignore[attr-defined]
-    except ImportError:  # pragma: no cover - Python < 3.11
+    except ImportError:  # pragma: no cover - the names moved: search every line
         return None
     runs: list[str] = []
     flagged = False
@@ -138,7 +141,7 @@ def compile_pattern(source: str, case_sensitive: bool) -> GrepPattern:
     literal: bytes | None = None
     fold = not case_sensitive
     try:
-        from re import _parser  # type: ignore[attr-defined]
+        from re import _parser  # type: ignore[attr-defined]  # private: see _required_literal
 
         parsed = _parser.parse(source, 0)
         found = _required_literal(parsed)

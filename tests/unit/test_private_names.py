@@ -1,0 +1,34 @@
+"""The few private names of other packages Autarch still relies on, each because no public API does the job.
+
+Each test fails with a message naming what moved and what stops working, so an upgrade of Python or of
+a dependency that breaks one of them is noticed here rather than as a silent slowdown.
+"""
+
+from __future__ import annotations
+
+import re
+
+from autarch.services.tools.grep import compile_pattern
+
+
+def test_re_parser_for_the_grep_literal_prefilter():
+    # services/tools/grep.py: no public API parses a regex (sre_parse is deprecated since 3.11).
+    try:
+        from re import _constants, _parser  # type: ignore[attr-defined]
+    except ImportError as exc:  # pragma: no cover - only on a Python that moved them
+        raise AssertionError(
+            f"re._parser/re._constants moved ({exc}): the grep tool lost its required-literal prefilter "
+            "(services/tools/grep.py, _required_literal); update it for this Python"
+        ) from None
+    missing = [
+        name
+        for name in ("LITERAL", "SUBPATTERN", "MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT", "ATOMIC_GROUP")
+        if not hasattr(_constants, name)
+    ]
+    assert not missing, f"re._constants lost {missing}: update _required_literal in services/tools/grep.py"
+    parsed = _parser.parse("(?i)x", 0)
+    assert parsed.state.flags & re.IGNORECASE, "re._parser's parse(...).state.flags moved: update compile_pattern"
+    assert compile_pattern(r"class \w+Error\(", True).literal == b"Error(", (
+        "the grep prefilter no longer finds a required literal: re._parser's tree changed shape; "
+        "update _required_literal in services/tools/grep.py"
+    )
