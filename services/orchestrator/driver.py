@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import api
 
 from autarch.contracts import subjects
@@ -66,6 +67,7 @@ from . import controls, kickoffs
 from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
+from .pulls import PullConsumer
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -92,6 +94,8 @@ _CONSUMER = "orchestrator-turns"
 _ACK_WAIT = 30.0
 """Seconds before JetStream hands out again a turn event whose handler did not acknowledge it (handling is
 idempotent on the turn id, so a slow handler seeing its event twice changes nothing)."""
+
+_TURN_DECODER = msgspec.json.Decoder(TurnCompleted)
 
 Action = Callable[[], Awaitable[None]]
 
@@ -175,8 +179,8 @@ class WorkflowDriver:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._consumer: asyncio.Task[None] | None = None
-        self._turns: Any = None
-        """The pull subscription on the turn consumer."""
+        self._turns: PullConsumer | None = None
+        """The pull consumer of turn events."""
         self._watchdog: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._stopping = False
@@ -185,14 +189,13 @@ class WorkflowDriver:
 
     async def start(self, workflow_ids: list[str]) -> None:
         """Follow turn completions and pick up every workflow where the last process left it."""
-        js = self.nc.jetstream()
         config = api.ConsumerConfig(durable_name=_CONSUMER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=_ACK_WAIT,
                                     max_ack_pending=256, deliver_policy=api.DeliverPolicy.ALL,
                                     filter_subject=subjects.event("*", "turn", "*", "completed"))
-        sub = await js.pull_subscribe(config.filter_subject, durable=_CONSUMER, stream=subjects.EVENTS_STREAM,
-                                      config=config)
-        self._turns = sub
-        self._consumer = asyncio.create_task(self._consume(sub), name="driver-turns")
+        turns = PullConsumer(self.nc, stream=subjects.EVENTS_STREAM, config=config, handle=self._on_turn_message)
+        await turns.start()
+        self._turns = turns
+        self._consumer = asyncio.create_task(turns.run(), name="driver-turns")
         self._watchdog = asyncio.create_task(self._watch_preflights(), name="driver-preflight-watchdog")
         for workflow_id in workflow_ids:
             self.kick(workflow_id)
@@ -232,10 +235,9 @@ class WorkflowDriver:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._turns is not None:
-            # Messages a cancelled fetch left in the subscription's queue would hold the connection's drain
-            # until it times out; they are not acked, so JetStream hands them out again.
-            with contextlib.suppress(Exception):
-                await self._turns.unsubscribe()
+            # Messages left in the subscription's queue would hold the connection's drain until it times out;
+            # they are not acked, so JetStream hands them out again.
+            await self._turns.stop()
             self._turns = None
 
     def kick(self, workflow_id: str) -> None:
@@ -501,35 +503,26 @@ class WorkflowDriver:
 
     # --- turn outcomes ---------------------------------------------------------------------------------
 
-    async def _consume(self, sub: Any) -> None:
-        decoder = msgspec.json.Decoder(TurnCompleted)
-        while True:
-            try:
-                messages = await sub.fetch(batch=32, timeout=5)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # fetch timeouts, reconnects
-                if type(exc).__name__ != "TimeoutError":
-                    log.warning("turn consumer: %r", exc)
-                    await asyncio.sleep(0.5)
-                continue
-            for msg in messages:
-                try:
-                    event = decoder.decode(msg.data)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    log.warning("turn consumer: undecodable event on %s: %s", msg.subject, exc)
-                    await msg.ack()
-                    continue
-                try:
-                    await self.on_turn(event)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("turn %s of workflow %s not handled yet (%s); redelivering", event.turn_id,
-                                event.workflow_id, exc)
-                    await msg.nak(delay=1)
-                    continue
-                await msg.ack()
+    async def _on_turn_message(self, msg: Msg) -> None:
+        """Handle one ``turn:completed`` of the turn consumer, and acknowledge it once recorded."""
+        try:
+            event = _TURN_DECODER.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("turn consumer: undecodable event on %s: %s", msg.subject, exc)
+            await msg.ack()
+            return
+        try:
+            await self.on_turn(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("turn %s of workflow %s not handled yet (%s); redelivering", event.turn_id,
+                        event.workflow_id, exc)
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=1)
+            return
+        with contextlib.suppress(Exception):  # disconnected: the turn comes again after ack_wait, handled once
+            await msg.ack()
 
     async def on_turn(self, event: TurnCompleted) -> None:
         """Record what a finished agent turn means for its workflow (idempotent on the turn id)."""

@@ -1,0 +1,80 @@
+"""The driver's turn consumer hands each ``turn:completed`` to ``on_turn`` at once, even with a pull request
+left over on its reply inbox (what a stale ``408 Request Timeout`` made nats-py's ``fetch`` leave behind after a
+service was killed and restarted: turn events then reached the driver 1-5 s late for the rest of the run)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pytest
+
+from autarch.contracts import subjects
+from autarch.contracts.base import encode
+from autarch.contracts.events import TurnCompleted
+from autarch.runtime.settings import Settings
+from autarch.services.orchestrator.driver import _CONSUMER, WorkflowDriver
+
+NEXT = f"$JS.API.CONSUMER.MSG.NEXT.{subjects.EVENTS_STREAM}.{_CONSUMER}"
+
+
+def _turn(workflow_id: str, n: int) -> TurnCompleted:
+    return TurnCompleted(workflow_id=workflow_id, occurred_at=datetime.now(UTC), session_id="s", turn_id=f"t{n}",
+                         text="", thoughts="", outcome="end_turn")
+
+
+@pytest.fixture
+async def driver(nc, data_dir):
+    js = nc.jetstream()
+    try:
+        await js.delete_consumer(subjects.EVENTS_STREAM, _CONSUMER)  # another test's, with its backlog
+    except Exception:
+        pass
+    settings = Settings(data_dir=str(data_dir))
+    d = WorkflowDriver(nc=nc, orchestrator=SimpleNamespace(views={}), settings=settings)
+    yield d
+    await d.stop()
+    await js.delete_consumer(subjects.EVENTS_STREAM, _CONSUMER)
+
+
+async def test_turns_come_at_once_despite_a_pull_request_left_on_the_inbox(nc, driver) -> None:
+    workflow_id = str(uuid.uuid4())
+    arrived: dict[str, float] = {}
+
+    async def on_turn(event: TurnCompleted) -> None:
+        if event.workflow_id == workflow_id:
+            arrived[event.turn_id] = time.monotonic()
+
+    driver.on_turn = on_turn  # type: ignore[method-assign]
+    # Watch the consumer's pull requests to learn where it wants its messages.
+    replies: list[str] = []
+
+    async def spy_on(msg) -> None:
+        replies.append(msg.reply)
+
+    spy = await nc.subscribe(NEXT, cb=spy_on)
+    await driver.start([])
+    for _ in range(100):
+        if replies:
+            break
+        await asyncio.sleep(0.02)
+    await spy.unsubscribe()
+    assert replies, "the driver sent no pull request"
+    # A lingering request of a batch that no longer has a taker (as fetch leaves one behind after a stale 408),
+    # on the consumer's own reply inbox: the server hands the next messages to it, the oldest.
+    await nc.publish(NEXT, json.dumps({"batch": 32, "expires": int(4e9)}).encode(), reply=replies[-1])
+    await nc.flush()
+    js = nc.jetstream()
+    delays = []
+    for n in range(4):
+        await asyncio.sleep(0.3)
+        sent = time.monotonic()
+        await js.publish(subjects.event(workflow_id, "turn", f"t{n}", "completed"), encode(_turn(workflow_id, n)))
+        while f"t{n}" not in arrived and time.monotonic() - sent < 6:
+            await asyncio.sleep(0.01)
+        delays.append(arrived.get(f"t{n}", float("inf")) - sent)
+    assert max(delays) < 0.5, f"turn events reached on_turn after {[round(d, 2) for d in delays]} s"
