@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import InfrastructureFactory
+from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool
 from eventsourcing.utils import Environment
 
 from autarch.runtime.aggregates import created_ids, project, topic_of
@@ -34,7 +34,7 @@ class SessionApplication(Application[UUID]):
         factory = super().construct_factory(env)
         synchronous = (env.get(SYNCHRONOUS_ENV) or "").upper()
         pool = getattr(getattr(factory, "datastore", None), "pool", None)
-        if synchronous and pool is not None and hasattr(pool, "_create_connection"):
+        if synchronous and isinstance(pool, SQLiteConnectionPool):
             _set_synchronous(pool, synchronous)
         return factory
 
@@ -47,18 +47,32 @@ class SessionApplication(Application[UUID]):
         return created_ids(self.recorder, _STARTED_TOPIC)
 
 
-def _set_synchronous(pool: Any, level: str) -> None:
+def _set_synchronous(pool: SQLiteConnectionPool, level: str) -> None:
+    """Run ``PRAGMA synchronous=<level>`` on every connection ``pool`` opens.
+
+    The pragma holds per connection, and eventsourcing has no public hook for a new connection, so this
+    wraps ``_create_connection``, the method its ``ConnectionPool`` has every pool class implement (the
+    pragma itself goes through the public ``SQLiteConnection.cursor()``). pyproject.toml pins eventsourcing
+    to the minor versions this was checked against; if the name moves, this fails at startup, saying so,
+    and so does tests/unit/test_private_names.py.
+    """
     if level not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise ValueError(f"agent_store_synchronous must be NORMAL, FULL, EXTRA or OFF, got {level!r}")
-    create = pool._create_connection
+    create = getattr(pool, "_create_connection", None)
+    if create is None:
+        raise RuntimeError(
+            "eventsourcing's SQLiteConnectionPool no longer has _create_connection, so agent_store_synchronous "
+            "cannot be applied: update _set_synchronous in services/agent_runner/application.py for this version"
+        )
 
     # In WAL mode NORMAL skips the fsync of each commit: a killed process loses nothing, a power cut may
     # lose the last commits. It takes a model step's two commits from ~10 ms to well under 1 ms here.
-    def create_connection() -> Any:
+    def create_connection() -> SQLiteConnection:
         connection = create()
-        connection._sqlite_conn.execute(f"PRAGMA synchronous={level}")
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA synchronous={level}")
         return connection
 
-    pool._create_connection = create_connection
+    pool._create_connection = create_connection  # type: ignore[method-assign]
 
 

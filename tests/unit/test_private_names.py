@@ -32,3 +32,24 @@ def test_re_parser_for_the_grep_literal_prefilter():
         "the grep prefilter no longer finds a required literal: re._parser's tree changed shape; "
         "update _required_literal in services/tools/grep.py"
     )
+
+
+def test_eventsourcing_pool_hook_for_the_sqlite_synchronous_pragma(tmp_path):
+    # services/agent_runner/application.py: eventsourcing runs nothing public on each new connection.
+    from eventsourcing.sqlite import SQLiteConnectionPool
+
+    from autarch.services.agent_runner.application import SYNCHRONOUS_ENV, SessionApplication
+
+    assert callable(getattr(SQLiteConnectionPool, "_create_connection", None)), (
+        "eventsourcing's SQLiteConnectionPool._create_connection moved: agent_store_synchronous can no longer be "
+        "applied; update _set_synchronous in services/agent_runner/application.py (and the pin in pyproject.toml)"
+    )
+    env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(tmp_path / "s.sqlite")}
+    for level, expected in (("NORMAL", 1), ("OFF", 0), ("", 2)):  # "": SQLite's default, FULL
+        app = SessionApplication(env={**env, SYNCHRONOUS_ENV: level})
+        try:
+            with app.factory.datastore.transaction(commit=False) as cursor:  # type: ignore[attr-defined]
+                cursor.execute("PRAGMA synchronous")
+                assert cursor.fetchone()[0] == expected, f"PRAGMA synchronous is not applied for {level!r}"
+        finally:
+            app.close()
