@@ -9,13 +9,14 @@ from functools import cached_property
 from pathlib import Path
 
 from dulwich.errors import NotGitRepository
-from dulwich.ignore import IgnoreFilter, IgnoreFilterManager, default_user_ignore_filter_path
+from dulwich.ignore import default_user_ignore_filter_path
 from dulwich.object_store import BaseObjectStore
 from dulwich.repo import Repo
 
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import GitErrorCode
 from autarch.runtime.errors import ServiceFailure
+from autarch.runtime.ignore import GIT_IGNORE_FILES, Ignorer, read_ignore_file
 
 from .refs import branch_ref, pulse_branch_name, read_branch
 from .store import PulseRecord, WorkflowRecord
@@ -118,18 +119,21 @@ class Workspace:
         return self.repo.get_config().get_boolean((b"core",), b"filemode", True)
 
     def ignore_check(self) -> Callable[[str], bool]:
-        """The worktree's ignore rules (.gitignore files, info/exclude, core.excludesFile)."""
+        """The worktree's ignore rules as git applies them: ``.gitignore`` files, ``info/exclude``,
+        ``core.excludesFile`` (in rising order of precedence, reversed), ``core.ignorecase``.
+
+        The shared engine (:mod:`autarch.runtime.ignore`); ``.autarchignore`` is not read: what a
+        commit picks up is what ``git add -A`` would. A path ending in ``/`` names a directory;
+        a path below an ignored directory is ignored.
+        """
         config = self.repo.get_config_stack()
-        global_filters = []
+        ignorecase = config.get_boolean((b"core",), b"ignorecase", False)
+        base = []
         for path in (
-            os.path.join(self.repo.commondir(), "info", "exclude"),
             default_user_ignore_filter_path(config),
+            os.path.join(self.repo.commondir(), "info", "exclude"),
         ):
-            try:
-                global_filters.append(IgnoreFilter.from_path(os.path.expanduser(path)))
-            except OSError:
-                pass
-        manager = IgnoreFilterManager(
-            str(self.worktree), global_filters, config.get_boolean((b"core",), b"ignorecase", False)
-        )
-        return lambda path: manager.is_ignored(path) is True
+            rules = read_ignore_file(os.path.expanduser(path), ignorecase=ignorecase)
+            if rules is not None:
+                base.append(rules)
+        return Ignorer(str(self.worktree), files=GIT_IGNORE_FILES, base=base, ignorecase=ignorecase)

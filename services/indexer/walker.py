@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pathspec
+from autarch.runtime.ignore import IGNORE_FILES, IgnoreFile
 
 from .repository import RepoLocation, blob_id
 
 __all__ = [
     "DEFAULT_EXCLUDES",
     "DEFAULT_MAX_FILE_BYTES",
+    "IGNORE_FILES",
     "IgnoreRules",
     "SourceFile",
     "StatCache",
@@ -54,8 +55,8 @@ DEFAULT_EXCLUDES = (
 )
 """Ignored unless a ``.gitignore`` or ``.autarchignore`` re-includes them with ``!pattern``."""
 
-IGNORE_FILES = (".gitignore", ".autarchignore")
-"""Read in every directory; in one directory ``.autarchignore`` wins over ``.gitignore``."""
+# IGNORE_FILES (from the shared engine) are read in every directory; in one directory
+# ``.autarchignore`` wins over ``.gitignore``.
 
 
 @dataclass(frozen=True)
@@ -81,38 +82,39 @@ class WalkResult:
 
 
 class IgnoreRules:
-    """Git's ignore semantics over nested ignore files: the deepest file with a matching pattern decides."""
+    """Git's ignore semantics over nested ignore files: the deepest file with a matching pattern decides.
+
+    The rules are those of :mod:`autarch.runtime.ignore` (the one engine the tools and git services
+    use too); each call decides about the entry itself, so callers skip ignored directories' contents.
+    """
 
     def __init__(self, *, root_lines: Iterable[str] = ()) -> None:
-        self._specs: dict[str, list[pathspec.GitIgnoreSpec]] = {"": []}
-        base = [*DEFAULT_EXCLUDES, *root_lines]
-        self._base = pathspec.GitIgnoreSpec.from_lines(base)
+        self._files: dict[str, list[IgnoreFile]] = {}
+        self._base = IgnoreFile([*DEFAULT_EXCLUDES, *root_lines])
 
     def add_directory(self, rel_dir: str, files: dict[str, str]) -> None:
         """Register the ignore files (name -> text) found in ``rel_dir`` ('' for the root)."""
-        specs = []
+        found = []
         for name in IGNORE_FILES:
             text = files.get(name)
-            if text:
-                specs.append(pathspec.GitIgnoreSpec.from_lines(text.splitlines()))
-        if specs:
-            self._specs[rel_dir] = specs
+            if text and (rules := IgnoreFile(text)):
+                found.append(rules)
+        if found:
+            self._files[rel_dir] = found
 
     def is_ignored(self, rel_path: str, *, is_dir: bool = False) -> bool:
         parts = rel_path.split("/")
         # Deepest directory first; within one directory the last ignore file (.autarchignore) first.
         for depth in range(len(parts) - 1, -1, -1):
-            rel_dir = "/".join(parts[:depth])
-            specs = self._specs.get(rel_dir)
-            if not specs:
+            found = self._files.get("/".join(parts[:depth]))
+            if not found:
                 continue
-            sub = "/".join(parts[depth:]) + ("/" if is_dir else "")
-            for spec in reversed(specs):
-                result = spec.check_file(sub).include
-                if result is not None:
-                    return result
-        result = self._base.check_file(rel_path + ("/" if is_dir else "")).include
-        return bool(result)
+            sub = "/".join(parts[depth:])
+            for rules in reversed(found):
+                decision = rules.decide(sub, is_dir=is_dir)
+                if decision is not None:
+                    return decision
+        return self._base.decide(rel_path, is_dir=is_dir) is True
 
 
 def skip_reason(content: bytes, *, max_file_bytes: int) -> str | None:

@@ -1,19 +1,16 @@
-"""``.gitignore`` / ``.autarchignore`` rules and glob patterns, compiled to regular expressions.
+"""The ``glob`` filters of ``glob``/``grep`` (ripgrep's flavour, ``{a,b}`` included), compiled to regexes.
 
-Git's semantics: the last matching rule of a file wins, ``!`` re-includes, a trailing ``/``
-matches directories only, a pattern with a slash (other than a trailing one) is anchored to the
-directory of its ignore file, and ``*`` never crosses ``/`` while ``**`` does. Rules of deeper
-ignore files take precedence over shallower ones.
+Ignore files are not read here: ``.gitignore``/``.autarchignore`` go through the one engine in
+:mod:`autarch.runtime.ignore` (git's semantics, no brace expansion); its names are re-exported.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from autarch.runtime.ignore import IGNORE_FILES, IgnoreFile
 
 __all__ = ["IGNORE_FILES", "IgnoreFile", "compile_glob", "glob_to_regex"]
-
-IGNORE_FILES = (".gitignore", ".autarchignore")
 
 
 def _class(pattern: str, i: int) -> tuple[str, int] | None:
@@ -101,50 +98,3 @@ def compile_glob(pattern: str, *, basename_if_no_slash: bool = False) -> re.Patt
     if basename_if_no_slash and "/" not in pattern:
         source = "(?:.*/)?" + source
     return re.compile(source + r"\Z", re.DOTALL)
-
-
-@dataclass(frozen=True)
-class _Rule:
-    regex: re.Pattern[str]
-    negated: bool
-    dir_only: bool
-
-
-class IgnoreFile:
-    """The rules of one ignore file, matched against paths relative to its directory."""
-
-    def __init__(self, text: str) -> None:
-        self.rules: list[_Rule] = []
-        for raw in text.splitlines():
-            line = raw.rstrip("\r")
-            if line.endswith(" ") and not line.endswith("\\ "):
-                line = line.rstrip(" ")
-            if not line or line.startswith("#"):
-                continue
-            negated = line.startswith("!")
-            if negated:
-                line = line[1:]
-            elif line.startswith("\\!") or line.startswith("\\#"):
-                line = line[1:]
-            dir_only = line.endswith("/")
-            line = line.rstrip("/")
-            if not line:
-                continue
-            anchored = "/" in line
-            line = line.lstrip("/")
-            source = glob_to_regex(line)
-            if not anchored:
-                source = "(?:.*/)?" + source
-            self.rules.append(_Rule(re.compile(source + r"\Z", re.DOTALL), negated, dir_only))
-
-    def __bool__(self) -> bool:
-        return bool(self.rules)
-
-    def decide(self, rel: str, *, is_dir: bool) -> bool | None:
-        """True (ignored), False (re-included) or None (no rule matches)."""
-        for rule in reversed(self.rules):
-            if rule.dir_only and not is_dir:
-                continue
-            if rule.regex.match(rel):
-                return not rule.negated
-        return None

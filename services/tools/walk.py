@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .ignore import IGNORE_FILES, IgnoreFile
+from autarch.runtime.ignore import IGNORE_FILES, Ignorer, Stack, decide, load_ignore_files
 
 __all__ = ["Entry", "walk", "walk_files"]
 
@@ -23,51 +23,10 @@ class Entry:
     is_symlink: bool = False
 
 
-def _load_ignores(directory: str, names: set[str]) -> list[IgnoreFile]:
-    found = []
-    for name in IGNORE_FILES:
-        if name in names:
-            try:
-                with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as handle:
-                    rules = IgnoreFile(handle.read())
-            except OSError:
-                continue
-            if rules:
-                found.append(rules)
-    return found
-
-
-def _inherited_ignores(root: str, start_rel: str) -> list[tuple[str, IgnoreFile]]:
-    """Ignore files of ``start_rel``'s ancestors (and ``.git/info/exclude``), shallowest first."""
-    stack: list[tuple[str, IgnoreFile]] = []
-    exclude = os.path.join(root, ".git", "info", "exclude")
-    if os.path.isfile(exclude):
-        try:
-            with open(exclude, encoding="utf-8", errors="replace") as handle:
-                rules = IgnoreFile(handle.read())
-            if rules:
-                stack.append(("", rules))
-        except OSError:
-            pass
-    parts = start_rel.split("/") if start_rel else []
-    for i in range(len(parts)):
-        base = "/".join(parts[:i])
-        directory = os.path.join(root, base) if base else root
-        try:
-            names = set(os.listdir(directory))
-        except OSError:
-            continue
-        stack.extend((base, rules) for rules in _load_ignores(directory, names))
-    return stack
-
-
-def _ignored(stack: list[tuple[str, IgnoreFile]], rel: str, is_dir: bool) -> bool:
-    for base, rules in reversed(stack):
-        local = rel[len(base) + 1 :] if base else rel
-        decision = rules.decide(local, is_dir=is_dir)
-        if decision is not None:
-            return decision
-    return False
+def _inherited_ignores(root: str, start_rel: str) -> Stack:
+    """Ignore files of ``start_rel``'s ancestors (and ``info/exclude``), shallowest first."""
+    ignorer = Ignorer.for_worktree(root)
+    return ignorer.stack(start_rel.rpartition("/")[0]) if start_rel else list(ignorer.base)
 
 
 def walk(
@@ -94,7 +53,7 @@ def _walk_dir(
     max_depth: int | None,
     include_dirs: bool,
     include_symlinks: bool,
-    stack: list[tuple[str, IgnoreFile]],
+    stack: Stack,
 ) -> Iterator[Entry]:
     directory = os.path.join(root, rel_dir) if rel_dir else root
     try:
@@ -103,7 +62,7 @@ def _walk_dir(
     except OSError:
         return
     names = {entry.name for entry in entries}
-    own = _load_ignores(directory, names)
+    own = load_ignore_files(directory, names)
     if own:
         stack = [*stack, *((rel_dir, rules) for rules in own)]
     prefix = rel_dir + "/" if rel_dir else ""
@@ -116,7 +75,7 @@ def _walk_dir(
             is_dir = not is_symlink and entry.is_dir(follow_symlinks=False)
         except OSError:
             continue
-        if stack and _ignored(stack, rel, is_dir):
+        if stack and decide(stack, rel, is_dir):
             continue
         if is_symlink:
             if include_symlinks:
@@ -137,7 +96,7 @@ def walk_files(root: str) -> Iterator[str]:
     The lean walk grep needs: no sorting, no :class:`Entry` objects, and ignore rules only
     consulted where an ignore file is in force.
     """
-    pending: list[tuple[str, list[tuple[str, IgnoreFile]]]] = [("", _inherited_ignores(root, ""))]
+    pending: list[tuple[str, Stack]] = [("", _inherited_ignores(root, ""))]
     while pending:
         rel_dir, stack = pending.pop()
         directory = f"{root}/{rel_dir}" if rel_dir else root
@@ -147,7 +106,7 @@ def walk_files(root: str) -> Iterator[str]:
         except OSError:
             continue
         if any(entry.name in IGNORE_FILES for entry in entries):
-            own = _load_ignores(directory, {entry.name for entry in entries})
+            own = load_ignore_files(directory, [entry.name for entry in entries])
             if own:
                 stack = [*stack, *((rel_dir, rules) for rules in own)]
         prefix = rel_dir + "/" if rel_dir else ""
@@ -162,7 +121,7 @@ def walk_files(root: str) -> Iterator[str]:
             except OSError:
                 continue
             rel = prefix + name
-            if stack and _ignored(stack, rel, is_dir):
+            if stack and decide(stack, rel, is_dir):
                 continue
             if is_dir:
                 pending.append((rel, stack))

@@ -129,6 +129,14 @@ async def test_nested_gitignore_negation(tools, worktree):
     assert await tools("glob_search", {"pattern": "**/*.log"}) == ["logs/keep.log"]
 
 
+async def test_ignore_files_follow_git(tools, worktree):
+    # No brace expansion in git: "{a,b}.txt" ignores only the file of that name.
+    write(worktree, ".gitignore", "{a,b}.txt\nout/**\n!out/keep\n")
+    for rel in ("a.txt", "b.txt", "{a,b}.txt", "out/drop", "out/keep"):
+        write(worktree, rel)
+    assert await tools("glob_search", {"pattern": "**/*"}) == [".gitignore", "a.txt", "b.txt", "out/keep"]
+
+
 async def test_glob_search(tools, worktree):
     for rel in ("src/a.ts", "src/deep/b.ts", "src/deep/c.py", "test_x.py", "src/test_y.py", ".github/ci.yml"):
         write(worktree, rel)
