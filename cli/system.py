@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from typing import Any
@@ -69,6 +70,49 @@ def _model_line(settings: Settings) -> str:
             "(or AUTARCH_ANTHROPIC_BASE_URL for another endpoint), or try `autarch demo` offline.")
 
 
+async def _instance_stats(nc: Any, name: str, instances: int, *, wait: float = 1.0) -> list[dict[str, Any]]:
+    """``$SRV.STATS`` of every instance of ``name`` (each keeps its own counts), as many as answer within ``wait``."""
+    inbox = nc.new_inbox()
+    answers: list[dict[str, Any]] = []
+    all_in = asyncio.Event()
+
+    async def on_reply(msg: Any) -> None:
+        try:
+            answers.append(json.loads(msg.data))
+        except ValueError:
+            return
+        if len(answers) >= instances:
+            all_in.set()
+
+    sub = await nc.subscribe(inbox, cb=on_reply)
+    try:
+        await nc.publish(f"$SRV.STATS.{name}", b"", reply=inbox)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_in.wait(), wait)
+    finally:
+        await sub.unsubscribe()
+    return answers
+
+
+def _totals(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Requests, errors and mean processing time over every endpoint of every instance that answered."""
+    endpoints = [e for stats in answers for e in stats.get("endpoints") or []]
+    processing_ns = sum(e.get("processing_time", 0) for e in endpoints)
+    # Our services report the requests still in flight, whose time is not in processing_time yet.
+    answered = sum(
+        e.get("num_requests", 0) - (e["data"].get("in_flight", 0) if isinstance(e.get("data"), dict) else 0)
+        for e in endpoints
+    )
+    last_errors = [e["last_error"] for e in endpoints if e.get("last_error")]
+    return {
+        "requests": sum(e.get("num_requests", 0) for e in endpoints),
+        "errors": sum(e.get("num_errors", 0) for e in endpoints),
+        "average_ms": round(processing_ns / answered / 1e6, 3) if answered > 0 else 0.0,
+        "last_error": last_errors[-1] if last_errors else None,
+        "started": min((stats["started"] for stats in answers if stats.get("started")), default=None),
+    }
+
+
 async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
     from autarch.gateway.health import ping_service
     from autarch.runtime.bus import connect
@@ -83,13 +127,9 @@ async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
             instances = await ping_service(nc, name, wait=0.5)
             entry: dict[str, Any] = {"ok": instances > 0, "instances": instances}
             if instances:
-                try:
-                    stats = json.loads((await nc.request(f"$SRV.STATS.{name}", b"", timeout=1)).data)
-                    entry["requests"] = sum(e.get("num_requests", 0) for e in stats.get("endpoints", []))
-                    entry["errors"] = sum(e.get("num_errors", 0) for e in stats.get("endpoints", []))
-                    entry["started"] = stats.get("started")
-                except Exception:
-                    pass
+                answers = await _instance_stats(nc, name, instances)
+                if answers:
+                    entry.update(_totals(answers))
             result["services"][name] = entry
         return result
     finally:
@@ -111,8 +151,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         for name, entry in result["services"].items():
             n = entry["instances"]
             state = f"ok ({n} instance{'s' if n != 1 else ''})" if entry["ok"] else "DOWN"
-            extra = f"  requests {entry['requests']}, errors {entry['errors']}" if "requests" in entry else ""
+            extra = (
+                f"  requests {entry['requests']}, errors {entry['errors']}, avg {entry['average_ms']:.1f} ms"
+                if "requests" in entry
+                else ""
+            )
             print(f"  {name:<13} {state}{extra}")
+            if entry.get("errors") and entry.get("last_error"):
+                print(f"  {'':<13} last error: {entry['last_error'][:200]}")
     healthy = result["nats"] and all(e["ok"] for e in result["services"].values())
     return 0 if healthy else 1
 

@@ -6,6 +6,12 @@ with a cached msgspec decoder; a payload that does not decode is answered with a
 :class:`ServiceFailure` answers with that typed error; any other exception is logged and
 answered with ``internal``. The service keeps running in every case.
 
+Each request runs in its own task (a nats.py subscription callback handles one message at a time),
+so nats.micro's own endpoint statistics, which time the callback, would see every request succeed in
+microseconds. The service keeps its own per endpoint instead (requests, error replies, time from
+receipt to answer, last error) and serves them on ``$SRV.STATS`` through nats.micro's public
+``ServiceConfig.stats_handler``, which is handed each endpoint's stats before they are sent.
+
 Each instance also tells a waiting caller that it still holds its request (see ``liveness.py``):
 a request whose instance died is then noticed in seconds, not at its timeout.
 """
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -24,7 +31,7 @@ from nats.aio.client import Client
 from nats.errors import ConnectionClosedError
 from nats.micro import add_service
 from nats.micro.request import Request
-from nats.micro.service import EndpointConfig, Service, ServiceConfig
+from nats.micro.service import EndpointConfig, EndpointStats, Service, ServiceConfig
 
 from autarch.contracts import subjects
 from autarch.contracts.base import decoder_for, encode
@@ -33,15 +40,12 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 from .errors import ServiceFailure
 from .liveness import REQUEST_ID_HEADER, HeldRequests
 
-__all__ = ["TypedService", "error_headers"]
+__all__ = ["TypedService"]
 
 log = logging.getLogger(__name__)
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
-
-ERROR_HEADER = "Nats-Service-Error"
-ERROR_CODE_HEADER = "Nats-Service-Error-Code"
 
 _HTTP_LIKE = {
     ErrorCode.BAD_REQUEST: "400",
@@ -52,15 +56,6 @@ _HTTP_LIKE = {
 }
 
 
-def error_headers(reply: ErrorReply) -> dict[str, str]:
-    """The micro-protocol error headers for ``reply`` (so ``nats micro`` tools see the error too)."""
-    return {
-        ERROR_HEADER: reply.message[:1000].replace("\r", " ").replace("\n", " "),
-        ERROR_CODE_HEADER: _HTTP_LIKE.get(reply.code, "500"),
-        "Autarch-Error": reply.code,
-    }
-
-
 @dataclass
 class _Endpoint:
     verb: str
@@ -68,6 +63,16 @@ class _Endpoint:
     handler: Callable[[Any], Awaitable[Any]]
     subject: str
     concurrency: int
+    # What ``$SRV.STATS`` reports for this endpoint (see the module docstring).
+    num_requests: int = 0
+    """Requests received, answered or not yet."""
+    num_answered: int = 0
+    """Requests whose handling ended (answered, or the answer could not be sent)."""
+    num_errors: int = 0
+    """Requests answered with an error reply, or whose answer could not be sent."""
+    processing_time: int = 0
+    """Nanoseconds from receipt to answer, summed over the answered requests (time queued included)."""
+    last_error: str = ""
 
 
 @dataclass
@@ -117,6 +122,7 @@ class TypedService:
                 version=self.version,
                 description=self.description or None,
                 queue_group=self.queue_group or self.name,
+                stats_handler=self._stats,
             ),
         )
         # Answering "which requests do you hold?" from the start: a request taken before the first question
@@ -147,14 +153,31 @@ class TypedService:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def _stats(self, stats: EndpointStats) -> Any:
+        """Put this endpoint's own counts into the stats nats.micro is about to send (``stats_handler``)."""
+        ep = next((e for e in self._endpoints if e.verb == stats.name and e.subject == stats.subject), None)
+        if ep is None:
+            return stats.data
+        stats.num_requests = ep.num_requests
+        stats.num_errors = ep.num_errors
+        stats.processing_time = ep.processing_time
+        stats.average_processing_time = ep.processing_time // ep.num_answered if ep.num_answered else 0
+        stats.last_error = ep.last_error or None
+        return {"in_flight": ep.num_requests - ep.num_answered}
+
     def _dispatcher(self, ep: _Endpoint) -> Callable[[Request], Awaitable[None]]:
         decoder = decoder_for(ep.request_type)
         limit = asyncio.Semaphore(ep.concurrency)
 
-        async def serve(request: Request, request_id: str | None) -> None:
+        async def serve(request: Request, request_id: str | None, received: int) -> None:
             try:
                 async with limit:
-                    await _answer(request, decoder, ep)
+                    error = await _answer(request, decoder, ep)
+                ep.num_answered += 1
+                ep.processing_time += time.perf_counter_ns() - received
+                if error is not None:
+                    ep.num_errors += 1
+                    ep.last_error = error
             finally:
                 if request_id is not None and held is not None:
                     held.release(request_id)
@@ -163,34 +186,46 @@ class TypedService:
 
         async def dispatch(request: Request) -> None:
             # Held from receipt (a request queued behind ``limit`` is held too) until it is answered.
+            received = time.perf_counter_ns()
+            ep.num_requests += 1
             request_id = (request.headers or {}).get(REQUEST_ID_HEADER)
             if request_id is not None and held is not None:
                 held.hold(request_id)
-            task = asyncio.create_task(serve(request, request_id))
+            task = asyncio.create_task(serve(request, request_id, received))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
         return dispatch
 
 
-async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _Endpoint) -> None:
+async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _Endpoint) -> str | None:
+    """Handle and answer one request; the error it was answered with (``code: message``), if any."""
+    reply: ErrorReply | None = None
     try:
         try:
             payload = decoder.decode(request.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ServiceFailure.bad_request(f"invalid {ep.verb} payload: {exc}") from None
-        result = await ep.handler(payload)
-        body = encode(result)
-        headers = None
+        body = encode(await ep.handler(payload))
     except ServiceFailure as failure:
         reply = failure.to_reply()
-        body, headers = encode(reply), error_headers(reply)
     except Exception as exc:
         log.exception("%s failed", ep.subject)
         reply = ErrorReply(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
-        body, headers = encode(reply), error_headers(reply)
-    if request._msg.reply:
-        try:
-            await request.respond(body, headers=headers)
-        except Exception:  # the connection is gone; an idempotent request is sent again once no one holds it
-            log.warning("could not answer %s", ep.subject, exc_info=True)
+    try:
+        if reply is None:
+            await request.respond(body)
+            return None
+        # The micro-protocol error headers (so ``nats micro`` tools see the error too), and our code.
+        await request.respond_error(
+            _HTTP_LIKE.get(reply.code, "500"),
+            reply.message[:1000].replace("\r", " ").replace("\n", " "),
+            data=encode(reply),
+            headers={"Autarch-Error": reply.code},
+        )
+        return f"{reply.code}: {reply.message[:1000]}"
+    except ValueError:  # no reply subject (a publish, not a request): nobody to answer
+        return None if reply is None else f"{reply.code}: {reply.message[:1000]}"
+    except Exception as exc:  # the connection is gone; an idempotent request is sent again once no one holds it
+        log.warning("could not answer %s", ep.subject, exc_info=True)
+        return f"reply not sent: {type(exc).__name__}: {exc}"

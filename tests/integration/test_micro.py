@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import msgspec
 import pytest
@@ -27,6 +28,9 @@ async def _echo(req: Echo) -> Echoed:
         raise ServiceFailure.not_found("no such thing", thing=req.text)
     if req.text == "boom":
         raise ZeroDivisionError("bug")
+    if req.text == "late":
+        await asyncio.sleep(req.delay)
+        raise ServiceFailure(ErrorCode.UNAVAILABLE, "gave up late")
     await asyncio.sleep(req.delay)
     return Echoed(text=req.text.upper())
 
@@ -83,3 +87,41 @@ async def test_no_responders_and_timeout_are_typed(nc, echo_service):
 async def test_service_answers_srv_ping(nc, echo_service):
     msg = await nc.request("$SRV.PING.echo_test", b"", timeout=2)
     assert msgspec.json.decode(msg.data)["name"] == "echo_test"
+
+
+async def _stats(nc, svc) -> dict:
+    msg = await nc.request(f"$SRV.STATS.{svc.name}.{svc.instance_id}", b"", timeout=2)
+    (endpoint,) = json.loads(msg.data)["endpoints"]
+    return endpoint
+
+
+async def test_stats_count_what_happened(nc, echo_service):
+    """Requests run in their own tasks, yet ``$SRV.STATS`` counts their errors and their whole time."""
+    assert (await _stats(nc, echo_service))["num_requests"] == 0
+    with pytest.raises(RemoteError) as late:
+        await request(nc, "test.echo", Echo(text="late", delay=0.15), Echoed)
+    assert late.value.code == ErrorCode.UNAVAILABLE
+    stats = await _stats(nc, echo_service)
+    assert (stats["num_requests"], stats["num_errors"]) == (1, 1)
+    assert stats["processing_time"] >= 150_000_000
+    assert stats["average_processing_time"] == stats["processing_time"]
+    assert stats["last_error"] == "unavailable: gave up late"
+    assert stats["data"] == {"in_flight": 0}
+
+    await request(nc, "test.echo", Echo(text="fine"), Echoed)
+    with pytest.raises(RemoteError):
+        await request(nc, "test.echo", Echo(text="boom"), Echoed)
+    await nc.request("test.echo", b"not json", timeout=2)
+    stats = await _stats(nc, echo_service)
+    assert (stats["num_requests"], stats["num_errors"]) == (4, 3)  # a bad payload is an error reply too
+    assert stats["last_error"].startswith("bad_request: invalid echo payload")
+
+    slow = asyncio.create_task(request(nc, "test.echo", Echo(text="slow", delay=0.5), Echoed))
+    await asyncio.sleep(0.2)
+    stats = await _stats(nc, echo_service)
+    assert stats["num_requests"] == 5
+    assert stats["data"] == {"in_flight": 1}
+    assert (await slow).text == "SLOW"
+    stats = await _stats(nc, echo_service)
+    assert (stats["num_errors"], stats["data"]) == (3, {"in_flight": 0})
+    assert stats["average_processing_time"] == stats["processing_time"] // 5
