@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from dulwich.repo import Repo
 
 from autarch.services.git.workspace import Workspace
@@ -15,20 +16,28 @@ FILES = [
     "a.txt", "b.txt", "{a,b}.txt", "keep.log", "drop.log", "x y", "[ab]",
     "build/out.o", "build/keep", "gen/a/b.c", "gen/keep.c", "docs/x.md", "docs/sub/y.md",
     "src/.gitignore", "src/m.py", "src/m.pyc", "src/deep/n.pyc", "src/deep/keep.pyc",
-    "CaSe.TXT", "notes/.autarchignore", "notes/secret.txt", "top", "sub/top",
+    "CaSe.TXT", "lib/.gitignore", "lib/lx.py", "lib/keep.py",
+    "notes/.autarchignore", "notes/secret.txt", "top", "sub/top", "cache/.gitignore", "cache/blob",
 ]  # fmt: skip
 
 RULES = {
-    ".gitignore": "{a,b}.txt\n*.log\n!keep.log\nbuild/\n!build/keep\ngen/**\n!gen/keep.c\n/top\nx\\ y\n\\[ab]\n",
+    ".gitignore": "{a,b}.txt\n*.log\n!keep.log\nbuild/\n!build/keep\ngen/**\n!gen/keep.c\n"
+    "/top\nx\\ y\n\\[ab]\ncase.txt\n",
     "src/.gitignore": "*.pyc\n!deep/keep.pyc\n",
+    "lib/.gitignore": "l*\n",
+    # A directory's own .gitignore does not apply to the directory itself: "*" there ignores its
+    # contents, and "!.gitignore" keeps that file.
+    "cache/.gitignore": "*\n!.gitignore\n",
     "notes/.autarchignore": "secret.txt\n",
     ".git/info/exclude": "docs/*/\n",
 }
 
 
-def test_untracked_files_match_git(tmp_path: Path) -> None:
+@pytest.mark.parametrize("ignorecase", [False, True])
+def test_untracked_files_match_git(tmp_path: Path, ignorecase: bool) -> None:
     root = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "config", "core.ignorecase", str(ignorecase).lower()], cwd=root, check=True)
     for rel in FILES:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("x\n")
@@ -58,4 +67,6 @@ def test_untracked_files_match_git(tmp_path: Path) -> None:
     finally:
         repo.close()
     assert ours == expected
-    assert "a.txt" in ours and "{a,b}.txt" not in ours and "notes/secret.txt" in ours
+    assert "a.txt" in ours and "{a,b}.txt" not in ours and "notes/secret.txt" in ours and "lib/keep.py" in ours
+    assert "cache/.gitignore" in ours and "cache/blob" not in ours
+    assert ("CaSe.TXT" in ours) is not ignorecase
