@@ -45,7 +45,10 @@ def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
 
 def _preflight(workflow: Workflow) -> PreflightView | None:
     if workflow.preflight is not None:
-        return msgspec.convert({**workflow.preflight, "session_id": _session(workflow, "preflight")}, PreflightView)
+        done = workflow.preflight
+        return PreflightView(status=done.status, session_id=_session(workflow, "preflight"), summary=done.summary,
+                             setup_commands=list(done.setup_commands), build_success=done.build_success,
+                             baselines_recorded=done.baselines_recorded, error=done.error)
     if "preflight" in workflow.sessions:
         return PreflightView(status="running", session_id=_session(workflow, "preflight"))
     return None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
 from eventsourcing.domain import DomainEvent
 
 from autarch.contracts.events import (
@@ -32,6 +31,7 @@ from autarch.contracts.execution import HaltView
 from autarch.contracts.workflows import WorkflowView
 
 from .domainmodel import Workflow
+from .state import Halt
 
 __all__ = ["to_contract", "view_of"]
 
@@ -94,6 +94,10 @@ def _execution_contract(e: DomainEvent, base: dict[str, Any]) -> Event | None:
     return None
 
 
+def _halt_view(halt: Halt) -> HaltView:
+    return HaltView(reason=halt.reason, message=halt.message, pulse_id=halt.pulse_id, details=dict(halt.details))
+
+
 def view_of(workflow: Workflow) -> WorkflowView:
     """The client-facing state of ``workflow``."""
     return WorkflowView(
@@ -116,10 +120,10 @@ def view_of(workflow: Workflow) -> WorkflowView:
         pulses_count=len(workflow.pulses),
         last_feedback=workflow.last_feedback,
         status=workflow.status,  # type: ignore[arg-type]
-        halt=msgspec.convert(workflow.halt, HaltView) if workflow.halt else None,
-        branch=workflow.execution["branch"] if workflow.execution else None,
+        halt=_halt_view(workflow.halt) if workflow.halt else None,
+        branch=workflow.execution.branch if workflow.execution else None,
         worktree_path=None if not workflow.execution or workflow.worktree_removed
-        else workflow.execution["worktree_path"],
+        else workflow.execution.worktree_path,
         pulses_succeeded=sum(1 for r in workflow.runs if r["status"] == "succeeded"),
         current_pulse=(workflow.running_run() or {}).get("id"),
         sessions={step: s["session_id"] for step, s in workflow.sessions.items()},

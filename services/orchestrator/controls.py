@@ -6,16 +6,18 @@ changes nothing; the driver then carries the workflow on from what was recorded.
 
 from __future__ import annotations
 
+from autarch.contracts.execution import HaltReason
 from autarch.contracts.workflows import WorkflowErrorCode
 
 from . import kickoffs
 from .domainmodel import Workflow
 from .lifecycle import LifecycleError, validate_answers
+from .state import Halt
 from .steps import agent_waits
 
 __all__ = ["answer_questions", "approve_extension", "check_open", "resume"]
 
-RESUMABLE = ("unresolved_issues", "pulse_failed", "stopped", "error")
+RESUMABLE: tuple[HaltReason, ...] = ("unresolved_issues", "pulse_failed", "stopped", "error")
 """Halts that ``resume`` lifts (an extension request and questions have their own control)."""
 
 
@@ -35,23 +37,29 @@ def resume(wf: Workflow, message: str | None) -> None:
     """
     check_open(wf)
     halt = wf.resume(RESUMABLE, message)
-    step = halt["details"].get("step")
-    if agent_waits(wf, step):
-        wf.queue_message(step, kickoffs.resume_note(halt["reason"], message))
+    step = halt.step
+    if step is not None and agent_waits(wf, step):
+        wf.queue_message(step, kickoffs.resume_note(halt.reason, message))
 
 
 def approve_extension(wf: Workflow, message: str | None) -> None:
     """Let the agent that asked for more time continue in a new turn."""
     check_open(wf)
     halt = wf.resume(("extension_requested",), message)
-    wf.queue_message(halt["details"]["step"], kickoffs.extension_approved(halt["details"], message))
+    wf.queue_message(_asking_step(halt), kickoffs.extension_approved(halt.details, message))
 
 
 def answer_questions(wf: Workflow, answers: list[str]) -> None:
     """Hand the user's answers to the agent that asked; ``bad_request`` unless they fit the questions."""
     check_open(wf)
-    if wf.halt is not None and wf.halt["reason"] == "questions":
-        validate_answers(wf.halt["details"].get("questions") or [], answers)
+    if wf.halt is not None and wf.halt.reason == "questions":
+        validate_answers(wf.halt.details.get("questions") or [], answers)
     halt = wf.resume(("questions",), "\n".join(answers))
-    questions = halt["details"].get("questions") or []
-    wf.queue_message(halt["details"]["step"], kickoffs.questions_answered(questions, answers))
+    questions = halt.details.get("questions") or []
+    wf.queue_message(_asking_step(halt), kickoffs.questions_answered(questions, answers))
+
+
+def _asking_step(halt: Halt) -> str:
+    # An extension request and questions are always a working agent's (``outcomes._block`` records its step).
+    assert halt.step is not None, halt
+    return halt.step

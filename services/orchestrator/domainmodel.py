@@ -15,9 +15,11 @@ from uuid import UUID
 
 from eventsourcing.domain import Aggregate, event
 
+from autarch.contracts.execution import HaltReason
 from autarch.contracts.workflows import WorkflowErrorCode
 
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
+from .state import Execution, Halt, Preflight, PreflightStatus
 
 __all__ = ["STAGES", "Workflow"]
 
@@ -75,12 +77,12 @@ class Workflow(Aggregate):
         self.outbox: list[dict[str, Any]] = []
         """Messages for agent sessions: ``step``, ``session_id``, ``message_id``, ``text``, ``delivered``."""
         self.nudges: dict[str, int] = {}
-        self.halt: dict[str, Any] | None = None
+        self.halt: Halt | None = None
         self.abandoned: str | None = None
-        self.execution: dict[str, Any] | None = None
-        """``branch``, ``worktree_path``, ``base_commit``, ``repository_id`` once the branch exists."""
+        self.execution: Execution | None = None
+        """The workflow branch and its worktree, once they exist."""
         self.worktree_removed = False
-        self.preflight: dict[str, Any] | None = None
+        self.preflight: Preflight | None = None
         self.runs: list[dict[str, Any]] = []
         """Pulse runs in start order (seed 000 ``Pulse``; see ``PulseRunView``)."""
 
@@ -277,11 +279,12 @@ class Workflow(Aggregate):
         self.nudges[step] = self.nudges.get(step, 0) + 1
 
     @event("Halted")
-    def _halted(self, *, stage: str, reason: str, message: str, pulse_id: str | None,
+    def _halted(self, *, stage: str, reason: HaltReason, message: str, pulse_id: str | None,
                 details: dict[str, Any], at: str | None = None) -> None:
         # ``at`` (when, for the step's running clock) is None in events recorded before the clock was kept.
-        self.halt = {"reason": reason, "message": message, "pulse_id": pulse_id, "details": details}
-        session = self.sessions.get(details.get("step"))  # type: ignore[arg-type]
+        # The event's ``details`` is copied: state changed later must not change the recorded event.
+        self.halt = Halt(reason=reason, message=message, pulse_id=pulse_id, details=dict(details))
+        session = self.sessions.get(self.halt.step) if self.halt.step is not None else None
         if session is not None and at is not None and session.get("running_since"):
             # The halted step's clock stops: time waiting for the user is not running time.
             session["ran_seconds"] = session.get("ran_seconds", 0.0) + _seconds_between(session["running_since"], at)
@@ -289,7 +292,8 @@ class Workflow(Aggregate):
 
     @event("Resumed")
     def _resumed(self, *, stage: str, reason: str, message: str | None, at: str | None = None) -> None:
-        session = self.sessions.get((self.halt or {}).get("details", {}).get("step"))  # type: ignore[arg-type]
+        step = self.halt.step if self.halt is not None else None
+        session = self.sessions.get(step) if step is not None else None
         if session is not None and at is not None and session.get("running_since") is None:
             session["running_since"] = at
         self.halt = None
@@ -301,18 +305,18 @@ class Workflow(Aggregate):
 
     @event("ExecutionPrepared")
     def execution_prepared(self, *, branch: str, worktree_path: str, base_commit: str, repository_id: str) -> None:
-        self.execution = {"branch": branch, "worktree_path": worktree_path, "base_commit": base_commit,
-                          "repository_id": repository_id}
+        self.execution = Execution(branch=branch, worktree_path=worktree_path, base_commit=base_commit,
+                                   repository_id=repository_id)
 
     @event("WorktreeRemoved")
     def worktree_removed_event(self) -> None:
         self.worktree_removed = True
 
     @event("PreflightCompleted")
-    def _preflight_completed(self, *, status: str, summary: str | None, setup_commands: list[str],
+    def _preflight_completed(self, *, status: PreflightStatus, summary: str | None, setup_commands: list[str],
                              build_success: bool | None, baselines_recorded: int, error: str | None) -> None:
-        self.preflight = {"status": status, "summary": summary, "setup_commands": setup_commands,
-                          "build_success": build_success, "baselines_recorded": baselines_recorded, "error": error}
+        self.preflight = Preflight(status=status, summary=summary, setup_commands=list(setup_commands),
+                                   build_success=build_success, baselines_recorded=baselines_recorded, error=error)
 
     @event("PulseStarted")
     def pulse_started(self, *, run: dict[str, Any]) -> None:
@@ -363,24 +367,24 @@ class Workflow(Aggregate):
         self._message_queued(step=step, session_id=session["session_id"], message_id=f"{step}#{number}",
                              text=text)
 
-    def halt_for(self, reason: str, message: str, *, pulse_id: str | None = None,
+    def halt_for(self, reason: HaltReason, message: str, *, pulse_id: str | None = None,
                  details: dict[str, Any] | None = None, at: str | None = None) -> None:
         self._halted(stage=self.stage, reason=reason, message=message, pulse_id=pulse_id, details=details or {},
                      at=at or _now())
 
-    def resume(self, expected: tuple[str, ...], message: str | None, *, at: str | None = None) -> dict[str, Any]:
+    def resume(self, expected: tuple[HaltReason, ...], message: str | None, *, at: str | None = None) -> Halt:
         """Lift the halt when its reason is one of ``expected``; the halt that was lifted."""
         if self.halt is None:
             raise LifecycleError(WorkflowErrorCode.NOT_HALTED, f"the workflow is not halted (stage {self.stage})",
                                  stage=self.stage)
-        if self.halt["reason"] not in expected:
+        if self.halt.reason not in expected:
             hint = {"extension_requested": "approve the extension", "questions": "answer the questions"}.get(
-                self.halt["reason"], "resume it")
+                self.halt.reason, "resume it")
             raise LifecycleError(WorkflowErrorCode.WRONG_HALT,
-                                 f"the workflow is halted for {self.halt['reason']}: {hint}",
-                                 reason=self.halt["reason"])
+                                 f"the workflow is halted for {self.halt.reason}: {hint}",
+                                 reason=self.halt.reason)
         halt = self.halt
-        self._resumed(stage=self.stage, reason=halt["reason"], message=message, at=at or _now())
+        self._resumed(stage=self.stage, reason=halt.reason, message=message, at=at or _now())
         return halt
 
     def abandon(self, reason: str) -> None:
@@ -391,9 +395,9 @@ class Workflow(Aggregate):
         self.queue_message(step, text)
         return self.nudges[step]
 
-    def complete_preflight(self, *, status: str, summary: str | None = None, setup_commands: list[str] | None = None,
-                           build_success: bool | None = None, baselines_recorded: int = 0,
-                           error: str | None = None) -> None:
+    def complete_preflight(self, *, status: PreflightStatus, summary: str | None = None,
+                           setup_commands: list[str] | None = None, build_success: bool | None = None,
+                           baselines_recorded: int = 0, error: str | None = None) -> None:
         self._preflight_completed(status=status, summary=summary, setup_commands=setup_commands or [],
                                   build_success=build_success, baselines_recorded=baselines_recorded, error=error)
 

@@ -148,7 +148,7 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
         if "preflight" not in wf.sessions:
             return lambda: driver.open_session(wid, "preflight")
         return None
-    if wf.preflight["status"] != "completed" or run is not None:
+    if wf.preflight.status != "completed" or run is not None:
         return None
     pulse = next_pulse(wf)
     if pulse is not None:
@@ -156,6 +156,12 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
     if all_pulses_done(wf):
         return lambda: driver.finish_execution(wid)
     return None
+
+
+def _worktree(wf: Workflow) -> str:
+    # Only execution's steps (preflight, pulses, review) run in the worktree, and execution begins by making it.
+    assert wf.execution is not None, f"workflow {wf.id} has no worktree yet"
+    return wf.execution.worktree_path
 
 
 def _completed(workflow_id: str, session: SessionView, turn: TurnView) -> TurnCompleted:
@@ -315,7 +321,7 @@ class WorkflowDriver:
 
     async def open_session(self, workflow_id: str, step: str, run: dict[str, Any] | None = None) -> None:
         wf = await self.orch.read(workflow_id)
-        root = wf.repo if step in ("scoping", "research", "planning") else wf.execution["worktree_path"]
+        root = wf.repo if step in ("scoping", "research", "planning") else _worktree(wf)
         script = run["id"] if run is not None else wf.script
         text = kickoffs.kickoff(step if run is None else "pulse", wf, run)
         await self._record(workflow_id, lambda w: w.assign_session(
@@ -425,7 +431,7 @@ class WorkflowDriver:
             text = kickoffs.kickoff("pulse", w, run)
             # Notes belong to the stage (seed 004): every pulse sees what earlier execution agents noted.
             w.assign_session(step=step, session_id=run["session_id"], role="pulsing",
-                             root=w.execution["worktree_path"], kickoff=text, script=run_id,
+                             root=_worktree(w), kickoff=text, script=run_id,
                              notes=session_notes(w, step), assigned_at=_now())
 
         await self._record(workflow_id, record)
@@ -564,7 +570,7 @@ class WorkflowDriver:
                 raise ServiceFailure(exc.code, exc.message, {"workflow_id": workflow_id, **exc.details}) from None
             step = current_step(wf)
             if wf.halt is not None or step is None or wf.awaiting_approval:
-                state = f"halted ({wf.halt['reason']})" if wf.halt else (
+                state = f"halted ({wf.halt.reason})" if wf.halt else (
                     "awaiting approval" if wf.awaiting_approval else "between steps")
                 raise ServiceFailure(WorkflowErrorCode.NOT_RUNNING,
                                      f"no agent is working on this workflow: it is {state}",

@@ -116,7 +116,7 @@ def close_reason(wf: Workflow, step: str) -> str:
         run = wf.run(step.split(":", 1)[1])
         return f"pulse {run['id']} {run['status']}"
     if step == "preflight" and wf.preflight is not None:
-        return f"preflight {wf.preflight['status']}"
+        return f"preflight {wf.preflight.status}"
     if wf.stage == "done":
         return "the workflow is done"
     return f"the {step} card was approved"

@@ -553,7 +553,7 @@ async def test_a_pulse_agent_failing_again_right_after_a_resume_fails_the_pulse(
     wf, session_id = pulse_running()
     wf.session_closed(step="preflight", reason="preflight completed")
     handle_turn(wf, "pulse:pulse-1", turn(session_id, "error", detail="model API answered 400"), SETTINGS)
-    assert wf.halt["reason"] == "error"
+    assert wf.halt is not None and wf.halt.reason == "error"
     controls.resume(wf, None)  # the same session is asked again (an error is nearly always passing) ...
     [message] = wf.outbox
     wf.message_delivered(message_id=message["message_id"])

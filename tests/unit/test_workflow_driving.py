@@ -81,7 +81,7 @@ def test_resume_refuses_a_halt_that_needs_another_action_and_records_nothing() -
     with pytest.raises(LifecycleError) as refused:
         wf.resume(("stopped", "error"), None)
     assert refused.value.code == WorkflowErrorCode.WRONG_HALT and wf.collect_events() == []
-    assert wf.resume(("extension_requested",), None)["reason"] == "extension_requested"
+    assert wf.resume(("extension_requested",), None).reason == "extension_requested"
     assert wf.status == "active"
     with pytest.raises(LifecycleError) as again:
         wf.resume(("extension_requested",), None)

@@ -83,7 +83,7 @@ async def test_resume_after_a_failed_pulse_turn_asks_the_same_session_to_carry_o
     assert sessions_to_close(wf) == ["preflight"]
     wf.session_closed(step="preflight", reason="preflight completed")
     handle_turn(wf, "pulse:pulse-1", turn(session_id, "error", detail="model API answered 400"), SETTINGS)
-    assert wf.halt["reason"] == "error" and wf.halt["pulse_id"] == "pulse-1"
+    assert wf.halt is not None and wf.halt.reason == "error" and wf.halt.pulse_id == "pulse-1"
     assert await next_step(wf) is None  # waits for the user
     controls.resume(wf, "try again")
     [message] = wf.outbox
@@ -120,7 +120,8 @@ async def test_a_preflight_that_modified_tracked_files_fails_and_abandons_the_wo
     event = turn(session_id, "block", tool="complete_preflight", summary="ready", setupCommands=[],
                  buildSuccess=True, baselinesRecorded=0)
     handle_turn(wf, "preflight", event, SETTINGS, tracked=dirty)
-    assert wf.preflight["status"] == "failed" and "README.md (modified)" in wf.preflight["error"]
+    assert wf.preflight is not None and wf.preflight.status == "failed"
+    assert "README.md (modified)" in (wf.preflight.error or "")
     assert wf.abandoned is not None and "README.md" in wf.abandoned
     # The preflight session is closed, then the worktree removed.
     assert await next_step(wf) == ("close_session", ("preflight",))
@@ -135,7 +136,7 @@ def test_a_clean_preflight_completes() -> None:
     handle_turn(wf, "preflight", turn(session_id, "block", tool="complete_preflight", summary="ready",
                                       setupCommands=["make"], buildSuccess=True, baselinesRecorded=0),
                 SETTINGS, tracked=clean)
-    assert wf.preflight["status"] == "completed" and wf.abandoned is None
+    assert wf.preflight is not None and wf.preflight.status == "completed" and wf.abandoned is None
 
 
 def test_each_session_is_closed_once_its_step_is_over() -> None:
