@@ -55,11 +55,11 @@ def _preflight(workflow: Workflow) -> PreflightView | None:
 
 
 def _session(workflow: Workflow, step: str) -> str | None:
-    return workflow.sessions[step]["session_id"] if step in workflow.sessions else None
+    return workflow.sessions[step].session_id if step in workflow.sessions else None
 
 
 def _kickoff_turn(workflow: Workflow, step: str) -> str | None:
-    return workflow.sessions[step].get("kickoff_turn_id") if step in workflow.sessions else None
+    return workflow.sessions[step].kickoff_turn_id if step in workflow.sessions else None
 
 
 _RUN_FIELDS = frozenset(PulseRunView.__struct_fields__)

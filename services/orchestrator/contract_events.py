@@ -126,5 +126,5 @@ def view_of(workflow: Workflow) -> WorkflowView:
         else workflow.execution.worktree_path,
         pulses_succeeded=sum(1 for r in workflow.runs if r["status"] == "succeeded"),
         current_pulse=(workflow.running_run() or {}).get("id"),
-        sessions={step: s["session_id"] for step, s in workflow.sessions.items()},
+        sessions={step: s.session_id for step, s in workflow.sessions.items()},
     )

@@ -16,10 +16,11 @@ from uuid import UUID
 from eventsourcing.domain import Aggregate, event
 
 from autarch.contracts.execution import HaltReason
+from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import WorkflowErrorCode
 
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
-from .state import Execution, Halt, Preflight, PreflightStatus
+from .state import Execution, Halt, Preflight, PreflightStatus, QueuedMessage, Session
 
 __all__ = ["STAGES", "Workflow"]
 
@@ -71,11 +72,11 @@ class Workflow(Aggregate):
         self.seen: dict[str, Any] = {}
         """Idempotency key → what the first delivery answered (tool calls may be delivered twice)."""
         # --- driving the agents (see driver.py): every external step is recorded, so a restart resumes it
-        self.sessions: dict[str, dict[str, Any]] = {}
+        self.sessions: dict[str, Session] = {}
         """Step (``scoping``, ``research``, ``planning``, ``preflight``, ``review``, ``pulse:<run>``) → its
-        session: ``session_id``, ``role``, ``root``, ``kickoff``, ``script``, ``notes``, ``started``."""
-        self.outbox: list[dict[str, Any]] = []
-        """Messages for agent sessions: ``step``, ``session_id``, ``message_id``, ``text``, ``delivered``."""
+        agent session."""
+        self.outbox: list[QueuedMessage] = []
+        """Messages for agent sessions, in the order they were queued."""
         self.nudges: dict[str, int] = {}
         self.halt: Halt | None = None
         self.abandoned: str | None = None
@@ -239,40 +240,39 @@ class Workflow(Aggregate):
     # --- driving events (recorded by the driver; see driver.py) --------------------------------------
 
     @event("SessionAssigned")
-    def assign_session(self, *, step: str, session_id: str, role: str, root: str, kickoff: str,
+    def assign_session(self, *, step: str, session_id: str, role: Role, root: str, kickoff: str,
                        script: str | None, notes: list[str], assigned_at: str) -> None:
-        self.sessions[step] = {"session_id": session_id, "role": role, "root": root, "kickoff": kickoff,
-                               "script": script, "notes": notes, "started": False, "assigned_at": assigned_at,
-                               "running_since": assigned_at, "ran_seconds": 0.0, "closed": False}
+        # The notes are copied: state changed later must not change the recorded event.
+        self.sessions[step] = Session(session_id=session_id, role=role, root=root, kickoff=kickoff, script=script,
+                                      notes=list(notes), assigned_at=assigned_at, running_since=assigned_at)
 
     @event("SessionConfirmed")
     def confirm_session(self, *, step: str, kickoff_turn_id: str | None = None) -> None:
         # Events recorded before the kickoff turn id was kept carry none (the default).
-        self.sessions[step]["started"] = True
-        self.sessions[step]["kickoff_turn_id"] = kickoff_turn_id
+        self.sessions[step].started = True
+        self.sessions[step].kickoff_turn_id = kickoff_turn_id
 
     @event("SessionClosed")
     def session_closed(self, *, step: str, reason: str) -> None:
         """The step's work is over and its agent session was closed (``session:completed``)."""
-        self.sessions[step]["closed"] = True
+        self.sessions[step].closed = True
 
     @event("MessageQueued")
     def _message_queued(self, *, step: str, session_id: str, message_id: str, text: str) -> None:
-        self.outbox.append({"step": step, "session_id": session_id, "message_id": message_id, "text": text,
-                            "delivered": False})
+        self.outbox.append(QueuedMessage(step=step, session_id=session_id, message_id=message_id, text=text))
 
     @event("MessageDelivered")
     def message_delivered(self, *, message_id: str) -> None:
         for message in self.outbox:
-            if message["message_id"] == message_id:
-                message["delivered"] = True
+            if message.message_id == message_id:
+                message.delivered = True
 
     @event("TurnHandled")
     def turn_handled(self, *, turn_id: str, step: str, outcome: str) -> None:
         self.seen[turn_id] = outcome
         if step in self.sessions:
             # The outcome of the step's latest turn: a pulse agent failing twice in a row is told apart by it.
-            self.sessions[step]["last_outcome"] = outcome
+            self.sessions[step].last_outcome = outcome
 
     @event("Nudged")
     def _nudged(self, *, step: str) -> None:
@@ -285,17 +285,17 @@ class Workflow(Aggregate):
         # The event's ``details`` is copied: state changed later must not change the recorded event.
         self.halt = Halt(reason=reason, message=message, pulse_id=pulse_id, details=dict(details))
         session = self.sessions.get(self.halt.step) if self.halt.step is not None else None
-        if session is not None and at is not None and session.get("running_since"):
+        if session is not None and at is not None and session.running_since is not None:
             # The halted step's clock stops: time waiting for the user is not running time.
-            session["ran_seconds"] = session.get("ran_seconds", 0.0) + _seconds_between(session["running_since"], at)
-            session["running_since"] = None
+            session.ran_seconds += _seconds_between(session.running_since, at)
+            session.running_since = None
 
     @event("Resumed")
     def _resumed(self, *, stage: str, reason: str, message: str | None, at: str | None = None) -> None:
         step = self.halt.step if self.halt is not None else None
         session = self.sessions.get(step) if step is not None else None
-        if session is not None and at is not None and session.get("running_since") is None:
-            session["running_since"] = at
+        if session is not None and at is not None and session.running_since is None:
+            session.running_since = at
         self.halt = None
 
     @event("Abandoned")
@@ -363,9 +363,8 @@ class Workflow(Aggregate):
     def queue_message(self, step: str, text: str) -> None:
         """Send ``text`` to the session of ``step`` (delivered, and redelivered after a crash, by the driver)."""
         session = self.sessions[step]
-        number = sum(1 for m in self.outbox if m["step"] == step) + 1
-        self._message_queued(step=step, session_id=session["session_id"], message_id=f"{step}#{number}",
-                             text=text)
+        number = sum(1 for m in self.outbox if m.step == step) + 1
+        self._message_queued(step=step, session_id=session.session_id, message_id=f"{step}#{number}", text=text)
 
     def halt_for(self, reason: HaltReason, message: str, *, pulse_id: str | None = None,
                  details: dict[str, Any] | None = None, at: str | None = None) -> None:
@@ -430,15 +429,13 @@ class Workflow(Aggregate):
     def running_seconds(self, step: str, now: str) -> float:
         """How long ``step``'s session has been running at ``now``, not counting time spent halted."""
         session = self.sessions[step]
-        ran = float(session.get("ran_seconds", 0.0))
-        # Sessions assigned before the clock was kept have no ``running_since``: their clock is the assignment.
-        since = session.get("running_since", session["assigned_at"])
-        if since is not None:
-            ran += _seconds_between(since, now)
+        ran = session.ran_seconds
+        if session.running_since is not None:
+            ran += _seconds_between(session.running_since, now)
         return ran
 
     def step_of(self, session_id: str) -> str | None:
-        return next((step for step, s in self.sessions.items() if s["session_id"] == session_id), None)
+        return next((step for step, s in self.sessions.items() if s.session_id == session_id), None)
 
     @property
     def status(self) -> str:

@@ -58,6 +58,7 @@ from autarch.contracts.git import (
 )
 from autarch.contracts.git import PulseStarted as GitPulseStarted
 from autarch.contracts.indexer import IndexAccepted, IndexProject, IndexWorktree
+from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.requests import request
@@ -68,6 +69,7 @@ from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
 from .pulls import PullConsumer
+from .state import QueuedMessage
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -84,8 +86,8 @@ __all__ = ["STEP_ROLES", "WorkflowDriver", "all_pulses_done", "next_action", "ne
 
 log = logging.getLogger("orchestrator.driver")
 
-STEP_ROLES = {"scoping": "scoping", "research": "research", "planning": "plan", "preflight": "preflight",
-              "review": "review"}
+STEP_ROLES: dict[str, Role] = {"scoping": "scoping", "research": "research", "planning": "plan",
+                               "preflight": "preflight", "review": "review"}
 """Agent role of each stage step; pulse steps (``pulse:<run id>``) use ``pulsing``."""
 
 _SESSIONS = uuid.UUID("6f1d7c1e-9a43-4f0e-8a35-3f6d2b7c9e01")
@@ -105,7 +107,7 @@ def session_id_for(workflow_id: str, step: str) -> str:
     return str(uuid.uuid5(_SESSIONS, f"{workflow_id}:{step}"))
 
 
-def _role(step: str) -> str:
+def _role(step: str) -> Role:
     return "pulsing" if step.startswith("pulse:") else STEP_ROLES[step]
 
 
@@ -125,10 +127,10 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
         return None
     for message in wf.outbox:
         # A message to a step that is over (a nudge overtaken by a stop) would only reach a closed session.
-        if not message["delivered"] and not step_over(wf, message["step"]):
+        if not message.delivered and not step_over(wf, message.step):
             return lambda m=message: driver.deliver(wid, m)  # type: ignore[misc]
     for step, session in wf.sessions.items():
-        if not session["started"] and not step_over(wf, step):
+        if not session.started and not step_over(wf, step):
             return lambda s=step: driver.start_session(wid, s)  # type: ignore[misc]
     run = wf.running_run()
     if run is not None and run.get("ending") == "succeeded":
@@ -218,11 +220,11 @@ class WorkflowDriver:
         """
         wf = await self.orch.read(workflow_id)
         for step, s in list(wf.sessions.items()):
-            if not s["started"] or s.get("closed"):
+            if not s.started or s.closed:
                 continue
             try:
                 view = await request(self.nc, subjects.request("agent_runner", "get_session"),
-                                     GetSession(session_id=s["session_id"]), SessionView,
+                                     GetSession(session_id=s.session_id), SessionView,
                                      timeout=self.settings.request_timeout, retry_unavailable=_ACK_WAIT,
                                      idempotent=True)
             except (RemoteError, ServiceFailure) as exc:
@@ -364,21 +366,20 @@ class WorkflowDriver:
         wf = await self.orch.read(workflow_id)
         s = wf.sessions[step]
         baselines = session_baselines(wf, step)
-        command = StartSession(session_id=s["session_id"], role=s["role"], root=s["root"], kickoff=s["kickoff"],
-                               workflow_id=workflow_id, script=s["script"], notes=s["notes"], baselines=baselines)
+        command = StartSession(session_id=s.session_id, role=s.role, root=s.root, kickoff=s.kickoff,
+                               workflow_id=workflow_id, script=s.script, notes=list(s.notes), baselines=baselines)
         accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
         await self._record(workflow_id, lambda w: w.confirm_session(step=step, kickoff_turn_id=accepted.turn_id))
         if step == "scoping":
             self.index_in_background(wf.repo)
         elif step.startswith("pulse:"):
             run = wf.run(step.split(":", 1)[1])
-            self.index_in_background(wf.repo, s["root"], run["base_commit"])
+            self.index_in_background(wf.repo, s.root, run["base_commit"])
 
-    async def deliver(self, workflow_id: str, message: dict[str, Any]) -> None:
-        command = SendMessage(session_id=message["session_id"], text=message["text"],
-                              message_id=message["message_id"])
+    async def deliver(self, workflow_id: str, message: QueuedMessage) -> None:
+        command = SendMessage(session_id=message.session_id, text=message.text, message_id=message.message_id)
         await self._ask("agent_runner", "send_message", command, TurnAccepted)
-        await self._record(workflow_id, lambda w: w.message_delivered(message_id=message["message_id"]))
+        await self._record(workflow_id, lambda w: w.message_delivered(message_id=message.message_id))
 
     async def close_session(self, workflow_id: str, step: str) -> None:
         """Close the session of a step that is over (the runner emits ``session:completed``); idempotent."""
@@ -387,14 +388,14 @@ class WorkflowDriver:
         try:
             # Closing also cancels a turn still running (a preflight abandoned at its timeout).
             await self._ask("agent_runner", "stop_session",
-                            StopSession(session_id=wf.sessions[step]["session_id"], reason=reason, close=True),
+                            StopSession(session_id=wf.sessions[step].session_id, reason=reason, close=True),
                             SessionStopped)
         except RemoteError as exc:
             if exc.code != ErrorCode.NOT_FOUND:  # the runner never opened it: nothing to close
                 raise
 
         def record(w: Workflow) -> None:
-            if not w.sessions[step].get("closed"):
+            if not w.sessions[step].closed:
                 w.session_closed(step=step, reason=reason)
 
         await self._record(workflow_id, record)
@@ -583,7 +584,7 @@ class WorkflowDriver:
                     w.end_pulse_as(run["id"], "stopped", reason)
 
             wf, _ = await self.orch.change(workflow_id, record)
-            session_id = wf.sessions[step]["session_id"] if step in wf.sessions else None
+            session_id = wf.sessions[step].session_id if step in wf.sessions else None
             if session_id is not None:
                 await self._ask("agent_runner", "stop_session", StopSession(session_id=session_id, reason=reason),
                                 SessionStopped)

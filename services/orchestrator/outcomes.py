@@ -36,7 +36,7 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
     """
     if event.turn_id in wf.seen:
         return
-    previous = wf.sessions[step].get("last_outcome") if step in wf.sessions else None
+    previous = wf.sessions[step].last_outcome if step in wf.sessions else None
     wf.turn_handled(turn_id=event.turn_id, step=step, outcome=event.outcome)
     if step_over(wf, step):
         return  # a late outcome (a turn cancelled as its finished step's session closed) changes nothing
@@ -58,7 +58,7 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
     if outcome in ("error", "budget_exceeded", "step_limit"):
         _failed_turn(wf, step, run, outcome, event.detail or outcome, again=previous == outcome)
         return
-    turns = sum(1 for m in wf.outbox if m["step"] == step) + 1
+    turns = sum(1 for m in wf.outbox if m.step == step) + 1
     if run is not None and turns >= settings.pulse_max_turns and not (
             outcome == "block" and event.tool == "complete_pulse"):
         wf.end_pulse_as(run["id"], "failed", f"iteration limit: {turns} turns without completing the pulse")

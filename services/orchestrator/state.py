@@ -12,8 +12,9 @@ from typing import Any, Literal
 import msgspec
 
 from autarch.contracts.execution import HaltReason
+from autarch.contracts.tool_catalog import Role
 
-__all__ = ["Execution", "Halt", "Preflight", "PreflightStatus"]
+__all__ = ["Execution", "Halt", "Preflight", "PreflightStatus", "QueuedMessage", "Session"]
 
 PreflightStatus = Literal["completed", "failed"]
 """How a preflight ended (``running`` is not state: it is a preflight session with no outcome yet)."""
@@ -44,6 +45,38 @@ class Preflight(msgspec.Struct, kw_only=True):
     build_success: bool | None
     baselines_recorded: int
     error: str | None
+
+
+class Session(msgspec.Struct, kw_only=True):
+    """The agent session of one step (``scoping`` … ``review``, ``pulse:<run id>``), as the driver opened it."""
+
+    session_id: str
+    role: Role
+    root: str
+    kickoff: str
+    script: str | None
+    notes: list[str]
+    assigned_at: str
+    started: bool = False
+    """The agent runner confirmed the session (its kickoff turn runs)."""
+    kickoff_turn_id: str | None = None
+    closed: bool = False
+    running_since: str | None = None
+    """When the step's clock last started; None while the workflow is halted (waiting is not running time)."""
+    ran_seconds: float = 0.0
+    """Running time before ``running_since``."""
+    last_outcome: str | None = None
+    """The outcome of the step's latest turn: a pulse agent failing twice in a row is told apart by it."""
+
+
+class QueuedMessage(msgspec.Struct, kw_only=True):
+    """A message for an agent session: delivered, and redelivered after a crash, by the driver."""
+
+    step: str
+    session_id: str
+    message_id: str
+    text: str
+    delivered: bool = False
 
 
 class Execution(msgspec.Struct, kw_only=True, frozen=True):

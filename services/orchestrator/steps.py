@@ -85,7 +85,7 @@ def step_over(wf: Workflow, step: str) -> bool:
 
 def agent_waits(wf: Workflow, step: str | None) -> bool:
     """True when ``step``'s started session is idle mid-work, so a message makes its agent carry on."""
-    if step is None or step not in wf.sessions or not wf.sessions[step]["started"] or step_over(wf, step):
+    if step is None or step not in wf.sessions or not wf.sessions[step].started or step_over(wf, step):
         return False
     if step.startswith("pulse:"):
         return not wf.run(step.split(":", 1)[1]).get("ending")  # an ending pulse only needs its git step
@@ -97,7 +97,7 @@ def agent_waits(wf: Workflow, step: str | None) -> bool:
 def sessions_to_close(wf: Workflow) -> list[str]:
     """Started sessions whose step is over and that are not closed yet."""
     return [step for step, s in wf.sessions.items()
-            if s["started"] and not s.get("closed") and step_over(wf, step)]
+            if s.started and not s.closed and step_over(wf, step)]
 
 
 def needs_driving(wf: Workflow) -> bool:

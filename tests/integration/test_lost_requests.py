@@ -556,7 +556,7 @@ async def test_a_pulse_agent_failing_again_right_after_a_resume_fails_the_pulse(
     assert wf.halt is not None and wf.halt.reason == "error"
     controls.resume(wf, None)  # the same session is asked again (an error is nearly always passing) ...
     [message] = wf.outbox
-    wf.message_delivered(message_id=message["message_id"])
+    wf.message_delivered(message_id=message.message_id)
     handle_turn(wf, "pulse:pulse-1", turn(session_id, "error", detail="model API answered 400"), SETTINGS)
     # ... and failing again at once, it cannot go on: the pulse fails, kept in a recovery commit.
     assert wf.halt is None and wf.run("pulse-1")["ending"] == "failed"

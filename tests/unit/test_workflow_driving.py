@@ -104,4 +104,4 @@ def test_changes_requested_are_queued_for_the_stage_session() -> None:
     wf.submit_artifact("scoping", SCOPE)
     wf.request_changes("narrower, please")
     [message] = wf.outbox
-    assert message["session_id"] == "s1" and "narrower, please" in message["text"] and not message["delivered"]
+    assert message.session_id == "s1" and "narrower, please" in message.text and not message.delivered

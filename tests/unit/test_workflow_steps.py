@@ -87,7 +87,7 @@ async def test_resume_after_a_failed_pulse_turn_asks_the_same_session_to_carry_o
     assert await next_step(wf) is None  # waits for the user
     controls.resume(wf, "try again")
     [message] = wf.outbox
-    assert message["session_id"] == session_id and "try again" in message["text"]
+    assert message.session_id == session_id and "try again" in message.text
     assert wf.run("pulse-1")["status"] == "running" and wf.runs[-1]["attempt"] == 1  # the same pulse goes on
     assert await next_step(wf) == ("deliver", (message,))
 
@@ -198,10 +198,15 @@ def test_the_preflight_clock_counts_running_time_only() -> None:
 
 
 def test_the_preflight_clock_of_a_session_recorded_before_the_clock_starts_at_its_assignment() -> None:
+    # Replaying an old log rebuilds the session with the clock of today's ``SessionAssigned``: it runs from the
+    # assignment, and halts recorded with no ``at`` do not stop it.
     wf = executing(PLAN["pulses"])
     open_session(wf, "preflight", assigned=at(0))
-    for key in ("running_since", "ran_seconds"):
-        del wf.sessions["preflight"][key]
+    wf._halted(stage=wf.stage, reason="questions", message="which?", pulse_id=None, details={"step": "preflight"},
+               at=None)
+    wf._resumed(stage=wf.stage, reason="questions", message=None, at=None)
+    session = wf.sessions["preflight"]
+    assert (session.running_since, session.ran_seconds) == (at(0), 0.0)
     assert preflight_overdue(wf, 60, T0 + timedelta(seconds=61))
 
 
@@ -247,7 +252,7 @@ def test_answers_that_fit_resume_the_agent() -> None:
     open_session(wf, "scoping")
     wf.halt_for("questions", "asks", details={"step": "scoping", "questions": QUESTIONS})
     controls.answer_questions(wf, ["Hello, world!", "keep it short"])
-    assert wf.halt is None and "A: keep it short" in wf.outbox[0]["text"]
+    assert wf.halt is None and "A: keep it short" in wf.outbox[0].text
 
 
 def _session(outputs: list[str]) -> SessionView:
