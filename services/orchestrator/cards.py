@@ -66,10 +66,10 @@ _RUN_FIELDS = frozenset(PulseRunView.__struct_fields__)
 
 
 def _pulse_runs(workflow: Workflow) -> list[PulseRunView]:
-    runs = [msgspec.convert({**{k: v for k, v in run.items() if k in _RUN_FIELDS},
-                             "initiating_message_id": _kickoff_turn(workflow, f"pulse:{run['id']}")}, PulseRunView)
+    runs = [msgspec.convert({**{k: v for k, v in msgspec.structs.asdict(run).items() if k in _RUN_FIELDS},
+                             "initiating_message_id": _kickoff_turn(workflow, f"pulse:{run.id}")}, PulseRunView)
             for run in workflow.runs]
-    started = {run["planned_pulse_id"] for run in workflow.runs}
+    started = {run.planned_pulse_id for run in workflow.runs}
     runs += [PulseRunView(id=p["id"], planned_pulse_id=p["id"], title=p["title"], attempt=0, status="proposed")
              for p in workflow.pulses if p["id"] not in started]
     return runs

@@ -124,7 +124,7 @@ def view_of(workflow: Workflow) -> WorkflowView:
         branch=workflow.execution.branch if workflow.execution else None,
         worktree_path=None if not workflow.execution or workflow.worktree_removed
         else workflow.execution.worktree_path,
-        pulses_succeeded=sum(1 for r in workflow.runs if r["status"] == "succeeded"),
-        current_pulse=(workflow.running_run() or {}).get("id"),
+        pulses_succeeded=sum(1 for r in workflow.runs if r.status == "succeeded"),
+        current_pulse=running.id if (running := workflow.running_run()) is not None else None,
         sessions={step: s.session_id for step, s in workflow.sessions.items()},
     )

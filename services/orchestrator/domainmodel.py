@@ -13,14 +13,15 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from autarch.contracts.execution import HaltReason
+from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import WorkflowErrorCode
 
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
-from .state import Execution, Halt, Preflight, PreflightStatus, QueuedMessage, Session
+from .state import Execution, Halt, Preflight, PreflightStatus, PulseEnding, PulseRun, QueuedMessage, Session
 
 __all__ = ["STAGES", "Workflow"]
 
@@ -84,8 +85,8 @@ class Workflow(Aggregate):
         """The workflow branch and its worktree, once they exist."""
         self.worktree_removed = False
         self.preflight: Preflight | None = None
-        self.runs: list[dict[str, Any]] = []
-        """Pulse runs in start order (seed 000 ``Pulse``; see ``PulseRunView``)."""
+        self.runs: list[PulseRun] = []
+        """Pulse runs in start order."""
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -320,43 +321,54 @@ class Workflow(Aggregate):
 
     @event("PulseStarted")
     def pulse_started(self, *, run: dict[str, Any]) -> None:
-        self.runs.append(run)
+        # The event keeps the run's payload as recorded; the state is a typed copy (so changing the run
+        # later cannot change the recorded event either).
+        self.runs.append(msgspec.convert(run, PulseRun))
 
     @event("PulseCompletionRejected")
     def _pulse_rejected(self, *, run_id: str, failures: list[str], escape_hatch: bool, rejections: int) -> None:
-        self.run(run_id)["completion_rejections"] = rejections
+        self.run(run_id).completion_rejections = rejections
 
     @event("PulseCompletionAccepted")
     def _pulse_accepted(self, *, run_id: str, description: str, files_changed: list[str],
                         unresolved_issues: list[dict[str, Any]]) -> None:
         run = self.run(run_id)
-        run.update(ending="succeeded", description=description, files_changed=files_changed,
-                   unresolved_issues=unresolved_issues, has_unresolved_issues=bool(unresolved_issues))
+        run.ending = "succeeded"
+        run.description = description
+        run.files_changed = list(files_changed)
+        run.unresolved_issues = list(unresolved_issues)
+        run.has_unresolved_issues = bool(unresolved_issues)
 
     @event("PulseEnding")
-    def _pulse_ending(self, *, run_id: str, status: str, reason: str) -> None:
-        self.run(run_id).update(ending=status, failure_reason=reason)
+    def _pulse_ending(self, *, run_id: str, status: PulseEnding, reason: str) -> None:
+        run = self.run(run_id)
+        run.ending = status
+        run.failure_reason = reason
 
     @event("PulseExtended")
     def _pulse_extended(self, *, run_id: str) -> None:
-        self.run(run_id)["extensions"] += 1
+        self.run(run_id).extensions += 1
 
     @event("PulseEnded")
-    def _pulse_ended(self, *, run_id: str, status: str, commit: str | None, diff_artifact_id: str | None,
+    def _pulse_ended(self, *, run_id: str, status: PulseStatus, commit: str | None, diff_artifact_id: str | None,
                      is_recovery_checkpoint: bool, ended_at: str, description: str | None, files_changed: list[str],
                      unresolved_issues: list[dict[str, Any]], failure_reason: str | None) -> None:
-        self.run(run_id).update(status=status, checkpoint_commit=commit, diff_artifact_id=diff_artifact_id,
-                                is_recovery_checkpoint=is_recovery_checkpoint, ended_at=ended_at, ending=None)
+        run = self.run(run_id)
+        run.status = status
+        run.checkpoint_commit = commit
+        run.diff_artifact_id = diff_artifact_id
+        run.is_recovery_checkpoint = is_recovery_checkpoint
+        run.ended_at = ended_at
+        run.ending = None
 
-    def pulse_ended(self, *, run_id: str, status: str, commit: str | None, diff_artifact_id: str | None,
+    def pulse_ended(self, *, run_id: str, status: PulseStatus, commit: str | None, diff_artifact_id: str | None,
                     is_recovery_checkpoint: bool, ended_at: str) -> None:
         """Record the end of a pulse run (the event carries the run's summary for subscribers)."""
         run = self.run(run_id)
         self._pulse_ended(run_id=run_id, status=status, commit=commit, diff_artifact_id=diff_artifact_id,
                           is_recovery_checkpoint=is_recovery_checkpoint, ended_at=ended_at,
-                          description=run.get("description"), files_changed=list(run.get("files_changed") or []),
-                          unresolved_issues=list(run.get("unresolved_issues") or []),
-                          failure_reason=run.get("failure_reason"))
+                          description=run.description, files_changed=list(run.files_changed),
+                          unresolved_issues=list(run.unresolved_issues), failure_reason=run.failure_reason)
 
     # --- driving commands ---------------------------------------------------------------------------
 
@@ -403,28 +415,28 @@ class Workflow(Aggregate):
     def reject_completion(self, run_id: str, failures: list[str], escape_hatch: bool) -> None:
         """Record that the agent runner refused a ``complete_pulse`` (the run counts its refusals)."""
         self._pulse_rejected(run_id=run_id, failures=failures, escape_hatch=escape_hatch,
-                             rejections=self.run(run_id)["completion_rejections"] + 1)
+                             rejections=self.run(run_id).completion_rejections + 1)
 
     def accept_completion(self, run_id: str, *, description: str, files_changed: list[str],
                           unresolved_issues: list[dict[str, Any]]) -> None:
         self._pulse_accepted(run_id=run_id, description=description, files_changed=files_changed,
                              unresolved_issues=unresolved_issues)
 
-    def end_pulse_as(self, run_id: str, status: str, reason: str) -> None:
+    def end_pulse_as(self, run_id: str, status: PulseEnding, reason: str) -> None:
         """Decide that the running pulse ends ``failed`` or ``stopped``; the driver makes the recovery checkpoint."""
         self._pulse_ending(run_id=run_id, status=status, reason=reason)
 
     def extend_pulse(self, run_id: str) -> None:
         self._pulse_extended(run_id=run_id)
 
-    def run(self, run_id: str) -> dict[str, Any]:
+    def run(self, run_id: str) -> PulseRun:
         for run in self.runs:
-            if run["id"] == run_id:
+            if run.id == run_id:
                 return run
         raise KeyError(run_id)
 
-    def running_run(self) -> dict[str, Any] | None:
-        return next((r for r in self.runs if r["status"] == "running"), None)
+    def running_run(self) -> PulseRun | None:
+        return next((r for r in self.runs if r.status == "running"), None)
 
     def running_seconds(self, step: str, now: str) -> float:
         """How long ``step``'s session has been running at ``now``, not counting time spent halted."""

@@ -69,7 +69,7 @@ from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
 from .pulls import PullConsumer
-from .state import QueuedMessage
+from .state import PulseRun, QueuedMessage
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -133,9 +133,9 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
         if not session.started and not step_over(wf, step):
             return lambda s=step: driver.start_session(wid, s)  # type: ignore[misc]
     run = wf.running_run()
-    if run is not None and run.get("ending") == "succeeded":
+    if run is not None and run.ending == "succeeded":
         return lambda: driver.checkpoint(wid, run)
-    if run is not None and run.get("ending") in ("failed", "stopped"):
+    if run is not None and run.ending in ("failed", "stopped"):
         return lambda: driver.recover(wid, run)
     if wf.halt is not None:
         return None
@@ -321,11 +321,12 @@ class WorkflowDriver:
         return await request(self.nc, subjects.request(service, verb), payload, reply, timeout=timeout,
                              retry_unavailable=2.0, idempotent=True)
 
-    async def open_session(self, workflow_id: str, step: str, run: dict[str, Any] | None = None) -> None:
+    async def open_session(self, workflow_id: str, step: str) -> None:
+        """Open the session of a stage step (a pulse's session is assigned with its run: ``start_pulse``)."""
         wf = await self.orch.read(workflow_id)
         root = wf.repo if step in ("scoping", "research", "planning") else _worktree(wf)
-        script = run["id"] if run is not None else wf.script
-        text = kickoffs.kickoff(step if run is None else "pulse", wf, run)
+        text = kickoffs.kickoff(step, wf)
+        script = wf.script
         await self._record(workflow_id, lambda w: w.assign_session(
             step=step, session_id=session_id_for(workflow_id, step), role=_role(step), root=root, kickoff=text,
             script=script, notes=session_notes(w, step), assigned_at=_now()))
@@ -374,7 +375,7 @@ class WorkflowDriver:
             self.index_in_background(wf.repo)
         elif step.startswith("pulse:"):
             run = wf.run(step.split(":", 1)[1])
-            self.index_in_background(wf.repo, s.root, run["base_commit"])
+            self.index_in_background(wf.repo, s.root, run.base_commit)
 
     async def deliver(self, workflow_id: str, message: QueuedMessage) -> None:
         command = SendMessage(session_id=message.session_id, text=message.text, message_id=message.message_id)
@@ -414,12 +415,13 @@ class WorkflowDriver:
 
     async def start_pulse(self, workflow_id: str, pulse: dict[str, Any]) -> None:
         wf = await self.orch.read(workflow_id)
-        attempt = 1 + sum(1 for r in wf.runs if r["planned_pulse_id"] == pulse["id"])
+        attempt = 1 + sum(1 for r in wf.runs if r.planned_pulse_id == pulse["id"])
         run_id = pulse["id"] if attempt == 1 else f"{pulse['id']}-a{attempt}"
         started = await self._ask("git", "start_pulse", StartPulse(workflow_id=workflow_id, pulse_id=run_id),
                                   GitPulseStarted)
         step = f"pulse:{run_id}"
-        run = {"id": run_id, "planned_pulse_id": pulse["id"], "title": pulse["title"], "attempt": attempt,
+        # The ``PulseStarted`` payload (stored as is: its keys stay those of earlier logs).
+        payload = {"id": run_id, "planned_pulse_id": pulse["id"], "title": pulse["title"], "attempt": attempt,
                "status": "running", "session_id": session_id_for(workflow_id, step),
                "pulse_branch": started.pulse_branch, "base_commit": started.base_commit,
                "checkpoint_commit": None, "diff_artifact_id": None, "description": None, "files_changed": [],
@@ -428,46 +430,48 @@ class WorkflowDriver:
                "ended_at": None, "ending": None, "worktree_path": started.worktree_path}
 
         def record(w: Workflow) -> None:
-            w.pulse_started(run=run)
-            text = kickoffs.kickoff("pulse", w, run)
+            w.pulse_started(run=payload)
+            text = kickoffs.kickoff("pulse", w, w.run(run_id))
             # Notes belong to the stage (seed 004): every pulse sees what earlier execution agents noted.
-            w.assign_session(step=step, session_id=run["session_id"], role="pulsing",
+            w.assign_session(step=step, session_id=session_id_for(workflow_id, step), role="pulsing",
                              root=_worktree(w), kickoff=text, script=run_id,
                              notes=session_notes(w, step), assigned_at=_now())
 
         await self._record(workflow_id, record)
 
-    async def checkpoint(self, workflow_id: str, run: dict[str, Any]) -> None:
-        summary, _, body = run["description"].partition("\n")
+    async def checkpoint(self, workflow_id: str, run: PulseRun) -> None:
+        # An accepted completion always carries its summary (``Workflow.accept_completion``).
+        summary, _, body = (run.description or "").partition("\n")
         done = await self._ask("git", "checkpoint_pulse",
-                               CheckpointPulse(workflow_id=workflow_id, pulse_id=run["id"], summary=summary.strip(),
+                               CheckpointPulse(workflow_id=workflow_id, pulse_id=run.id, summary=summary.strip(),
                                                body=body.strip()), PulseCheckpointed)
-        diff = await self._ask("git", "pulse_diff", PulseDiff(workflow_id=workflow_id, pulse_id=run["id"]),
+        diff = await self._ask("git", "pulse_diff", PulseDiff(workflow_id=workflow_id, pulse_id=run.id),
                                DiffArtifactRef)
 
         def record(w: Workflow) -> None:
-            w.pulse_ended(run_id=run["id"], status="succeeded", commit=done.commit, diff_artifact_id=diff.artifact_id,
+            w.pulse_ended(run_id=run.id, status="succeeded", commit=done.commit, diff_artifact_id=diff.artifact_id,
                           is_recovery_checkpoint=False, ended_at=_now())
-            if run["unresolved_issues"]:
+            if run.unresolved_issues:
                 w.halt_for("unresolved_issues",
-                           f"{run['id']} succeeded with unresolved issues; review them, then resume",
-                           pulse_id=run["id"], details={"unresolved_issues": run["unresolved_issues"]})
+                           f"{run.id} succeeded with unresolved issues; review them, then resume",
+                           pulse_id=run.id, details={"unresolved_issues": list(run.unresolved_issues)})
 
         await self._record(workflow_id, record)
 
-    async def recover(self, workflow_id: str, run: dict[str, Any]) -> None:
-        status = run["ending"]
-        reason = run.get("failure_reason") or status
+    async def recover(self, workflow_id: str, run: PulseRun) -> None:
+        status = run.ending
+        assert status == "failed" or status == "stopped", run  # ``next_action`` recovers only these
+        reason = run.failure_reason or status
         done = await self._ask("git", "recovery_checkpoint",
-                               RecoveryCheckpoint(workflow_id=workflow_id, pulse_id=run["id"], status=status,
+                               RecoveryCheckpoint(workflow_id=workflow_id, pulse_id=run.id, status=status,
                                                   reason=reason[:10_000]), RecoveryCheckpointed)
 
         def record(w: Workflow) -> None:
-            w.pulse_ended(run_id=run["id"], status=status, commit=done.commit, diff_artifact_id=None,
+            w.pulse_ended(run_id=run.id, status=status, commit=done.commit, diff_artifact_id=None,
                           is_recovery_checkpoint=done.is_recovery_checkpoint, ended_at=_now())
             if w.halt is None:
                 w.halt_for("pulse_failed" if status == "failed" else "stopped",
-                           f"{run['id']} {status}: {reason}; resume runs it again", pulse_id=run["id"],
+                           f"{run.id} {status}: {reason}; resume runs it again", pulse_id=run.id,
                            details={"recovery_commit": done.commit, "pulse_branch": done.pulse_branch})
 
         await self._record(workflow_id, record)
@@ -579,9 +583,9 @@ class WorkflowDriver:
 
             def record(w: Workflow) -> None:
                 run = w.running_run()
-                w.halt_for("stopped", reason, pulse_id=run["id"] if run else None, details={"step": step})
+                w.halt_for("stopped", reason, pulse_id=run.id if run else None, details={"step": step})
                 if run is not None:
-                    w.end_pulse_as(run["id"], "stopped", reason)
+                    w.end_pulse_as(run.id, "stopped", reason)
 
             wf, _ = await self.orch.change(workflow_id, record)
             session_id = wf.sessions[step].session_id if step in wf.sessions else None

@@ -7,7 +7,11 @@ a pulse sees the scope, the plan and its own task, never another pulse's convers
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .domainmodel import Workflow
+    from .state import PulseRun
 
 __all__ = [
     "extension_approved",
@@ -36,7 +40,7 @@ def _card(title: str, card: dict[str, Any] | None) -> str:
     return f"## {title}\n```json\n{json.dumps(card, indent=2, ensure_ascii=False)}\n```"
 
 
-def kickoff(step: str, workflow: Any, run: dict[str, Any] | None = None) -> str:
+def kickoff(step: str, workflow: Workflow, run: PulseRun | None = None) -> str:
     """The first message of the session that works on ``step`` of ``workflow``."""
     request = f"# Request: {workflow.title}\n\n{workflow.request}"
     scope = workflow.artifacts.get("scoping")
@@ -54,8 +58,8 @@ def kickoff(step: str, workflow: Any, run: dict[str, Any] | None = None) -> str:
                 "install dependencies, initialise submodules, run a baseline build, and record every pre-existing "
                 "error or warning with record_baseline. Do not modify tracked files. End with complete_preflight.")
     if step == "review":
-        done = [r for r in workflow.runs if r["status"] == "succeeded"]
-        pulses = "\n".join(f"- {r['planned_pulse_id']}: {r['description']}" for r in done) or "- (none)"
+        done = [r for r in workflow.runs if r.status == "succeeded"]
+        pulses = "\n".join(f"- {r.planned_pulse_id}: {r.description}" for r in done) or "- (none)"
         return (f"{request}\n\n{_scope(scope)}\n\n## Pulses committed\n{pulses}\n\nReview the workflow's diff "
                 "against the approved scope with get_diff and get_scope_card, comment where it matters, and end "
                 "with complete_review.")
@@ -63,23 +67,23 @@ def kickoff(step: str, workflow: Any, run: dict[str, Any] | None = None) -> str:
     return _pulse_kickoff(workflow, run, request, scope)
 
 
-def _pulse_kickoff(workflow: Any, run: dict[str, Any], request: str, scope: dict[str, Any]) -> str:
-    pulse = next(p for p in workflow.pulses if p["id"] == run["planned_pulse_id"])
+def _pulse_kickoff(workflow: Workflow, run: PulseRun, request: str, scope: dict[str, Any]) -> str:
+    pulse = next(p for p in workflow.pulses if p["id"] == run.planned_pulse_id)
     plan = workflow.artifacts.get("planning")
-    done = [r for r in workflow.runs if r["status"] == "succeeded"]
+    done = [r for r in workflow.runs if r.status == "succeeded"]
     lines = [request, "", _scope(scope), ""]
     if plan:
         lines += ["## Plan approach", plan.get("approachSummary", ""), ""]
     if done:
-        lines += ["## Pulses already committed on this branch", *[f"- {r['planned_pulse_id']}: {r['description']}"
+        lines += ["## Pulses already committed on this branch", *[f"- {r.planned_pulse_id}: {r.description}"
                                                                   for r in done], ""]
     lines += [f"## Your pulse: {pulse['id']} — {pulse['title']}", pulse.get("description", ""), "",
               "Expected changes:", _bullets(pulse.get("expectedChanges")), ""]
     if workflow.baselines:
         lines += ["## Known issues from preflight (not yours to fix)",
                   *[f"- {b['issue_type']} {b['source']}: {b['pattern']}" for b in workflow.baselines], ""]
-    if run["attempt"] > 1:
-        lines += [f"This is attempt {run['attempt']}: the worktree is back at the branch head.", ""]
+    if run.attempt > 1:
+        lines += [f"This is attempt {run.attempt}: the worktree is back at the branch head.", ""]
     lines.append("Do only this pulse. When it is complete and clean, end with complete_pulse; its summary becomes "
                  "the commit message (a Conventional Commit). If you run long, call request_extension.")
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from . import kickoffs
 from .completion import CONVENTIONAL_COMMIT, completion_rejections
 from .domainmodel import Workflow
 from .lifecycle import BLOCK_OF_STEP, LifecycleError
+from .state import PulseRun
 from .steps import step_over
 
 __all__ = ["handle_turn"]
@@ -41,19 +42,19 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
     if step_over(wf, step):
         return  # a late outcome (a turn cancelled as its finished step's session closed) changes nothing
     run = wf.run(step.split(":", 1)[1]) if step.startswith("pulse:") else None
-    if run is not None and run.get("ending"):
+    if run is not None and run.ending is not None:
         return  # the pulse is ending (stopped by the user, or failed): a late outcome changes nothing
     if run is not None and session is not None:
         # The run counts the refusals it recorded, so each refusal is recorded once whatever turn reports it.
-        for _, message, revealed in completion_rejections(session)[run["completion_rejections"]:]:
-            wf.reject_completion(run["id"], [message], revealed)
+        for _, message, revealed in completion_rejections(session)[run.completion_rejections:]:
+            wf.reject_completion(run.id, [message], revealed)
     outcome = event.outcome
     if outcome == "cancelled":
         if wf.halt is None:  # cancelled by someone else than the workflow's stop
             wf.halt_for("stopped", event.detail or "the agent's turn was cancelled", details={"step": step},
-                        pulse_id=run["id"] if run else None)
+                        pulse_id=run.id if run else None)
             if run is not None:
-                wf.end_pulse_as(run["id"], "stopped", event.detail or "cancelled")
+                wf.end_pulse_as(run.id, "stopped", event.detail or "cancelled")
         return
     if outcome in ("error", "budget_exceeded", "step_limit"):
         _failed_turn(wf, step, run, outcome, event.detail or outcome, again=previous == outcome)
@@ -61,14 +62,14 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
     turns = sum(1 for m in wf.outbox if m.step == step) + 1
     if run is not None and turns >= settings.pulse_max_turns and not (
             outcome == "block" and event.tool == "complete_pulse"):
-        wf.end_pulse_as(run["id"], "failed", f"iteration limit: {turns} turns without completing the pulse")
+        wf.end_pulse_as(run.id, "failed", f"iteration limit: {turns} turns without completing the pulse")
         return
     block = BLOCK_OF_STEP.get(step, "complete_pulse")
     if outcome == "end_turn":
         if wf.nudges.get(step, 0) >= settings.stage_nudges:
             message = f"the {step} agent ended its turn without {block} {settings.stage_nudges + 1} times"
             if run is not None:
-                wf.end_pulse_as(run["id"], "failed", message)
+                wf.end_pulse_as(run.id, "failed", message)
             else:
                 wf.record_error(stage=wf.stage, message=message)
                 wf.halt_for("error", message, details={"step": step})
@@ -78,35 +79,35 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
     _block(wf, step, run, event.tool or "", event.arguments or {}, tracked)
 
 
-def _failed_turn(wf: Workflow, step: str, run: dict[str, Any] | None, outcome: str, detail: str, *,
+def _failed_turn(wf: Workflow, step: str, run: PulseRun | None, outcome: str, detail: str, *,
                  again: bool) -> None:
     if step == "preflight":
         wf.complete_preflight(status="failed", error=detail)
         wf.abandon(f"preflight failed: {detail}")
     elif run is not None and outcome == "step_limit":
-        wf.end_pulse_as(run["id"], "failed", f"iteration limit: {detail}")
+        wf.end_pulse_as(run.id, "failed", f"iteration limit: {detail}")
     elif run is not None and outcome == "error" and again:
         # Asked again by a resume, the pulse's agent failed at once the same way: its conversation cannot go on
         # (a model request refused whatever is added to it), and resuming it again would fail for ever. The
         # pulse fails (its work kept in a recovery commit), so the next resume runs it as a new attempt.
-        wf.end_pulse_as(run["id"], "failed", f"its agent failed again after a resume: {detail}")
+        wf.end_pulse_as(run.id, "failed", f"its agent failed again after a resume: {detail}")
     else:
         # The pulse (or stage) stays open: resume asks the same agent session to carry on.
         wf.record_error(stage=wf.stage, message=f"{step}: {detail}")
         wf.halt_for("error", f"the {step} agent failed: {detail}", details={"step": step},
-                    pulse_id=run["id"] if run else None)
+                    pulse_id=run.id if run else None)
 
 
-def _block(wf: Workflow, step: str, run: dict[str, Any] | None, tool: str, args: dict[str, Any],
+def _block(wf: Workflow, step: str, run: PulseRun | None, tool: str, args: dict[str, Any],
            tracked: TrackedChanges | None) -> None:
     if tool == "ask_questions":
         wf.halt_for("questions", "the agent asks questions; answer them to continue",
-                    pulse_id=run["id"] if run else None, details={"step": step, "questions": args.get("questions", [])})
+                    pulse_id=run.id if run else None, details={"step": step, "questions": args.get("questions", [])})
     elif tool == "request_extension":
         if run is not None:
-            wf.extend_pulse(run["id"])
+            wf.extend_pulse(run.id)
         wf.halt_for("extension_requested", f"the {step} agent asks for more time: {args.get('reason', '')}",
-                    pulse_id=run["id"] if run else None, details={"step": step, **args})
+                    pulse_id=run.id if run else None, details={"step": step, **args})
     elif tool in ("submit_scope", "submit_research", "submit_plan"):
         _submit(wf, step, tool, args)
     elif tool == "complete_preflight":
@@ -145,7 +146,7 @@ def _complete_preflight(wf: Workflow, args: dict[str, Any], tracked: TrackedChan
         wf.abandon(f"preflight failed: {args.get('summary', 'the build does not succeed')}")
 
 
-def _complete_pulse(wf: Workflow, step: str, run: dict[str, Any], args: dict[str, Any]) -> None:
+def _complete_pulse(wf: Workflow, step: str, run: PulseRun, args: dict[str, Any]) -> None:
     # The runner only lets complete_pulse end a turn once no tool failure is left unresolved, or once the
     # escape hatch was revealed and the agent listed what it could not fix.
     summary = str(args.get("summary", "")).strip()
@@ -153,5 +154,5 @@ def _complete_pulse(wf: Workflow, step: str, run: dict[str, Any], args: dict[str
         wf.queue_message(step, "complete_pulse was not accepted: the summary's first line must be a Conventional "
                                "Commit such as `feat(auth): validate JWT tokens`. Call complete_pulse again.")
         return
-    wf.accept_completion(run["id"], description=summary, files_changed=list(args.get("filesChanged") or []),
+    wf.accept_completion(run.id, description=summary, files_changed=list(args.get("filesChanged") or []),
                          unresolved_issues=list(args.get("unresolvedIssues") or []))

@@ -11,10 +11,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from autarch.contracts.execution import HaltReason
+from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
 
-__all__ = ["Execution", "Halt", "Preflight", "PreflightStatus", "QueuedMessage", "Session"]
+__all__ = ["Execution", "Halt", "Preflight", "PreflightStatus", "PulseEnding", "PulseRun", "QueuedMessage", "Session"]
+
+PulseEnding = Literal["succeeded", "failed", "stopped"]
+"""How a running pulse was decided to end, before its git step (checkpoint or recovery commit) is done."""
 
 PreflightStatus = Literal["completed", "failed"]
 """How a preflight ended (``running`` is not state: it is a preflight session with no outcome yet)."""
@@ -77,6 +80,41 @@ class QueuedMessage(msgspec.Struct, kw_only=True):
     message_id: str
     text: str
     delivered: bool = False
+
+
+class PulseRun(msgspec.Struct, kw_only=True):
+    """One run of a planned pulse (seed 000 ``Pulse``; its wire view is ``PulseRunView``).
+
+    Built from the ``run`` payload of the ``PulseStarted`` event: the fields that runs recorded by earlier
+    versions may lack have defaults, so old logs still replay.
+    """
+
+    id: str
+    """``<planned id>`` for the first attempt, ``<planned id>-a<n>`` for attempt n (also the git pulse id)."""
+    planned_pulse_id: str
+    title: str
+    attempt: int
+    status: PulseStatus
+    session_id: str | None = None
+    pulse_branch: str | None = None
+    base_commit: str | None = None
+    worktree_path: str | None = None
+    checkpoint_commit: str | None = None
+    diff_artifact_id: str | None = None
+    description: str | None = None
+    """The agent's accepted summary: the commit message."""
+    files_changed: list[str] = []
+    has_unresolved_issues: bool = False
+    unresolved_issues: list[dict[str, Any]] = []
+    """As the agent listed them in ``complete_pulse`` (free-form; they go to the wire as they are)."""
+    is_recovery_checkpoint: bool = False
+    completion_rejections: int = 0
+    extensions: int = 0
+    failure_reason: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    ending: PulseEnding | None = None
+    """Set while the pulse waits for its git step; None again once it ended."""
 
 
 class Execution(msgspec.Struct, kw_only=True, frozen=True):

@@ -15,6 +15,7 @@ import msgspec
 from autarch.contracts.agents import Baseline
 
 from .domainmodel import STAGES, Workflow
+from .state import PulseRun
 
 __all__ = [
     "agent_waits",
@@ -41,10 +42,10 @@ def stage_of_step(step: str) -> str:
 
 def next_pulse(workflow: Workflow) -> dict[str, Any] | None:
     """The first planned pulse whose dependencies succeeded and whose latest run did not (None: none can run)."""
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, PulseRun] = {}
     for run in workflow.runs:
-        latest[run["planned_pulse_id"]] = run
-    done = {pid for pid, run in latest.items() if run["status"] == "succeeded"}
+        latest[run.planned_pulse_id] = run
+    done = {pid for pid, run in latest.items() if run.status == "succeeded"}
     for pulse in workflow.pulses:
         if pulse["id"] in done:
             continue
@@ -54,7 +55,7 @@ def next_pulse(workflow: Workflow) -> dict[str, Any] | None:
 
 
 def all_pulses_done(workflow: Workflow) -> bool:
-    latest = {run["planned_pulse_id"]: run["status"] for run in workflow.runs}
+    latest = {run.planned_pulse_id: run.status for run in workflow.runs}
     return all(latest.get(p["id"]) == "succeeded" for p in workflow.pulses)
 
 
@@ -66,7 +67,7 @@ def current_step(wf: Workflow) -> str | None:
         return None
     run = wf.running_run()
     if run is not None:
-        return f"pulse:{run['id']}"
+        return f"pulse:{run.id}"
     if wf.preflight is None and "preflight" in wf.sessions:
         return "preflight"
     return None
@@ -77,7 +78,7 @@ def step_over(wf: Workflow, step: str) -> bool:
     if wf.abandoned or wf.stage == "done":
         return True
     if step.startswith("pulse:"):
-        return bool(wf.run(step.split(":", 1)[1])["status"] != "running")
+        return wf.run(step.split(":", 1)[1]).status != "running"
     if step == "preflight":
         return wf.preflight is not None
     return STAGES.index(wf.stage) > STAGES.index(step)
@@ -88,7 +89,7 @@ def agent_waits(wf: Workflow, step: str | None) -> bool:
     if step is None or step not in wf.sessions or not wf.sessions[step].started or step_over(wf, step):
         return False
     if step.startswith("pulse:"):
-        return not wf.run(step.split(":", 1)[1]).get("ending")  # an ending pulse only needs its git step
+        return wf.run(step.split(":", 1)[1]).ending is None  # an ending pulse only needs its git step
     if step == "preflight":
         return True
     return wf.stage == step and not wf.awaiting_approval
@@ -114,7 +115,7 @@ def close_reason(wf: Workflow, step: str) -> str:
         return f"the workflow was abandoned: {wf.abandoned}"
     if step.startswith("pulse:"):
         run = wf.run(step.split(":", 1)[1])
-        return f"pulse {run['id']} {run['status']}"
+        return f"pulse {run.id} {run.status}"
     if step == "preflight" and wf.preflight is not None:
         return f"preflight {wf.preflight.status}"
     if wf.stage == "done":

@@ -559,6 +559,6 @@ async def test_a_pulse_agent_failing_again_right_after_a_resume_fails_the_pulse(
     wf.message_delivered(message_id=message.message_id)
     handle_turn(wf, "pulse:pulse-1", turn(session_id, "error", detail="model API answered 400"), SETTINGS)
     # ... and failing again at once, it cannot go on: the pulse fails, kept in a recovery commit.
-    assert wf.halt is None and wf.run("pulse-1")["ending"] == "failed"
-    assert "failed again after a resume" in wf.run("pulse-1")["failure_reason"]
+    assert wf.halt is None and wf.run("pulse-1").ending == "failed"
+    assert "failed again after a resume" in (wf.run("pulse-1").failure_reason or "")
     assert (await next_step(wf))[0] == "recover"

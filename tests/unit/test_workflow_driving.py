@@ -7,11 +7,13 @@ from typing import Any
 
 import pytest
 
+from autarch.contracts.execution import PulseStatus
 from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.services.orchestrator import kickoffs
 from autarch.services.orchestrator.domainmodel import Workflow
 from autarch.services.orchestrator.driver import all_pulses_done, next_pulse, session_id_for
 from autarch.services.orchestrator.lifecycle import LifecycleError, validate_plan
+from autarch.services.orchestrator.state import PulseRun
 
 from .test_workflow_domain import PLAN, RESEARCH, SCOPE, pulse
 
@@ -29,7 +31,7 @@ def executing(pulses: list[dict[str, Any]]) -> Workflow:
     return wf
 
 
-def run(wf: Workflow, planned: str, status: str, attempt: int = 1) -> dict[str, Any]:
+def run(wf: Workflow, planned: str, status: PulseStatus, attempt: int = 1) -> PulseRun:
     record = {"id": planned if attempt == 1 else f"{planned}-a{attempt}", "planned_pulse_id": planned,
               "title": planned, "attempt": attempt, "status": "running", "session_id": "s", "pulse_branch": "b",
               "base_commit": "0" * 40, "completion_rejections": 0, "extensions": 0, "description": f"feat: {planned}",
@@ -38,7 +40,7 @@ def run(wf: Workflow, planned: str, status: str, attempt: int = 1) -> dict[str, 
     if status != "running":
         wf.pulse_ended(run_id=record["id"], status=status, commit=None, diff_artifact_id=None,
                        is_recovery_checkpoint=False, ended_at="2026-11-22T00:00:00+00:00")
-    return record
+    return wf.run(record["id"])
 
 
 def test_pulses_run_in_plan_order_and_wait_for_their_dependencies() -> None:
@@ -70,7 +72,7 @@ def test_a_pulse_kickoff_carries_scope_plan_and_its_own_task_only() -> None:
     second = run(wf, "pulse-2", "running")
     text = kickoffs.kickoff("pulse", wf, second)
     assert "## Your pulse: pulse-2" in text and SCOPE["title"] in text and "## Plan approach\nsteps" in text
-    assert f"- pulse-1: {first['description']}" in text  # what is already on the branch, as one line
+    assert f"- pulse-1: {first.description}" in text  # what is already on the branch, as one line
     assert "Your pulse: pulse-1" not in text
 
 

@@ -75,7 +75,7 @@ def pulse_running(pulse_id: str = "pulse-1") -> tuple[Workflow, str]:
     open_session(wf, "preflight")
     wf.complete_preflight(status="completed", build_success=True)
     record = run(wf, pulse_id, "running")
-    return wf, open_session(wf, f"pulse:{record['id']}")
+    return wf, open_session(wf, f"pulse:{record.id}")
 
 
 async def test_resume_after_a_failed_pulse_turn_asks_the_same_session_to_carry_on() -> None:
@@ -88,7 +88,7 @@ async def test_resume_after_a_failed_pulse_turn_asks_the_same_session_to_carry_o
     controls.resume(wf, "try again")
     [message] = wf.outbox
     assert message.session_id == session_id and "try again" in message.text
-    assert wf.run("pulse-1")["status"] == "running" and wf.runs[-1]["attempt"] == 1  # the same pulse goes on
+    assert wf.run("pulse-1").status == "running" and wf.runs[-1].attempt == 1  # the same pulse goes on
     assert await next_step(wf) == ("deliver", (message,))
 
 
