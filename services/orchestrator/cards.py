@@ -35,9 +35,9 @@ def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
         plan=_card(workflow.artifacts.get("planning"), SubmitPlanArgs),
         pulses=msgspec.convert(workflow.pulses, list[PlannedPulse]),
         review=_card(workflow.review, ReviewCard),
-        notes=msgspec.convert(workflow.notes, list[StageNote]),
-        baselines=msgspec.convert(workflow.baselines, list[WorkflowBaseline]),
-        feedback=list(workflow.feedback),
+        notes=[msgspec.convert(msgspec.structs.asdict(n), StageNote) for n in workflow.notes],
+        baselines=[WorkflowBaseline(**msgspec.structs.asdict(b)) for b in workflow.baselines],
+        feedback=[{"stage": f.stage, "feedback": f.feedback} for f in workflow.feedback],
         preflight=_preflight(workflow),
         pulse_runs=_pulse_runs(workflow),
     )

@@ -21,7 +21,19 @@ from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import WorkflowErrorCode
 
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
-from .state import Execution, Halt, Preflight, PreflightStatus, PulseEnding, PulseRun, QueuedMessage, Session
+from .state import (
+    ChangeRequest,
+    Execution,
+    Halt,
+    KnownIssue,
+    Note,
+    Preflight,
+    PreflightStatus,
+    PulseEnding,
+    PulseRun,
+    QueuedMessage,
+    Session,
+)
 
 __all__ = ["STAGES", "Workflow"]
 
@@ -66,12 +78,13 @@ class Workflow(Aggregate):
         self.artifacts: dict[str, dict[str, Any]] = {}
         self.pulses: list[dict[str, Any]] = []
         self.review: dict[str, Any] | None = None
-        self.notes: list[dict[str, Any]] = []
-        self.baselines: list[dict[str, Any]] = []
-        self.feedback: list[dict[str, str]] = []
+        self.notes: list[Note] = []
+        self.baselines: list[KnownIssue] = []
+        self.feedback: list[ChangeRequest] = []
         self.last_feedback: str | None = None
-        self.seen: dict[str, Any] = {}
-        """Idempotency key → what the first delivery answered (tool calls may be delivered twice)."""
+        self.seen: dict[str, str] = {}
+        """Idempotency key (or turn id) → what the first delivery answered: the stage of a card, the id of a note,
+        baseline or comment, the outcome of a turn (tool calls may be delivered twice)."""
         # --- driving the agents (see driver.py): every external step is recorded, so a restart resumes it
         self.sessions: dict[str, Session] = {}
         """Step (``scoping``, ``research``, ``planning``, ``preflight``, ``review``, ``pulse:<run>``) → its
@@ -130,24 +143,24 @@ class Workflow(Aggregate):
     def _changes_requested(self, *, stage: str, feedback: str) -> None:
         self.awaiting_approval = False
         self.last_feedback = feedback
-        self.feedback.append({"stage": stage, "feedback": feedback})
+        self.feedback.append(ChangeRequest(stage=stage, feedback=feedback))
 
     @event("NoteTaken")
     def _note_taken(self, *, note_id: str, stage: str, session_id: str, note: str, taken_at: str, key: str) -> None:
-        self.notes.append({"note_id": note_id, "stage": stage, "session_id": session_id, "note": note,
-                           "taken_at": taken_at})
+        self.notes.append(Note(note_id=note_id, stage=stage, session_id=session_id, note=note, taken_at=taken_at))
         self.seen[key] = note_id
 
     @event("BaselineRecorded")
     def _baseline_recorded(self, *, baseline: dict[str, Any], key: str) -> None:
-        self.baselines.append(baseline)
-        self.seen[key] = baseline["baseline_id"]
+        # The event keeps the baseline's payload as recorded; the state is a typed copy.
+        self.baselines.append(msgspec.convert(baseline, KnownIssue))
+        self.seen[key] = str(baseline["baseline_id"])
 
     @event("ReviewCommentAdded")
     def _review_comment_added(self, *, comment: dict[str, Any], key: str) -> None:
         assert self.review is not None
         self.review["comments"].append(comment)
-        self.seen[key] = comment["comment_id"]
+        self.seen[key] = str(comment["comment_id"])
 
     # --- commands -----------------------------------------------------------------------------------
 
@@ -209,7 +222,7 @@ class Workflow(Aggregate):
     def take_note(self, *, session_id: str, note: str, key: str) -> str:
         """Store a note for the current stage; the note id (the first one's, for a repeated ``key``)."""
         if key in self.seen:
-            return str(self.seen[key])
+            return self.seen[key]
         note_id = str(uuid.uuid4())
         self._note_taken(note_id=note_id, stage=self.stage, session_id=session_id, note=note,
                          taken_at=datetime.now(UTC).isoformat(), key=key)
@@ -218,7 +231,7 @@ class Workflow(Aggregate):
     def record_baseline(self, baseline: dict[str, Any], *, key: str) -> str:
         """Record a pre-existing issue (preflight runs at the start of execution); the baseline id."""
         if key in self.seen:
-            return str(self.seen[key])
+            return self.seen[key]
         if self.stage != "execution":
             raise LifecycleError.wrong_stage(self.stage, "execution", "recording a baseline (preflight)")
         baseline = {**baseline, "baseline_id": str(uuid.uuid4())}
@@ -228,7 +241,7 @@ class Workflow(Aggregate):
     def add_review_comment(self, comment: dict[str, Any], *, key: str) -> str:
         """Add a comment to the open review card; ``not_found`` when there is none."""
         if key in self.seen:
-            return str(self.seen[key])
+            return self.seen[key]
         if self.stage != "review" or self.review is None:
             raise LifecycleError.not_found("review card not found: the workflow is not in review", stage=self.stage)
         if self.awaiting_approval:

@@ -19,7 +19,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client
@@ -82,6 +82,9 @@ from .steps import (
     step_over,
 )
 
+if TYPE_CHECKING:
+    from .service import Orchestrator  # which builds the driver: imported for its type only
+
 __all__ = ["STEP_ROLES", "WorkflowDriver", "all_pulses_done", "next_action", "next_pulse", "session_id_for"]
 
 log = logging.getLogger("orchestrator.driver")
@@ -100,6 +103,8 @@ idempotent on the turn id, so a slow handler seeing its event twice changes noth
 _TURN_DECODER = msgspec.json.Decoder(TurnCompleted)
 
 Action = Callable[[], Awaitable[None]]
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def session_id_for(workflow_id: str, step: str) -> str:
@@ -179,7 +184,7 @@ def _completed(workflow_id: str, session: SessionView, turn: TurnView) -> TurnCo
 class WorkflowDriver:
     """Runs every workflow's next step; one workflow's steps and turn outcomes are handled one at a time."""
 
-    def __init__(self, *, nc: Client, orchestrator: Any, settings: Settings) -> None:
+    def __init__(self, *, nc: Client, orchestrator: Orchestrator, settings: Settings) -> None:
         self.nc = nc
         self.orch = orchestrator
         self.settings = settings
@@ -307,13 +312,13 @@ class WorkflowDriver:
 
         await self.orch.change(workflow_id, record)
 
-    async def _record(self, workflow_id: str, command: Callable[[Workflow], Any]) -> Any:
+    async def _record(self, workflow_id: str, command: Callable[[Workflow], R]) -> R:
         _, result = await self.orch.change(workflow_id, command)
         return result
 
     # --- actions ---------------------------------------------------------------------------------------
 
-    async def _ask(self, service: str, verb: str, payload: Any, reply: type) -> Any:
+    async def _ask(self, service: str, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
         # Every request here is idempotent (deterministic session, message and pulse ids; git recognises a
         # repeated checkpoint), so one whose service instance was killed mid-request is sent again as soon as
         # that is noticed, and a timeout is simply retried by the advance loop.

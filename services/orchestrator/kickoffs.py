@@ -81,7 +81,7 @@ def _pulse_kickoff(workflow: Workflow, run: PulseRun, request: str, scope: dict[
               "Expected changes:", _bullets(pulse.get("expectedChanges")), ""]
     if workflow.baselines:
         lines += ["## Known issues from preflight (not yours to fix)",
-                  *[f"- {b['issue_type']} {b['source']}: {b['pattern']}" for b in workflow.baselines], ""]
+                  *[f"- {b.issue_type} {b.source}: {b.pattern}" for b in workflow.baselines], ""]
     if run.attempt > 1:
         lines += [f"This is attempt {run.attempt}: the worktree is back at the branch head.", ""]
     lines.append("Do only this pulse. When it is complete and clean, end with complete_pulse; its summary becomes "

@@ -8,7 +8,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
 from nats.aio.client import Client
@@ -43,6 +43,8 @@ __all__ = ["Orchestrator", "start"]
 
 log = logging.getLogger("orchestrator")
 
+R = TypeVar("R")
+
 
 @dataclass
 class Orchestrator:
@@ -53,7 +55,7 @@ class Orchestrator:
     views: dict[str, WorkflowView] = field(default_factory=dict)
     """Read model: every workflow's current view, rebuilt from the store at start."""
     _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
-    driver: Any = None
+    driver: WorkflowDriver | None = None
     """The ``WorkflowDriver`` that moves workflows along (None: record commands only, as in unit tests)."""
 
     unsettled: list[str] = field(default_factory=list)
@@ -87,7 +89,7 @@ class Orchestrator:
         except AggregateNotFoundError:
             raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
 
-    async def change(self, workflow_id: str, command: Callable[[Workflow], Any]) -> tuple[Workflow, Any]:
+    async def change(self, workflow_id: str, command: Callable[[Workflow], R]) -> tuple[Workflow, R]:
         """Run ``command`` on the workflow in its mailbox and save what it recorded; (workflow, its result).
 
         A ``LifecycleError`` becomes a typed error with nothing saved (the loaded copy is dropped).

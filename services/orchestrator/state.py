@@ -14,7 +14,8 @@ import msgspec
 from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
 
-__all__ = ["Execution", "Halt", "Preflight", "PreflightStatus", "PulseEnding", "PulseRun", "QueuedMessage", "Session"]
+__all__ = ["ChangeRequest", "Execution", "Halt", "KnownIssue", "Note", "Preflight", "PreflightStatus", "PulseEnding",
+           "PulseRun", "QueuedMessage", "Session"]
 
 PulseEnding = Literal["succeeded", "failed", "stopped"]
 """How a running pulse was decided to end, before its git step (checkpoint or recovery commit) is done."""
@@ -48,6 +49,34 @@ class Preflight(msgspec.Struct, kw_only=True):
     build_success: bool | None
     baselines_recorded: int
     error: str | None
+
+
+class Note(msgspec.Struct, kw_only=True):
+    """A note an agent took for its stage (seed 004 ``take_note``)."""
+
+    note_id: str
+    stage: str
+    session_id: str
+    note: str
+    taken_at: str
+
+
+class KnownIssue(msgspec.Struct, kw_only=True):
+    """A pre-existing issue preflight recorded (seed 000 baseline), in the ``WorkflowBaseline`` shape."""
+
+    baseline_id: str
+    issue_type: str
+    source: str
+    pattern: str
+    file_path: str | None = None
+    description: str | None = None
+
+
+class ChangeRequest(msgspec.Struct, kw_only=True):
+    """The user sent a stage's card back with ``feedback``."""
+
+    stage: str
+    feedback: str
 
 
 class Session(msgspec.Struct, kw_only=True):

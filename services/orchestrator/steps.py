@@ -135,7 +135,7 @@ def session_notes(wf: Workflow, step: str) -> list[str]:
     """The notes taken so far in ``step``'s stage: seed 004 gives them to every agent of the stage, on every
     turn (message isolation between pulses is about their conversations, not the stage's notes)."""
     stage = stage_of_step(step)
-    return [n["note"] for n in wf.notes if n["stage"] == stage]
+    return [n.note for n in wf.notes if n.stage == stage]
 
 
 def session_baselines(wf: Workflow, step: str) -> list[Baseline]:
@@ -148,8 +148,8 @@ def session_baselines(wf: Workflow, step: str) -> list[Baseline]:
     found = []
     for baseline in wf.baselines:
         try:
-            found.append(msgspec.convert(baseline, Baseline))
+            found.append(msgspec.convert(msgspec.structs.asdict(baseline), Baseline))
         except msgspec.ValidationError:
             log.warning("workflow %s: baseline %s cannot be matched; not given to pulses", wf.id,
-                        baseline.get("baseline_id"))
+                        baseline.baseline_id)
     return found

@@ -6,11 +6,12 @@ A refused command (``LifecycleError``) records nothing and answers a typed error
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from autarch.contracts import orchestrator_tools as fx
+from autarch.contracts.errors import ErrorCode
 from autarch.contracts.execution import AnswerQuestions, ApproveExtension, ResumeWorkflow, StopWorkflow
 from autarch.contracts.workflows import (
     ApproveWorkflow,
@@ -29,6 +30,10 @@ from autarch.runtime.micro import TypedService
 from .cards import artifacts_of, scope_card_of
 from .contract_events import view_of
 from .domainmodel import Workflow
+
+if TYPE_CHECKING:
+    from .driver import WorkflowDriver
+    from .service import Orchestrator  # which registers these verbs: imported for its type only
 
 __all__ = ["LIFECYCLE_VERBS", "register_lifecycle"]
 
@@ -53,8 +58,14 @@ def _wire(args: msgspec.Struct) -> dict[str, Any]:
     return msgspec.to_builtins(args)  # type: ignore[no-any-return]
 
 
-def register_lifecycle(service: TypedService, orch: Any) -> None:
+def register_lifecycle(service: TypedService, orch: Orchestrator) -> None:
     """Add every lifecycle endpoint to ``service``; ``orch`` is the running ``Orchestrator``."""
+
+    def driver() -> WorkflowDriver:
+        # The user's controls act on running agents: only an orchestrator that drives workflows has them.
+        if orch.driver is None:
+            raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive workflows")
+        return orch.driver
 
     async def submit(workflow_id: str, stage: str, card: msgspec.Struct, key: str | None) -> WorkflowView:
         workflow, _ = await orch.change(workflow_id, lambda wf: wf.submit_artifact(stage, _wire(card), key=key))
@@ -125,16 +136,16 @@ def register_lifecycle(service: TypedService, orch: Any) -> None:
         return fx.ReviewCompleted(recommendation=cmd.recommendation)
 
     async def stop_workflow(cmd: StopWorkflow) -> WorkflowView:
-        return view_of(await orch.driver.stop_workflow(cmd.workflow_id, cmd.reason))
+        return view_of(await driver().stop_workflow(cmd.workflow_id, cmd.reason))
 
     async def resume_workflow(cmd: ResumeWorkflow) -> WorkflowView:
-        return view_of(await orch.driver.resume_workflow(cmd.workflow_id, cmd.message))
+        return view_of(await driver().resume_workflow(cmd.workflow_id, cmd.message))
 
     async def approve_extension(cmd: ApproveExtension) -> WorkflowView:
-        return view_of(await orch.driver.approve_extension(cmd.workflow_id, cmd.message))
+        return view_of(await driver().approve_extension(cmd.workflow_id, cmd.message))
 
     async def answer_questions(cmd: AnswerQuestions) -> WorkflowView:
-        return view_of(await orch.driver.answer_questions(cmd.workflow_id, cmd.answers))
+        return view_of(await driver().answer_questions(cmd.workflow_id, cmd.answers))
 
     service.endpoint("stop_workflow", StopWorkflow, stop_workflow)
     service.endpoint("resume_workflow", ResumeWorkflow, resume_workflow)

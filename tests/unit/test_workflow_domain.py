@@ -11,6 +11,7 @@ from autarch.contracts.errors import ErrorCode
 from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.services.orchestrator.domainmodel import Workflow
 from autarch.services.orchestrator.lifecycle import LifecycleError, validate_plan
+from autarch.services.orchestrator.state import ChangeRequest
 
 SCOPE = {"title": "JWT", "description": "validate JWTs", "in_scope": ["middleware"], "out_of_scope": [],
          "recommended_path": "full", "constraints": ["no new deps"], "rationale": None}
@@ -113,7 +114,7 @@ def test_request_changes_records_feedback_and_allows_a_resubmission():
     wf.request_changes("narrow it")
     assert names(wf) == ["ChangesRequested"]
     assert (wf.awaiting_approval, wf.last_feedback, wf.stage) == (False, "narrow it", "scoping")
-    assert wf.feedback == [{"stage": "scoping", "feedback": "narrow it"}]
+    assert wf.feedback == [ChangeRequest(stage="scoping", feedback="narrow it")]
     wf.submit_artifact("scoping", {**SCOPE, "title": "JWT only"})
     assert wf.last_feedback is None and wf.artifacts["scoping"]["title"] == "JWT only"
 
@@ -184,7 +185,7 @@ def test_notes_are_per_stage_and_idempotent_on_the_key():
     assert names(wf) == ["NoteTaken"]
     wf = at("research")
     wf.take_note(session_id="s", note="two", key="s:2")
-    assert [(n["stage"], n["note"]) for n in wf.notes] == [("research", "two")]
+    assert [(n.stage, n.note) for n in wf.notes] == [("research", "two")]
 
 
 def test_baselines_only_during_execution_and_idempotent():
@@ -194,7 +195,7 @@ def test_baselines_only_during_execution_and_idempotent():
     base = {"issue_type": "Error", "source": "Build", "pattern": "TS2304", "file_path": None, "description": None}
     bid = wf.record_baseline(base, key="k")
     assert wf.record_baseline(base, key="k") == bid
-    assert names(wf) == ["BaselineRecorded"] and wf.baselines[0]["baseline_id"] == bid
+    assert names(wf) == ["BaselineRecorded"] and wf.baselines[0].baseline_id == bid
 
 
 def test_review_comments_need_an_open_review_card():
