@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import copy
 
 import msgspec
 
-from autarch.contracts.agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from autarch.contracts.execution import PreflightView, PulseRunView
 from autarch.contracts.orchestrator_tools import ScopeCard
-from autarch.contracts.workflows import ReviewCard, StageNote, WorkflowArtifacts, WorkflowBaseline
+from autarch.contracts.workflows import StageNote, WorkflowArtifacts, WorkflowBaseline
 
 from .domainmodel import Workflow
 
 __all__ = ["artifacts_of", "scope_card_of"]
-
-T = TypeVar("T")
-
-
-def _card(value: dict[str, Any] | None, kind: type[T]) -> T | None:
-    # Stored cards are the builtins of these very Structs, so converting back cannot fail.
-    return None if value is None else msgspec.convert(value, kind)
-
 
 def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
     """Every card, note and baseline of ``workflow``."""
@@ -30,11 +21,12 @@ def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
         stage=workflow.stage,
         awaiting_approval=workflow.awaiting_approval,
         path=workflow.path,  # type: ignore[arg-type]
-        scope=_card(workflow.artifacts.get("scoping"), SubmitScopeArgs),
-        research=_card(workflow.artifacts.get("research"), SubmitResearchArgs),
-        plan=_card(workflow.artifacts.get("planning"), SubmitPlanArgs),
-        pulses=msgspec.convert(workflow.pulses, list[PlannedPulse]),
-        review=_card(workflow.review, ReviewCard),
+        # Copies: the reply must not share mutable state with the aggregate.
+        scope=copy.deepcopy(workflow.artifacts.scoping),
+        research=copy.deepcopy(workflow.artifacts.research),
+        plan=copy.deepcopy(workflow.artifacts.planning),
+        pulses=copy.deepcopy(workflow.pulses),
+        review=copy.deepcopy(workflow.review),
         notes=[msgspec.convert(msgspec.structs.asdict(n), StageNote) for n in workflow.notes],
         baselines=[WorkflowBaseline(**msgspec.structs.asdict(b)) for b in workflow.baselines],
         feedback=[{"stage": f.stage, "feedback": f.feedback} for f in workflow.feedback],
@@ -70,8 +62,8 @@ def _pulse_runs(workflow: Workflow) -> list[PulseRunView]:
                              "initiating_message_id": _kickoff_turn(workflow, f"pulse:{run.id}")}, PulseRunView)
             for run in workflow.runs]
     started = {run.planned_pulse_id for run in workflow.runs}
-    runs += [PulseRunView(id=p["id"], planned_pulse_id=p["id"], title=p["title"], attempt=0, status="proposed")
-             for p in workflow.pulses if p["id"] not in started]
+    runs += [PulseRunView(id=p.id, planned_pulse_id=p.id, title=p.title, attempt=0, status="proposed")
+             for p in workflow.pulses if p.id not in started]
     return runs
 
 
@@ -81,9 +73,9 @@ def scope_card_of(workflow: Workflow) -> ScopeCard | None:
     if scope is None:
         return None
     return ScopeCard(
-        title=scope["title"],
-        description=scope["description"],
-        in_scope=list(scope.get("in_scope") or []),
-        out_of_scope=list(scope.get("out_of_scope") or []),
-        constraints=list(scope.get("constraints") or []),
+        title=scope.title,
+        description=scope.description,
+        in_scope=list(scope.in_scope),
+        out_of_scope=list(scope.out_of_scope),
+        constraints=list(scope.constraints or []),
     )

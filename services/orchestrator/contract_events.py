@@ -113,10 +113,10 @@ def view_of(workflow: Workflow) -> WorkflowView:
         version=workflow.version,
         last_error=workflow.last_error,
         path=workflow.path,  # type: ignore[arg-type]
-        artifact_stages=list(workflow.artifacts),
+        artifact_stages=workflow.artifacts.stages(),
         notes_count=len(workflow.notes),
         baselines_count=len(workflow.baselines),
-        review_comments_count=len(workflow.review["comments"]) if workflow.review else 0,
+        review_comments_count=len(workflow.review.comments) if workflow.review else 0,
         pulses_count=len(workflow.pulses),
         last_feedback=workflow.last_feedback,
         status=workflow.status,  # type: ignore[arg-type]

@@ -16,12 +16,14 @@ from uuid import UUID
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
+from autarch.contracts.agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
-from autarch.contracts.workflows import WorkflowErrorCode
+from autarch.contracts.workflows import ReviewCard, ReviewCommentView, WorkflowErrorCode
 
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
 from .state import (
+    Cards,
     ChangeRequest,
     Execution,
     Halt,
@@ -39,10 +41,6 @@ __all__ = ["STAGES", "Workflow"]
 
 STAGES = ("scoping", "research", "planning", "execution", "review", "done")
 """Seed 003's stages, in order."""
-
-
-def _empty_review() -> dict[str, Any]:
-    return {"comments": [], "recommendation": None, "summary": None}
 
 
 def _now() -> str:
@@ -75,9 +73,11 @@ class Workflow(Aggregate):
         self.last_error: str | None = None
         self.error_count = 0
         self.path: str | None = None
-        self.artifacts: dict[str, dict[str, Any]] = {}
-        self.pulses: list[dict[str, Any]] = []
-        self.review: dict[str, Any] | None = None
+        self.artifacts = Cards()
+        self.pulses: list[PlannedPulse] = []
+        """The planned pulses, fixed when execution starts (the approved plan's, or the quick path's one)."""
+        self.review: ReviewCard | None = None
+        """The review card from the start of review: comments come in, then the recommendation."""
         self.notes: list[Note] = []
         self.baselines: list[KnownIssue] = []
         self.feedback: list[ChangeRequest] = []
@@ -113,12 +113,18 @@ class Workflow(Aggregate):
     def _artifact_submitted(self, *, stage: str, artifact: dict[str, Any], key: str | None) -> None:
         self.awaiting_approval = True
         self.last_feedback = None
+        # The event keeps the card's wire payload as recorded; the state is the typed card.
         if stage == "review":
             assert self.review is not None
-            self.review.update(artifact)
-            self.artifacts["review"] = self.review
+            self.review.recommendation = artifact.get("recommendation")
+            self.review.summary = artifact.get("summary")
+            self.artifacts.review = self.review
+        elif stage == "scoping":
+            self.artifacts.scoping = msgspec.convert(artifact, SubmitScopeArgs)
+        elif stage == "research":
+            self.artifacts.research = msgspec.convert(artifact, SubmitResearchArgs)
         else:
-            self.artifacts[stage] = artifact
+            self.artifacts.planning = msgspec.convert(artifact, SubmitPlanArgs)
         if key:
             self.seen[key] = stage
 
@@ -130,10 +136,14 @@ class Workflow(Aggregate):
         if from_stage == "scoping":
             self.path = path
         if to_stage == "execution":
-            plan = self.artifacts.get("planning")
-            self.pulses = copy.deepcopy(plan["pulses"]) if plan else [quick_pulse(self.artifacts["scoping"])]
+            plan, scope = self.artifacts.planning, self.artifacts.scoping
+            if plan is not None:
+                self.pulses = copy.deepcopy(plan.pulses)
+            else:
+                assert scope is not None, "execution starts from an approved scope"
+                self.pulses = [quick_pulse(scope)]
         if to_stage == "review":
-            self.review = _empty_review()
+            self.review = ReviewCard()
 
     @event("Completed")
     def _completed(self, *, recommendation: str | None) -> None:
@@ -159,7 +169,7 @@ class Workflow(Aggregate):
     @event("ReviewCommentAdded")
     def _review_comment_added(self, *, comment: dict[str, Any], key: str) -> None:
         assert self.review is not None
-        self.review["comments"].append(comment)
+        self.review.comments.append(msgspec.convert(comment, ReviewCommentView))
         self.seen[key] = str(comment["comment_id"])
 
     # --- commands -----------------------------------------------------------------------------------
@@ -194,12 +204,13 @@ class Workflow(Aggregate):
                                  f"the path is chosen at scope approval; the workflow is in {self.stage}",
                                  stage=self.stage)
         if self.stage == "scoping":
-            path = path or self.artifacts["scoping"].get("recommended_path") or "full"
+            scope = self.artifacts.scoping
+            path = path or (scope.recommended_path if scope is not None else None) or "full"
         from_stage = self.stage
         to_stage = next_stage(from_stage, path)
         self._stage_changed(from_stage=from_stage, to_stage=to_stage, path=path)
         if to_stage == "done":
-            self._completed(recommendation=(self.review or {}).get("recommendation"))
+            self._completed(recommendation=self.review.recommendation if self.review is not None else None)
 
     def request_changes(self, feedback: str) -> None:
         """Send the waiting card back with ``feedback``; the agent revises and resubmits."""
@@ -474,11 +485,11 @@ class Workflow(Aggregate):
 
     # --- queries ------------------------------------------------------------------------------------
 
-    def approved_scope(self) -> dict[str, Any] | None:
+    def approved_scope(self) -> SubmitScopeArgs | None:
         """The scope card once the user approved it (the review agent checks the diff against it)."""
         if self.stage == "scoping":
             return None
-        return self.artifacts.get("scoping")
+        return self.artifacts.scoping
 
     def same_request(self, *, title: str, request: str, repo: str, base_branch: str) -> bool:
         """True when a repeated create asks for exactly this workflow."""

@@ -29,6 +29,7 @@ from nats.js import api
 from autarch.contracts import subjects
 from autarch.contracts.agents import (
     GetSession,
+    PlannedPulse,
     SendMessage,
     SessionStopped,
     SessionView,
@@ -418,15 +419,15 @@ class WorkflowDriver:
             branch=branch.branch, worktree_path=branch.worktree_path, base_commit=branch.base_commit,
             repository_id=repo.repository_id))
 
-    async def start_pulse(self, workflow_id: str, pulse: dict[str, Any]) -> None:
+    async def start_pulse(self, workflow_id: str, pulse: PlannedPulse) -> None:
         wf = await self.orch.read(workflow_id)
-        attempt = 1 + sum(1 for r in wf.runs if r.planned_pulse_id == pulse["id"])
-        run_id = pulse["id"] if attempt == 1 else f"{pulse['id']}-a{attempt}"
+        attempt = 1 + sum(1 for r in wf.runs if r.planned_pulse_id == pulse.id)
+        run_id = pulse.id if attempt == 1 else f"{pulse.id}-a{attempt}"
         started = await self._ask("git", "start_pulse", StartPulse(workflow_id=workflow_id, pulse_id=run_id),
                                   GitPulseStarted)
         step = f"pulse:{run_id}"
         # The ``PulseStarted`` payload (stored as is: its keys stay those of earlier logs).
-        payload = {"id": run_id, "planned_pulse_id": pulse["id"], "title": pulse["title"], "attempt": attempt,
+        payload = {"id": run_id, "planned_pulse_id": pulse.id, "title": pulse.title, "attempt": attempt,
                "status": "running", "session_id": session_id_for(workflow_id, step),
                "pulse_branch": started.pulse_branch, "base_commit": started.base_commit,
                "checkpoint_commit": None, "diff_artifact_id": None, "description": None, "files_changed": [],

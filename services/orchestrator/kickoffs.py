@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from autarch.contracts.agents import SubmitScopeArgs
+
 if TYPE_CHECKING:
     from .domainmodel import Workflow
     from .state import PulseRun
@@ -26,24 +30,27 @@ def _bullets(items: list[str] | None) -> str:
     return "\n".join(f"- {item}" for item in items or []) or "- (none)"
 
 
-def _scope(scope: dict[str, Any]) -> str:
-    parts = [f"## Approved scope: {scope['title']}", scope["description"], "",
-             "In scope:", _bullets(scope.get("in_scope")), "", "Out of scope:", _bullets(scope.get("out_of_scope"))]
-    if scope.get("constraints"):
-        parts += ["", "Constraints (binding):", _bullets(scope["constraints"])]
+def _scope(scope: SubmitScopeArgs | None) -> str:
+    # Every step after scoping starts from the approved scope.
+    assert scope is not None, "no approved scope"
+    parts = [f"## Approved scope: {scope.title}", scope.description, "",
+             "In scope:", _bullets(scope.in_scope), "", "Out of scope:", _bullets(scope.out_of_scope)]
+    if scope.constraints:
+        parts += ["", "Constraints (binding):", _bullets(scope.constraints)]
     return "\n".join(parts)
 
 
-def _card(title: str, card: dict[str, Any] | None) -> str:
-    if not card:
+def _card(title: str, card: msgspec.Struct | None) -> str:
+    if card is None:
         return ""
-    return f"## {title}\n```json\n{json.dumps(card, indent=2, ensure_ascii=False)}\n```"
+    # The card as the agent submitted it (its wire shape: the tool's own field names).
+    return f"## {title}\n```json\n{json.dumps(msgspec.to_builtins(card), indent=2, ensure_ascii=False)}\n```"
 
 
 def kickoff(step: str, workflow: Workflow, run: PulseRun | None = None) -> str:
     """The first message of the session that works on ``step`` of ``workflow``."""
     request = f"# Request: {workflow.title}\n\n{workflow.request}"
-    scope = workflow.artifacts.get("scoping")
+    scope = workflow.artifacts.scoping
     if step == "scoping":
         return (f"{request}\n\nScope this request against the repository. Ask with ask_questions if you cannot "
                 "proceed without the user's decision; end with submit_scope.")
@@ -51,7 +58,7 @@ def kickoff(step: str, workflow: Workflow, run: PulseRun | None = None) -> str:
         return (f"{request}\n\n{_scope(scope)}\n\nResearch how the codebase works where this change lands, "
                 "then end with submit_research.")
     if step == "planning":
-        return (f"{request}\n\n{_scope(scope)}\n\n{_card('Approved research', workflow.artifacts.get('research'))}"
+        return (f"{request}\n\n{_scope(scope)}\n\n{_card('Approved research', workflow.artifacts.research)}"
                 "\n\nVerify the research against the code and plan the work as pulses; end with submit_plan.")
     if step == "preflight":
         return (f"{request}\n\n{_scope(scope)}\n\nPrepare the environment in this worktree before any pulse runs: "
@@ -67,18 +74,18 @@ def kickoff(step: str, workflow: Workflow, run: PulseRun | None = None) -> str:
     return _pulse_kickoff(workflow, run, request, scope)
 
 
-def _pulse_kickoff(workflow: Workflow, run: PulseRun, request: str, scope: dict[str, Any]) -> str:
-    pulse = next(p for p in workflow.pulses if p["id"] == run.planned_pulse_id)
-    plan = workflow.artifacts.get("planning")
+def _pulse_kickoff(workflow: Workflow, run: PulseRun, request: str, scope: SubmitScopeArgs | None) -> str:
+    pulse = next(p for p in workflow.pulses if p.id == run.planned_pulse_id)
+    plan = workflow.artifacts.planning
     done = [r for r in workflow.runs if r.status == "succeeded"]
     lines = [request, "", _scope(scope), ""]
-    if plan:
-        lines += ["## Plan approach", plan.get("approachSummary", ""), ""]
+    if plan is not None:
+        lines += ["## Plan approach", plan.approach_summary, ""]
     if done:
         lines += ["## Pulses already committed on this branch", *[f"- {r.planned_pulse_id}: {r.description}"
                                                                   for r in done], ""]
-    lines += [f"## Your pulse: {pulse['id']} — {pulse['title']}", pulse.get("description", ""), "",
-              "Expected changes:", _bullets(pulse.get("expectedChanges")), ""]
+    lines += [f"## Your pulse: {pulse.id} — {pulse.title}", pulse.description, "",
+              "Expected changes:", _bullets(pulse.expected_changes), ""]
     if workflow.baselines:
         lines += ["## Known issues from preflight (not yours to fix)",
                   *[f"- {b.issue_type} {b.source}: {b.pattern}" for b in workflow.baselines], ""]

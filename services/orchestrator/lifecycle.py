@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from autarch.contracts.agents import PlannedPulse, SubmitScopeArgs
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.workflows import WorkflowErrorCode
 
@@ -93,15 +94,10 @@ def validate_plan(pulses: list[dict[str, Any]]) -> None:
             visit(pulse_id, [pulse_id])
 
 
-def quick_pulse(scope: dict[str, Any]) -> dict[str, Any]:
-    """The one pulse of the quick path, made from the approved scope card (wire shape of ``PlannedPulse``)."""
-    return {
-        "id": "pulse-1",
-        "title": scope["title"],
-        "description": scope["description"],
-        "expectedChanges": [],
-        "estimatedSize": "small",
-    }
+def quick_pulse(scope: SubmitScopeArgs) -> PlannedPulse:
+    """The one pulse of the quick path, made from the approved scope card."""
+    return PlannedPulse(id="pulse-1", title=scope.title, description=scope.description, expected_changes=[],
+                        estimated_size="small")
 
 
 BLOCK_OF_STEP = {"scoping": "submit_scope", "research": "submit_research", "planning": "submit_plan",

@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 import msgspec
 
+from autarch.contracts.agents import SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
+from autarch.contracts.workflows import ReviewCard
 
-__all__ = ["ChangeRequest", "Execution", "Halt", "KnownIssue", "Note", "Preflight", "PreflightStatus", "PulseEnding",
-           "PulseRun", "QueuedMessage", "Session"]
+__all__ = ["Cards", "ChangeRequest", "Execution", "Halt", "KnownIssue", "Note", "Preflight", "PreflightStatus",
+           "PulseEnding", "PulseRun", "QueuedMessage", "Session"]
 
 PulseEnding = Literal["succeeded", "failed", "stopped"]
 """How a running pulse was decided to end, before its git step (checkpoint or recovery commit) is done."""
@@ -49,6 +51,24 @@ class Preflight(msgspec.Struct, kw_only=True):
     build_success: bool | None
     baselines_recorded: int
     error: str | None
+
+
+class Cards(msgspec.Struct, kw_only=True):
+    """The latest card of each stage the user approves, as the agent submitted it (None until then).
+
+    The cards are the tools' own argument Structs: they are built from the ``ArtifactSubmitted`` payload,
+    which keeps their wire shape.
+    """
+
+    scoping: SubmitScopeArgs | None = None
+    research: SubmitResearchArgs | None = None
+    planning: SubmitPlanArgs | None = None
+    review: ReviewCard | None = None
+    """Once the review is complete (``Workflow.review`` holds it while comments come in)."""
+
+    def stages(self) -> list[str]:
+        """The stages with a card, in stage order (the fields' order)."""
+        return [stage for stage in self.__struct_fields__ if getattr(self, stage) is not None]
 
 
 class Note(msgspec.Struct, kw_only=True):

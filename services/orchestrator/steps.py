@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 
-from autarch.contracts.agents import Baseline
+from autarch.contracts.agents import Baseline, PlannedPulse
 
 from .domainmodel import STAGES, Workflow
 from .state import PulseRun
@@ -40,23 +39,23 @@ def stage_of_step(step: str) -> str:
     return step if step in STAGES else "execution"
 
 
-def next_pulse(workflow: Workflow) -> dict[str, Any] | None:
+def next_pulse(workflow: Workflow) -> PlannedPulse | None:
     """The first planned pulse whose dependencies succeeded and whose latest run did not (None: none can run)."""
     latest: dict[str, PulseRun] = {}
     for run in workflow.runs:
         latest[run.planned_pulse_id] = run
     done = {pid for pid, run in latest.items() if run.status == "succeeded"}
     for pulse in workflow.pulses:
-        if pulse["id"] in done:
+        if pulse.id in done:
             continue
-        if all(dep in done for dep in pulse.get("dependsOn") or []):
+        if all(dep in done for dep in pulse.depends_on or []):
             return pulse
     return None
 
 
 def all_pulses_done(workflow: Workflow) -> bool:
     latest = {run.planned_pulse_id: run.status for run in workflow.runs}
-    return all(latest.get(p["id"]) == "succeeded" for p in workflow.pulses)
+    return all(latest.get(p.id) == "succeeded" for p in workflow.pulses)
 
 
 def current_step(wf: Workflow) -> str | None:

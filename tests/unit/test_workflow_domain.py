@@ -5,10 +5,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import msgspec
 import pytest
 
+from autarch.contracts.agents import SubmitScopeArgs
 from autarch.contracts.errors import ErrorCode
-from autarch.contracts.workflows import WorkflowErrorCode
+from autarch.contracts.workflows import ReviewCard, WorkflowErrorCode
 from autarch.services.orchestrator.domainmodel import Workflow
 from autarch.services.orchestrator.lifecycle import LifecycleError, validate_plan
 from autarch.services.orchestrator.state import ChangeRequest
@@ -72,14 +74,15 @@ def test_full_path_through_every_stage():
     cards = {"scoping": SCOPE, "research": RESEARCH, "planning": PLAN}
     for stage, following in (("scoping", "research"), ("research", "planning"), ("planning", "execution")):
         assert wf.submit_artifact(stage, cards[stage])
-        assert wf.awaiting_approval and wf.artifacts[stage] == cards[stage]
+        card = getattr(wf.artifacts, stage)
+        assert wf.awaiting_approval and card == msgspec.convert(cards[stage], type(card))
         assert names(wf) == ["ArtifactSubmitted"]
         wf.approve()
         assert (wf.stage, wf.awaiting_approval) == (following, False)
         assert names(wf) == ["StageChanged"]
-    assert wf.path == "full" and [p["id"] for p in wf.pulses] == ["pulse-1", "pulse-2"]
+    assert wf.path == "full" and [p.id for p in wf.pulses] == ["pulse-1", "pulse-2"]
     assert wf.finish_execution()
-    assert (wf.stage, wf.review) == ("review", {"comments": [], "recommendation": None, "summary": None})
+    assert (wf.stage, wf.review) == ("review", ReviewCard(comments=[], recommendation=None, summary=None))
     wf.submit_artifact("review", {"recommendation": "approve", "summary": "fine"})
     assert wf.awaiting_approval
     names(wf)
@@ -101,8 +104,8 @@ def test_scope_approval_chooses_the_path(recommended, chosen, expected):
 
 def test_quick_path_runs_one_pulse_made_from_the_scope():
     wf = at("execution", path="quick")
-    assert [p["id"] for p in wf.pulses] == ["pulse-1"] and wf.pulses[0]["title"] == "JWT"
-    assert "research" not in wf.artifacts and "planning" not in wf.artifacts
+    assert [p.id for p in wf.pulses] == ["pulse-1"] and wf.pulses[0].title == "JWT"
+    assert wf.artifacts.research is None and wf.artifacts.planning is None
     wf.finish_execution()
     assert wf.stage == "review"
 
@@ -116,7 +119,7 @@ def test_request_changes_records_feedback_and_allows_a_resubmission():
     assert (wf.awaiting_approval, wf.last_feedback, wf.stage) == (False, "narrow it", "scoping")
     assert wf.feedback == [ChangeRequest(stage="scoping", feedback="narrow it")]
     wf.submit_artifact("scoping", {**SCOPE, "title": "JWT only"})
-    assert wf.last_feedback is None and wf.artifacts["scoping"]["title"] == "JWT only"
+    assert wf.last_feedback is None and wf.artifacts.scoping is not None and wf.artifacts.scoping.title == "JWT only"
 
 
 def test_approve_or_request_changes_with_nothing_waiting_is_refused():
@@ -213,7 +216,7 @@ def test_review_comments_need_an_open_review_card():
     refused(wf, WorkflowErrorCode.AWAITING_APPROVAL, wf.add_review_comment, comment, key="k2")
     wf.request_changes("look again")
     wf.add_review_comment(comment, key="k3")
-    assert len(wf.review["comments"]) == 2
+    assert wf.review is not None and len(wf.review.comments) == 2
 
 
 def test_scope_card_is_given_only_once_approved():
@@ -221,4 +224,4 @@ def test_scope_card_is_given_only_once_approved():
     wf.submit_artifact("scoping", SCOPE)
     assert wf.approved_scope() is None
     wf.approve()
-    assert wf.approved_scope() == SCOPE
+    assert wf.approved_scope() == msgspec.convert(SCOPE, SubmitScopeArgs)

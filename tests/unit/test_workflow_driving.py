@@ -43,13 +43,18 @@ def run(wf: Workflow, planned: str, status: PulseStatus, attempt: int = 1) -> Pu
     return wf.run(record["id"])
 
 
+def next_id(wf: Workflow) -> str | None:
+    pulse = next_pulse(wf)
+    return pulse.id if pulse is not None else None
+
+
 def test_pulses_run_in_plan_order_and_wait_for_their_dependencies() -> None:
     wf = executing([pulse("a"), pulse("b", "c"), pulse("c", "a")])
-    assert next_pulse(wf)["id"] == "a"
+    assert next_id(wf) == "a"
     run(wf, "a", "succeeded")
-    assert next_pulse(wf)["id"] == "c"  # b needs c
+    assert next_id(wf) == "c"  # b needs c
     run(wf, "c", "succeeded")
-    assert next_pulse(wf)["id"] == "b"
+    assert next_id(wf) == "b"
     run(wf, "b", "succeeded")
     assert next_pulse(wf) is None and all_pulses_done(wf)
 
@@ -57,7 +62,7 @@ def test_pulses_run_in_plan_order_and_wait_for_their_dependencies() -> None:
 def test_a_failed_pulse_is_the_next_to_run_again_and_blocks_its_dependants() -> None:
     wf = executing(PLAN["pulses"])
     run(wf, "pulse-1", "failed")
-    assert next_pulse(wf)["id"] == "pulse-1" and not all_pulses_done(wf)
+    assert next_id(wf) == "pulse-1" and not all_pulses_done(wf)
 
 
 def test_session_ids_are_stable_per_step() -> None:
