@@ -35,6 +35,8 @@ from .state import (
     PulseRun,
     QueuedMessage,
     Session,
+    StageCard,
+    card_fits,
 )
 
 __all__ = ["STAGES", "Workflow"]
@@ -174,7 +176,7 @@ class Workflow(Aggregate):
 
     # --- commands -----------------------------------------------------------------------------------
 
-    def submit_artifact(self, stage: str, artifact: dict[str, Any], *, key: str | None = None) -> bool:
+    def submit_artifact(self, stage: str, card: StageCard, *, key: str | None = None) -> bool:
         """Record the card of ``stage`` and wait for the user; False when ``key`` was already seen."""
         if key and key in self.seen:
             return False
@@ -189,6 +191,10 @@ class Workflow(Aggregate):
             raise LifecycleError(WorkflowErrorCode.AWAITING_APPROVAL,
                                  f"the {stage} artifact already awaits approval; request changes before resubmitting",
                                  stage=stage)
+        if not card_fits(stage, card):
+            raise TypeError(f"a {type(card).__name__} is not the card of the {stage} stage")
+        # The event records the card in its wire shape (the tool's field names): stored logs hold that shape.
+        artifact: dict[str, Any] = msgspec.to_builtins(card)
         if stage == "planning":
             validate_plan(artifact["pulses"])
         self._artifact_submitted(stage=stage, artifact=artifact, key=key)

@@ -20,7 +20,7 @@ from . import kickoffs
 from .completion import CONVENTIONAL_COMMIT, completion_rejections
 from .domainmodel import Workflow
 from .lifecycle import BLOCK_OF_STEP, LifecycleError
-from .state import PulseRun
+from .state import PulseRun, StageCard
 from .steps import step_over
 
 __all__ = ["handle_turn"]
@@ -120,7 +120,7 @@ def _block(wf: Workflow, step: str, run: PulseRun | None, tool: str, args: dict[
 
 
 def _submit(wf: Workflow, step: str, tool: str, args: dict[str, Any]) -> None:
-    card = msgspec.to_builtins(msgspec.convert(args, BLOCK_TOOL_ARGUMENTS[tool]))
+    card: StageCard = msgspec.convert(args, BLOCK_TOOL_ARGUMENTS[tool])
     try:
         wf.submit_artifact(step, card)  # the turn id already made this once-only (TurnHandled)
     except LifecycleError as exc:

@@ -16,8 +16,22 @@ from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import ReviewCard
 
-__all__ = ["Cards", "ChangeRequest", "Execution", "Halt", "KnownIssue", "Note", "Preflight", "PreflightStatus",
-           "PulseEnding", "PulseRun", "QueuedMessage", "Session"]
+__all__ = [
+    "Cards",
+    "ChangeRequest",
+    "Execution",
+    "Halt",
+    "KnownIssue",
+    "Note",
+    "Preflight",
+    "PreflightStatus",
+    "PulseEnding",
+    "PulseRun",
+    "QueuedMessage",
+    "ReviewVerdict",
+    "Session",
+    "StageCard",
+]
 
 PulseEnding = Literal["succeeded", "failed", "stopped"]
 """How a running pulse was decided to end, before its git step (checkpoint or recovery commit) is done."""
@@ -69,6 +83,25 @@ class Cards(msgspec.Struct, kw_only=True):
     def stages(self) -> list[str]:
         """The stages with a card, in stage order (the fields' order)."""
         return [stage for stage in self.__struct_fields__ if getattr(self, stage) is not None]
+
+
+class ReviewVerdict(msgspec.Struct, kw_only=True, frozen=True):
+    """What ``complete_review`` submits: the review card's conclusion (its comments came one by one)."""
+
+    recommendation: str
+    summary: str
+
+
+StageCard = SubmitScopeArgs | SubmitResearchArgs | SubmitPlanArgs | ReviewVerdict
+"""A card an agent submits for the user's approval."""
+
+_CARD_OF_STAGE: dict[str, type] = {"scoping": SubmitScopeArgs, "research": SubmitResearchArgs,
+                                   "planning": SubmitPlanArgs, "review": ReviewVerdict}
+
+
+def card_fits(stage: str, card: StageCard) -> bool:
+    """Whether ``card`` is the kind of card ``stage`` ends with."""
+    return isinstance(card, _CARD_OF_STAGE[stage])
 
 
 class Note(msgspec.Struct, kw_only=True):

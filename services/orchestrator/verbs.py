@@ -6,9 +6,7 @@ A refused command (``LifecycleError``) records nothing and answers a typed error
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import msgspec
+from typing import TYPE_CHECKING
 
 from autarch.contracts import orchestrator_tools as fx
 from autarch.contracts.errors import ErrorCode
@@ -30,6 +28,7 @@ from autarch.runtime.micro import TypedService
 from .cards import artifacts_of, scope_card_of
 from .contract_events import view_of
 from .domainmodel import Workflow
+from .state import ReviewVerdict, StageCard
 
 if TYPE_CHECKING:
     from .driver import WorkflowDriver
@@ -53,11 +52,6 @@ LIFECYCLE_VERBS = (
 )
 
 
-def _wire(args: msgspec.Struct) -> dict[str, Any]:
-    # Cards are stored in their wire shape (the seed's field names) so they convert straight back.
-    return msgspec.to_builtins(args)  # type: ignore[no-any-return]
-
-
 def register_lifecycle(service: TypedService, orch: Orchestrator) -> None:
     """Add every lifecycle endpoint to ``service``; ``orch`` is the running ``Orchestrator``."""
 
@@ -67,8 +61,8 @@ def register_lifecycle(service: TypedService, orch: Orchestrator) -> None:
             raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive workflows")
         return orch.driver
 
-    async def submit(workflow_id: str, stage: str, card: msgspec.Struct, key: str | None) -> WorkflowView:
-        workflow, _ = await orch.change(workflow_id, lambda wf: wf.submit_artifact(stage, _wire(card), key=key))
+    async def submit(workflow_id: str, stage: str, card: StageCard, key: str | None) -> WorkflowView:
+        workflow, _ = await orch.change(workflow_id, lambda wf: wf.submit_artifact(stage, card, key=key))
         return view_of(workflow)
 
     async def submit_scope(cmd: SubmitScope) -> WorkflowView:
@@ -131,7 +125,7 @@ def register_lifecycle(service: TypedService, orch: Orchestrator) -> None:
         return fx.ReviewCommentAdded(comment_id=comment_id)
 
     async def complete_review(cmd: fx.CompleteReview) -> fx.ReviewCompleted:
-        card = {"recommendation": cmd.recommendation, "summary": cmd.summary}
+        card = ReviewVerdict(recommendation=cmd.recommendation, summary=cmd.summary)
         await orch.change(cmd.workflow_id, lambda wf: wf.submit_artifact("review", card, key=cmd.idempotency_key))
         return fx.ReviewCompleted(recommendation=cmd.recommendation)
 

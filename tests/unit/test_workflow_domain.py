@@ -8,12 +8,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from autarch.contracts.agents import SubmitScopeArgs
+from autarch.contracts.agents import SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.workflows import ReviewCard, WorkflowErrorCode
 from autarch.services.orchestrator.domainmodel import Workflow
 from autarch.services.orchestrator.lifecycle import LifecycleError, validate_plan
-from autarch.services.orchestrator.state import ChangeRequest
+from autarch.services.orchestrator.state import ChangeRequest, ReviewVerdict, StageCard
 
 SCOPE = {"title": "JWT", "description": "validate JWTs", "in_scope": ["middleware"], "out_of_scope": [],
          "recommended_path": "full", "constraints": ["no new deps"], "rationale": None}
@@ -26,6 +26,14 @@ def pulse(pid: str, *deps: str) -> dict[str, Any]:
 
 
 PLAN = {"approachSummary": "two steps", "pulses": [pulse("pulse-1"), pulse("pulse-2", "pulse-1")]}
+
+_CARDS: dict[str, type[StageCard]] = {"scoping": SubmitScopeArgs, "research": SubmitResearchArgs,
+                                      "planning": SubmitPlanArgs, "review": ReviewVerdict}
+
+
+def card(stage: str, fields: dict[str, Any]) -> StageCard:
+    """The typed card of ``stage`` from its wire fields (as an agent's tool call carries them)."""
+    return msgspec.convert(fields, _CARDS[stage])
 
 
 def new() -> Workflow:
@@ -42,18 +50,18 @@ def names(wf: Workflow) -> list[str]:
 def at(stage: str, *, path: str = "full") -> Workflow:
     """A workflow driven to the start of ``stage`` (nothing awaiting approval)."""
     wf = new()
-    wf.submit_artifact("scoping", {**SCOPE, "recommended_path": path})
+    wf.submit_artifact("scoping", card("scoping", {**SCOPE, "recommended_path": path}))
     wf.approve()
     if path == "full":
-        for name, card in (("research", RESEARCH), ("planning", PLAN)):
+        for name, fields in (("research", RESEARCH), ("planning", PLAN)):
             if wf.stage == stage:
                 break
-            wf.submit_artifact(name, card)
+            wf.submit_artifact(name, card(name, fields))
             wf.approve()
     if stage in ("review", "done") and wf.stage == "execution":
         wf.finish_execution()
     if stage == "done":
-        wf.submit_artifact("review", {"recommendation": "approve", "summary": "ok"})
+        wf.submit_artifact("review", card("review", {"recommendation": "approve", "summary": "ok"}))
         wf.approve()
     assert wf.stage == stage
     wf.collect_events()
@@ -73,9 +81,9 @@ def test_full_path_through_every_stage():
     wf = new()
     cards = {"scoping": SCOPE, "research": RESEARCH, "planning": PLAN}
     for stage, following in (("scoping", "research"), ("research", "planning"), ("planning", "execution")):
-        assert wf.submit_artifact(stage, cards[stage])
-        card = getattr(wf.artifacts, stage)
-        assert wf.awaiting_approval and card == msgspec.convert(cards[stage], type(card))
+        assert wf.submit_artifact(stage, card(stage, cards[stage]))
+        stored = getattr(wf.artifacts, stage)
+        assert wf.awaiting_approval and stored == card(stage, cards[stage])
         assert names(wf) == ["ArtifactSubmitted"]
         wf.approve()
         assert (wf.stage, wf.awaiting_approval) == (following, False)
@@ -83,7 +91,7 @@ def test_full_path_through_every_stage():
     assert wf.path == "full" and [p.id for p in wf.pulses] == ["pulse-1", "pulse-2"]
     assert wf.finish_execution()
     assert (wf.stage, wf.review) == ("review", ReviewCard(comments=[], recommendation=None, summary=None))
-    wf.submit_artifact("review", {"recommendation": "approve", "summary": "fine"})
+    wf.submit_artifact("review", card("review", {"recommendation": "approve", "summary": "fine"}))
     assert wf.awaiting_approval
     names(wf)
     wf.approve()
@@ -96,7 +104,7 @@ def test_full_path_through_every_stage():
 ])
 def test_scope_approval_chooses_the_path(recommended, chosen, expected):
     wf = new()
-    wf.submit_artifact("scoping", {**SCOPE, "recommended_path": recommended})
+    wf.submit_artifact("scoping", card("scoping", {**SCOPE, "recommended_path": recommended}))
     wf.approve(chosen)
     assert wf.path == expected
     assert wf.stage == ("execution" if expected == "quick" else "research")
@@ -112,13 +120,13 @@ def test_quick_path_runs_one_pulse_made_from_the_scope():
 
 def test_request_changes_records_feedback_and_allows_a_resubmission():
     wf = new()
-    wf.submit_artifact("scoping", SCOPE)
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
     names(wf)
     wf.request_changes("narrow it")
     assert names(wf) == ["ChangesRequested"]
     assert (wf.awaiting_approval, wf.last_feedback, wf.stage) == (False, "narrow it", "scoping")
     assert wf.feedback == [ChangeRequest(stage="scoping", feedback="narrow it")]
-    wf.submit_artifact("scoping", {**SCOPE, "title": "JWT only"})
+    wf.submit_artifact("scoping", card("scoping", {**SCOPE, "title": "JWT only"}))
     assert wf.last_feedback is None and wf.artifacts.scoping is not None and wf.artifacts.scoping.title == "JWT only"
 
 
@@ -131,27 +139,28 @@ def test_approve_or_request_changes_with_nothing_waiting_is_refused():
 
 def test_artifact_for_another_stage_is_refused():
     wf = new()
-    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "research", RESEARCH)
-    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "planning", PLAN)
-    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "execution", {})
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "research", card("research", RESEARCH))
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "planning", card("planning", PLAN))
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "execution", card("scoping", SCOPE))
     # The review card does not exist before review: the tools' "Review card not found".
-    refused(wf, ErrorCode.NOT_FOUND, wf.submit_artifact, "review", {"recommendation": "approve", "summary": "s"})
+    refused(wf, ErrorCode.NOT_FOUND, wf.submit_artifact, "review",
+            card("review", {"recommendation": "approve", "summary": "s"}))
     wf = at("research")
-    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "scoping", SCOPE)
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "scoping", card("scoping", SCOPE))
     wf = at("done")
-    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "planning", PLAN)
+    refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.submit_artifact, "planning", card("planning", PLAN))
 
 
 def test_resubmitting_while_awaiting_approval_is_refused():
     wf = new()
-    wf.submit_artifact("scoping", SCOPE)
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
     names(wf)
-    refused(wf, WorkflowErrorCode.AWAITING_APPROVAL, wf.submit_artifact, "scoping", SCOPE)
+    refused(wf, WorkflowErrorCode.AWAITING_APPROVAL, wf.submit_artifact, "scoping", card("scoping", SCOPE))
 
 
 def test_path_only_at_scope_approval():
     wf = at("research")
-    wf.submit_artifact("research", RESEARCH)
+    wf.submit_artifact("research", card("research", RESEARCH))
     names(wf)
     refused(wf, WorkflowErrorCode.WRONG_STAGE, wf.approve, "quick")
 
@@ -173,7 +182,7 @@ def test_finish_execution_only_from_execution_and_idempotent_after():
 def test_invalid_plans_are_refused(pulses, fragment):
     wf = at("planning")
     err = refused(wf, WorkflowErrorCode.INVALID_PLAN, wf.submit_artifact, "planning",
-                  {"approachSummary": "x", "pulses": pulses})
+                  card("planning", {"approachSummary": "x", "pulses": pulses}))
     assert fragment in err.message
 
 
@@ -210,8 +219,9 @@ def test_review_comments_need_an_open_review_card():
     cid = wf.add_review_comment(comment, key="k")
     assert wf.add_review_comment(comment, key="k") == cid
     assert names(wf) == ["ReviewCommentAdded"]
-    assert wf.submit_artifact("review", {"recommendation": "reject", "summary": "no"}, key="done")
-    assert wf.submit_artifact("review", {"recommendation": "reject", "summary": "no"}, key="done") is False
+    verdict = card("review", {"recommendation": "reject", "summary": "no"})
+    assert wf.submit_artifact("review", verdict, key="done")
+    assert wf.submit_artifact("review", verdict, key="done") is False
     names(wf)
     refused(wf, WorkflowErrorCode.AWAITING_APPROVAL, wf.add_review_comment, comment, key="k2")
     wf.request_changes("look again")
@@ -221,7 +231,7 @@ def test_review_comments_need_an_open_review_card():
 
 def test_scope_card_is_given_only_once_approved():
     wf = new()
-    wf.submit_artifact("scoping", SCOPE)
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
     assert wf.approved_scope() is None
     wf.approve()
     assert wf.approved_scope() == msgspec.convert(SCOPE, SubmitScopeArgs)

@@ -15,17 +15,17 @@ from autarch.services.orchestrator.driver import all_pulses_done, next_pulse, se
 from autarch.services.orchestrator.lifecycle import LifecycleError, validate_plan
 from autarch.services.orchestrator.state import PulseRun
 
-from .test_workflow_domain import PLAN, RESEARCH, SCOPE, pulse
+from .test_workflow_domain import PLAN, RESEARCH, SCOPE, card, pulse
 
 
 def executing(pulses: list[dict[str, Any]]) -> Workflow:
     wf = Workflow(workflow_id=str(uuid.uuid4()), title="JWT", request="validate JWTs", repo="/x", base_branch="main",
                   branch=None, script=None)
-    wf.submit_artifact("scoping", SCOPE)
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
     wf.approve()
-    wf.submit_artifact("research", RESEARCH)
+    wf.submit_artifact("research", card("research", RESEARCH))
     wf.approve()
-    wf.submit_artifact("planning", {"approachSummary": "steps", "pulses": pulses})
+    wf.submit_artifact("planning", card("planning", {"approachSummary": "steps", "pulses": pulses}))
     wf.approve()
     wf.execution_prepared(branch="autarch/x", worktree_path="/wt", base_commit="0" * 40, repository_id="r" * 16)
     return wf
@@ -108,7 +108,7 @@ def test_changes_requested_are_queued_for_the_stage_session() -> None:
                   script=None)
     wf.assign_session(step="scoping", session_id="s1", role="scoping", root="/x", kickoff="k", script=None, notes=[],
                       assigned_at="2026-11-22T00:00:00+00:00")
-    wf.submit_artifact("scoping", SCOPE)
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
     wf.request_changes("narrower, please")
     [message] = wf.outbox
     assert message.session_id == "s1" and "narrower, please" in message.text and not message.delivered

@@ -30,7 +30,7 @@ from autarch.services.orchestrator.steps import (
     sessions_to_close,
 )
 
-from .test_workflow_domain import PLAN, RESEARCH, SCOPE
+from .test_workflow_domain import PLAN, RESEARCH, SCOPE, card
 from .test_workflow_driving import executing, run
 
 SETTINGS = Settings(data_dir="/nonexistent", drive_workflows=False)
@@ -143,14 +143,14 @@ def test_each_session_is_closed_once_its_step_is_over() -> None:
     wf = Workflow(workflow_id=str(uuid.uuid4()), title="t", request="r", repo="/x", base_branch="main",
                   branch=None, script=None)
     open_session(wf, "scoping")
-    wf.submit_artifact("scoping", SCOPE)
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
     assert sessions_to_close(wf) == []  # the user may still request changes
     wf.approve()
     assert sessions_to_close(wf) == ["scoping"]
     wf.session_closed(step="scoping", reason="approved")
     assert sessions_to_close(wf) == []
     open_session(wf, "research")
-    wf.submit_artifact("research", RESEARCH)
+    wf.submit_artifact("research", card("research", RESEARCH))
     wf.approve()
     assert sessions_to_close(wf) == ["research"]
 
