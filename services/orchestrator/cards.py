@@ -20,7 +20,7 @@ def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
         workflow_id=str(workflow.id),
         stage=workflow.stage,
         awaiting_approval=workflow.awaiting_approval,
-        path=workflow.path,  # type: ignore[arg-type]
+        path=workflow.path,
         # Copies: the reply must not share mutable state with the aggregate.
         scope=copy.deepcopy(workflow.artifacts.scoping),
         research=copy.deepcopy(workflow.artifacts.research),

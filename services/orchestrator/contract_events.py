@@ -112,14 +112,14 @@ def view_of(workflow: Workflow) -> WorkflowView:
         updated_at=workflow.modified_on,
         version=workflow.version,
         last_error=workflow.last_error,
-        path=workflow.path,  # type: ignore[arg-type]
+        path=workflow.path,
         artifact_stages=workflow.artifacts.stages(),
         notes_count=len(workflow.notes),
         baselines_count=len(workflow.baselines),
         review_comments_count=len(workflow.review.comments) if workflow.review else 0,
         pulses_count=len(workflow.pulses),
         last_feedback=workflow.last_feedback,
-        status=workflow.status,  # type: ignore[arg-type]
+        status=workflow.status,
         halt=_halt_view(workflow.halt) if workflow.halt else None,
         branch=workflow.execution.branch if workflow.execution else None,
         worktree_path=None if not workflow.execution or workflow.worktree_removed

@@ -19,7 +19,13 @@ from eventsourcing.domain import Aggregate, event
 from autarch.contracts.agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
-from autarch.contracts.workflows import ReviewCard, ReviewCommentView, WorkflowErrorCode
+from autarch.contracts.workflows import (
+    ReviewCard,
+    ReviewCommentView,
+    WorkflowErrorCode,
+    WorkflowPath,
+    WorkflowStatus,
+)
 
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
 from .state import (
@@ -74,7 +80,8 @@ class Workflow(Aggregate):
         self.awaiting_approval = False
         self.last_error: str | None = None
         self.error_count = 0
-        self.path: str | None = None
+        self.path: WorkflowPath | None = None
+        """Chosen at scope approval (None before it)."""
         self.artifacts = Cards()
         self.pulses: list[PlannedPulse] = []
         """The planned pulses, fixed when execution starts (the approved plan's, or the quick path's one)."""
@@ -131,7 +138,7 @@ class Workflow(Aggregate):
             self.seen[key] = stage
 
     @event("StageChanged")
-    def _stage_changed(self, *, from_stage: str, to_stage: str, path: str | None) -> None:
+    def _stage_changed(self, *, from_stage: str, to_stage: str, path: WorkflowPath | None) -> None:
         self.stage = to_stage
         self.awaiting_approval = False
         self.last_feedback = None
@@ -200,7 +207,7 @@ class Workflow(Aggregate):
         self._artifact_submitted(stage=stage, artifact=artifact, key=key)
         return True
 
-    def approve(self, path: str | None = None) -> None:
+    def approve(self, path: WorkflowPath | None = None) -> None:
         """Approve the waiting card: move to the next stage (at scoping, on the chosen path)."""
         if not self.awaiting_approval:
             raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
@@ -480,7 +487,7 @@ class Workflow(Aggregate):
         return next((step for step, s in self.sessions.items() if s.session_id == session_id), None)
 
     @property
-    def status(self) -> str:
+    def status(self) -> WorkflowStatus:
         if self.abandoned:
             return "abandoned"
         if self.stage == "done":
