@@ -66,7 +66,7 @@ async def test_turns_come_at_once_despite_a_pull_request_left_on_the_inbox(nc, d
     assert replies, "the driver sent no pull request"
     # A lingering request of a batch that no longer has a taker (as fetch leaves one behind after a stale 408),
     # on the consumer's own reply inbox: the server hands the next messages to it, the oldest.
-    await nc.publish(NEXT, json.dumps({"batch": 32, "expires": int(4e9)}).encode(), reply=replies[-1])
+    await nc.publish(NEXT, json.dumps({"batch": 32, "expires": int(9e9)}).encode(), reply=replies[-1])
     await nc.flush()
     js = nc.jetstream()
     delays = []
@@ -77,4 +77,6 @@ async def test_turns_come_at_once_despite_a_pull_request_left_on_the_inbox(nc, d
         while f"t{n}" not in arrived and time.monotonic() - sent < 6:
             await asyncio.sleep(0.01)
         delays.append(arrived.get(f"t{n}", float("inf")) - sent)
-    assert max(delays) < 0.5, f"turn events reached on_turn after {[round(d, 2) for d in delays]} s"
+    # Held for its batch, an event would wait out the fetch (5 s); handed out at once, it comes in milliseconds.
+    # The bound sits between the two, far enough from both that a loaded machine (1.7 s seen once) passes.
+    assert max(delays) < 3.0, f"turn events reached on_turn after {[round(d, 2) for d in delays]} s"
