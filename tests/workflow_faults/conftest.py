@@ -8,11 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from autarch.runtime.natsserver import free_port
 from autarch.runtime.settings import Settings
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.e2e.conftest import System
-from tests.workflows.conftest import SERVICES
+from tests.workflows.conftest import scripted_system
 
 from .harness import FIGURES, CpuHog
 
@@ -36,15 +35,7 @@ def model() -> Iterator[ScriptedModelServer]:
 
 @pytest.fixture(scope="package")
 def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
-    data = tmp_path_factory.mktemp("faults") / "data"
-    data.mkdir()
-    env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
-           **request_timeouts()}
-    sys_ = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES, extra_env=env)
-    sys_.start(timeout=60)
-    yield sys_
-    if sys_.proc is not None:
-        sys_.stop()
+    yield from scripted_system(tmp_path_factory, model, "faults", **request_timeouts())
 
 
 @pytest.fixture(scope="module", params=["idle", "loaded"])

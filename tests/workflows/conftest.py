@@ -35,18 +35,24 @@ def model() -> Iterator[ScriptedModelServer]:
         yield server
 
 
-@pytest.fixture(scope="package")
-def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
-    data = tmp_path_factory.mktemp("workflows") / "data"
+def scripted_system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer, name: str,
+                    **env: str) -> Iterator[System]:
+    """Every service as a process (``autarch up``), its agents answered by ``model``; ``env`` adds settings."""
+    data = tmp_path_factory.mktemp(name) / "data"
     data.mkdir()
-    env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
-           "AUTARCH_PULSE_MAX_TURNS": "4", "AUTARCH_AGENT_MAX_STEPS": "10",
-           "AUTARCH_PREFLIGHT_TIMEOUT": "6", "AUTARCH_REQUEST_TIMEOUT": "30"}
+    env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted", **env}
     sys_ = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES, extra_env=env)
     sys_.start(timeout=60)
     yield sys_
     if sys_.proc is not None:
         sys_.stop()
+
+
+@pytest.fixture(scope="package")
+def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
+    yield from scripted_system(tmp_path_factory, model, "workflows", AUTARCH_PULSE_MAX_TURNS="4",
+                               AUTARCH_AGENT_MAX_STEPS="10", AUTARCH_PREFLIGHT_TIMEOUT="6",
+                               AUTARCH_REQUEST_TIMEOUT="30")
 
 
 def make_repo(root: Path, files: dict[str, str]) -> Path:
