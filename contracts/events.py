@@ -13,10 +13,21 @@ from typing import Any, ClassVar
 import msgspec
 
 from . import subjects
+from .loops import AnchorStrategy, ContextStrategy, CreatedBy, IterationStatus, NotifyTarget, Signal
 
 __all__ = [
     "AnyEvent",
     "Event",
+    "LoopAborted",
+    "LoopBlocked",
+    "LoopCompleted",
+    "LoopEvent",
+    "LoopFailed",
+    "LoopIterationCompleted",
+    "LoopIterationStarted",
+    "LoopPaused",
+    "LoopResumed",
+    "LoopStarted",
     "PreflightCompleted",
     "PreflightEvent",
     "PreflightStarted",
@@ -349,6 +360,99 @@ class TurnCompleted(TurnEvent, tag="turn:completed", kw_only=True):
     model_calls: int = 0
 
 
+class LoopEvent(Event, kw_only=True):
+    """Events of a Pulse Protocol loop session (seed 001): ``workflow_id`` is the session id, so a client
+    follows one session exactly as it follows one workflow."""
+
+    aggregate_kind = "loop"
+
+
+class LoopStarted(LoopEvent, tag="loop:started", kw_only=True):
+    """A loop session was created; its first iteration starts."""
+
+    project_name: str
+    project_path: str
+    goal: str
+    max_iterations: int
+    branch_name: str
+    created_by: CreatedBy
+    context_strategy: ContextStrategy
+    anchor_turn_id: str | None = None
+    notify: list[NotifyTarget] = []
+
+
+class LoopIterationStarted(LoopEvent, tag="loop:iteration_started", kw_only=True):
+    """An iteration's context was built and its agent turn dispatched."""
+
+    iteration_number: int
+    max_iterations: int
+    agent_session_id: str
+    anchor_strategy: AnchorStrategy
+    anchor_turn_id: str | None = None
+    context_tokens: int = 0
+
+
+class LoopIterationCompleted(LoopEvent, tag="loop:iteration_completed", kw_only=True):
+    """An iteration ended (``status`` complete, failed or timeout) with its one signal."""
+
+    iteration_number: int
+    max_iterations: int
+    status: IterationStatus
+    signal: Signal
+    signal_source: str
+    output_summary: str
+    reason: str | None = None
+    commit_hash: str | None = None
+    files_changed: list[str] = []
+    tokens_used: int = 0
+    cost_usd: float = 0.0
+    anchor_hint_next: str | None = None
+    notify: list[NotifyTarget] = []
+
+
+class LoopPaused(LoopEvent, tag="loop:paused", kw_only=True):
+    """The session paused after an iteration, as the user asked."""
+
+    iteration_number: int
+
+
+class LoopResumed(LoopEvent, tag="loop:resumed", kw_only=True):
+    """A blocked or paused session runs again."""
+
+    message: str | None = None
+
+
+class LoopBlocked(LoopEvent, tag="loop:blocked", kw_only=True):
+    """The session waits for a person: a BLOCKED signal, the no-progress breaker, or a failed step."""
+
+    reason: str
+    iteration_number: int
+    notify: list[NotifyTarget] = []
+
+
+class LoopCompleted(LoopEvent, tag="loop:completed", kw_only=True):
+    """The goal is reached (COMPLETE) or the iteration limit is: the session is over."""
+
+    reason: str
+    iterations: int
+    commits: int
+    notify: list[NotifyTarget] = []
+
+
+class LoopFailed(LoopEvent, tag="loop:failed", kw_only=True):
+    """The session cannot go on (its repository or branch could not be prepared)."""
+
+    reason: str
+    notify: list[NotifyTarget] = []
+
+
+class LoopAborted(LoopEvent, tag="loop:aborted", kw_only=True):
+    """The user stopped the session."""
+
+    reason: str
+    iteration_number: int
+
+
 AnyEvent = (
     WorkflowCreated
     | WorkflowError
@@ -375,6 +479,15 @@ AnyEvent = (
     | TurnToolStarted
     | TurnToolCompleted
     | TurnCompleted
+    | LoopStarted
+    | LoopIterationStarted
+    | LoopIterationCompleted
+    | LoopPaused
+    | LoopResumed
+    | LoopBlocked
+    | LoopCompleted
+    | LoopFailed
+    | LoopAborted
 )
 """The union every consumer decodes with."""
 
@@ -406,6 +519,15 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TurnToolStarted,
         TurnToolCompleted,
         TurnCompleted,
+        LoopStarted,
+        LoopIterationStarted,
+        LoopIterationCompleted,
+        LoopPaused,
+        LoopResumed,
+        LoopBlocked,
+        LoopCompleted,
+        LoopFailed,
+        LoopAborted,
     )
 }
 

@@ -61,6 +61,12 @@ ORCHESTRATOR_VERBS = (
     "resume_workflow",
     "approve_extension",
     "answer_questions",
+    "start_loop",
+    "get_loop",
+    "list_loops",
+    "pause_loop",
+    "resume_loop",
+    "abort_loop",
 )
 TOOLS_VERBS = ("call", "list_tools", "file_access", "cancel")
 GIT_VERBS = (

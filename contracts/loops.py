@@ -1,0 +1,275 @@
+"""Pulse Protocol loop sessions (seed 001): commands, queries, replies and the HTTP bodies.
+
+A loop session hands a goal to agents that iterate on it unattended on the session's own branch: one
+agent turn per iteration, one commit per iteration that changed files, one signal per iteration
+(CONTINUE, COMPLETE, BLOCKED) deciding what happens next. The orchestrator answers these on
+``autarch.svc.orchestrator.<verb>``; the gateway serves them at ``/api/pulse`` with the seed's
+camelCase bodies. A session's events go on the stream with the session id in the workflow token, so
+``/api/events?workflow=<session id>`` follows one session.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from .base import Command, Query, Reply
+
+__all__ = [
+    "AbortLoop",
+    "AbortLoopBody",
+    "AnchorStrategy",
+    "ContextStrategy",
+    "CreatedBy",
+    "GetLoop",
+    "IterationStatus",
+    "IterationView",
+    "ListLoops",
+    "LoopErrorCode",
+    "LoopList",
+    "LoopStatus",
+    "LoopSummary",
+    "LoopView",
+    "NotifyKind",
+    "NotifyTarget",
+    "PauseLoop",
+    "ProgressEntry",
+    "ResumeLoop",
+    "ResumeLoopBody",
+    "Signal",
+    "StartLoop",
+    "StartLoopBody",
+]
+
+LoopStatus = Literal["pending", "running", "complete", "blocked", "failed", "aborted", "paused"]
+"""pending → running → complete | blocked | failed | aborted | paused (seed 001)."""
+FINISHED_STATUSES: frozenset[str] = frozenset({"complete", "failed", "aborted"})
+"""Statuses a session never leaves (blocked and paused sessions can be resumed)."""
+IterationStatus = Literal["pending", "dispatched", "running", "complete", "failed", "timeout"]
+Signal = Literal["CONTINUE", "COMPLETE", "BLOCKED"]
+AnchorStrategy = Literal["chained", "explicit", "semantic", "temporal", "none"]
+"""How the iteration's anchor turn was found, in the seed's priority order (``none``: nothing recorded yet)."""
+ContextStrategy = Literal["none", "prefetch", "mcp", "hybrid"]
+"""``prefetch``: the anchor's slice and search results go into the prompt; ``mcp``: the agent searches history
+with tools; ``hybrid``: both; ``none``: neither."""
+CreatedBy = Literal["api", "cli", "mcp"]
+NotifyKind = Literal["webhook", "slack", "discord", "telegram"]
+
+SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+ProjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
+ProjectPath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, pattern=r"^/")]
+Goal = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=r"\S")]
+MaxIterations = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
+"""The orchestrator also refuses more than its ``loop_max_iterations_limit`` setting."""
+BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")]
+TurnId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Message = Annotated[str, msgspec.Meta(max_length=100_000)]
+Script = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+
+
+class NotifyTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """Where the notifier delivers a session's notifications.
+
+    ``webhook``: a JSON POST of the notification to ``url``; ``slack`` / ``discord``: their incoming-webhook
+    formats at ``url``; ``telegram``: the Bot API's ``sendMessage`` to ``chat_id`` (bot token and base URL are
+    the notifier's settings).
+    """
+
+    kind: NotifyKind
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://", max_length=2048)] | None = None
+    chat_id: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] | None = None
+
+
+class LoopErrorCode:
+    """Domain error codes of loop sessions (besides ``not_found`` / ``bad_request`` / ``conflict``)."""
+
+    NOT_RUNNING = "loop_not_running"
+    """Pause of a session that is not running."""
+    NOT_RESUMABLE = "loop_not_resumable"
+    """Resume of a session that is neither blocked nor paused."""
+    FINISHED = "loop_finished"
+    """A control sent to a session that is complete, failed or aborted."""
+    UNKNOWN_ANCHOR = "unknown_anchor"
+    """``anchor_turn_id`` names no recorded agent turn."""
+    NOT_A_REPOSITORY = "not_a_repository"
+    """``project_path`` is not the top of a git repository."""
+
+    CONFLICTS = frozenset({NOT_RUNNING, NOT_RESUMABLE, FINISHED})
+    """The codes that mean "not in this state" (HTTP 409)."""
+
+
+class StartLoop(Command, kw_only=True):
+    """Create a loop session and start its first iteration. Idempotent on ``session_id``."""
+
+    session_id: SessionId
+    """Chosen by the caller (a UUID) so that a retried start cannot create a second session."""
+    project_name: ProjectName
+    project_path: ProjectPath
+    goal: Goal
+    max_iterations: MaxIterations = 10
+    anchor_turn_id: TurnId | None = None
+    branch_name: BranchName | None = None
+    """Default ``autarch/loop-<first 8 characters of the id>``."""
+    base_branch: BranchName | None = None
+    """The branch the session's branch starts from (default: the repository's checked-out branch)."""
+    context_strategy: ContextStrategy = "prefetch"
+    notify: list[NotifyTarget] = []
+    created_by: CreatedBy = "api"
+    script: Script | None = None
+    """Scenario selector for the scripted model (tests, ``autarch demo loop``); ignored by real models."""
+
+
+class GetLoop(Query, kw_only=True):
+    session_id: SessionId
+
+
+class ListLoops(Query, kw_only=True):
+    status: LoopStatus | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
+    offset: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+class PauseLoop(Command, kw_only=True):
+    """Pause after the current iteration (the running turn finishes and is recorded)."""
+
+    session_id: SessionId
+
+
+class ResumeLoop(Command, kw_only=True):
+    """Resume a blocked or paused session; ``message`` goes into the next iteration's prompt."""
+
+    session_id: SessionId
+    message: Message | None = None
+
+
+class AbortLoop(Command, kw_only=True):
+    """Stop at once: the running turn is cancelled, its work kept as a recovery commit on the pulse branch."""
+
+    session_id: SessionId
+    reason: Message = "aborted by the user"
+
+
+class IterationView(msgspec.Struct, kw_only=True):
+    """One iteration (seed 001 ``pulse_iterations``)."""
+
+    id: str
+    session_id: str
+    iteration_number: int
+    """1-indexed."""
+    status: IterationStatus
+    task_content: str
+    """The prompt the agent was given."""
+    agent_session_id: str | None = None
+    """The agent runner session of this iteration (the seed's ``inbox_task_id``)."""
+    signal: Signal | None = None
+    signal_source: Literal["explicit", "inferred", "default", "breaker", "limit"] | None = None
+    """``explicit``: a ``<signal>`` tag; ``inferred``: the seed's pattern table; ``default``: no pattern (BLOCKED);
+    ``breaker``: the no-progress breaker; ``limit``: a time limit or budget ended the iteration."""
+    reason: str | None = None
+    """Why the session blocked (the BLOCKED signal's reason, the breaker's, the failure's)."""
+    output_summary: str | None = None
+    output_full: str | None = None
+    commit_hash: str | None = None
+    files_changed: list[str] = []
+    anchor_turn_id: str | None = None
+    anchor_strategy: AnchorStrategy | None = None
+    anchor_resolution_ms: float | None = None
+    salience: float | None = None
+    depth: int | None = None
+    slice_id: str | None = None
+    slice_turn_ids: list[str] = []
+    node_count: int = 0
+    anchor_hint_next: str | None = None
+    anchor_hint_reason: str | None = None
+    context_tokens: int = 0
+    tokens_used: int = 0
+    cost_usd: float = 0.0
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class ProgressEntry(msgspec.Struct, kw_only=True):
+    """One line of the session's ``progress_log``: what an iteration did."""
+
+    iteration: int
+    signal: Signal
+    summary: str
+    commit_hash: str | None = None
+
+
+class LoopView(Reply, kw_only=True):
+    """A session with its iterations (seed 001 ``pulse_sessions``)."""
+
+    id: str
+    project_name: str
+    project_path: str
+    goal: str
+    max_iterations: int
+    current_iteration: int
+    status: LoopStatus
+    last_signal: Signal | None
+    progress_log: list[ProgressEntry]
+    anchor_turn_id: str | None
+    branch_name: str
+    created_by: CreatedBy
+    total_commits: int
+    total_tokens_used: int
+    total_cost_usd: float
+    context_strategy: ContextStrategy
+    notify: list[NotifyTarget]
+    created_at: datetime
+    updated_at: datetime
+    status_reason: str | None = None
+    """Why the session is blocked, failed, aborted or complete (``max iterations reached``, the BLOCKED reason…)."""
+    pause_requested: bool = False
+    worktree_path: str | None = None
+    iterations: list[IterationView] = []
+
+
+class LoopSummary(msgspec.Struct, kw_only=True):
+    id: str
+    project_name: str
+    goal: str
+    status: LoopStatus
+    current_iteration: int
+    max_iterations: int
+    last_signal: Signal | None
+    total_commits: int
+    branch_name: str
+    updated_at: datetime
+
+
+class LoopList(Reply, kw_only=True):
+    items: list[LoopSummary]
+    total: int
+
+
+# --- HTTP bodies (seed 001's camelCase) ------------------------------------------------------------------
+
+
+class StartLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """``POST /api/pulse/start``."""
+
+    project_name: ProjectName
+    project_path: ProjectPath
+    goal: Goal
+    max_iterations: MaxIterations = 10
+    anchor_turn_id: TurnId | None = None
+    branch_name: BranchName | None = None
+    base_branch: BranchName | None = None
+    context_strategy: ContextStrategy = "prefetch"
+    notify: list[NotifyTarget] = []
+    created_by: CreatedBy = "api"
+    session_id: SessionId | None = None
+    """Optional: a client that retries its start sends the same id (default: a new UUID)."""
+    script: Script | None = None
+
+
+class ResumeLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    message: Message | None = None
+
+
+class AbortLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)] = "aborted by the user"
