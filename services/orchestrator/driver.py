@@ -62,6 +62,7 @@ from autarch.contracts.indexer import IndexAccepted, IndexProject, IndexWorktree
 from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.runtime.errors import RemoteError, ServiceFailure
+from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
 
@@ -69,7 +70,6 @@ from . import controls, kickoffs
 from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
-from .pulls import PullConsumer
 from .state import PulseRun, QueuedMessage
 from .steps import (
     all_pulses_done,
