@@ -84,7 +84,8 @@ GIT_VERBS = (
     "get_diff_artifact",
 )
 AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions")
-INDEXER_VERBS = ("index_project", "index_worktree", "index_status", "semantic_search")
+INDEXER_VERBS = ("index_project", "index_worktree", "index_status", "semantic_search", "record_turns", "find_turn",
+                 "latest_turn", "search_turns", "turn_slice")
 
 TOOLS_CANCEL_FANOUT = "autarch.tools.cancel"
 """Where a tools instance passes on a ``cancel`` of a call it does not run itself. Every instance
