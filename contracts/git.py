@@ -251,8 +251,9 @@ class CheckpointPulse(Command, kw_only=True):
     """Commit the worktree as the pulse's checkpoint and fast-forward the workflow branch to it.
 
     Every change in the worktree counts, new files included (as ``git add -A``: ignored files
-    stay out); no change makes an empty commit. The pulse branch is deleted and the worktree
-    reset to the new workflow head.
+    stay out); no change makes an empty commit, unless ``skip_if_unchanged``: then the pulse is discarded
+    with no commit (``committed`` false in the reply). The pulse branch is deleted and the worktree reset to
+    the new workflow head.
     """
 
     workflow_id: Identifier
@@ -263,15 +264,22 @@ class CheckpointPulse(Command, kw_only=True):
     """Optional commit body (wrapped text, no trailers)."""
     co_author: CoAuthor | None = None
     """The requesting user, when known, as 'Name <email>'."""
+    skip_if_unchanged: bool = False
+    """A pulse that changed nothing makes no commit (a loop iteration commits only when files changed)."""
 
 
 class PulseCheckpointed(Reply, kw_only=True):
     workflow_id: str
     pulse_id: str
     commit: str
+    """The checkpoint commit; the workflow branch's unchanged head when ``committed`` is false."""
     workflow_branch: str
     files_changed: int
     """Paths that differ from the pulse's base (0 for an empty pulse)."""
+    committed: bool = True
+    """False when ``skip_if_unchanged`` discarded a pulse that changed nothing."""
+    paths: list[str] = []
+    """The paths that differ from the pulse's base, sorted."""
 
 
 class RecoveryCheckpoint(Command, kw_only=True):

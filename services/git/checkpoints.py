@@ -63,19 +63,20 @@ def _snapshot_all(ws: Workspace) -> Current:
     return snapshot, snapshot_trees(ws.index_path, snapshot)
 
 
-def _store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes, int]:
+def _store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes, list[str]]:
     """Store the snapshot's new blobs and trees; return its root tree id and the paths changed since ``base``."""
     snapshot, trees = current
     differing: set[bytes] = set()
-    files_changed = sum(
-        1 for _ in diff_trees(ws.objects, trees, commit_tree_id(ws.objects, base), differing=differing)
+    paths = sorted(
+        path.decode(errors="surrogateescape")
+        for path, _, _ in diff_trees(ws.objects, trees, commit_tree_id(ws.objects, base), differing=differing)
     )
-    if files_changed:
+    if paths:
         writer = LooseObjectWriter(ws.objects.path)
         for sha, data in snapshot.blobs.items():
             writer.add(b"blob", data, sha)
         write_trees(writer, trees, differing)
-    return trees.root, files_changed
+    return trees.root, paths
 
 
 def _store_commit(ws: Workspace, commit: Commit) -> None:
@@ -90,6 +91,8 @@ def checkpoint_pulse(
     done = record.pulses.get(cmd.pulse_id)
     if done is not None and done.state == "succeeded":
         return _checkpointed(ws, done)  # a retry of a checkpoint that completed
+    if done is not None and done.state == "discarded" and cmd.skip_if_unchanged:
+        return _unchanged(ws, done)  # a retry of a checkpoint that had nothing to commit
     pulse = ws.running_pulse(cmd.pulse_id)
     base = pulse.base_commit.encode()
     head = ws.workflow_head()
@@ -102,7 +105,16 @@ def checkpoint_pulse(
             pulse_base=pulse.base_commit,
         )
     current = _snapshot_all(ws)
-    tree, files_changed = _store_snapshot(ws, current, base)
+    tree, paths = _store_snapshot(ws, current, base)
+    if not paths and cmd.skip_if_unchanged:
+        # Nothing to keep: discard the pulse as a recovery with no commit does (same journaled steps).
+        record.pending = PendingOperation(kind="recovery", pulse_id=pulse.id, commit=None,
+                                          pulse_head=_decode(read_branch(ws.repo, ws.pulse_ref(pulse.id))),
+                                          files_changed=0)
+        store.save_workflow(record)
+        faults.step_done("commit")
+        _finish_recovery(ws, store=store, identity=identity, faults=faults, current=current)
+        return _unchanged(ws, record.pulses[pulse.id])
     commit = make_commit(
         tree=tree,
         parents=[base],
@@ -115,7 +127,8 @@ def checkpoint_pulse(
         pulse_id=pulse.id,
         commit=commit.id.decode(),
         pulse_head=_decode(read_branch(ws.repo, ws.pulse_ref(pulse.id))),
-        files_changed=files_changed,
+        files_changed=len(paths),
+        paths=paths,
     )
     store.save_workflow(record)
     faults.step_done("commit")
@@ -134,9 +147,9 @@ def recovery_checkpoint(
     pulse = ws.running_pulse(cmd.pulse_id)
     base = pulse.base_commit.encode()
     current = _snapshot_all(ws)
-    tree, files_changed = _store_snapshot(ws, current, base)
+    tree, paths = _store_snapshot(ws, current, base)
     commit_id = None
-    if files_changed:
+    if paths:
         commit = make_commit(
             tree=tree,
             parents=[base],
@@ -152,7 +165,8 @@ def recovery_checkpoint(
         pulse_id=pulse.id,
         commit=commit_id,
         pulse_head=_decode(read_branch(ws.repo, ws.pulse_ref(pulse.id))),
-        files_changed=files_changed,
+        files_changed=len(paths),
+        paths=paths,
     )
     store.save_workflow(record)
     faults.step_done("commit")
@@ -230,6 +244,7 @@ def _finish_checkpoint(
     pulse.state = "succeeded"
     pulse.commit = pending.commit
     pulse.files_changed = pending.files_changed
+    pulse.paths = list(pending.paths)
     record.active_pulse = None
     record.worktree_commit = pending.commit
     record.pending = None
@@ -271,6 +286,7 @@ def _finish_recovery(
     pulse.commit = pending.commit
     pulse.recovery = pending.commit is not None
     pulse.files_changed = pending.files_changed
+    pulse.paths = list(pending.paths)
     record.active_pulse = None
     record.worktree_commit = head.decode()
     record.pending = None
@@ -301,6 +317,18 @@ def _checkpointed(ws: Workspace, pulse: PulseRecord) -> PulseCheckpointed:
         commit=pulse.commit,
         workflow_branch=ws.record.branch,
         files_changed=pulse.files_changed,
+        paths=list(pulse.paths),
+    )
+
+
+def _unchanged(ws: Workspace, pulse: PulseRecord) -> PulseCheckpointed:
+    return PulseCheckpointed(
+        workflow_id=ws.record.id,
+        pulse_id=pulse.id,
+        commit=ws.workflow_head().decode(),
+        workflow_branch=ws.record.branch,
+        files_changed=0,
+        committed=False,
     )
 
 

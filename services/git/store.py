@@ -40,6 +40,8 @@ class PulseRecord(msgspec.Struct, kw_only=True):
     commit: str | None = None
     recovery: bool = False
     files_changed: int = 0
+    paths: list[str] = []
+    """The paths the pulse changed (records journaled before paths were kept have none)."""
 
 
 class PendingOperation(msgspec.Struct, kw_only=True):
@@ -52,6 +54,7 @@ class PendingOperation(msgspec.Struct, kw_only=True):
     pulse_head: str | None
     """Where the pulse branch pointed before this operation."""
     files_changed: int
+    paths: list[str] = []
 
 
 class WorkflowRecord(msgspec.Struct, kw_only=True):

@@ -130,6 +130,31 @@ async def test_a_retried_checkpoint_answers_with_the_first_commit(client, user_r
     assert len(git(user_repo, "log", "--oneline", "autarch/wf-1").splitlines()) == 2
 
 
+async def test_a_loop_checkpoint_commits_only_when_files_changed(client, user_repo: Path):
+    view = await client.workflow(user_repo)
+    worktree = Path(view.worktree_path)
+    await start(client, "i1")
+    (worktree / "README.md").write_text("changed\n")
+    (worktree / "notes").mkdir()
+    (worktree / "notes/new.md").write_text("new\n")
+    first = await checkpoint(client, "i1", "docs: reword", skip_if_unchanged=True)
+    assert first.committed and first.paths == ["README.md", "notes/new.md"] and first.files_changed == 2
+    assert git(user_repo, "rev-parse", "autarch/wf-1") == first.commit
+    # An iteration that changed nothing: no commit, no branch left, the same head; a retry answers the same.
+    await start(client, "i2")
+    empty = await checkpoint(client, "i2", "chore: nothing", skip_if_unchanged=True)
+    assert not empty.committed and empty.commit == first.commit and empty.paths == [] and empty.files_changed == 0
+    assert await checkpoint(client, "i2", "chore: nothing", skip_if_unchanged=True) == empty
+    assert git(user_repo, "rev-parse", "autarch/wf-1") == first.commit
+    assert git(user_repo, "branch", "--list", "autarch/wf-1.pulse-i2") == ""
+    # The next iteration starts from the head and its commit follows the first.
+    await start(client, "i3")
+    (worktree / "README.md").write_text("again\n")
+    third = await checkpoint(client, "i3", "docs: again", skip_if_unchanged=True)
+    assert git(user_repo, "rev-parse", f"{third.commit}^") == first.commit
+    fsck(user_repo)
+
+
 async def test_recovery_checkpoint_keeps_the_work_on_the_pulse_branch(client, user_repo: Path):
     view = await client.workflow(user_repo)
     worktree = Path(view.worktree_path)
