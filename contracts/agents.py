@@ -282,8 +282,10 @@ ROLE_BLOCK_TOOLS: dict[str, tuple[str, ...]] = {
     "preflight": ("complete_preflight",),
     "pulsing": ("complete_pulse", "request_extension"),
     "review": (),
+    "loop": (),
 }
-"""Seed 004's "Block Tool Availability by Agent" table. Review ends its turn with ``complete_review``,
+"""Seed 004's "Block Tool Availability by Agent" table (and ``loop``, seed 001's iterations, which have none).
+Review ends its turn with ``complete_review``,
 a regular tool the tools service executes (see :data:`TURN_ENDING_TOOLS`)."""
 
 TURN_ENDING_TOOLS = BLOCK_TOOLS | {"complete_review"}

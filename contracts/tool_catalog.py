@@ -30,8 +30,8 @@ __all__ = [
     "tool_variant",
 ]
 
-Role = Literal["discussion", "scoping", "research", "plan", "preflight", "pulsing", "review"]
-ROLES: tuple[Role, ...] = ("discussion", "scoping", "research", "plan", "preflight", "pulsing", "review")
+Role = Literal["discussion", "scoping", "research", "plan", "preflight", "pulsing", "review", "loop"]
+ROLES: tuple[Role, ...] = ("discussion", "scoping", "research", "plan", "preflight", "pulsing", "review", "loop")
 
 
 class ToolDefinition(Reply, kw_only=True):
@@ -295,6 +295,15 @@ ROLE_TOOLS: dict[str, tuple[tuple[str, str], ...]] = {
     "plan": _BASE,
     "preflight": (*_BASE, ("shell", "preflight"), ("record_baseline", "base")),
     "pulsing": (
+        *_with(_BASE, semantic_search="pulsing", read_file="pulsing"),
+        ("write_file", "base"),
+        ("edit_file", "base"),
+        ("multi_edit", "base"),
+        ("shell", "pulsing"),
+    ),
+    "loop": (
+        # A Pulse Protocol iteration (seed 001): the pulsing tools (take_note is in the base set); it ends its
+        # turn with text carrying its signal, not with a block tool.
         *_with(_BASE, semantic_search="pulsing", read_file="pulsing"),
         ("write_file", "base"),
         ("edit_file", "base"),

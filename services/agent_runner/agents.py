@@ -21,11 +21,12 @@ DEFAULT_MODELS: dict[str, str] = {
     "preflight": "claude-haiku-4-5",
     "pulsing": "claude-opus-4-6",
     "review": "claude-opus-4-6",
+    "loop": "claude-opus-4-6",
 }
 """Model per role unless ``agent_models`` says otherwise: the strongest model where judgement matters most."""
 
 _MAX_TOKENS = {"discussion": 4096, "preflight": 8192}
-_THINKING = {"research": 4000, "plan": 8000, "pulsing": 8000, "review": 6000}
+_THINKING = {"research": 4000, "plan": 8000, "pulsing": 8000, "review": 6000, "loop": 8000}
 
 
 @dataclass(frozen=True)

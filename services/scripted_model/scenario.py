@@ -37,7 +37,7 @@ __all__ = [
     "split_key",
 ]
 
-ROLES: tuple[str, ...] = ("discussion", "scoping", "research", "plan", "preflight", "pulsing", "review")
+ROLES: tuple[str, ...] = ("discussion", "scoping", "research", "plan", "preflight", "pulsing", "review", "loop")
 """The agent roles a script may be written for (seed 003)."""
 
 ERROR_STATUSES: dict[int, str] = {

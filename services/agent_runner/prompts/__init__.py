@@ -6,7 +6,7 @@ a request carries no role header.
 
 from __future__ import annotations
 
-from . import discussion, plan, preflight, pulsing, research, review, scoping
+from . import discussion, loop, plan, preflight, pulsing, research, review, scoping
 from .common import compose
 
 __all__ = ["PROMPTS", "system_prompt"]
@@ -19,6 +19,7 @@ PROMPTS: dict[str, str] = {
     "preflight": compose("preflight", preflight.PROMPT),
     "pulsing": compose("pulsing", pulsing.PROMPT),
     "review": compose("review", review.PROMPT),
+    "loop": compose("loop", loop.PROMPT),
 }
 """The full system prompt of each role."""
 

@@ -60,7 +60,7 @@ def compose(role: str, body: str) -> str:
         parts.append(_BLOCKS.format(names=", ".join(blocks)))
     if "ask_questions" in blocks:
         parts.append(_QUESTIONS)
-    elif role != "discussion":
+    elif role not in ("discussion", "loop"):  # a loop iteration asks for a person with its BLOCKED signal
         parts.append(_NO_QUESTIONS)
     parts.append(body.strip() + "\n")
     parts.append(f"autarch-role: {role}\n")
