@@ -108,8 +108,9 @@ class RegisterRepository(Command, kw_only=True):
 
     path: AbsolutePath
     """Absolute path of the repository's top directory (the one holding ``.git``)."""
-    base_branch: BranchName = "main"
-    """The branch workflows start from unless they name another; must exist."""
+    base_branch: BranchName | None = "main"
+    """The branch workflows start from unless they name another; must exist. None: the branch checked out in
+    the repository (a loop session started without a base branch)."""
 
 
 class RepositoryRegistered(Reply, kw_only=True):

@@ -78,6 +78,18 @@ def _check_branch_name(name: str) -> None:
         raise fail(GitErrorCode.INVALID_BRANCH_NAME, f"illegal branch name: {exc}", branch=name) from None
 
 
+def _checked_out_branch(repo: Repo, path: str) -> str:
+    """The branch HEAD names (a detached HEAD has none: the caller must name a base branch)."""
+    head = repo.refs.read_ref(b"HEAD") or b""
+    if not head.startswith(b"ref: refs/heads/"):
+        raise fail(
+            GitErrorCode.BASE_BRANCH_MISSING,
+            f"{path} has no branch checked out (detached HEAD): name the base branch",
+            path=path,
+        )
+    return head.removeprefix(b"ref: refs/heads/").decode(errors="surrogateescape")
+
+
 class GitEngine:
     """Repositories, workflow branches, worktrees and pulses, stored under ``data_dir``."""
 
@@ -143,28 +155,30 @@ class GitEngine:
     # --- repositories ----------------------------------------------------------------------------
 
     def register_repository(self, cmd: RegisterRepository) -> RepositoryRegistered:
-        _check_branch_name(cmd.base_branch)
+        if cmd.base_branch is not None:
+            _check_branch_name(cmd.base_branch)
         real = os.path.realpath(cmd.path)
         repo = open_repository(real)
         try:
-            base_commit = read_branch(repo, branch_ref(cmd.base_branch))
+            base_branch = cmd.base_branch or _checked_out_branch(repo, real)
+            base_commit = read_branch(repo, branch_ref(base_branch))
         finally:
             repo.close()
         if base_commit is None:
             raise fail(
                 GitErrorCode.BASE_BRANCH_MISSING,
-                f"{real} has no branch {cmd.base_branch}",
+                f"{real} has no branch {base_branch}",
                 path=real,
-                base_branch=cmd.base_branch,
+                base_branch=base_branch,
             )
         record = RepositoryRecord(
-            id=repository_id_for(real), path=real, base_branch=cmd.base_branch, registered_at=time.time()
+            id=repository_id_for(real), path=real, base_branch=base_branch, registered_at=time.time()
         )
         existing = self.store.repository(record.id)
         if existing is None or existing.base_branch != record.base_branch:
             self.store.save_repository(record)
         return RepositoryRegistered(
-            repository_id=record.id, path=real, base_branch=cmd.base_branch, base_commit=base_commit.decode()
+            repository_id=record.id, path=real, base_branch=base_branch, base_commit=base_commit.decode()
         )
 
     def list_worktrees(self, query: ListWorktrees) -> WorktreeList:

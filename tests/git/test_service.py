@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from autarch.contracts import subjects
 from autarch.contracts.git import (
@@ -21,7 +22,9 @@ from autarch.contracts.git import (
     PulseStarted,
     RecoveryCheckpoint,
     RecoveryCheckpointed,
+    RegisterRepository,
     RemoveWorktree,
+    RepositoryRegistered,
     StartPulse,
     TrackedChanges,
     WorkflowBranchView,
@@ -29,6 +32,7 @@ from autarch.contracts.git import (
     WorktreeList,
     WorktreeRemoved,
 )
+from autarch.runtime.errors import RemoteError
 
 from .gitcli import GIT_ENV, fsck, git, repo_state
 
@@ -316,3 +320,15 @@ async def test_every_git_verb_is_served(nc, client):
     info = msgspec.json.decode((await nc.request("$SRV.INFO.git", b"", timeout=5)).data)
     assert sorted(e["name"] for e in info["endpoints"]) == sorted(subjects.GIT_VERBS)
     assert {e["subject"] for e in info["endpoints"]} == {subjects.request("git", v) for v in subjects.GIT_VERBS}
+
+
+async def test_register_without_a_base_branch_takes_the_checked_out_one(client, user_repo: Path):
+    git(user_repo, "checkout", "-q", "-b", "trunk")
+    registered = await client.call("register_repository",
+                                   RegisterRepository(path=str(user_repo), base_branch=None), RepositoryRegistered)
+    assert registered.base_branch == "trunk" and registered.base_commit == git(user_repo, "rev-parse", "trunk")
+    git(user_repo, "checkout", "-q", "--detach")
+    with pytest.raises(RemoteError) as refused:
+        await client.call("register_repository", RegisterRepository(path=str(user_repo), base_branch=None),
+                          RepositoryRegistered)
+    assert refused.value.code == "base_branch_missing" and "detached HEAD" in refused.value.message
