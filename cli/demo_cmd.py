@@ -6,14 +6,15 @@ ports), creates the workflow over HTTP, follows its events over SSE printing a l
 approves every card (or asks, with ``--interactive``), and ends by showing the workflow branch, one commit per
 pulse, and the review's verdict. The system is stopped in every case (success, failure, Ctrl-C).
 
-The helpers (:func:`make_sample_repo`, :class:`DemoSystem`, :class:`Gateway`, :func:`drive`) are also used by
-``tests/benchmarks/workflows.py``, which runs many demo workflows at once.
+The system is a :class:`~.local_system.LocalSystem`; every HTTP call goes through the commands' client
+(:class:`~.gateway_client.GatewayClient`) and the events are followed as ``autarch watch`` follows them
+(:class:`~.follow.WorkflowEvents`). The helpers (:func:`make_sample_repo`, :func:`create_workflow`,
+:func:`drive`) are also used by ``tests/benchmarks/workflows.py``, which runs many demo workflows at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -25,10 +26,12 @@ import textwrap
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .gateway_client import CliError, GatewayClient
 
 __all__ = [
     "BRANCH",
@@ -37,15 +40,12 @@ __all__ = [
     "TITLE",
     "Decision",
     "DemoError",
-    "DemoSystem",
-    "Gateway",
     "Outcome",
+    "create_workflow",
     "demo_scenario",
     "drive",
     "make_sample_repo",
-    "pid_alive",
     "register",
-    "scrubbed_env",
 ]
 
 SCENARIO = "demo"
@@ -64,13 +64,11 @@ REVISIONS = 3
 """Change requests the scripted model answers per card in ``--interactive`` mode."""
 
 
-class DemoError(Exception):
-    """The demo cannot go on; ``code`` is the exit code (2: bad usage, 1: a failure)."""
+class DemoError(CliError):
+    """The demo cannot go on; ``exit_code`` 2: bad usage, 1: a failure."""
 
     def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
+        super().__init__(message, exit_code=code)
 
 
 # --- the sample repository ------------------------------------------------------------------------------
@@ -141,212 +139,6 @@ def make_sample_repo(root: Path, files: Mapping[str, str]) -> str:
     return _git(root, "rev-parse", "HEAD").strip()
 
 
-# --- the system -----------------------------------------------------------------------------------------
-
-
-def scrubbed_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: this process's environment) without ``AUTARCH_*``/``ANTHROPIC_*`` and with loopback
-    exempt from proxies: a user's settings, keys or proxy must not reach the demo's system."""
-    env = {k: v for k, v in (os.environ if base is None else base).items()
-           if not k.startswith(("AUTARCH_", "ANTHROPIC_"))}
-    for key in ("NO_PROXY", "no_proxy"):
-        given = [p for p in env.get(key, "").split(",") if p]
-        env[key] = ",".join([*given, *(h for h in ("127.0.0.1", "localhost") if h not in given)])
-    return env
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return not Path("/proc").is_dir()
-
-
-@dataclass
-class DemoSystem:
-    """``autarch up --services …`` as a subprocess on free ports, with its own data directory."""
-
-    data_dir: Path
-    model_url: str
-    services: tuple[str, ...] = SERVICES
-    extra_env: dict[str, str] = field(default_factory=dict)
-    port: int = 0
-    nats_port: int = 0
-    proc: subprocess.Popen[bytes] | None = None
-    pids: list[int] = field(default_factory=list)
-    """The supervisor's children and nats-server, as ``run.json`` listed them once healthy."""
-
-    def __post_init__(self) -> None:
-        from autarch.runtime.natsserver import free_port
-
-        self.port = self.port or free_port()
-        self.nats_port = self.nats_port or free_port()
-        while self.nats_port == self.port:
-            self.nats_port = free_port()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / "up.log"
-
-    @property
-    def token(self) -> str:
-        return (self.data_dir / "token").read_text().strip()
-
-    def env(self) -> dict[str, str]:
-        env = scrubbed_env()
-        env.update(
-            AUTARCH_DATA_DIR=str(self.data_dir), AUTARCH_PORT=str(self.port), AUTARCH_NATS_PORT=str(self.nats_port),
-            AUTARCH_ANTHROPIC_BASE_URL=self.model_url, AUTARCH_ANTHROPIC_API_KEY="scripted",
-            AUTARCH_REQUEST_TIMEOUT="30", AUTARCH_SSE_KEEPALIVE="2", PYTHONUNBUFFERED="1",
-        )
-        env.update(self.extra_env)
-        return env
-
-    def start(self, timeout: float = 60) -> DemoSystem:
-        """Start ``autarch up`` and return once ``/healthz`` answers 200."""
-        import httpx
-
-        from autarch.runtime.natsserver import die_with_parent
-
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autarch.cli.main", "up", "--services", ",".join(self.services)],
-                env=self.env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                # Its own session: Ctrl-C reaches the demo, which stops the system in order; and the kernel
-                # stops it should the demo die without its cleanup.
-                start_new_session=True, preexec_fn=die_with_parent,
-            )
-        deadline = time.monotonic() + timeout
-        with httpx.Client(trust_env=False, timeout=2) as http:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise DemoError(f"autarch up exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
-                try:
-                    if http.get(f"{self.url}/healthz").status_code == 200:
-                        self.pids = self._run_pids()
-                        return self
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.1)
-        raise DemoError(f"the system was not healthy within {timeout:g}s:\n{self.log_tail()}")
-
-    def run_info(self) -> dict[str, Any] | None:
-        try:
-            return json.loads((self.data_dir / "run.json").read_text())
-        except (OSError, ValueError):
-            return None
-
-    def _run_pids(self) -> list[int]:
-        info = self.run_info() or {}
-        return [p for p in [info.get("nats_pid"), *(info.get("children") or {}).values()] if p]
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        return "\n".join("    " + line for line in text[-lines:])
-
-    def stop(self, grace: float = 30) -> int | None:
-        """SIGTERM ``autarch up`` and wait for it (SIGKILL after ``grace``); then make sure nothing it started
-        is left (its children stop with it; any that did not get SIGKILL)."""
-        if self.proc is None:
-            return None
-        proc, self.proc = self.proc, None
-        pids = sorted(set(self.pids) | set(self._run_pids()))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        deadline = time.monotonic() + 5
-        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for pid in pids:
-            if pid_alive(pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        return proc.returncode
-
-
-# --- the gateway ----------------------------------------------------------------------------------------
-
-
-class Gateway:
-    """The few gateway calls the demo makes (plain httpx; no proxy from the environment)."""
-
-    def __init__(self, url: str, token: str, *, timeout: float = 30) -> None:
-        import httpx
-
-        self.http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout,
-                                 trust_env=False)
-
-    def close(self) -> None:
-        self.http.close()
-
-    def _check(self, reply: Any, what: str) -> Any:
-        if reply.status_code >= 400:
-            try:
-                body = reply.json()
-                detail = f"{body.get('code')}: {body.get('message')}"
-            except ValueError:
-                detail = reply.text[:300]
-            raise DemoError(f"{what} answered {reply.status_code} ({detail})")
-        return reply.json()
-
-    def create(self, repo: Path, *, title: str = TITLE, request: str = REQUEST, branch: str = BRANCH) -> str:
-        body = {"title": title, "request": request, "repo": str(repo), "branch": branch}
-        return str(self._check(self.http.post("/api/workflows", json=body), "creating the workflow")["id"])
-
-    def get(self, workflow_id: str) -> dict[str, Any]:
-        return self._check(self.http.get(f"/api/workflows/{workflow_id}"), "reading the workflow")
-
-    def artifacts(self, workflow_id: str) -> dict[str, Any]:
-        return self._check(self.http.get(f"/api/workflows/{workflow_id}/artifacts"), "reading the cards")
-
-    def approve(self, workflow_id: str) -> dict[str, Any]:
-        return self._check(self.http.post(f"/api/workflows/{workflow_id}/approve"), "approving")
-
-    def request_changes(self, workflow_id: str, feedback: str) -> dict[str, Any]:
-        reply = self.http.post(f"/api/workflows/{workflow_id}/request-changes", json={"feedback": feedback})
-        return self._check(reply, "requesting changes")
-
-    @contextlib.contextmanager
-    def events(self, *, workflow: str | None = None, since: int | None = None,
-               read_timeout: float = 30) -> Iterator[Iterator[str]]:
-        """The lines of ``GET /api/events`` (server-sent events): recorded events only, no live deltas."""
-        import httpx
-
-        params: dict[str, str] = {"deltas": "false"}
-        if workflow:
-            params["workflow"] = workflow
-        if since is not None:
-            params["since"] = str(since)
-        timeout = httpx.Timeout(10, read=read_timeout)
-        with self.http.stream("GET", "/api/events", params=params, timeout=timeout) as reply:
-            if reply.status_code != 200:
-                reply.read()
-                self._check(reply, "the event stream")
-            yield reply.iter_lines()
-
-
 # --- driving one workflow -------------------------------------------------------------------------------
 
 
@@ -389,8 +181,20 @@ _HIDDEN = frozenset({"workflow:session_assigned", "session:started", "session:co
 """Events the demo does not print (the step and turn lines already say it)."""
 
 
+def create_workflow(client: GatewayClient, repo: Path, *, title: str = TITLE, request: str = REQUEST,
+                    branch: str = BRANCH) -> str:
+    """Create the demo's workflow on ``repo``; its id."""
+    body = {"title": title, "request": request, "repo": str(repo), "branch": branch}
+    return str(client.post("/api/workflows", body)["id"])
+
+
+READ_TIMEOUT = 30.0
+"""Seconds of silence before the demo's event stream counts as dead: generous, as many demo workflows may share
+a loaded machine (the workflows benchmark), and a reconnection resumes where the stream broke anyway."""
+
+
 def drive(
-    gateway: Gateway,
+    client: GatewayClient,
     workflow_id: str,
     *,
     decide: Callable[[str, Mapping[str, Any]], Decision] | None = None,
@@ -404,19 +208,16 @@ def drive(
     Each card awaiting approval goes to ``decide(stage, approval_needed event)`` (default: approve); ``out``
     gets a readable line per interesting event; ``on_event(event, received_at)`` sees every event (wall-clock
     receive time). ``timeout`` counts seconds spent waiting on the system, not on ``decide``. A dropped stream
-    is resumed after the last event seen while ``alive()`` says the system runs.
+    is resumed after the last event seen (for up to 30 s) while ``alive()`` says the system runs.
     """
-    import httpx
-
-    from .render import SseComment, Watch, card_summary, parse_sse
+    from .follow import StreamLost, WorkflowEvents
+    from .render import SseComment, Watch, card_summary
 
     decide = decide or (lambda _stage, _event: APPROVE)
     say = out or (lambda _line: None)
     watch = Watch()
     outcome = Outcome(workflow_id, "timeout", f"no end within {timeout:g}s")
     deadline = time.monotonic() + timeout
-    since = 0
-    lost_at: float | None = None
     running: set[str] = set()
     """Sessions whose turn started and has not completed."""
     ended: tuple[str, str] | None = None
@@ -426,78 +227,58 @@ def drive(
         outcome.turns, outcome.tokens, outcome.cost_usd = watch.turns, watch.tokens, watch.cost_usd
         return outcome
 
-    while time.monotonic() < deadline:
-        try:
-            with gateway.events(workflow=workflow_id, since=since) as lines:
-                for message in parse_sse(lines):
-                    if time.monotonic() > deadline:
-                        if ended is not None:
-                            return finish(*ended)
-                        break
-                    if isinstance(message, SseComment):
-                        lost_at = None
-                        continue
-                    received = time.time()
-                    if message.id and message.id.isdigit():
-                        since = int(message.id)
-                    try:
-                        event = json.loads(message.data)
-                    except ValueError:
-                        continue
-                    if not isinstance(event, dict):
-                        continue
-                    event.setdefault("type", message.event)
-                    kind = event["type"]
-                    outcome.events += 1
-                    if on_event is not None:
-                        on_event(event, received)
-                    if kind == "workflow:approval_needed":
-                        stage = str(event.get("stage", ""))
-                        say(f"{_time_of(event)}  APPROVAL NEEDED — {card_summary(stage, event.get('artifact') or {})}")
-                        asked = time.monotonic()
-                        decision = decide(stage, event)
-                        deadline += time.monotonic() - asked
-                        if decision.action == "quit":
-                            return finish("quit", f"you quit at the {stage} card")
-                        if decision.action == "changes":
-                            gateway.request_changes(workflow_id, decision.feedback)
-                            say(f"{'':8}  → changes requested: {decision.feedback}")
-                        else:
-                            gateway.approve(workflow_id)
-                            say(f"{'':8}  → approved")
-                        continue
-                    if kind == "workflow:halted":
-                        reason, text = event.get("reason", "?"), event.get("message", "")
-                        say(f"{_time_of(event)}  HALTED ({reason}): {text}")
-                        return finish("halted", f"the workflow halted ({reason}): {text}")
-                    line = watch.feed(event)
-                    if line is not None and kind not in _HIDDEN:
-                        # Hints naming `autarch workflow …` commands do not apply: the demo answers itself.
-                        say("\n".join(part for part in line.split("\n") if not part.strip().startswith("→")))
-                    if kind == "turn:started":
-                        running.add(str(event.get("session_id")))
-                    elif kind == "turn:completed":
-                        running.discard(str(event.get("session_id")))
-                    if kind == "workflow:abandoned":
-                        ended = ("abandoned", f"the workflow was abandoned: {event.get('reason', '')}")
-                    elif kind == "workflow:completed":
-                        ended = ("completed", "")
-                    if ended is not None:
-                        # The last agent's turn often completes just after the stage change: wait briefly for
-                        # it, so the totals count it.
-                        if not running:
-                            return finish(*ended)
-                        deadline = min(deadline, time.monotonic() + 1.5)
-            problem = "the gateway closed the event stream"
-        except httpx.HTTPError as exc:
-            problem = f"the event stream broke ({type(exc).__name__}: {exc})"
-        if alive is not None and not alive():
-            raise DemoError(f"the system stopped while the workflow ran ({problem})")
-        now = time.monotonic()
-        lost_at = lost_at or now
-        if now - lost_at > 30:
-            raise DemoError(f"{problem}; gave up after 30s of reconnecting")
-        time.sleep(0.25)
+    with WorkflowEvents(client, workflow_id, since=0, reconnect_for=30, read_timeout=READ_TIMEOUT) as events:
+        for item in events:
+            if time.monotonic() > deadline:
+                break
+            if isinstance(item, StreamLost):
+                if alive is not None and not alive():
+                    raise DemoError(f"the system stopped while the workflow ran ({item.problem})")
+                continue
+            if isinstance(item, SseComment):
+                continue
+            received = time.time()
+            event, kind = item, item["type"]
+            outcome.events += 1
+            if on_event is not None:
+                on_event(event, received)
+            if kind == "workflow:approval_needed":
+                stage = str(event.get("stage", ""))
+                say(f"{_time_of(event)}  APPROVAL NEEDED — {card_summary(stage, event.get('artifact') or {})}")
+                asked = time.monotonic()
+                decision = decide(stage, event)
+                deadline += time.monotonic() - asked
+                if decision.action == "quit":
+                    return finish("quit", f"you quit at the {stage} card")
+                if decision.action == "changes":
+                    client.post(f"/api/workflows/{workflow_id}/request-changes", {"feedback": decision.feedback})
+                    say(f"{'':8}  → changes requested: {decision.feedback}")
+                else:
+                    client.post(f"/api/workflows/{workflow_id}/approve")
+                    say(f"{'':8}  → approved")
+                continue
+            if kind == "workflow:halted":
+                reason, text = event.get("reason", "?"), event.get("message", "")
+                say(f"{_time_of(event)}  HALTED ({reason}): {text}")
+                return finish("halted", f"the workflow halted ({reason}): {text}")
+            line = watch.feed(event)
+            if line is not None and kind not in _HIDDEN:
+                # Hints naming `autarch workflow …` commands do not apply: the demo answers itself.
+                say("\n".join(part for part in line.split("\n") if not part.strip().startswith("→")))
+            if kind == "turn:started":
+                running.add(str(event.get("session_id")))
+            elif kind == "turn:completed":
+                running.discard(str(event.get("session_id")))
+            if kind == "workflow:abandoned":
+                ended = ("abandoned", f"the workflow was abandoned: {event.get('reason', '')}")
+            elif kind == "workflow:completed":
+                ended = ("completed", "")
+            if ended is not None:
+                # The last agent's turn often completes just after the stage change: wait briefly for it, so
+                # the totals count it.
+                if not running:
+                    return finish(*ended)
+                deadline = min(deadline, time.monotonic() + 1.5)
     return finish(*ended) if ended is not None else finish("timeout", outcome.message)
 
 
@@ -551,12 +332,12 @@ def _ask(prompt: str) -> str:
     return answer
 
 
-def interactive_decider(gateway: Gateway, workflow_id: str, *, read: Callable[[str], str] = _ask,
+def interactive_decider(client: GatewayClient, workflow_id: str, *, read: Callable[[str], str] = _ask,
                         out: Callable[[str], None] = print) -> Callable[[str, Mapping[str, Any]], Decision]:
     """Show each card and ask: approve, request changes (with feedback) or quit. End of input quits."""
 
     def decide(stage: str, _event: Mapping[str, Any]) -> Decision:
-        card = gateway.artifacts(workflow_id).get(CARD_OF_STAGE.get(stage, stage)) or {}
+        card = client.get(f"/api/workflows/{workflow_id}/artifacts").get(CARD_OF_STAGE.get(stage, stage)) or {}
         out(f"\n  The {stage} card:")
         for line in (_verdict_lines(card, "    ") if stage == "review" else _card_lines(card)):
             out(line)
@@ -603,12 +384,12 @@ def _verdict_lines(review: Mapping[str, Any] | None, indent: str = "  ") -> list
     return lines
 
 
-def _wait_worktree_removed(gateway: Gateway, workflow_id: str, timeout: float = 20) -> dict[str, Any]:
+def _wait_worktree_removed(client: GatewayClient, workflow_id: str, timeout: float = 20) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
-    view = gateway.get(workflow_id)
+    view = client.get(f"/api/workflows/{workflow_id}")
     while view.get("worktree_path") and time.monotonic() < deadline:
         time.sleep(0.1)
-        view = gateway.get(workflow_id)
+        view = client.get(f"/api/workflows/{workflow_id}")
     return view
 
 
@@ -619,6 +400,8 @@ def _raise_on_sigterm(signum: int, _frame: Any) -> None:
 def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, timeout: float = 300,
              read: Callable[[str], str] = _ask, scenario_path: Path | None = None) -> int:
     from autarch.services.scripted_model import ScriptedModelServer
+
+    from .local_system import LocalSystem
 
     if shutil.which("git") is None:
         raise DemoError("the demo needs git on PATH", code=2)
@@ -637,27 +420,27 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
     _print(f"Sample repository: {target}  (main at {base[:8]}: {', '.join(sorted(scenario['files']))})")
 
     data_dir = Path(tempfile.mkdtemp(prefix="autarch-demo-data-"))
-    system: DemoSystem | None = None
-    gateway: Gateway | None = None
+    system: LocalSystem | None = None
+    client: GatewayClient | None = None
     outcome: Outcome | None = None
     workflow_id: str | None = None
     main_thread = threading.current_thread() is threading.main_thread()
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_on_sigterm) if main_thread else None
     try:
         with ScriptedModelServer(scenario) as model:
-            system = DemoSystem(data_dir, model.base_url)
+            system = LocalSystem(data_dir, model.base_url, services=SERVICES)
             _print(f"Starting Autarch ({', '.join(SERVICES)} + gateway) on {system.url} …")
             system.start()
             _print(f"  ready in {time.monotonic() - started:.1f}s; scripted model at {model.base_url}")
-            gateway = Gateway(system.url, system.token)
-            workflow_id = gateway.create(target)
+            client = system.client()
+            workflow_id = create_workflow(client, target)
             _print(f"Workflow {workflow_id}: “{TITLE}” — {REQUEST}")
             _print("")
-            decide = interactive_decider(gateway, workflow_id, read=read) if interactive else None
-            outcome = drive(gateway, workflow_id, decide=decide, out=_print, timeout=timeout, alive=system.alive)
+            decide = interactive_decider(client, workflow_id, read=read) if interactive else None
+            outcome = drive(client, workflow_id, decide=decide, out=_print, timeout=timeout, alive=system.alive)
             _print("")
             if outcome.status != "completed":
-                view = gateway.get(workflow_id)
+                view = client.get(f"/api/workflows/{workflow_id}")
                 _print(f"demo {'stopped' if outcome.status == 'quit' else 'failed'}: {outcome.message}")
                 if view.get("last_error"):
                     _print(f"  last error: {view['last_error']}")
@@ -665,9 +448,9 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
                 if outcome.status == "timeout":
                     _print(f"  the system's log ends with:\n{system.log_tail()}")
                 return 1
-            view = _wait_worktree_removed(gateway, workflow_id)
+            view = _wait_worktree_removed(client, workflow_id)
             branch = view.get("branch") or BRANCH
-            review = gateway.artifacts(workflow_id).get("review")
+            review = client.get(f"/api/workflows/{workflow_id}/artifacts").get("review")
             log = _git(target, "log", "--oneline", f"main..{branch}").strip().splitlines()
             _print(f"Branch {branch}: {len(log)} commit{'s' if len(log) != 1 else ''} on top of main "
                    f"(one per pulse; main is untouched)")
@@ -679,9 +462,9 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
             _print(f"Done in {time.monotonic() - started:.1f}s: {outcome.turns} agent turns, {outcome.tokens:,} "
                    f"tokens, ${outcome.cost_usd:.4f} at list prices (the scripted model is free).")
             return 0
-    except DemoError as exc:
+    except CliError as exc:  # the demo's own failures, the system's, the gateway's
         _print(f"demo failed: {exc.message}")
-        return exc.code
+        return exc.exit_code
     except Exception as exc:  # a bug or an environment problem: say what, and what the system logged
         _print(f"demo failed: {type(exc).__name__}: {exc}")
         if system is not None:
@@ -697,8 +480,8 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
         if main_thread:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
         try:
-            if gateway is not None:
-                gateway.close()
+            if client is not None:
+                client.close()
             if system is not None and system.proc is not None:
                 _print("Stopping Autarch …")
                 system.stop()
@@ -724,7 +507,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                         scenario_path=Path(args.scenario) if args.scenario else None)
     except DemoError as exc:
         print(f"autarch demo: {exc.message}", file=sys.stderr, flush=True)
-        return exc.code
+        return exc.exit_code
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -117,9 +117,14 @@ _ID_PREFIX = re.compile(r"^[0-9a-fA-F][0-9a-fA-F-]{3,35}$")
 
 
 class GatewayClient:
-    """Synchronous JSON requests to the gateway; every failure is a :class:`CliError`."""
+    """Synchronous JSON requests to the gateway; every failure is a :class:`CliError`.
 
-    def __init__(self, connection: Connection, *, timeout: float = 30.0, transport: Any = None) -> None:
+    ``trust_env=False`` ignores the proxy (and other httpx settings) of the environment: for a gateway this
+    process started on loopback, which a user's proxy must not see.
+    """
+
+    def __init__(self, connection: Connection, *, timeout: float = 30.0, transport: Any = None,
+                 trust_env: bool = True) -> None:
         try:
             import httpx
         except ImportError:  # pragma: no cover - httpx comes with every extra that runs services
@@ -127,8 +132,10 @@ class GatewayClient:
         self._httpx = httpx
         self.connection = connection
         self._http = httpx.Client(
-            base_url=connection.url, headers={"Authorization": f"Bearer {connection.token}"},
-            timeout=timeout, transport=transport,
+            base_url=connection.url,
+            # No token: the public endpoints only (/healthz), e.g. before `autarch up` wrote one.
+            headers={"Authorization": f"Bearer {connection.token}"} if connection.token else {},
+            timeout=timeout, transport=transport, trust_env=trust_env,
         )
 
     def close(self) -> None:

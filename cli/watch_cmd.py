@@ -1,10 +1,11 @@
 """``autarch watch ID``: follow one workflow live, a readable line per event, until it completes.
 
-Reads ``GET /api/events?workflow=ID`` (server-sent events). A dropped connection is resumed from the
-last recorded event seen (``since``; live deltas carry no id and never move it), so nothing is missed or
-shown twice. A connection is dropped when the gateway ends it (it is stopping), when its process dies
-(the kernel closes the socket), or when nothing, not even a keep-alive, came for a while (its host is
-gone); after ``reconnect_for`` seconds without getting a stream back the watch gives up, exit 1.
+Reads ``GET /api/events?workflow=ID`` (server-sent events) through :class:`.follow.WorkflowEvents`, as
+``autarch demo`` does. A dropped connection is resumed from the last recorded event seen (``since``; live
+deltas carry no id and never move it), so nothing is missed or shown twice. A connection is dropped when the
+gateway ends it (it is stopping), when its process dies (the kernel closes the socket), or when nothing, not
+even a keep-alive, came for a while (its host is gone); after ``reconnect_for`` seconds without getting a
+stream back the watch gives up, exit 1.
 Progress (stage k/5, pulse n/N) comes from the events; watching live, it starts from the
 workflow's state. Exits 0 on ``workflow:completed`` or ``workflow:abandoned`` (at once when the workflow
 had already ended), 1 on errors, 130 on Ctrl-C.
@@ -13,14 +14,13 @@ had already ended), 1 on errors, 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
-from .gateway_client import CliError, GatewayClient, GatewayError, GatewayUnreachable, add_connection_arguments
-from .render import TERMINAL_EVENTS, Progress, SseComment, Watch, approval_hint, halt_hint, parse_sse
+from .follow import StreamLost, WorkflowEvents
+from .gateway_client import GatewayClient, add_connection_arguments
+from .render import TERMINAL_EVENTS, Progress, SseComment, Watch, approval_hint, halt_hint
 from .workflow_cmd import gateway_command
 
 __all__ = ["follow", "register"]
@@ -58,69 +58,32 @@ def follow(
     ``watch`` carries what is known before the first event (the progress, session labels, whether to show
     streamed text); by default an empty one.
     """
-    import httpx
-
     watch = watch or Watch()
-    since: int | None = 0 if from_start else None
-    check_state = not from_start  # once live: had it already ended before we subscribed?
-    connected_once = False
-    lost_at: float | None = None  # when the current outage began
-    while True:
-        try:
-            # Deltas only when they are shown: each one is a message on the wire and a JSON decode here.
-            with client.events(workflow=workflow_id, since=since, deltas=watch.text) as lines:
-                for message in parse_sse(lines):
-                    if isinstance(message, SseComment):
-                        if message.text != "connected":
-                            continue
-                        connected_once, lost_at = True, None
-                        if check_state:
-                            check_state = False
-                            view = client.get(f"/api/workflows/{workflow_id}")
-                            if _finished(view):
-                                out(f"workflow already ended: stage {view['stage']}, {view.get('status', '')}")
-                                return 0
-                        continue
-                    if message.id and message.id.isdigit():
-                        since = int(message.id)
-                    try:
-                        event = json.loads(message.data)
-                    except ValueError:
-                        continue
-                    if not isinstance(event, dict):
-                        continue
-                    event.setdefault("type", message.event)
-                    line = watch.feed(event)
-                    if line is not None:
-                        out(line)
-                    if event["type"] in TERMINAL_EVENTS:
-                        if watch.turns:
-                            out(f"total: {watch.turns} turn{'s' if watch.turns != 1 else ''}, {watch.total()}")
+    # Deltas only when they are shown: each one is a message on the wire and a JSON decode here.
+    with WorkflowEvents(client, workflow_id, since=0 if from_start else None, deltas=watch.text,
+                        reconnect_for=reconnect_for) as events:
+        for item in events:
+            if isinstance(item, StreamLost):
+                if item.first:
+                    print(f"autarch watch: {item.problem}; reconnecting (for up to {reconnect_for:g}s)…",
+                          file=sys.stderr, flush=True)
+                continue
+            if isinstance(item, SseComment):
+                # Live, with nothing seen yet: had the workflow already ended before we subscribed?
+                if item.text == "connected" and events.since is None:
+                    view = client.get(f"/api/workflows/{workflow_id}")
+                    if _finished(view):
+                        out(f"workflow already ended: stage {view['stage']}, {view.get('status', '')}")
                         return 0
-            problem = "the gateway closed the stream"
-        except GatewayUnreachable as exc:
-            if not connected_once:
-                raise
-            problem = exc.message
-        except GatewayError as exc:
-            # A gateway restarting (or not yet connected to NATS) answers 503 for a moment.
-            if not connected_once or exc.status not in (502, 503, 504):
-                raise
-            problem = exc.message
-        except httpx.HTTPError as exc:
-            problem = f"connection lost ({type(exc).__name__})"
-        now = time.monotonic()
-        if lost_at is None:
-            lost_at = now
-            print(f"autarch watch: {problem}; reconnecting (for up to {reconnect_for:g}s)…",
-                  file=sys.stderr, flush=True)
-        remaining = reconnect_for - (now - lost_at)
-        if remaining <= 0:
-            raise CliError(f"{problem}; gave up after {reconnect_for:g}s of reconnecting")
-        if since is None:
-            check_state = True  # nothing seen yet: look at the state again once live
-        # Never past the deadline: the last attempt is made at it, so giving up is not late.
-        time.sleep(min(2.0, 0.25 + (now - lost_at) / 4, remaining))
+                continue
+            line = watch.feed(item)
+            if line is not None:
+                out(line)
+            if item["type"] in TERMINAL_EVENTS:
+                if watch.turns:
+                    out(f"total: {watch.turns} turn{'s' if watch.turns != 1 else ''}, {watch.total()}")
+                return 0
+    raise AssertionError("unreachable: the follower ends only by raising")  # pragma: no cover
 
 
 def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:

@@ -33,15 +33,9 @@ from pathlib import Path
 
 import httpx
 
-from autarch.cli.demo_cmd import (
-    BRANCH,
-    DemoSystem,
-    Gateway,
-    demo_scenario,
-    drive,
-    make_sample_repo,
-    scrubbed_env,
-)
+from autarch.cli.demo_cmd import BRANCH, SERVICES, create_workflow, demo_scenario, drive, make_sample_repo
+from autarch.cli.gateway_client import GatewayClient
+from autarch.cli.local_system import LocalSystem, scrubbed_env
 from autarch.cli.render import SseComment, parse_sse
 from autarch.runtime.natsserver import free_port
 
@@ -88,9 +82,9 @@ def start_model(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
 class LatencyProbe(threading.Thread):
     """One ``/api/events`` stream (all workflows, new events only): receive time minus ``occurred_at``."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, client: GatewayClient) -> None:
         super().__init__(daemon=True)
-        self.gateway = gateway
+        self.client = client
         self.latencies_ms: list[float] = []
         self.connected = threading.Event()
         self.stop = threading.Event()
@@ -98,7 +92,7 @@ class LatencyProbe(threading.Thread):
 
     def run(self) -> None:
         try:
-            with self.gateway.events() as lines:
+            with self.client.events(workflow=None, since=None, deltas=False, read_timeout=30) as lines:
                 for message in parse_sse(lines):
                     received = time.time()
                     if isinstance(message, SseComment):
@@ -119,7 +113,7 @@ class LatencyProbe(threading.Thread):
 
 def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
     model, model_url = start_model(tmp)
-    system = DemoSystem(tmp / "data", model_url)
+    system = LocalSystem(tmp / "data", model_url, services=SERVICES)
     try:
         started = time.monotonic()
         system.start()
@@ -131,7 +125,7 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
             make_sample_repo(repo, scenario["files"])
             repos.append(repo)
 
-        probe = LatencyProbe(Gateway(system.url, system.token))
+        probe = LatencyProbe(system.client())
         probe.start()
         if not probe.connected.wait(30) or probe.error:
             raise RuntimeError(f"the latency stream did not connect: {probe.error!r}")
@@ -142,11 +136,11 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
         barrier = threading.Barrier(workflows)
 
         def driver(i: int) -> None:
-            gateway = Gateway(system.url, system.token, timeout=60)
+            client = system.client(timeout=60)
             try:
                 barrier.wait()
                 begin = time.monotonic()
-                wid = gateway.create(repos[i], title=f"Greet the world #{i}")
+                wid = create_workflow(client, repos[i], title=f"Greet the world #{i}")
 
                 def on_event(event: dict, _received: float) -> None:
                     if event.get("type") == "workflow:completed":
@@ -154,13 +148,13 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
                         durations[i] = now - begin
                         ends.append(now)
 
-                outcome = drive(gateway, wid, timeout=timeout, alive=system.alive, on_event=on_event)
+                outcome = drive(client, wid, timeout=timeout, alive=system.alive, on_event=on_event)
                 ok = outcome.status == "completed"
                 outcomes[i] = "completed" if ok else f"{outcome.status}: {outcome.message}"
             except Exception as exc:
                 outcomes[i] = f"error: {exc!r}"
             finally:
-                gateway.close()
+                client.close()
 
         threads = [threading.Thread(target=driver, args=(i,), daemon=True) for i in range(workflows)]
         first = time.monotonic()
