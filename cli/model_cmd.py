@@ -1,41 +1,16 @@
-"""``autarch model serve-scripted SCENARIO``: the scripted stand-in for the LLM, for tests and offline demos."""
+"""``autarch model serve-scripted SCENARIO``: the scripted stand-in for the LLM, for tests and offline demos.
+
+The arguments and the serving live with the service (:mod:`autarch.services.scripted_model.command`); its
+server loads only when the command runs, so building the parser costs ``autarch --help`` nothing.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-__all__ = ["add_serve_arguments", "cmd_serve_scripted", "register"]
+from autarch.services.scripted_model.command import add_serve_arguments, serve_from_args
 
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``serve-scripted`` (shared with ``python -m autarch.services.scripted_model``)."""
-    parser.add_argument("scenario", metavar="SCENARIO", help="scenario file (.json or .toml) or a bundled name (demo)")
-    parser.add_argument("--port", type=int, default=0, help="port to listen on (default 0: a free port)")
-    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-
-
-def cmd_serve_scripted(args: argparse.Namespace) -> int:
-    from autarch.services.scripted_model import ScenarioError, load_scenario, serve
-
-    try:
-        scenario = load_scenario(args.scenario)
-    except ScenarioError as exc:
-        print(f"autarch model serve-scripted: {exc}", file=sys.stderr)
-        return 2
-
-    def announce(url: str) -> None:
-        # The URL line is what scripts and tests wait for; keep its shape.
-        print(f"scripted model: scenario {scenario.source} at {url}", flush=True)
-        print(f"  use  ANTHROPIC_BASE_URL={url}  (any API key; role header x-autarch-role)", flush=True)
-
-    try:
-        serve(scenario, host=args.host, port=args.port, announce=announce)
-    except OSError as exc:
-        print(f"autarch model serve-scripted: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 1
-    return 0
+__all__ = ["register"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -49,4 +24,4 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "see docs/scripted-model.md for the format.",
     )
     add_serve_arguments(serve)
-    serve.set_defaults(handler=cmd_serve_scripted)
+    serve.set_defaults(handler=serve_from_args)

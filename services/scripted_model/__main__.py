@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autarch.cli.model_cmd import add_serve_arguments, cmd_serve_scripted
+from .command import add_serve_arguments, serve_from_args
 
 __all__ = ["main"]
 
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autarch.services.scripted_model", description=__doc__)
     add_serve_arguments(parser)
     try:
-        return cmd_serve_scripted(parser.parse_args(argv))
+        return serve_from_args(parser.parse_args(argv))
     except KeyboardInterrupt:
         return 130
 
