@@ -1,4 +1,4 @@
-"""The orchestrator's eventsourcing application: workflow commands and queries."""
+"""The orchestrator's eventsourcing application: workflows and loop sessions, in one store."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from autarch.contracts.workflows import CreateWorkflow
 from autarch.runtime.aggregates import created_ids, project, topic_of
 
 from .domainmodel import Workflow
+from .loop_model import LoopSession
 
 __all__ = ["WorkflowApplication"]
 
@@ -49,13 +50,28 @@ class WorkflowApplication(Application[UUID]):
 
     def get_workflow(self, workflow_id: str, *, version: int | None = None) -> Workflow:
         """Rebuild one workflow from its events (only its first ``version`` events when given)."""
-        return self.repository.get(UUID(workflow_id), version=version, projector_func=project)
+        workflow = self.repository.get(UUID(workflow_id), version=version, projector_func=project)
+        if not isinstance(workflow, Workflow):  # a loop session's id: the same store holds both
+            raise AggregateNotFoundError(workflow_id)
+        return workflow
 
     def workflow_ids(self) -> Iterator[str]:
         """Every recorded workflow id, in creation order, read from the notification log."""
         return created_ids(self.recorder, _CREATED_TOPIC)
 
+    def get_loop(self, session_id: str, *, version: int | None = None) -> LoopSession:
+        """Rebuild one loop session from its events (only its first ``version`` events when given)."""
+        session = self.repository.get(UUID(session_id), version=version, projector_func=project)
+        if not isinstance(session, LoopSession):
+            raise AggregateNotFoundError(session_id)
+        return session
+
+    def loop_ids(self) -> Iterator[str]:
+        """Every recorded loop session id, in creation order."""
+        return created_ids(self.recorder, _LOOP_CREATED_TOPIC)
+
 
 
 
 _CREATED_TOPIC = topic_of(Workflow.Created)
+_LOOP_CREATED_TOPIC = topic_of(LoopSession.Started)

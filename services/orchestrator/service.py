@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.domain import DomainEvent
 from nats.aio.client import Client
 
+from autarch.contracts.events import Event
 from autarch.contracts.workflows import (
     CreateWorkflow,
     GetWorkflow,
@@ -34,6 +36,10 @@ from .contract_events import to_contract, view_of
 from .domainmodel import Workflow
 from .driver import WorkflowDriver
 from .lifecycle import LifecycleError
+from .loop_book import LoopBook, register_loops
+from .loop_driver import LoopDriver
+from .loop_model import LoopSession
+from .loop_views import loop_to_contract
 from .replay import replay
 from .steps import needs_driving
 from .verbs import register_lifecycle
@@ -60,6 +66,8 @@ class Orchestrator:
 
     unsettled: list[str] = field(default_factory=list)
     """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
+    loops: LoopBook | None = None
+    """Loop sessions (seed 001), kept in the same store; the agents' forwarded tools reach them through here."""
 
     def load_views(self) -> None:
         for workflow_id in self.app.workflow_ids():
@@ -140,11 +148,23 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
     app = WorkflowApplication(env=env)
     log.info("event store: %s", describe_store(env))
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
-    relay = EventRelay(app=app, nc=nc, to_contract=to_contract)
+    book: LoopBook | None = None
+
+    def wire(domain_event: DomainEvent) -> Event | None:
+        if isinstance(domain_event, LoopSession.Event):
+            assert book is not None
+            return loop_to_contract(domain_event, book.settled_of)
+        return to_contract(domain_event)
+
+    relay = EventRelay(app=app, nc=nc, to_contract=wire)
     writer = BatchedWriter(app=app, after_save=relay.wake)
     orchestrator = Orchestrator(app=app, writer=writer)
+    book = LoopBook(app=app, writer=writer, nc=nc, settings=settings)
+    orchestrator.loops = book
     await asyncio.to_thread(orchestrator.load_views)
-    log.info("rebuilt %d workflows from the event store", len(orchestrator.views))
+    await asyncio.to_thread(book.load_views)
+    log.info("rebuilt %d workflows and %d loop sessions from the event store", len(orchestrator.views),
+             len(book.views))
     writer.start()
     relay.start()
     service = TypedService(nc, name="orchestrator", description="Workflows, pulses and their state machines")
@@ -153,16 +173,21 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
     service.endpoint("list_workflows", ListWorkflows, orchestrator.list_workflows)
     service.endpoint("replay_workflow", ReplayWorkflow, orchestrator.replay_workflow)
     register_lifecycle(service, orchestrator)
+    register_loops(service, book)
     driver = WorkflowDriver(nc=nc, orchestrator=orchestrator, settings=settings)
+    loops = LoopDriver(nc=nc, book=book, settings=settings)
     if settings.drive_workflows:
         orchestrator.driver = driver
+        book.driver = loops
     await service.start()
     if settings.drive_workflows:
         await driver.start(orchestrator.unsettled)
+        await loops.start(book.unsettled)
 
     async def stop() -> None:
         await service.stop()
         await driver.stop()
+        await loops.stop()
         await writer.stop()
         await relay.stop()
         # Publish what is already saved before leaving (what is left waits for the next start: nothing is lost).

@@ -90,6 +90,11 @@ def register_lifecycle(service: TypedService, orch: Orchestrator) -> None:
         return artifacts_of(await orch.read(query.workflow_id))
 
     async def take_note(cmd: fx.TakeNote) -> fx.NoteTaken:
+        if orch.loops is not None and orch.loops.is_loop(cmd.workflow_id):
+            # A loop iteration's agent: the note is kept for the session's later iterations.
+            _, note_id = await orch.loops.change(cmd.workflow_id, lambda s: s.take_note(
+                agent_session_id=cmd.session_id, note=cmd.note, key=cmd.idempotency_key))
+            return fx.NoteTaken(note_id=note_id)
         _, note_id = await orch.change(
             cmd.workflow_id,
             lambda wf: wf.take_note(session_id=cmd.session_id, note=cmd.note, key=cmd.idempotency_key),

@@ -1,0 +1,242 @@
+"""Loop sessions' commands and queries: one mailbox per session, a read model of every session's view.
+
+The loop verbs (``start_loop`` … ``abort_loop``) are served here. A start is checked before anything is
+recorded: the repository is registered and the session's branch and worktree made by the git service, and an
+explicit anchor is looked up in the turn memory, so a bad path, branch or anchor is a typed error at once, not
+a failed session after paid iterations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+from eventsourcing.application import AggregateNotFoundError
+
+from autarch.contracts import subjects
+from autarch.contracts.errors import ErrorCode
+from autarch.contracts.git import (
+    CreateWorkflowBranch,
+    GitErrorCode,
+    RegisterRepository,
+    RepositoryRegistered,
+    WorkflowBranchView,
+)
+from autarch.contracts.loops import (
+    AbortLoop,
+    GetLoop,
+    ListLoops,
+    LoopErrorCode,
+    LoopList,
+    LoopView,
+    NotifyTarget,
+    PauseLoop,
+    ResumeLoop,
+    StartLoop,
+)
+from autarch.contracts.turns import FindTurn, TurnFound
+from autarch.runtime.errors import RemoteError, ServiceFailure
+from autarch.runtime.micro import TypedService
+from autarch.runtime.requests import request
+from autarch.runtime.settings import Settings
+
+from .application import WorkflowApplication
+from .loop_model import LoopError, LoopSession
+from .loop_views import summary_of, view_of
+from .writer import BatchedWriter
+
+if TYPE_CHECKING:
+    from .loop_driver import LoopDriver
+
+__all__ = ["LoopBook", "register_loops"]
+
+R = TypeVar("R")
+
+_MAX_ITERATIONS_LIMIT = 200
+"""Default of the ``loop_max_iterations_limit`` setting."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _canonical(session_id: str) -> str:
+    try:
+        return str(uuid.UUID(session_id))
+    except ValueError:
+        raise ServiceFailure.not_found(f"no loop session {session_id}", session_id=session_id) from None
+
+
+@dataclass
+class LoopBook:
+    """Handles each loop session's commands one at a time and keeps every session's current view."""
+
+    app: WorkflowApplication
+    writer: BatchedWriter
+    nc: Any
+    settings: Settings
+    views: dict[str, LoopView] = field(default_factory=dict)
+    settled: dict[str, tuple[int, list[NotifyTarget]]] = field(default_factory=dict)
+    """Session → (max iterations, notification targets): fixed at start, for the relay's ``loop:*`` events."""
+    driver: LoopDriver | None = None
+    unsettled: list[str] = field(default_factory=list)
+    """Sessions that, when the views were loaded, still had work for the driver."""
+    _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+
+    def load_views(self) -> None:
+        for session_id in self.app.loop_ids():
+            session = self.app.get_loop(session_id)
+            self._remember(session)
+            if not session.finished or not session.worktree_removed:
+                self.unsettled.append(session_id)
+
+    def _remember(self, session: LoopSession) -> LoopView:
+        view = view_of(session)
+        self.views[view.id] = view
+        self.settled[view.id] = (session.max_iterations, list(session.notify))
+        return view
+
+    def settled_of(self, session_id: str) -> tuple[int, list[NotifyTarget]]:
+        known = self.settled.get(session_id)
+        if known is None:  # a relay round ahead of the read model (just started): read it from the store
+            session = self.app.get_loop(session_id)
+            known = self.settled[session_id] = (session.max_iterations, list(session.notify))
+        return known
+
+    def is_loop(self, some_id: str) -> bool:
+        try:
+            return str(uuid.UUID(some_id)) in self.views
+        except ValueError:
+            return False
+
+    async def read(self, session_id: str) -> LoopSession:
+        try:
+            return await asyncio.to_thread(self.app.get_loop, _canonical(session_id))
+        except AggregateNotFoundError:
+            raise ServiceFailure.not_found(f"no loop session {session_id}", session_id=session_id) from None
+
+    async def change(self, session_id: str, command: Callable[[LoopSession], R]) -> tuple[LoopSession, R]:
+        """Run ``command`` on the session in its mailbox and save what it recorded; (session, its result)."""
+        async with self._mailboxes[_canonical(session_id)]:
+            session = await self.read(session_id)
+            before = session.version
+            try:
+                result = command(session)
+            except LoopError as exc:
+                raise ServiceFailure(exc.code, exc.message, {"session_id": session_id, **exc.details}) from None
+            changed = session.version != before
+            if changed:
+                await self.writer.save(session)
+                self._remember(session)
+        if changed and self.driver is not None:
+            self.driver.kick(str(session.id))
+        return session, result
+
+    # --- verbs ---------------------------------------------------------------------------------------
+
+    async def start_loop(self, cmd: StartLoop) -> LoopView:
+        limit = int(getattr(self.settings, "loop_max_iterations_limit", _MAX_ITERATIONS_LIMIT))
+        if cmd.max_iterations > limit:
+            raise ServiceFailure.bad_request(
+                f"maxIterations {cmd.max_iterations} is more than this installation allows ({limit}; setting "
+                "loop_max_iterations_limit)", field="max_iterations", limit=limit)
+        for target in cmd.notify:
+            if target.kind == "telegram" and not target.chat_id:
+                raise ServiceFailure.bad_request("a telegram target needs chat_id", field="notify")
+            if target.kind != "telegram" and not target.url:
+                raise ServiceFailure.bad_request(f"a {target.kind} target needs url", field="notify")
+        async with self._mailboxes[cmd.session_id]:
+            existing = self.views.get(cmd.session_id)
+            if existing is not None:
+                if (existing.project_path, existing.goal, existing.max_iterations) != (
+                        cmd.project_path, cmd.goal, cmd.max_iterations):
+                    raise ServiceFailure.conflict(f"loop session {cmd.session_id} already exists with other fields",
+                                                  session_id=cmd.session_id)
+                return existing
+            if cmd.anchor_turn_id is not None:
+                await self._check_anchor(cmd.anchor_turn_id, cmd.project_path)
+            branch_name = cmd.branch_name or f"autarch/loop-{cmd.session_id[:8]}"
+            repo = await self._git("register_repository",
+                                   RegisterRepository(path=cmd.project_path, base_branch=cmd.base_branch),
+                                   RepositoryRegistered)
+            branch = await self._git("create_workflow_branch",
+                                     CreateWorkflowBranch(workflow_id=cmd.session_id, repository_id=repo.repository_id,
+                                                          branch=branch_name, base_branch=repo.base_branch),
+                                     WorkflowBranchView)
+            now = _now()
+            session = LoopSession(
+                session_id=cmd.session_id, project_name=cmd.project_name, project_path=repo.path, goal=cmd.goal,
+                max_iterations=cmd.max_iterations, anchor_turn_id=cmd.anchor_turn_id, branch_name=branch.branch,
+                base_branch=repo.base_branch, context_strategy=cmd.context_strategy,
+                notify=[msgspec.to_builtins(n) for n in cmd.notify], created_by=cmd.created_by, script=cmd.script,
+                created_at=now)
+            session.branch_prepared(branch=branch.branch, worktree_path=branch.worktree_path,
+                                    base_commit=branch.base_commit, repository_id=repo.repository_id, at=now)
+            await self.writer.save(session)
+            view = self._remember(session)
+        if self.driver is not None:
+            self.driver.kick(view.id)
+        return view
+
+    async def _check_anchor(self, turn_id: str, project_path: str) -> None:
+        try:
+            found = await request(self.nc, subjects.request("indexer", "find_turn"),
+                                  FindTurn(turn_id=turn_id, project_path=project_path), TurnFound,
+                                  timeout=self.settings.request_timeout)
+        except RemoteError as exc:
+            raise ServiceFailure(ErrorCode.UNAVAILABLE,
+                                 f"the anchor {turn_id} cannot be checked: the turn memory (indexer) answered "
+                                 f"{exc.code}: {exc.message}", {"anchor_turn_id": turn_id}) from None
+        if found.turn is None:
+            raise ServiceFailure(LoopErrorCode.UNKNOWN_ANCHOR,
+                                 f"no recorded turn {turn_id} in {project_path}: anchorTurnId must name a turn of "
+                                 "this project", {"anchor_turn_id": turn_id, "field": "anchor_turn_id"})
+
+    async def _git(self, verb: str, payload: msgspec.Struct, reply: type[R]) -> R:
+        try:
+            return await request(self.nc, subjects.request("git", verb), payload, reply,
+                                 timeout=self.settings.git_request_timeout, retry_unavailable=2.0, idempotent=True)
+        except RemoteError as exc:
+            code = exc.code
+            if code == GitErrorCode.NOT_A_REPOSITORY:
+                code = LoopErrorCode.NOT_A_REPOSITORY
+            raise ServiceFailure(code, exc.message, dict(exc.reply.details or {})) from None
+
+    async def get_loop(self, query: GetLoop) -> LoopView:
+        view = self.views.get(query.session_id)
+        if view is None:
+            raise ServiceFailure.not_found(f"no loop session {query.session_id}", session_id=query.session_id)
+        return view
+
+    async def list_loops(self, query: ListLoops) -> LoopList:
+        items = [summary_of(v) for v in self.views.values() if query.status is None or v.status == query.status]
+        return LoopList(items=items[query.offset: query.offset + query.limit], total=len(items))
+
+    async def pause_loop(self, cmd: PauseLoop) -> LoopView:
+        session, _ = await self.change(cmd.session_id, LoopSession.request_pause)
+        return view_of(session)
+
+    async def resume_loop(self, cmd: ResumeLoop) -> LoopView:
+        session, _ = await self.change(cmd.session_id, lambda s: s.resume(cmd.message))
+        return view_of(session)
+
+    async def abort_loop(self, cmd: AbortLoop) -> LoopView:
+        if self.driver is None:
+            raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive loop sessions")
+        return view_of(await self.driver.abort(cmd.session_id, cmd.reason))
+
+
+def register_loops(service: TypedService, book: LoopBook) -> None:
+    """Add the loop verbs to the orchestrator's service."""
+    service.endpoint("start_loop", StartLoop, book.start_loop)
+    service.endpoint("get_loop", GetLoop, book.get_loop)
+    service.endpoint("list_loops", ListLoops, book.list_loops)
+    service.endpoint("pause_loop", PauseLoop, book.pause_loop)
+    service.endpoint("resume_loop", ResumeLoop, book.resume_loop)
+    service.endpoint("abort_loop", AbortLoop, book.abort_loop)
