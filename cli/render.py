@@ -303,6 +303,37 @@ def _session_line(kind: str, e: Mapping[str, Any], sessions: Mapping[str, str]) 
     return None
 
 
+def _loop_line(name: str, e: Mapping[str, Any]) -> str | None:
+    """A loop session's events (seed 001): iteration k/N, its signal, its commit."""
+    k, n = e.get("iteration_number", "?"), e.get("max_iterations", "?")
+    if name == "started":
+        return (f"loop started on {e.get('project_path')} (branch {e.get('branch_name')}, at most "
+                f"{e.get('max_iterations')} iterations): {_cut(str(e.get('goal', '')), 80)}")
+    if name == "iteration_started":
+        anchor = e.get("anchor_strategy") or "none"
+        return f"iteration {k}/{n} started (anchor: {anchor})"
+    if name == "iteration_completed":
+        commit = f" · {str(e['commit_hash'])[:8]}" if e.get("commit_hash") else " · no commit"
+        status = "" if e.get("status") == "complete" else f" ({e.get('status')})"
+        return f"iteration {k}/{n}{status} {e.get('signal')}{commit} · {_cut(str(e.get('output_summary', '')), 80)}"
+    if name == "paused":
+        return f"loop paused after iteration {e.get('iteration_number')}"
+    if name == "resumed":
+        message = e.get("message")
+        return "loop resumed" + (f": {_cut(str(message), 80)}" if message else "")
+    if name == "blocked":
+        return f"loop BLOCKED: {e.get('reason')}"
+    if name == "completed":
+        commits = e.get("commits", 0)
+        return (f"loop complete ({e.get('iterations')} iterations, {commits} commit{'s' if commits != 1 else ''}): "
+                f"{e.get('reason')}")
+    if name == "failed":
+        return f"loop FAILED: {e.get('reason')}"
+    if name == "aborted":
+        return f"loop aborted: {e.get('reason')}"
+    return None
+
+
 def render_event(event: Mapping[str, Any], sessions: Mapping[str, str] | None = None) -> str | None:
     """One line (``HH:MM:SS  text``; rarely a few indented more) for ``event``, or None when it is not shown.
 
@@ -315,7 +346,7 @@ def render_event(event: Mapping[str, Any], sessions: Mapping[str, str] | None = 
         # Hidden when None on purpose (kickoff turns, tool calls that worked).
         text = _session_line(kind, event, sessions or {})
         return None if text is None else f"{_time(event)}  {text}"
-    renderers = {"workflow": _workflow_line, "preflight": _preflight_line, "pulse": _pulse_line}
+    renderers = {"workflow": _workflow_line, "preflight": _preflight_line, "pulse": _pulse_line, "loop": _loop_line}
     text = renderers[family](name, event) if family in renderers else None
     # An event this version does not know still gets a line: its type.
     return f"{_time(event)}  {text or kind or '(event without a type)'}"

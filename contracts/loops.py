@@ -197,6 +197,8 @@ class ProgressEntry(msgspec.Struct, kw_only=True):
     signal: Signal
     summary: str
     commit_hash: str | None = None
+    turn_id: str | None = None
+    """The iteration's agent turn: what a later iteration names in an ``<anchor_hint>``."""
 
 
 class LoopView(Reply, kw_only=True):

@@ -131,7 +131,8 @@ def _prompt(session: LoopSession, number: int, anchor: Anchor, slice_: SliceView
         lines += ["", "What earlier iterations did:"]
         for entry in log[-20:]:
             commit = f", commit {entry.commit_hash[:10]}" if entry.commit_hash else ", no commit"
-            lines.append(f"- iteration {entry.iteration} ({entry.signal}{commit}): {entry.summary}")
+            turn = f", turn {entry.turn_id}" if entry.turn_id else ""
+            lines.append(f"- iteration {entry.iteration} ({entry.signal}{commit}{turn}): {entry.summary}")
     if slice_ is not None and slice_.turns:
         lines += ["", f"Context, anchored on turn {anchor.turn_id} ({anchor.strategy}):"]
         for turn in slice_.turns:

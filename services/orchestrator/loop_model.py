@@ -413,5 +413,5 @@ class LoopSession(Aggregate):
 
     def progress_log(self) -> list[ProgressEntry]:
         return [ProgressEntry(iteration=it.number, signal=it.signal, summary=it.output_summary or "",
-                              commit_hash=it.commit_hash)
+                              commit_hash=it.commit_hash, turn_id=it.turn_id)
                 for it in self.iterations if it.over and it.signal is not None]

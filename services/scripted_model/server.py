@@ -33,7 +33,7 @@ import msgspec
 import uvicorn
 
 from . import protocol
-from .scenario import Failure, Scenario, Step, ToolUseBlock, load_scenario, parse_scenario
+from .scenario import Failure, Scenario, Step, TextBlock, ToolUseBlock, load_scenario, parse_scenario
 
 __all__ = [
     "ROLE_HEADER",
@@ -54,6 +54,35 @@ Outcome = Literal["ok", "injected_error", "failed_mid_stream", "cancelled", "rej
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+_RECALL = re.compile(r"\{\{recall:(.+?)\}\}")
+"""``{{recall:REGEX}}`` in a step's text: replaced by what REGEX captures (group 1, else the whole match) in the
+request's first user message, so a script can answer with something only known at run time (a turn id)."""
+
+
+def _first_user_text(body: Mapping[str, Any]) -> str:
+    for message in body.get("messages", []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def _recall(step: Step, body: Mapping[str, Any]) -> Step:
+    if not any(isinstance(b, TextBlock) and "{{recall:" in b.text for b in step.content):
+        return step
+    source = _first_user_text(body)
+
+    def fill(match: re.Match[str]) -> str:
+        found = re.search(match.group(1), source)
+        if found is None:
+            return "(nothing to recall)"
+        return found.group(1) if found.groups() else found.group(0)
+
+    content = [msgspec.structs.replace(b, text=_RECALL.sub(fill, b.text)) if isinstance(b, TextBlock) else b
+               for b in step.content]
+    return msgspec.structs.replace(step, content=content)
 
 
 class RecordedRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -243,6 +272,7 @@ class ScriptedModelApp:
             await reject(_error(400, selected), **fields)
             return
         key, step = selected
+        step = _recall(step, body)
         fields["key"] = key
         window = self.scenario.context_window
         if window is not None and (tokens := _input_tokens(body)) > window:

@@ -108,6 +108,28 @@ SAMPLES: dict[str, tuple[ev.Event, list[str]]] = {
                                         cost_usd=0.0123, tool_calls=3),
                        ["[session 5e55105e] turn done (block submit_research): 1,500 in / 200 out tokens, "
                         "$0.0123, 3 tool calls"]),
+    "loop:started": (ev.LoopStarted(**COMMON, project_name="shop", project_path="/r", goal="Add auth",
+                                    max_iterations=10, branch_name="autarch/loop-99f31dc9", created_by="cli",
+                                    context_strategy="prefetch"),
+                     ["loop started on /r (branch autarch/loop-99f31dc9, at most 10 iterations): Add auth"]),
+    "loop:iteration_started": (ev.LoopIterationStarted(**COMMON, iteration_number=3, max_iterations=10,
+                                                       agent_session_id=SID, anchor_strategy="chained"),
+                               ["iteration 3/10 started (anchor: chained)"]),
+    "loop:iteration_completed": (ev.LoopIterationCompleted(**COMMON, iteration_number=3, max_iterations=10,
+                                                           status="complete", signal="CONTINUE",
+                                                           signal_source="explicit",
+                                                           output_summary="Built login component",
+                                                           commit_hash="a1b2c3d4e5f6"),
+                                 ["iteration 3/10 CONTINUE · a1b2c3d4 · Built login component"]),
+    "loop:paused": (ev.LoopPaused(**COMMON, iteration_number=2), ["loop paused after iteration 2"]),
+    "loop:resumed": (ev.LoopResumed(**COMMON, message="key is set"), ["loop resumed: key is set"]),
+    "loop:blocked": (ev.LoopBlocked(**COMMON, reason="Need API key for Stripe integration", iteration_number=4),
+                     ["loop BLOCKED: Need API key for Stripe integration"]),
+    "loop:completed": (ev.LoopCompleted(**COMMON, reason="the agent signalled COMPLETE", iterations=5, commits=3),
+                       ["loop complete (5 iterations, 3 commits): the agent signalled COMPLETE"]),
+    "loop:failed": (ev.LoopFailed(**COMMON, reason="no branch"), ["loop FAILED: no branch"]),
+    "loop:aborted": (ev.LoopAborted(**COMMON, reason="changed my mind", iteration_number=2),
+                     ["loop aborted: changed my mind"]),
 }
 
 
