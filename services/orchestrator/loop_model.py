@@ -321,11 +321,11 @@ class LoopSession(Aggregate):
         if limit <= 0 or len(self.iterations) < limit:
             return None
         last = self.iterations[-limit:]
-        if all(it.over and it.commit_hash is None for it in last):
-            return f"no progress: {limit} iterations in a row committed nothing"
         reasons = {it.reason for it in last}
         if all(it.status in ("failed", "timeout") for it in last) and len(reasons) == 1:
             return f"no progress: {limit} iterations in a row ended with the same error: {reasons.pop()}"
+        if all(it.over and it.commit_hash is None for it in last):
+            return f"no progress: {limit} iterations in a row committed nothing"
         return None
 
     def take_note(self, *, agent_session_id: str, note: str, key: str) -> str:
