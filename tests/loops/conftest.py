@@ -69,8 +69,11 @@ class Loops:
         self.loop.close()
 
     def ask(self, verb: str, payload: Any, reply: type) -> Any:
+        # Queries survive an orchestrator being killed and restarted (the fault tests do that).
+        query = verb in ("get_loop", "list_loops")
         return self.loop.run_until_complete(
-            request(self.nc, subjects.request("orchestrator", verb), payload, reply, timeout=30))
+            request(self.nc, subjects.request("orchestrator", verb), payload, reply, timeout=30,
+                    idempotent=query, retry_unavailable=30.0 if query else 0.0))
 
     def ask_error(self, verb: str, payload: Any) -> RemoteError:
         """The typed error ``verb`` answers (fails when it answers anything else)."""
@@ -100,6 +103,24 @@ class Loops:
             view = self.get(session_id)
         log = self.system.log.read_text()[-6000:] if self.system.log else ""
         raise AssertionError(f"timed out waiting for {what}; session is {view}\n{log}")
+
+    def events(self, session_id: str) -> list[str]:
+        """The types of every event of the session on the stream so far, in order."""
+        async def read() -> list[str]:
+            js = self.nc.jetstream()
+            sub = await js.subscribe(subjects.workflow_events(session_id), ordered_consumer=True)
+            found: list[str] = []
+            try:
+                while True:
+                    try:
+                        msg = await sub.next_msg(timeout=1.0)
+                    except nats.errors.TimeoutError:
+                        return found
+                    found.append(subjects.event_type_from_subject(msg.subject))
+            finally:
+                await sub.unsubscribe()
+
+        return self.loop.run_until_complete(read())
 
     def wait_status(self, session_id: str, status: str, timeout: float = 60) -> LoopView:
         return self.wait(session_id, lambda v: v.status == status and not v.pause_requested, f"status {status}",
