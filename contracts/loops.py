@@ -67,6 +67,8 @@ BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=r
 TurnId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Message = Annotated[str, msgspec.Meta(max_length=100_000)]
 Script = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+TokenBudget = Annotated[int, msgspec.Meta(ge=1)]
+CostBudget = Annotated[float, msgspec.Meta(gt=0)]
 
 
 class NotifyTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -119,6 +121,10 @@ class StartLoop(Command, kw_only=True):
     created_by: CreatedBy = "api"
     script: Script | None = None
     """Scenario selector for the scripted model (tests, ``autarch demo loop``); ignored by real models."""
+    max_tokens: TokenBudget | None = None
+    """The session's token budget (every iteration's tokens summed); spent → the session blocks."""
+    max_cost_usd: CostBudget | None = None
+    """The session's cost budget in US dollars at list prices; spent → the session blocks."""
 
 
 class GetLoop(Query, kw_only=True):
@@ -227,6 +233,8 @@ class LoopView(Reply, kw_only=True):
     """Why the session is blocked, failed, aborted or complete (``max iterations reached``, the BLOCKED reason…)."""
     pause_requested: bool = False
     worktree_path: str | None = None
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
     iterations: list[IterationView] = []
 
 
@@ -267,6 +275,8 @@ class StartLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, re
     session_id: SessionId | None = None
     """Optional: a client that retries its start sends the same id (default: a new UUID)."""
     script: Script | None = None
+    max_tokens: TokenBudget | None = None
+    max_cost_usd: CostBudget | None = None
 
 
 class ResumeLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

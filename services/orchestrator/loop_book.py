@@ -175,7 +175,7 @@ class LoopBook:
                 max_iterations=cmd.max_iterations, anchor_turn_id=cmd.anchor_turn_id, branch_name=branch.branch,
                 base_branch=repo.base_branch, context_strategy=cmd.context_strategy,
                 notify=[msgspec.to_builtins(n) for n in cmd.notify], created_by=cmd.created_by, script=cmd.script,
-                created_at=now)
+                created_at=now, max_tokens=cmd.max_tokens, max_cost_usd=cmd.max_cost_usd)
             session.branch_prepared(branch=branch.branch, worktree_path=branch.worktree_path,
                                     base_commit=branch.base_commit, repository_id=repo.repository_id, at=now)
             await self.writer.save(session)

@@ -133,7 +133,8 @@ class LoopSession(Aggregate):
     @event("Started")
     def __init__(self, *, session_id: str, project_name: str, project_path: str, goal: str, max_iterations: int,
                  anchor_turn_id: str | None, branch_name: str, base_branch: str, context_strategy: ContextStrategy,
-                 notify: list[dict[str, Any]], created_by: CreatedBy, script: str | None, created_at: str) -> None:
+                 notify: list[dict[str, Any]], created_by: CreatedBy, script: str | None, created_at: str,
+                 max_tokens: int | None = None, max_cost_usd: float | None = None) -> None:
         self.project_name = project_name
         self.project_path = project_path
         self.goal = goal
@@ -146,6 +147,8 @@ class LoopSession(Aggregate):
         self.notify = [msgspec.convert(n, NotifyTarget) for n in notify]
         self.created_by: CreatedBy = created_by
         self.script = script
+        self.max_tokens = max_tokens
+        self.max_cost_usd = max_cost_usd
         self.created_at = created_at
         self.updated_at = created_at
         self.status: LoopStatus = "running"
@@ -307,6 +310,8 @@ class LoopSession(Aggregate):
             self._set_status("blocked", it.reason or "the agent signalled BLOCKED")
         elif (stalled := self.no_progress(no_progress_limit)) is not None:
             self._set_status("blocked", stalled)
+        elif (spent := self.budget_spent()) is not None:
+            self._set_status("blocked", spent)
         elif number >= self.max_iterations:
             self._set_status("complete", f"max iterations reached ({self.max_iterations})")
         elif self.pause_requested:
@@ -326,6 +331,14 @@ class LoopSession(Aggregate):
             return f"no progress: {limit} iterations in a row ended with the same error: {reasons.pop()}"
         if all(it.over and it.commit_hash is None for it in last):
             return f"no progress: {limit} iterations in a row committed nothing"
+        return None
+
+    def budget_spent(self) -> str | None:
+        """Why the session's budget allows no further iteration, or None."""
+        if self.max_tokens is not None and self.total_tokens_used >= self.max_tokens:
+            return f"token budget spent ({self.total_tokens_used:,} of {self.max_tokens:,} tokens)"
+        if self.max_cost_usd is not None and self.total_cost_usd >= self.max_cost_usd:
+            return f"cost budget spent (${self.total_cost_usd:.4f} of ${self.max_cost_usd:.4f})"
         return None
 
     def take_note(self, *, agent_session_id: str, note: str, key: str) -> str:

@@ -55,6 +55,7 @@ def view_of(session: LoopSession) -> LoopView:
         created_at=datetime.fromisoformat(session.created_at), updated_at=datetime.fromisoformat(session.updated_at),
         status_reason=session.status_reason, pause_requested=session.pause_requested,
         worktree_path=session.branch.worktree_path if session.branch and not session.worktree_removed else None,
+        max_tokens=session.max_tokens, max_cost_usd=session.max_cost_usd,
         iterations=[_iteration_view(sid, it) for it in session.iterations])
 
 

@@ -144,3 +144,13 @@ def test_abort_mid_turn_stops_at_once_and_keeps_the_work(model, loops):
     # The work in progress is kept as a recovery commit on the iteration's pulse branch.
     branches = git(repo, "branch", "--list", f"{view.branch_name}.pulse-i1")
     assert branches, "the recovery branch is kept"
+
+
+def test_a_spent_token_budget_blocks_the_session(model, loops):
+    model.use({"files": FILES, "scripts": {
+        f"loop:budget.i{n}": iteration([write(f"s{n}.txt", "x\n")], f"chore(shop): s{n}\n<signal>CONTINUE</signal>")
+        for n in (1, 2, 3)}})
+    started = loops.start(loops.repo("budget"), "budget", max_tokens=1)
+    view = loops.wait_status(started.id, "blocked")
+    assert view.current_iteration == 1 and view.max_tokens == 1
+    assert view.status_reason.startswith("token budget spent (") and view.total_tokens_used > 1

@@ -16,7 +16,7 @@ def new_session(max_iterations: int = 3) -> LoopSession:
                        max_iterations=max_iterations, anchor_turn_id=None, branch_name="autarch/loop-x",
                        base_branch="main", context_strategy="prefetch",
                        notify=[{"kind": "webhook", "url": "http://127.0.0.1:9/h"}], created_by="api", script=None,
-                       created_at="2026-11-25T05:00:00+00:00")
+                       created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None)
 
 
 def run_iteration(session: LoopSession, signal: str, commit: str | None, *, reason: str | None = None) -> None:
