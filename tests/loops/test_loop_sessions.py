@@ -154,3 +154,23 @@ def test_a_spent_token_budget_blocks_the_session(model, loops):
     view = loops.wait_status(started.id, "blocked")
     assert view.current_iteration == 1 and view.max_tokens == 1
     assert view.status_reason.startswith("token budget spent (") and view.total_tokens_used > 1
+
+
+def test_a_restarted_orchestrator_rebuilds_every_session_as_it_was(model, loops):
+    from autarch.contracts.loops import ListLoops, LoopList
+    from tests.workflow_faults.harness import kill
+
+    model.use({"files": FILES, "scripts": {
+        "loop:replay.i1": iteration([write("r.txt", "r\n")], "chore(shop): r\n<signal>CONTINUE</signal>"),
+        "loop:replay.i2": iteration("<signal>BLOCKED: which colour?</signal>"),
+    }})
+    started = loops.start(loops.repo("replay"), "replay")
+    live = loops.wait_status(started.id, "blocked")
+    every = loops.ask("list_loops", ListLoops(), LoopList)
+    assert kill(loops.system, "orchestrator") is not None
+    # The next answer comes from a new process that rebuilt its read model from the event store alone.
+    rebuilt = loops.get(started.id)
+    assert rebuilt == live
+    assert loops.ask("list_loops", ListLoops(), LoopList) == every
+    blocked = loops.ask("list_loops", ListLoops(status="blocked"), LoopList)
+    assert started.id in {s.id for s in blocked.items} and all(s.status == "blocked" for s in blocked.items)
