@@ -81,6 +81,10 @@ class Loops:
             self.ask(verb, payload, LoopView)
         return refused.value
 
+    def ask_raw_error(self, verb: str, payload: dict[str, Any]) -> RemoteError:
+        """Send ``payload`` as given (no client-side validation) and return the typed error it gets."""
+        return self.ask_error(verb, payload)
+
     def repo(self, name: str) -> Path:
         return make_repo(self.tmp / name, FILES)
 
