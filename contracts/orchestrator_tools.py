@@ -23,16 +23,20 @@ __all__ = [
     "GET_SCOPE_CARD_VERB",
     "ORCHESTRATOR_TOOL_VERBS",
     "RECORD_BASELINE_VERB",
+    "SEARCH_HISTORY_VERB",
     "TAKE_NOTE_VERB",
     "AddReviewComment",
     "BaselineRecorded",
     "CompleteReview",
     "GetScopeCard",
+    "HistoryHit",
+    "HistoryHits",
     "NoteTaken",
     "RecordBaseline",
     "ReviewCommentAdded",
     "ReviewCompleted",
     "ScopeCard",
+    "SearchHistory",
     "TakeNote",
 ]
 
@@ -41,6 +45,7 @@ RECORD_BASELINE_VERB = "record_baseline"
 GET_SCOPE_CARD_VERB = "get_scope_card"
 ADD_REVIEW_COMMENT_VERB = "add_review_comment"
 COMPLETE_REVIEW_VERB = "complete_review"
+SEARCH_HISTORY_VERB = "search_history"
 """Orchestrator verbs (``autarch.svc.orchestrator.<verb>``)."""
 ORCHESTRATOR_TOOL_VERBS = (
     TAKE_NOTE_VERB,
@@ -126,3 +131,23 @@ class CompleteReview(Command, kw_only=True):
 
 class ReviewCompleted(Reply, kw_only=True):
     recommendation: str
+
+
+class SearchHistory(Query, kw_only=True):
+    """A loop iteration's ``search_history``: the recorded turns of the session's project that match ``query``."""
+
+    workflow_id: str
+    """The loop session (its id stands in the workflow's place)."""
+    query: str
+    limit: int = 5
+
+
+class HistoryHit(Reply, kw_only=True):
+    turn_id: str
+    iteration: int | None
+    score: float
+    excerpt: str
+
+
+class HistoryHits(Reply, kw_only=True):
+    items: list[HistoryHit]

@@ -67,6 +67,7 @@ ORCHESTRATOR_VERBS = (
     "pause_loop",
     "resume_loop",
     "abort_loop",
+    "search_history",
 )
 TOOLS_VERBS = ("call", "list_tools", "file_access", "cancel")
 GIT_VERBS = (

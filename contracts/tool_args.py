@@ -35,6 +35,7 @@ __all__ = [
     "MultiEditArgs",
     "ReadFileArgs",
     "RecordBaselineArgs",
+    "SearchHistoryArgs",
     "SemanticSearchArgs",
     "ShellArgs",
     "TakeNoteArgs",
@@ -135,6 +136,13 @@ class GrepArgs(ToolArgs, kw_only=True, rename="camel"):
 class TakeNoteArgs(ToolArgs, kw_only=True, rename="camel"):
     reason: Reason
     note: Annotated[str, Meta(description="The note content to store for the current workflow stage")]
+
+
+class SearchHistoryArgs(ToolArgs, kw_only=True, rename="camel"):
+    reason: Reason
+    query: Annotated[str, Meta(min_length=1, max_length=10_000,
+                               description="What to look for in the session's earlier turns, in plain words")]
+    limit: Annotated[int, Meta(ge=1, le=20, description="How many turns to return (default 5)")] = 5
 
 
 class WebCodeSearchArgs(ToolArgs, kw_only=True, rename="camel"):

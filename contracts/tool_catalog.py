@@ -49,6 +49,7 @@ TOOL_ARGUMENTS: dict[str, type[a.ToolArgs]] = {
     "glob_search": a.GlobSearchArgs,
     "grep": a.GrepArgs,
     "take_note": a.TakeNoteArgs,
+    "search_history": a.SearchHistoryArgs,
     "web_code_search": a.WebCodeSearchArgs,
     "write_file": a.WriteFileArgs,
     "edit_file": a.EditFileArgs,
@@ -145,6 +146,11 @@ _TAKE_NOTE = """Store a note for the current workflow stage.
 Notes persist across agent invocations within the same workflow stage,
 but are cleared when the workflow transitions to a different state.
 Notes are automatically injected into the conversation on every turn."""
+
+_SEARCH_HISTORY = """Search the project's recorded agent turns (earlier iterations of this loop session and other
+sessions on the same repository) for what matters to your current step: a design, a decision, an error seen
+before. Returns the most relevant turns with their turn id, relevance and an excerpt; name a turn id in an
+<anchor_hint> to start the next iteration from it."""
 
 _WEB_CODE_SEARCH = """Search and get relevant context for any programming task using Exa Code API
 Provides the highest quality and freshest context for libraries, SDKs, and APIs
@@ -257,6 +263,7 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("glob_search", "base"): _GLOB_SEARCH,
     ("grep", "base"): _GREP,
     ("take_note", "base"): _TAKE_NOTE,
+    ("search_history", "base"): _SEARCH_HISTORY,
     ("web_code_search", "base"): _WEB_CODE_SEARCH,
     ("write_file", "base"): _WRITE_FILE,
     ("edit_file", "base"): _EDIT_FILE,
@@ -302,9 +309,10 @@ ROLE_TOOLS: dict[str, tuple[tuple[str, str], ...]] = {
         ("shell", "pulsing"),
     ),
     "loop": (
-        # A Pulse Protocol iteration (seed 001): the pulsing tools (take_note is in the base set); it ends its
-        # turn with text carrying its signal, not with a block tool.
+        # A Pulse Protocol iteration (seed 001): the pulsing tools (take_note is in the base set) and the search
+        # of recorded turns; it ends its turn with text carrying its signal, not with a block tool.
         *_with(_BASE, semantic_search="pulsing", read_file="pulsing"),
+        ("search_history", "base"),
         ("write_file", "base"),
         ("edit_file", "base"),
         ("multi_edit", "base"),
@@ -331,7 +339,7 @@ def tool_variant(role: str, tool: str) -> str | None:
     return None
 
 
-_PREFERRED_ROLES = ("pulsing", "preflight", "review", "research", "discussion")
+_PREFERRED_ROLES = ("pulsing", "preflight", "review", "research", "discussion", "loop")
 
 
 def role_for_tool(tool: str) -> str | None:

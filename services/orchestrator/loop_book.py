@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from eventsourcing.application import AggregateNotFoundError
 
+from autarch.contracts import orchestrator_tools as fx
 from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import (
@@ -40,7 +41,7 @@ from autarch.contracts.loops import (
     ResumeLoop,
     StartLoop,
 )
-from autarch.contracts.turns import FindTurn, TurnFound
+from autarch.contracts.turns import FindTurn, SearchTurns, TurnFound, TurnHits
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.micro import TypedService
 from autarch.runtime.requests import request
@@ -208,6 +209,20 @@ class LoopBook:
                 code = LoopErrorCode.NOT_A_REPOSITORY
             raise ServiceFailure(code, exc.message, dict(exc.reply.details or {})) from None
 
+    async def search_history(self, query: fx.SearchHistory) -> fx.HistoryHits:
+        """An iteration's ``search_history`` tool: the turn memory searched within the session's project."""
+        view = self.views.get(query.workflow_id)
+        if view is None:
+            raise ServiceFailure.not_found(f"no loop session {query.workflow_id}", session_id=query.workflow_id)
+        hits = await request(self.nc, subjects.request("indexer", "search_turns"),
+                             SearchTurns(project_path=view.project_path, query=query.query,
+                                         limit=max(1, min(query.limit, 20))), TurnHits,
+                             timeout=self.settings.request_timeout)
+        # The turn memory's conversation of a loop turn is its session, and the iteration its position in it.
+        return fx.HistoryHits(items=[fx.HistoryHit(turn_id=h.turn_id,
+                                                   iteration=h.index + 1 if h.session_id == view.id else None,
+                                                   score=h.score, excerpt=h.excerpt) for h in hits.items])
+
     async def get_loop(self, query: GetLoop) -> LoopView:
         view = self.views.get(query.session_id)
         if view is None:
@@ -240,3 +255,4 @@ def register_loops(service: TypedService, book: LoopBook) -> None:
     service.endpoint("pause_loop", PauseLoop, book.pause_loop)
     service.endpoint("resume_loop", ResumeLoop, book.resume_loop)
     service.endpoint("abort_loop", AbortLoop, book.abort_loop)
+    service.endpoint(fx.SEARCH_HISTORY_VERB, fx.SearchHistory, book.search_history)

@@ -22,6 +22,7 @@ from autarch.contracts.tool_args import (
     GetDiffArgs,
     GetScopeCardArgs,
     RecordBaselineArgs,
+    SearchHistoryArgs,
     SemanticSearchArgs,
     TakeNoteArgs,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "get_diff",
     "get_scope_card",
     "record_baseline",
+    "search_history",
     "semantic_search",
     "take_note",
 ]
@@ -81,6 +83,18 @@ async def take_note(ctx: ToolContext, args: TakeNoteArgs) -> Any:
     except RemoteError as exc:
         return {"success": False, "error": _unreachable("store the note", exc)}
     return {"success": True}
+
+
+async def search_history(ctx: ToolContext, args: SearchHistoryArgs) -> Any:
+    if not ctx.call.workflow_id:
+        return {"error": "History search is only available in loop sessions"}
+    query = fx.SearchHistory(workflow_id=ctx.call.workflow_id, query=args.query, limit=args.limit)
+    try:
+        hits = await ctx.forwarder.send("orchestrator", fx.SEARCH_HISTORY_VERB, query, fx.HistoryHits)
+    except RemoteError as exc:
+        return {"error": _unreachable("search the recorded turns", exc)}
+    return {"results": [{"turnId": h.turn_id, "iteration": h.iteration, "relevance": round(h.score, 3),
+                         "excerpt": h.excerpt} for h in hits.items]}
 
 
 def _preview(text: str, limit: int = 60) -> str:

@@ -16,6 +16,7 @@ HANDLERS: dict[str, Handler] = {
     "glob_search": reading.glob_search,
     "grep": reading.grep,
     "take_note": forwarded.take_note,
+    "search_history": forwarded.search_history,
     "web_code_search": web.web_code_search,
     "write_file": writing.write_file,
     "edit_file": writing.edit_file,
