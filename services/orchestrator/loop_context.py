@@ -142,5 +142,9 @@ def _prompt(session: LoopSession, number: int, anchor: Anchor, slice_: SliceView
     if related:
         lines += ["", "Other recorded turns that may be relevant:"]
         lines += [f"- turn {hit.turn_id} (relevance {hit.score:.2f}): {hit.excerpt}" for hit in related]
+    if session.context_strategy in ("mcp", "hybrid"):
+        anchored = f" (the anchor turn is {anchor.turn_id}, found {anchor.strategy})" if anchor.turn_id else ""
+        lines += ["", "Earlier work on this project is recorded: search it with search_history when it matters "
+                  f"to your step{anchored}."]
     lines += ["", "Take the next step towards the goal, then report and end with exactly one signal."]
     return "\n".join(lines)
