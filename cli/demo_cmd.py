@@ -503,6 +503,10 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
 def cmd_demo(args: argparse.Namespace) -> int:
     target = Path(args.dir) if args.dir else Path.cwd() / f"autarch-demo-{uuid.uuid4().hex[:6]}"
     try:
+        if args.which == "loop":
+            from .demo_loop import run_loop_demo
+
+            return run_loop_demo(target, keep=args.keep, timeout=args.timeout)
         return run_demo(target, interactive=args.interactive, keep=args.keep, timeout=args.timeout,
                         scenario_path=Path(args.scenario) if args.scenario else None)
     except DemoError as exc:
@@ -517,6 +521,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         f"“{REQUEST}” through scoping, research, planning, execution and review, approving each card. Ends with "
         f"the branch {BRANCH} (one commit per pulse) and the review's verdict, then stops everything.",
     )
+    demo.add_argument("which", nargs="?", choices=("workflow", "loop"), default="workflow",
+                      help="workflow (default): the gated stages; loop: a Pulse Protocol loop session that "
+                      "iterates to COMPLETE on its own")
     demo.add_argument("--interactive", action="store_true",
                       help="show each card and ask: approve, request changes or quit")
     demo.add_argument("--dir", metavar="DIR",

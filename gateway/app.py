@@ -28,6 +28,7 @@ from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
 from .orchestrator_client import ask_orchestrator, nc_of
 from .params import bad_request, resolve_repo
+from .pulse_routes import PULSE_ROUTES
 from .session_routes import SESSION_ROUTES
 from .sse import end_streams_on_signals, event_stream
 from .workflow_routes import WORKFLOW_ROUTES
@@ -140,7 +141,7 @@ def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orc
     return Litestar(
         route_handlers=[
             create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
-            *SESSION_ROUTES, events, healthz,
+            *SESSION_ROUTES, *PULSE_ROUTES, events, healthz,
         ],
         guards=[token_guard(token)],
         exception_handlers=EXCEPTION_HANDLERS,
