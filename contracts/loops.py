@@ -97,6 +97,9 @@ class LoopErrorCode:
     """``anchor_turn_id`` names no recorded agent turn."""
     NOT_A_REPOSITORY = "not_a_repository"
     """``project_path`` is not the top of a git repository."""
+    MEMORY_UNAVAILABLE = "turn_memory_unavailable"
+    """An explicit anchor cannot be checked: the turn memory (the indexer) did not answer. Not ``unavailable``,
+    which would tell a client that the orchestrator itself is down and the request is worth repeating at once."""
 
     CONFLICTS = frozenset({NOT_RUNNING, NOT_RESUMABLE, FINISHED})
     """The codes that mean "not in this state" (HTTP 409)."""

@@ -45,6 +45,7 @@ _STATUS = {
     **dict.fromkeys(LoopErrorCode.CONFLICTS, 409),
     LoopErrorCode.UNKNOWN_ANCHOR: 400,
     LoopErrorCode.NOT_A_REPOSITORY: 400,
+    LoopErrorCode.MEMORY_UNAVAILABLE: 503,
     GitErrorCode.BASE_BRANCH_MISSING: 400,
     GitErrorCode.INVALID_BRANCH_NAME: 400,
     GitErrorCode.BRANCH_EXISTS: 409,

@@ -191,7 +191,7 @@ class LoopBook:
                                   FindTurn(turn_id=turn_id, project_path=project_path), TurnFound,
                                   timeout=self.settings.request_timeout)
         except RemoteError as exc:
-            raise ServiceFailure(ErrorCode.UNAVAILABLE,
+            raise ServiceFailure(LoopErrorCode.MEMORY_UNAVAILABLE,
                                  f"the anchor {turn_id} cannot be checked: the turn memory (indexer) answered "
                                  f"{exc.code}: {exc.message}", {"anchor_turn_id": turn_id}) from None
         if found.turn is None:

@@ -54,7 +54,7 @@ def test_a_directory_that_is_not_a_repository(loops, tmp_path):
 def test_an_unknown_anchor_is_refused_at_start(loops):
     refused = loops.ask_raw_error("start_loop", start_payload(loops.repo("anchor"), anchor_turn_id="no-such-turn"))
     # Without an indexer in this system the anchor cannot be checked: that is said, not silently ignored.
-    assert refused.code in ("unknown_anchor", "unavailable")
+    assert refused.code in ("unknown_anchor", "turn_memory_unavailable")
     assert "no-such-turn" in refused.message
 
 
