@@ -95,7 +95,8 @@ class TurnHit(msgspec.Struct, kw_only=True):
     turn_id: str
     session_id: str
     score: float
-    """Relevance in [0, 1] (the anchor's ``salience``)."""
+    """Cosine similarity of the turn to the query, in [0, 1] (the anchor's ``salience``); hits are ranked by the
+    fusion of that similarity's ranking and BM25's."""
     index: int
     excerpt: str
 

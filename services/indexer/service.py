@@ -29,10 +29,23 @@ from autarch.contracts.indexer import (
     SearchResults,
     SemanticSearch,
 )
+from autarch.contracts.turns import (
+    FindTurn,
+    LatestTurn,
+    RecordTurns,
+    SearchTurns,
+    SliceView,
+    TurnFound,
+    TurnHits,
+    TurnSlice,
+    TurnsRecorded,
+)
+from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import Settings
 
 from .engine import Indexer, JobCancelled, ScopeRef
+from .turn_memory import TurnMemory
 
 __all__ = ["IndexerService", "start"]
 
@@ -164,6 +177,35 @@ class IndexerService:
         await asyncio.gather(*(job.task for job in list(self.jobs.values())), return_exceptions=True)
 
 
+@dataclass
+class TurnMemoryService:
+    """The turn memory's endpoints (loop anchors): each query runs in a worker thread."""
+
+    memory: TurnMemory
+
+    async def record_turns(self, command: RecordTurns) -> TurnsRecorded:
+        recorded, total = await asyncio.to_thread(self.memory.record, list(command.turns))
+        return TurnsRecorded(recorded=recorded, total=total)
+
+    async def find_turn(self, query: FindTurn) -> TurnFound:
+        return TurnFound(turn=self.memory.find(query.turn_id, query.project_path))
+
+    async def latest_turn(self, query: LatestTurn) -> TurnFound:
+        return TurnFound(turn=self.memory.latest(query.project_path))
+
+    async def search_turns(self, query: SearchTurns) -> TurnHits:
+        if not query.query.strip():
+            raise ServiceFailure.bad_request("query is blank", field="query")
+        hits = await asyncio.to_thread(self.memory.search, query.project_path, query.query, query.limit)
+        return TurnHits(items=hits)
+
+    async def turn_slice(self, query: TurnSlice) -> SliceView:
+        view = self.memory.slice(query.turn_id, query.token_budget)
+        if view is None:
+            raise ServiceFailure.not_found(f"no recorded turn {query.turn_id}", turn_id=query.turn_id)
+        return view
+
+
 async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
     """Open the index, mark jobs a previous process left unfinished, and serve the endpoints."""
     indexer = await asyncio.to_thread(Indexer.from_settings, settings)
@@ -177,11 +219,21 @@ async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]
     service.endpoint("index_worktree", IndexWorktree, handlers.index_worktree)
     service.endpoint("index_status", IndexStatus, handlers.index_status)
     service.endpoint("semantic_search", SemanticSearch, handlers.semantic_search)
+    # Under the embedder's id, as the index is: vectors of another model would not compare.
+    memory = await asyncio.to_thread(TurnMemory, settings.data_path / "indexer" / indexer.embedder.id / "turns.sqlite",
+                                     indexer.embedder)
+    turns = TurnMemoryService(memory)
+    service.endpoint("record_turns", RecordTurns, turns.record_turns)
+    service.endpoint("find_turn", FindTurn, turns.find_turn)
+    service.endpoint("latest_turn", LatestTurn, turns.latest_turn)
+    service.endpoint("search_turns", SearchTurns, turns.search_turns)
+    service.endpoint("turn_slice", TurnSlice, turns.turn_slice)
     await service.start()
 
     async def stop() -> None:
         await service.stop()
         await handlers.stop()
         indexer.close()
+        memory.close()
 
     return stop

@@ -38,6 +38,9 @@ Ask = Callable[[str, msgspec.Struct, type[T]], Awaitable[T]]
 SLICE_BUDGET = 4000
 """Tokens of conversation around the anchor put into a prefetch prompt."""
 SEARCH_RESULTS = 3
+MIN_SALIENCE = 0.25
+"""Similarity below which the best search hit is not taken as the anchor (the temporal anchor is used instead):
+a turn that barely resembles the goal would steer the iteration wrongly."""
 
 
 @dataclass
@@ -91,25 +94,28 @@ async def _resolve(session: LoopSession, ask: Ask[Any]) -> tuple[Anchor, list[Tu
     if previous is not None and previous.anchor_hint_next:
         found = await ask("find_turn", FindTurn(turn_id=previous.anchor_hint_next, project_path=project), TurnFound)
         if found.turn is not None:
-            return _anchor("chained", found.turn, took()), []
+            return _anchor("chained", found.turn, took(), salience=1.0), []
     if session.anchor_turn_id:
         found = await ask("find_turn", FindTurn(turn_id=session.anchor_turn_id, project_path=project), TurnFound)
         if found.turn is not None:
-            return _anchor("explicit", found.turn, took()), []
+            return _anchor("explicit", found.turn, took(), salience=1.0), []
     hits = await ask("search_turns", SearchTurns(project_path=project, query=session.goal, limit=SEARCH_RESULTS + 1),
                      TurnHits)
-    if hits.items:
-        best = hits.items[0]
+    relevant = [hit for hit in hits.items if hit.score >= MIN_SALIENCE]
+    if relevant:
+        best = max(relevant, key=lambda hit: hit.score)
         return Anchor(strategy="semantic", turn_id=best.turn_id, resolution_ms=took(), salience=best.score,
-                      depth=best.index), hits.items
+                      depth=best.index), relevant
     latest = await ask("latest_turn", LatestTurn(project_path=project), TurnFound)
     if latest.turn is not None:
-        return _anchor("temporal", latest.turn, took()), []
+        return _anchor("temporal", latest.turn, took(), salience=None), relevant
     return Anchor(strategy="none", resolution_ms=took()), []
 
 
-def _anchor(strategy: str, turn: TurnRecord, ms: float) -> Anchor:
-    return msgspec.convert({"strategy": strategy, "turn_id": turn.turn_id, "resolution_ms": ms, "salience": 1.0,
+def _anchor(strategy: str, turn: TurnRecord, ms: float, *, salience: float | None) -> Anchor:
+    # Chained and explicit anchors were chosen (by the agent, by the person): full salience. A temporal anchor
+    # is only the latest turn: no relevance was measured.
+    return msgspec.convert({"strategy": strategy, "turn_id": turn.turn_id, "resolution_ms": ms, "salience": salience,
                             "depth": turn.index}, Anchor)
 
 

@@ -24,6 +24,7 @@ from autarch.services.scripted_model import ScriptedModelServer
 from tests.e2e.conftest import System
 from tests.workflows.conftest import make_repo, scripted_system
 
+SERVICES = "orchestrator,tools,git,indexer,agent_runner"
 FILES = {"README.md": "# shop\n", "shop/__init__.py": "", "shop/app.py": "def app():\n    return 'ok'\n"}
 
 
@@ -37,7 +38,8 @@ def model() -> Iterator[ScriptedModelServer]:
 
 @pytest.fixture(scope="package")
 def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
-    yield from scripted_system(tmp_path_factory, model, "loops", AUTARCH_REQUEST_TIMEOUT="30",
+    # Every service: the indexer keeps the turn memory the anchors are resolved in.
+    yield from scripted_system(tmp_path_factory, model, "loops", services=SERVICES, AUTARCH_REQUEST_TIMEOUT="30",
                                AUTARCH_AGENT_MAX_STEPS="10", AUTARCH_LOOP_ITERATION_TIMEOUT="20")
 
 

@@ -35,13 +35,13 @@ def model() -> Iterator[ScriptedModelServer]:
         yield server
 
 
-def scripted_system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer, name: str,
-                    **env: str) -> Iterator[System]:
-    """Every service as a process (``autarch up``), its agents answered by ``model``; ``env`` adds settings."""
+def scripted_system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer, name: str, *,
+                    services: str = SERVICES, **env: str) -> Iterator[System]:
+    """The ``services`` as processes (``autarch up``), their agents answered by ``model``; ``env`` adds settings."""
     data = tmp_path_factory.mktemp(name) / "data"
     data.mkdir()
     env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted", **env}
-    sys_ = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES, extra_env=env)
+    sys_ = System(data_dir=data, port=free_port(), nats_port=free_port(), services=services, extra_env=env)
     sys_.start(timeout=60)
     yield sys_
     if sys_.proc is not None:

@@ -1,0 +1,248 @@
+"""Turn memory: the project's recorded agent turns, searchable, for the anchors of loop iterations (seed 001).
+
+Turns are kept in SQLite beside the index (``<data dir>/indexer/turns.sqlite``) with their embedding, and held in
+memory per project for the queries: a lookup by id (chained and explicit anchors), the latest turn (temporal),
+a hybrid search (semantic: the embedder's vectors and the index's BM25, fused by reciprocal rank, as code search
+does), and the slice of conversation around an anchor within a token budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from autarch.contracts.turns import SliceView, TurnHit, TurnRecord
+
+from .embeddings import Embedder
+from .fusion import reciprocal_rank_fusion
+from .lexical import bm25_scores, query_terms, term_frequencies, top_rows
+
+__all__ = ["TurnMemory"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS turns (
+    turn_id TEXT PRIMARY KEY,
+    project_path TEXT NOT NULL,
+    record BLOB NOT NULL,
+    vector BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_by_project ON turns(project_path);
+"""
+_EMBED_CHARS = 2000
+"""Characters of a turn that are embedded (its start carries what it is about)."""
+_CANDIDATES = 50
+"""Hits taken from each ranking before fusion."""
+
+_encode = msgspec.json.Encoder().encode
+_decode_record = msgspec.json.Decoder(TurnRecord).decode
+
+
+def _text_of(turn: TurnRecord) -> str:
+    return f"{turn.user_text}\n{turn.text}"
+
+
+@dataclass
+class _Project:
+    """One project's turns in memory: records, a vector matrix and BM25 postings over the same rows."""
+
+    dim: int
+    turns: list[TurnRecord] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)
+    vectors: np.ndarray = field(init=False)
+    lengths: list[int] = field(default_factory=list)
+    postings: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
+    sessions: dict[str, list[int]] = field(default_factory=dict)
+    _arrays: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        self.vectors = np.zeros((0, self.dim), dtype=np.float32)
+
+    def add(self, turn: TurnRecord, vector: np.ndarray) -> None:
+        row = len(self.turns)
+        self.turns.append(turn)
+        self.rows[turn.turn_id] = row
+        self.vectors = np.vstack([self.vectors, vector[None, :]]) if len(self.vectors) else vector[None, :].copy()
+        terms = term_frequencies(_text_of(turn))
+        self.lengths.append(sum(terms.values()))
+        for term, tf in terms.items():
+            rows, tfs = self.postings.setdefault(term, ([], []))
+            rows.append(row)
+            tfs.append(tf)
+        self.sessions.setdefault(turn.session_id, []).append(row)
+        self._arrays = None
+
+    def add_many(self, turns: list[TurnRecord], vectors: np.ndarray) -> None:
+        # One vstack for a batch (a restart loads thousands of turns).
+        start = len(self.turns)
+        self.vectors = np.vstack([self.vectors, vectors]) if len(self.vectors) else vectors.astype(np.float32)
+        for offset, turn in enumerate(turns):
+            row = start + offset
+            self.turns.append(turn)
+            self.rows[turn.turn_id] = row
+            terms: Counter[str] = term_frequencies(_text_of(turn))
+            self.lengths.append(sum(terms.values()))
+            for term, tf in terms.items():
+                rows, tfs = self.postings.setdefault(term, ([], []))
+                rows.append(row)
+                tfs.append(tf)
+            self.sessions.setdefault(turn.session_id, []).append(row)
+        self._arrays = None
+
+    def lengths_array(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = (np.asarray(self.lengths, dtype=np.float32), np.ones(len(self.lengths), dtype=bool))
+        return self._arrays
+
+
+class TurnMemory:
+    """Every recorded turn, per project; thread-safe (the service calls it from worker threads)."""
+
+    def __init__(self, path: Path, embedder: Embedder) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.embedder = embedder
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(_SCHEMA)
+        self._lock = threading.Lock()
+        self._projects: dict[str, _Project] = {}
+        self._project_of: dict[str, str] = {}
+        self._load()
+
+    def _load(self) -> None:
+        by_project: dict[str, tuple[list[TurnRecord], list[np.ndarray]]] = {}
+        for project, record, vector in self._db.execute(
+                "SELECT project_path, record, vector FROM turns ORDER BY rowid"):
+            turns, vectors = by_project.setdefault(project, ([], []))
+            turns.append(_decode_record(record))
+            vectors.append(np.frombuffer(vector, dtype=np.float32))
+        for project, (turns, vectors) in by_project.items():
+            memory = self._project(project)
+            memory.add_many(turns, np.vstack(vectors))
+            for turn in turns:
+                self._project_of[turn.turn_id] = project
+
+    def _project(self, project_path: str) -> _Project:
+        memory = self._projects.get(project_path)
+        if memory is None:
+            memory = self._projects[project_path] = _Project(dim=self.embedder.dim)
+        return memory
+
+    def close(self) -> None:
+        self._db.close()
+
+    # --- commands ----------------------------------------------------------------------------------
+
+    def record(self, turns: list[TurnRecord]) -> tuple[int, int]:
+        """Remember the turns not yet known; (how many were new, how many the batch's projects now hold)."""
+        with self._lock:
+            fresh = [t for t in dict((t.turn_id, t) for t in turns).values() if t.turn_id not in self._project_of]
+        if fresh:
+            vectors = self.embedder.embed([_text_of(t)[:_EMBED_CHARS] for t in fresh], kind="document")
+            vectors = np.asarray(vectors, dtype=np.float32)
+            with self._lock:
+                keep = [(t, v) for t, v in zip(fresh, vectors, strict=True) if t.turn_id not in self._project_of]
+                self._db.execute("BEGIN")
+                try:
+                    self._db.executemany(
+                        "INSERT OR IGNORE INTO turns (turn_id, project_path, record, vector) VALUES (?, ?, ?, ?)",
+                        [(t.turn_id, t.project_path, _encode(t), v.tobytes()) for t, v in keep])
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                for turn, vector in keep:
+                    self._project(turn.project_path).add(turn, vector)
+                    self._project_of[turn.turn_id] = turn.project_path
+                fresh = [t for t, _ in keep]
+        with self._lock:
+            total = sum(len(self._project(p).turns) for p in {t.project_path for t in turns})
+        return len(fresh), total
+
+    # --- queries -----------------------------------------------------------------------------------
+
+    def find(self, turn_id: str, project_path: str | None = None) -> TurnRecord | None:
+        with self._lock:
+            project = self._project_of.get(turn_id)
+            if project is None or (project_path is not None and project != project_path):
+                return None
+            memory = self._projects[project]
+            return memory.turns[memory.rows[turn_id]]
+
+    def latest(self, project_path: str) -> TurnRecord | None:
+        with self._lock:
+            memory = self._projects.get(project_path)
+            if memory is None or not memory.turns:
+                return None
+            return max(memory.turns, key=lambda t: (t.occurred_at, t.index))
+
+    def search(self, project_path: str, query: str, limit: int) -> list[TurnHit]:
+        with self._lock:
+            memory = self._projects.get(project_path)
+            if memory is None or not memory.turns:
+                return []
+            vectors, postings = memory.vectors, memory.postings
+            lengths, in_scope = memory.lengths_array()
+            terms = [postings[t] for t in query_terms(query) if t in postings]
+            turns = memory.turns
+        query_vector = np.asarray(self.embedder.embed([query], kind="query")[0], dtype=np.float32)
+        dense_scores = vectors @ query_vector
+        n = min(_CANDIDATES, len(dense_scores))
+        dense = np.argpartition(-dense_scores, n - 1)[:n] if n < len(dense_scores) else np.arange(len(dense_scores))
+        dense_ranked = [int(i) for i in dense[np.argsort(-dense_scores[dense], kind="stable")]]
+        lexical = bm25_scores(((np.asarray(r), np.asarray(f)) for r, f in terms), lengths=lengths, in_scope=in_scope)
+        lexical_ranked = [int(i) for i in top_rows(lexical, _CANDIDATES)]
+        fused = reciprocal_rank_fusion([dense_ranked, lexical_ranked])[:limit]
+        # Ranked by the fusion; the score is the cosine similarity to the query (clamped to 0..1), which means
+        # the same thing from one query to the next: the anchor resolver compares it with a threshold.
+        return [TurnHit(turn_id=turns[row].turn_id, session_id=turns[row].session_id,
+                        score=round(float(min(1.0, max(0.0, dense_scores[row]))), 4), index=turns[row].index,
+                        excerpt=_excerpt(turns[row].text)) for row, _ in fused]
+
+    def slice(self, turn_id: str, token_budget: int) -> SliceView | None:
+        """The anchor and its neighbours in its session, nearest first (before, then after), within the budget."""
+        with self._lock:
+            project = self._project_of.get(turn_id)
+            if project is None:
+                return None
+            memory = self._projects[project]
+            anchor = memory.turns[memory.rows[turn_id]]
+            conversation = sorted((memory.turns[r] for r in memory.sessions[anchor.session_id]), key=lambda t: t.index)
+        position = next(i for i, t in enumerate(conversation) if t.turn_id == turn_id)
+        chosen = [position]
+        spent = conversation[position].tokens
+        # Grow outwards one turn at a time, before then after; a side stops at the first turn that does not fit,
+        # so the slice stays one contiguous stretch of the conversation.
+        before, after = position - 1, position + 1
+        while before >= 0 or after < len(conversation):
+            if before >= 0:
+                if spent + conversation[before].tokens <= token_budget:
+                    spent += conversation[before].tokens
+                    chosen.append(before)
+                    before -= 1
+                else:
+                    before = -1
+            if after < len(conversation):
+                if spent + conversation[after].tokens <= token_budget:
+                    spent += conversation[after].tokens
+                    chosen.append(after)
+                    after += 1
+                else:
+                    after = len(conversation)
+        picked = [conversation[i] for i in sorted(set(chosen))]
+        ids = [t.turn_id for t in picked]
+        digest = hashlib.sha256(f"{turn_id}|{token_budget}|{','.join(ids)}".encode()).hexdigest()[:24]
+        return SliceView(slice_id=f"slice-{digest}", anchor_turn_id=turn_id, turn_ids=ids, node_count=len(picked),
+                         tokens=sum(t.tokens for t in picked), depth=anchor.index, turns=picked)
+
+
+def _excerpt(text: str, limit: int = 240) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
