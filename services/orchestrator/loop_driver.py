@@ -171,7 +171,9 @@ class LoopDriver:
                 workflow_id=session_id, occurred_at=turn.completed_at or turn.started_at, session_id=view.session_id,
                 turn_id=turn.turn_id, text="\n\n".join(turn.messages), thoughts="", outcome=turn.outcome.kind,
                 tool=turn.outcome.tool, arguments=turn.outcome.arguments, detail=turn.outcome.detail,
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, cost_usd=turn.cost_usd))
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                cache_read_input_tokens=usage.cache_read_input_tokens,
+                cache_creation_input_tokens=usage.cache_creation_input_tokens, cost_usd=turn.cost_usd))
 
     def kick(self, session_id: str) -> None:
         if self._stopping:
