@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "autarch.cli.workflow_cmd",
     "autarch.cli.watch_cmd",
     "autarch.cli.demo_cmd",
+    "autarch.cli.pulse_cmd",
 )
 """Modules that contribute subcommands, in the order ``--help`` lists them."""
 
