@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from autarch.runtime.settings import Settings, SettingsError, load_settings
+from autarch.runtime.settings import SECRET_SETTINGS, Settings, SettingsError, load_settings
 
 __all__ = ["register"]
 
@@ -217,7 +217,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     settings = _settings(args)
     shown = msgspec.structs.asdict(settings)
-    for secret in ("postgres_url", "exa_api_key", "anthropic_api_key"):
+    for secret in SECRET_SETTINGS:
         if shown.get(secret):
             shown[secret] = "***"
     print(msgspec.json.format(msgspec.json.encode(shown), indent=2).decode())

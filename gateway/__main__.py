@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
 import uvicorn
 
 from autarch.runtime.process import configure_logging
-from autarch.runtime.settings import load_settings
+from autarch.runtime.settings import GatewaySettings, load_settings, narrow
 
 from .app import create_app
 
 
 def main() -> None:
-    settings = load_settings()
+    settings = narrow(load_settings(), GatewaySettings)
     configure_logging(settings.log_level)
-    expected = tuple(s for s in os.environ.get("AUTARCH_EXPECTED_SERVICES", "orchestrator").split(",") if s)
-    app = create_app(settings, expected_services=expected)
+    app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
 
 

@@ -18,7 +18,7 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.http import CreateWorkflowBody, Health
 from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, ListWorkflows, WorkflowList, WorkflowView
 from autarch.runtime.bus import close_quietly, connect, ensure_event_stream
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import GatewaySettings, narrow
 from autarch.runtime.token import ensure_token
 
 from .auth import NO_AUTH, token_guard
@@ -104,7 +104,7 @@ async def events(
             workflow = str(uuid.UUID(workflow))
         except ValueError:
             raise bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow") from None
-    settings: Settings = state["settings"]
+    settings: GatewaySettings = state["settings"]
     stream = event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive,
                           deltas=deltas, stopping=state.get("stopping"))
     return ServerSentEvent(stream)
@@ -117,8 +117,16 @@ async def healthz(state: State) -> Response[Health]:
     return Response(health, status_code=200 if health.status == "ok" else 503)
 
 
-def create_app(settings: Settings, *, expected_services: tuple[str, ...] = ("orchestrator",)) -> Litestar:
-    """Build the gateway for ``settings``; NATS is connected in the app's lifespan."""
+def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] | None = None) -> Litestar:
+    """Build the gateway for ``settings``; NATS is connected in the app's lifespan.
+
+    Args:
+        settings: the gateway's settings (the aggregate is narrowed to them).
+        expected_services: what ``/health/ready`` waits for; default ``settings.expected_services``.
+    """
+    settings = narrow(settings, GatewaySettings)
+    if expected_services is None:
+        expected_services = settings.expected_services
     token = ensure_token(settings.token_path)
 
     @asynccontextmanager

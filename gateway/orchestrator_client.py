@@ -12,7 +12,7 @@ from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request as nats_request
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import GatewaySettings
 
 __all__ = ["ask_orchestrator", "ask_service", "nc_of"]
 
@@ -35,7 +35,7 @@ async def ask_service(
     A request that is not idempotent is sent once: ``timeout`` then means "maybe done", and only the
     client can tell whether to try again.
     """
-    settings: Settings = state["settings"]
+    settings: GatewaySettings = state["settings"]
     subject = subjects.request(service, verb)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (3 * settings.request_timeout if idempotent else 0)

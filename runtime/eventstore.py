@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
-from .settings import Settings, SettingsError
+from .settings import CommonSettings, SettingsError
 
 __all__ = ["describe_store", "event_store_env"]
 
@@ -38,7 +38,7 @@ def _postgres_env(url: str) -> dict[str, str]:
     return env
 
 
-def event_store_env(settings: Settings, service: str) -> dict[str, str]:
+def event_store_env(settings: CommonSettings, service: str) -> dict[str, str]:
     """The eventsourcing environment for ``service``'s application."""
     if os.environ.get("PERSISTENCE_MODULE"):
         # The operator configured eventsourcing directly; take it as given.

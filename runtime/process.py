@@ -11,15 +11,17 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nats.aio.client import Client
 
 from .bus import close_quietly, connect
-from .settings import Settings, load_settings
+from .settings import CommonSettings, Settings, load_settings
 
 __all__ = ["Starter", "configure_logging", "run_service"]
 
-Starter = Callable[[Client, Settings], Awaitable[Callable[[], Awaitable[None]]]]
+Starter = Callable[[Client, Any], Awaitable[Callable[[], Awaitable[None]]]]
+"""A service's ``start(nc, settings)``; ``settings`` is the service's own type (``ToolsSettings``, …)."""
 
 
 def configure_logging(level: str, *, name: str | None = None) -> None:
@@ -29,7 +31,7 @@ def configure_logging(level: str, *, name: str | None = None) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
-async def _main(name: str, start: Starter, settings: Settings) -> None:
+async def _main(name: str, start: Starter, settings: CommonSettings) -> None:
     nc = await connect(settings.effective_nats_url, name=f"autarch-{name}")
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -47,4 +49,4 @@ def run_service(name: str, start: Starter, settings: Settings | None = None) -> 
     """Run one service until SIGINT/SIGTERM."""
     settings = settings or load_settings()
     configure_logging(settings.log_level)
-    asyncio.run(_main(name, start, settings))
+    asyncio.run(_main(name, start, settings.for_service(name)))

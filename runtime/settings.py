@@ -1,7 +1,10 @@
-"""One typed settings object for every process.
+"""Typed settings: what every process shares, and one type per service holding only what it reads.
 
 Sources, later ones winning: defaults, the TOML file (``AUTARCH_CONFIG`` or
-``<data dir>/config.toml``), ``AUTARCH_*`` environment variables, command-line flags.
+``<data dir>/config.toml``), ``AUTARCH_<FIELD>`` environment variables, command-line flags.
+One loader (:func:`load_settings`) builds the aggregate :class:`Settings` the CLI and the supervisor use;
+a service gets its own view (:meth:`Settings.for_service`, :func:`narrow`), e.g. :class:`ToolsSettings`.
+Every field name is unique across the types, so ``AUTARCH_<FIELD>`` names exactly one setting.
 """
 
 from __future__ import annotations
@@ -9,11 +12,26 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-__all__ = ["Settings", "SettingsError", "load_settings"]
+__all__ = [
+    "SECRET_SETTINGS",
+    "SERVICE_SETTINGS",
+    "AgentRunnerSettings",
+    "CommonSettings",
+    "GatewaySettings",
+    "GitSettings",
+    "IndexerSettings",
+    "NotifierSettings",
+    "OrchestratorSettings",
+    "Settings",
+    "SettingsError",
+    "ToolsSettings",
+    "load_settings",
+    "narrow",
+]
 
 
 def _default_data_dir(environ: dict[str, str] | None = None) -> str:
@@ -27,15 +45,16 @@ class SettingsError(ValueError):
     """A setting has a value that cannot be used; the message names the setting."""
 
 
-class Settings(msgspec.Struct, kw_only=True):
-    """Configuration shared by the CLI, the supervisor and every service."""
+def _check_port(name: str, value: int) -> None:
+    if not 0 < value < 65536:
+        raise SettingsError(f"{name} must be between 1 and 65535, got {value}")
+
+
+class CommonSettings(msgspec.Struct, kw_only=True):
+    """What every process reads: where data lives, how to reach NATS, timeouts, the event stream."""
 
     data_dir: str = msgspec.field(default_factory=_default_data_dir)
     """Where event stores, worktrees, the token and the embedded NATS server's storage live."""
-    host: str = "127.0.0.1"
-    """Interface the gateway listens on."""
-    port: int = 8765
-    """Port of the gateway (HTTP API and SSE)."""
     nats_url: str | None = None
     """An existing NATS server to use; unset means ``autarch up`` starts an embedded one."""
     nats_port: int = 4333
@@ -44,34 +63,84 @@ class Settings(msgspec.Struct, kw_only=True):
     """``postgresql://user:pass@host:port/db``: event stores in PostgreSQL instead of SQLite."""
     request_timeout: float = 10.0
     """Seconds a service request may take before the caller gets a ``timeout`` error."""
-    restart_grace: float = 15.0
-    """Seconds an agent tool that forwards to the orchestrator or the git service keeps asking while neither
-    answers (a restart) before the tool call fails."""
     log_level: str = "INFO"
-    sse_keepalive: float = 15.0
-    """Seconds between SSE keep-alive comments when no event flows."""
+    """Level of the log lines every process writes on stderr."""
     stream_replicas: int = 1
     """Replicas of the ``AUTARCH_EVENTS`` stream (3 on a three-node JetStream cluster)."""
     duplicate_window: float = 3600.0
     """Seconds JetStream remembers ``Nats-Msg-Id`` values: a relay restarted within it never publishes twice."""
-    embedding_backend: str = "minilm"
-    """Indexer's dense model: ``minilm`` (local ONNX), ``static`` (local Model2Vec) or ``hosted`` (an API)."""
-    embedding_url: str | None = None
-    """Base URL of an OpenAI-compatible embeddings API for ``hosted`` (key in ``AUTARCH_EMBEDDING_API_KEY``)."""
-    embedding_model: str | None = None
-    """Model name sent to the hosted API, or the directory of a Model2Vec model for ``static``."""
-    weaviate_url: str | None = None
-    """``http://host:8080``: keep the semantic index in Weaviate instead of the embedded store."""
-    index_max_file_bytes: int = 1_000_000
-    """Files larger than this are not indexed."""
-    git_author_name: str = "Autarch"
-    """Author of the commits the git service makes."""
-    git_author_email: str = "autarch@localhost"
-    """Author e-mail of the commits the git service makes."""
-    git_committer_name: str | None = None
-    """Committer of those commits; unset means the author."""
-    git_committer_email: str | None = None
-    """Committer e-mail of those commits; unset means the author's."""
+
+    def __post_init__(self) -> None:
+        _check_port("nats_port", self.nats_port)
+        if self.request_timeout <= 0:
+            raise SettingsError(f"request_timeout must be positive, got {self.request_timeout}")
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser()
+
+    @property
+    def token_path(self) -> Path:
+        return self.data_path / "token"
+
+    @property
+    def effective_nats_url(self) -> str:
+        return self.nats_url or f"nats://127.0.0.1:{self.nats_port}"
+
+
+class GatewaySettings(CommonSettings, kw_only=True):
+    """The gateway's settings (the CLI reads ``host``, ``port`` and ``sse_keepalive`` too)."""
+
+    host: str = "127.0.0.1"
+    """Interface the gateway listens on."""
+    port: int = 8765
+    """Port of the gateway (HTTP API and SSE)."""
+    sse_keepalive: float = 15.0
+    """Seconds between SSE keep-alive comments when no event flows."""
+    expected_services: tuple[str, ...] = ("orchestrator",)
+    """Services ``/health/ready`` waits for (env: comma-separated); ``autarch up`` sets it to those it starts."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_port("port", self.port)
+
+
+class OrchestratorSettings(CommonSettings, kw_only=True):
+    """The orchestrator's settings: how it drives workflows and loop sessions."""
+
+    git_request_timeout: float = 120.0
+    """Seconds the orchestrator waits for a git step (a branch, a checkpoint of a large tree) before retrying it."""
+    drive_workflows: bool = True
+    """The orchestrator starts the agents, preflight, pulses and review by itself; off, it only records the
+    commands it is sent (a deployment whose workflows are driven elsewhere, tests of the record alone)."""
+    preflight_timeout: float = 1800.0
+    """Seconds preflight may take (installing dependencies included); past that the workflow is abandoned."""
+    pulse_max_turns: int = 8
+    """Turns a pulse run may take (kickoff, rejections, extensions) before it is force-failed (iteration limit)."""
+    pulse_escape_hatch_after: int = 2
+    """Completion rejections before the agent is told about ``unresolvedIssues`` (progressive rejection)."""
+    stage_nudges: int = 2
+    """Times an agent that ends its turn without its stage's block tool is reminded before the workflow halts."""
+    loop_iteration_timeout: float = 300.0
+    """Seconds one Pulse-Protocol loop iteration (an agent turn and its commit) may take."""
+    loop_no_progress_limit: int = 3
+    """Iterations in a row with no commit, or with the same error, before a loop session is ``BLOCKED``."""
+    loop_max_iterations_limit: int = 200
+    """Largest ``maxIterations`` a loop session may be started with."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.loop_iteration_timeout <= 0:
+            raise SettingsError(f"loop_iteration_timeout must be positive, got {self.loop_iteration_timeout}")
+        if self.loop_no_progress_limit < 1:
+            raise SettingsError(f"loop_no_progress_limit must be 1 or more, got {self.loop_no_progress_limit}")
+        if self.loop_max_iterations_limit < 1:
+            raise SettingsError(f"loop_max_iterations_limit must be 1 or more, got {self.loop_max_iterations_limit}")
+
+
+class AgentRunnerSettings(CommonSettings, kw_only=True):
+    """The agent runner's settings: the model, its budgets and the runner's store."""
+
     anthropic_api_key: str | None = None
     """Key for the model API (``AUTARCH_ANTHROPIC_API_KEY``, else ``ANTHROPIC_API_KEY``); unset sends a placeholder
     (enough for the scripted model)."""
@@ -86,19 +155,6 @@ class Settings(msgspec.Struct, kw_only=True):
     """Extended thinking for the roles whose agent asks for it; off sends no ``thinking`` parameter."""
     agent_max_steps: int = 200
     """Model calls one turn may make before it is ended with an error (a runaway loop guard)."""
-    git_request_timeout: float = 120.0
-    """Seconds the orchestrator waits for a git step (a branch, a checkpoint of a large tree) before retrying it."""
-    drive_workflows: bool = True
-    """The orchestrator starts the agents, preflight, pulses and review by itself; off, it only records the
-    commands it is sent (a deployment whose workflows are driven elsewhere, tests of the record alone)."""
-    preflight_timeout: float = 1800.0
-    """Seconds preflight may take (installing dependencies included); past that the workflow is abandoned."""
-    pulse_max_turns: int = 8
-    """Turns a pulse run may take (kickoff, rejections, extensions) before it is force-failed (iteration limit)."""
-    pulse_escape_hatch_after: int = 2
-    """Completion rejections before the agent is told about ``unresolvedIssues`` (progressive rejection)."""
-    stage_nudges: int = 2
-    """Times an agent that ends its turn without its stage's block tool is reminded before the workflow halts."""
     tool_output_limit: int = 100_000
     """Bytes of one tool result given to the model; longer output is cut with a marker saying so."""
     workflow_token_budget: int | None = None
@@ -111,6 +167,16 @@ class Settings(msgspec.Struct, kw_only=True):
     """Fraction of the context window above which older turns are replaced by a digest in requests."""
     agent_store_synchronous: str = "NORMAL"
     """SQLite ``synchronous`` of the runner's store: NORMAL survives a killed process; FULL also a power cut."""
+
+
+class ToolsSettings(CommonSettings, kw_only=True):
+    """The tools service's settings: forwarding, web search, grep, shell output and the sandbox."""
+
+    restart_grace: float = 15.0
+    """Seconds an agent tool that forwards to the orchestrator or the git service keeps asking while neither
+    answers (a restart) before the tool call fails."""
+    anthropic_api_key: str | None = None
+    """Read here only to redact the model key from tool output (the same setting as the agent runner's)."""
     exa_api_key: str | None = None
     """Key of the Exa API for the ``web_code_search`` tool (``AUTARCH_EXA_API_KEY``); unset: the tool says so."""
     exa_base_url: str = "https://api.exa.ai"
@@ -134,12 +200,7 @@ class Settings(msgspec.Struct, kw_only=True):
     """More environment variable names agent commands inherit (env: comma-separated)."""
 
     def __post_init__(self) -> None:
-        if not 0 < self.port < 65536:
-            raise SettingsError(f"port must be between 1 and 65535, got {self.port}")
-        if not 0 < self.nats_port < 65536:
-            raise SettingsError(f"nats_port must be between 1 and 65535, got {self.nats_port}")
-        if self.request_timeout <= 0:
-            raise SettingsError(f"request_timeout must be positive, got {self.request_timeout}")
+        super().__post_init__()
         if self.restart_grace < 0:
             raise SettingsError(f"restart_grace must be 0 or more, got {self.restart_grace}")
         if self.sandbox not in ("on", "off"):
@@ -148,27 +209,157 @@ class Settings(msgspec.Struct, kw_only=True):
         if bad_ports:
             raise SettingsError(f"sandbox_network_ports must be between 1 and 65535, got {bad_ports}")
 
-    @property
-    def data_path(self) -> Path:
-        return Path(self.data_dir).expanduser()
 
-    @property
-    def token_path(self) -> Path:
-        return self.data_path / "token"
+class GitSettings(CommonSettings, kw_only=True):
+    """The git service's settings: who its commits are by."""
 
-    @property
-    def effective_nats_url(self) -> str:
-        return self.nats_url or f"nats://127.0.0.1:{self.nats_port}"
+    git_author_name: str = "Autarch"
+    """Author of the commits the git service makes."""
+    git_author_email: str = "autarch@localhost"
+    """Author e-mail of the commits the git service makes."""
+    git_committer_name: str | None = None
+    """Committer of those commits; unset means the author."""
+    git_committer_email: str | None = None
+    """Committer e-mail of those commits; unset means the author's."""
 
-    def to_env(self) -> dict[str, str]:
-        """The environment that hands these settings to a child process."""
-        env = {}
-        for name, value in msgspec.structs.asdict(self).items():
-            if isinstance(value, tuple):
-                env[f"AUTARCH_{name.upper()}"] = ",".join(str(item) for item in value)
-            elif value is not None:
-                env[f"AUTARCH_{name.upper()}"] = str(value)
-        return env
+
+class IndexerSettings(CommonSettings, kw_only=True):
+    """The indexer's settings: the embedding model and where the index lives."""
+
+    embedding_backend: str = "minilm"
+    """Indexer's dense model: ``minilm`` (local ONNX), ``static`` (local Model2Vec) or ``hosted`` (an API)."""
+    embedding_url: str | None = None
+    """Base URL of an OpenAI-compatible embeddings API for ``hosted``."""
+    embedding_model: str | None = None
+    """Model name sent to the hosted API, or the directory of a Model2Vec model for ``static``."""
+    embedding_api_key: str | None = None
+    """Bearer key of the hosted embeddings API (``AUTARCH_EMBEDDING_API_KEY``); unset sends none."""
+    weaviate_url: str | None = None
+    """``http://host:8080``: keep the semantic index in Weaviate instead of the embedded store."""
+    weaviate_api_key: str | None = None
+    """API key of that Weaviate (``AUTARCH_WEAVIATE_API_KEY``); unset sends none."""
+    index_max_file_bytes: int = 1_000_000
+    """Files larger than this are not indexed."""
+
+
+class NotifierSettings(CommonSettings, kw_only=True):
+    """The notifier's settings: where loop-session notifications go and how delivery is retried."""
+
+    notify_webhooks: tuple[str, ...] = ()
+    """Generic JSON webhook URLs every loop session notifies by default (env: comma-separated)."""
+    notify_telegram_base_url: str = "https://api.telegram.org"
+    """Base URL of the Telegram Bot API."""
+    notify_telegram_token: str | None = None
+    """Telegram bot token (a secret: never logged, shown as ``***`` by ``autarch config``); unset: no Telegram."""
+    notify_max_attempts: int = 8
+    """Delivery attempts of one notification before it is given up."""
+    notify_backoff_initial: float = 0.5
+    """Seconds before the first retry of a failed delivery; doubled after each failure."""
+    notify_backoff_max: float = 30.0
+    """Longest wait, in seconds, between two delivery attempts."""
+    notify_timeout: float = 10.0
+    """Seconds one delivery request may take."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.notify_max_attempts < 1:
+            raise SettingsError(f"notify_max_attempts must be 1 or more, got {self.notify_max_attempts}")
+        if self.notify_timeout <= 0:
+            raise SettingsError(f"notify_timeout must be positive, got {self.notify_timeout}")
+
+
+SERVICE_SETTINGS: dict[str, type[CommonSettings]] = {
+    "orchestrator": OrchestratorSettings,
+    "agent_runner": AgentRunnerSettings,
+    "tools": ToolsSettings,
+    "git": GitSettings,
+    "indexer": IndexerSettings,
+    "gateway": GatewaySettings,
+    "notifier": NotifierSettings,
+}
+"""Each service's settings type, by the name the service runs under."""
+
+SECRET_SETTINGS = frozenset({
+    "postgres_url", "anthropic_api_key", "exa_api_key", "embedding_api_key", "weaviate_api_key",
+    "notify_telegram_token",
+})
+"""Settings never printed or logged (``autarch config`` shows ``***``)."""
+
+S = TypeVar("S", bound=CommonSettings)
+
+
+def narrow(settings: CommonSettings, cls: type[S]) -> S:
+    """``settings`` as ``cls``: the fields ``cls`` has, nothing else (the aggregate or a service's own view)."""
+    if type(settings) is cls:
+        return settings  # type: ignore[return-value]
+    return cls(**{f.name: getattr(settings, f.name) for f in msgspec.structs.fields(cls)})
+
+
+def _aggregate_fields() -> list[tuple[str, Any, Any]]:
+    common = {f.name for f in msgspec.structs.fields(CommonSettings)}
+    seen: dict[str, msgspec.structs.FieldInfo] = {}
+    fields: list[tuple[str, Any, Any]] = []
+    for cls in SERVICE_SETTINGS.values():
+        for f in msgspec.structs.fields(cls):
+            if f.name in common:
+                continue
+            if f.name in seen:  # read by two services: one setting, declared alike in both
+                assert (seen[f.name].type, seen[f.name].default) == (f.type, f.default), f.name
+                continue
+            seen[f.name] = f
+            default = msgspec.field(default_factory=f.default_factory) if f.default is msgspec.NODEFAULT else f.default
+            fields.append((f.name, f.type, default))
+    return fields
+
+
+def _validate_every_view(self: CommonSettings) -> None:
+    for cls in SERVICE_SETTINGS.values():
+        narrow(self, cls)
+
+
+def _for_service(self: CommonSettings, name: str) -> CommonSettings:
+    """The settings of service ``name`` (a key of :data:`SERVICE_SETTINGS`)."""
+    return narrow(self, SERVICE_SETTINGS[name])
+
+
+def _to_env(self: CommonSettings) -> dict[str, str]:
+    """The environment that hands these settings to a child process."""
+    env = {}
+    for name, value in msgspec.structs.asdict(self).items():
+        if isinstance(value, tuple):
+            env[f"AUTARCH_{name.upper()}"] = ",".join(str(item) for item in value)
+        elif value is not None:
+            env[f"AUTARCH_{name.upper()}"] = str(value)
+    return env
+
+
+if TYPE_CHECKING:
+
+    class Settings(  # type: ignore[misc]
+        OrchestratorSettings, AgentRunnerSettings, ToolsSettings, GitSettings, IndexerSettings, GatewaySettings,
+        NotifierSettings,
+    ):
+        """Every setting of every service (what the CLI and the supervisor load)."""
+
+        def for_service(self, name: str) -> CommonSettings: ...
+        def to_env(self) -> dict[str, str]: ...
+
+else:
+    # The union of the service types, built from them so that each field is declared once, beside the service
+    # that reads it. (A class inheriting them all is what type checkers see; at run time Structs cannot.)
+    Settings = msgspec.defstruct(
+        "Settings",
+        _aggregate_fields(),
+        bases=(CommonSettings,),
+        kw_only=True,
+        module=__name__,
+        namespace={
+            "__doc__": "Every setting of every service (what the CLI and the supervisor load).",
+            "__post_init__": _validate_every_view,
+            "for_service": _for_service,
+            "to_env": _to_env,
+        },
+    )
 
 
 _FIELDS = {f.name: f for f in msgspec.structs.fields(Settings)}

@@ -7,7 +7,7 @@ from typing import Any
 
 from autarch.contracts.agents import ROLE_BLOCK_TOOLS, block_tool_definitions
 from autarch.contracts.tool_catalog import ROLES, tool_definitions
-from autarch.runtime.settings import Settings, SettingsError
+from autarch.runtime.settings import AgentRunnerSettings, SettingsError
 
 from .prompts import system_prompt
 
@@ -108,7 +108,7 @@ def _build(role: str, model: str, *, thinking: bool) -> AgentConfig:
 class AgentRegistry:
     """Every role's :class:`AgentConfig`, with the models the settings choose."""
 
-    def __init__(self, *, settings: Settings) -> None:
+    def __init__(self, *, settings: AgentRunnerSettings) -> None:
         models = {**DEFAULT_MODELS, **parse_models(settings.agent_models)}
         self._agents = {role: _build(role, models[role], thinking=settings.agent_thinking) for role in ROLES}
 

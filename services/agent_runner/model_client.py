@@ -34,7 +34,7 @@ import msgspec
 from anthropic.types import Message, RawMessageStreamEvent
 
 from autarch.contracts.agents import TurnUsage
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import AgentRunnerSettings
 
 from .agents import AgentConfig
 from .pricing import model_info
@@ -151,7 +151,7 @@ class _Accumulator:
 class ModelClient:
     """Streams model replies; one instance (one connection pool) per runner process."""
 
-    def __init__(self, *, settings: Settings, http_client: Any | None = None) -> None:
+    def __init__(self, *, settings: AgentRunnerSettings, http_client: Any | None = None) -> None:
         self._max_retries = settings.model_max_retries
         self._client = anthropic.AsyncAnthropic(
             api_key=settings.anthropic_api_key or "scripted",

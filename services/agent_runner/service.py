@@ -34,7 +34,7 @@ from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env
 from autarch.runtime.micro import TypedService
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import AgentRunnerSettings, narrow
 
 from .agents import AgentConfig, AgentRegistry
 from .application import SYNCHRONOUS_ENV, SessionApplication
@@ -55,7 +55,7 @@ log = logging.getLogger("agent_runner")
 class AgentRunner:
     """Every session of this process, the task of each running turn, and the session commands."""
 
-    def __init__(self, *, nc: Client, app: SessionApplication, settings: Settings, model: ModelClient,
+    def __init__(self, *, nc: Client, app: SessionApplication, settings: AgentRunnerSettings, model: ModelClient,
                  after_save: Callable[[Session], None] | None = None, inline_writes: bool = False) -> None:
         self.app = app
         self._inline_writes = inline_writes
@@ -241,16 +241,17 @@ class AgentRunner:
             pass
 
 
-async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
+async def start(nc: Client, settings: AgentRunnerSettings) -> Callable[[], Awaitable[None]]:
     """Open the store, rebuild the sessions, resume their turns, start the relay and serve the endpoints."""
     _, stop = await open_runner(nc, settings)
     return stop
 
 
 async def open_runner(
-    nc: Client, settings: Settings, *, model: ModelClient | None = None
+    nc: Client, settings: AgentRunnerSettings, *, model: ModelClient | None = None
 ) -> tuple[AgentRunner, Callable[[], Awaitable[None]]]:
     """:func:`start`, also handing back the runner itself (for benchmarks and in-process tests)."""
+    settings = narrow(settings, AgentRunnerSettings)
     env = {**event_store_env(settings, "agent_runner"), SYNCHRONOUS_ENV: settings.agent_store_synchronous}
     app = SessionApplication(env=env)
     log.info("event store: %s", describe_store(env))

@@ -33,7 +33,7 @@ from autarch.contracts.tool_catalog import MUTATING_TOOLS
 from autarch.contracts.tools import CALL, ToolCall, ToolResult
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import AgentRunnerSettings
 
 from .agents import AgentConfig
 from .blocks import classify
@@ -113,7 +113,7 @@ class RunnerDeps:
     nc: Client
     model: ModelClient
     budget: WorkflowBudget
-    settings: Settings
+    settings: AgentRunnerSettings
     save: Callable[[Session], Awaitable[None]]
     """Durably record the session's pending events."""
     on_reply: Callable[[Session, ModelReply, float], None] | None = None

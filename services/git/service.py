@@ -31,7 +31,7 @@ from autarch.contracts.git import (
     WorkflowDiff,
 )
 from autarch.runtime.micro import TypedService
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import GitSettings, narrow
 
 from . import artifacts
 from .commits import Identity
@@ -46,7 +46,7 @@ log = logging.getLogger("git")
 T = TypeVar("T")
 
 
-def identity_from_settings(settings: Settings) -> Identity:
+def identity_from_settings(settings: GitSettings) -> Identity:
     """The commit identity configured in the settings (default author and committer "Autarch")."""
     return Identity(
         author_name=settings.git_author_name,
@@ -129,8 +129,9 @@ class GitService:
         await asyncio.to_thread(self.locks.close)
 
 
-async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
+async def start(nc: Client, settings: GitSettings) -> Callable[[], Awaitable[None]]:
     """The ``run_service`` starter: serve on ``nc`` with the data dir and identity from ``settings``."""
+    settings = narrow(settings, GitSettings)
     service = GitService(
         nc,
         data_dir=settings.data_path,

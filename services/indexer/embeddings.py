@@ -230,9 +230,11 @@ _cache: dict[tuple[str, str, str], Embedder] = {}
 _cache_lock = threading.Lock()
 
 
-def load_embedder(backend: str = "minilm", *, url: str | None = None, model: str | None = None) -> Embedder:
+def load_embedder(
+    backend: str = "minilm", *, url: str | None = None, model: str | None = None, api_key: str | None = None
+) -> Embedder:
     """The embedder for ``backend`` (one of :data:`EMBEDDING_BACKENDS`), built once per process."""
-    key = (backend, url or "", model or "")
+    key = (backend, url or "", model or "", api_key or "")
     with _cache_lock:
         if key in _cache:
             return _cache[key]
@@ -244,7 +246,7 @@ def load_embedder(backend: str = "minilm", *, url: str | None = None, model: str
         elif backend == "hosted":
             if not url or not model:
                 raise EmbeddingUnavailable("the hosted embedder needs embedding_url and embedding_model")
-            embedder = HostedEmbedder(url=url, model=model, api_key=os.environ.get("AUTARCH_EMBEDDING_API_KEY"))
+            embedder = HostedEmbedder(url=url, model=model, api_key=api_key)
         else:
             raise EmbeddingUnavailable(f"unknown embedding backend {backend!r}; use one of {EMBEDDING_BACKENDS}")
         _cache[key] = embedder

@@ -7,7 +7,6 @@ directly. Chunks are stored once per git blob id, so a scope only embeds blobs n
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
@@ -27,7 +26,7 @@ from autarch.contracts.indexer import (
     SearchResults,
     SemanticSearch,
 )
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import IndexerSettings
 
 from .chunking import Chunk, chunk_file
 from .embeddings import Embedder, load_embedder
@@ -133,14 +132,14 @@ class _Job:
         )
 
 
-def open_store(settings: Settings, embedder: Embedder) -> IndexStore:
+def open_store(settings: IndexerSettings, embedder: Embedder) -> IndexStore:
     """The store the settings name: Weaviate when ``weaviate_url`` is set, else the embedded one."""
     weaviate_url = settings.weaviate_url
     if weaviate_url:
         from .weaviate_store import WeaviateStore
 
         return WeaviateStore.connect(
-            weaviate_url, dim=embedder.dim, namespace=embedder.id, api_key=os.environ.get("AUTARCH_WEAVIATE_API_KEY")
+            weaviate_url, dim=embedder.dim, namespace=embedder.id, api_key=settings.weaviate_api_key
         )
     from .embedded_store import EmbeddedStore
 
@@ -160,8 +159,9 @@ class Indexer:
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Indexer:
-        embedder = load_embedder(settings.embedding_backend, url=settings.embedding_url, model=settings.embedding_model)
+    def from_settings(cls, settings: IndexerSettings) -> Indexer:
+        embedder = load_embedder(settings.embedding_backend, url=settings.embedding_url, model=settings.embedding_model,
+                                 api_key=settings.embedding_api_key)
         return cls(
             store=open_store(settings, embedder), embedder=embedder, max_file_bytes=settings.index_max_file_bytes
         )

@@ -42,7 +42,7 @@ from autarch.contracts.turns import (
 )
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import IndexerSettings, narrow
 
 from .engine import Indexer, JobCancelled, ScopeRef
 from .turn_memory import TurnMemory
@@ -206,8 +206,9 @@ class TurnMemoryService:
         return view
 
 
-async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
+async def start(nc: Client, settings: IndexerSettings) -> Callable[[], Awaitable[None]]:
     """Open the index, mark jobs a previous process left unfinished, and serve the endpoints."""
+    settings = narrow(settings, IndexerSettings)
     indexer = await asyncio.to_thread(Indexer.from_settings, settings)
     interrupted = await asyncio.to_thread(indexer.mark_interrupted)
     if interrupted:

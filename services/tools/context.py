@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class ToolSettings:
-    """The settings tools need (a subset of :class:`autarch.runtime.settings.Settings`)."""
+    """The settings tools need (built from :class:`autarch.runtime.settings.ToolsSettings`)."""
 
     exa_api_key: str | None = None
     exa_base_url: str = "https://api.exa.ai"

@@ -76,7 +76,7 @@ class SandboxUnavailable(Exception):
 
 @dataclass(frozen=True)
 class SandboxPolicy:
-    """The user's settings for agent commands (``sandbox*`` in :class:`autarch.runtime.settings.Settings`)."""
+    """The user's settings for agent commands (``sandbox*`` in :class:`autarch.runtime.settings.ToolsSettings`)."""
 
     mode: str = "on"
     """``on``: confined, refused where no sandbox exists; ``off``: unconfined (the user's explicit choice)."""

@@ -22,7 +22,7 @@ from autarch.contracts.tools import (
     ToolCall,
 )
 from autarch.runtime.micro import TypedService
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import ToolsSettings, narrow
 
 from .cancelling import CancelRouter
 from .context import Forwarder, ToolSettings
@@ -39,7 +39,7 @@ log = logging.getLogger("tools")
 _KEEP_SESSIONS_SECONDS = 14 * 24 * 3600
 
 
-def sandbox_policy(settings: Settings) -> SandboxPolicy:
+def sandbox_policy(settings: ToolsSettings) -> SandboxPolicy:
     """The sandbox settings as the shell tool reads them."""
     return SandboxPolicy(
         mode=settings.sandbox,
@@ -52,7 +52,7 @@ def sandbox_policy(settings: Settings) -> SandboxPolicy:
     )
 
 
-def sandbox_warning(settings: Settings) -> str | None:
+def sandbox_warning(settings: ToolsSettings) -> str | None:
     """What the user must hear at every start when agent commands will not run confined; None when they will."""
     if settings.sandbox == "off":
         return ("sandbox = \"off\": agent commands run UNCONFINED, with your user's access to every file, "
@@ -71,7 +71,9 @@ def sandbox_warning(settings: Settings) -> str | None:
     return None
 
 
-def build_executor(settings: Settings, *, nc: Client | None = None, grep_workers: int | None = None) -> ToolExecutor:
+def build_executor(
+    settings: ToolsSettings, *, nc: Client | None = None, grep_workers: int | None = None
+) -> ToolExecutor:
     """An executor with its store under ``<data dir>/tools/`` (grep workers are not started yet)."""
     workers = grep_workers if grep_workers is not None else settings.tools_grep_workers
     if workers is None:
@@ -93,8 +95,9 @@ def build_executor(settings: Settings, *, nc: Client | None = None, grep_workers
     )
 
 
-async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
+async def start(nc: Client, settings: ToolsSettings) -> Callable[[], Awaitable[None]]:
     """Open the session store, start the grep workers and serve the endpoints."""
+    settings = narrow(settings, ToolsSettings)
     executor = build_executor(settings, nc=nc)
     warning = await asyncio.to_thread(sandbox_warning, settings)
     if warning:

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from autarch.runtime.eventstore import event_store_env
-from autarch.runtime.settings import SettingsError, load_settings
+from autarch.runtime.settings import (
+    SECRET_SETTINGS,
+    SERVICE_SETTINGS,
+    CommonSettings,
+    GatewaySettings,
+    OrchestratorSettings,
+    Settings,
+    SettingsError,
+    ToolsSettings,
+    load_settings,
+    narrow,
+)
 
 
 def test_defaults(tmp_path):
@@ -82,3 +94,61 @@ def test_sandbox_settings_from_toml_and_comma_separated_variables(tmp_path):
         load_settings(environ={"AUTARCH_DATA_DIR": str(data), "AUTARCH_SANDBOX": "maybe"})
     with pytest.raises(SettingsError, match="sandbox_network_ports must be between 1 and 65535"):
         load_settings(environ={"AUTARCH_DATA_DIR": str(data), "AUTARCH_SANDBOX_NETWORK_PORTS": "0,80"})
+
+
+def test_each_service_gets_only_its_own_settings(tmp_path):
+    s = load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path), "AUTARCH_EXA_API_KEY": "k",
+                               "AUTARCH_DRIVE_WORKFLOWS": "false", "AUTARCH_REQUEST_TIMEOUT": "4"})
+    tools = s.for_service("tools")
+    assert isinstance(tools, ToolsSettings) and tools.exa_api_key == "k" and tools.request_timeout == 4.0
+    assert not hasattr(tools, "drive_workflows") and not hasattr(tools, "git_author_name")
+    orchestrator = narrow(s, OrchestratorSettings)
+    assert orchestrator.drive_workflows is False and not hasattr(orchestrator, "exa_api_key")
+    assert narrow(orchestrator, OrchestratorSettings) is orchestrator
+    for name, cls in SERVICE_SETTINGS.items():  # every service field is in the aggregate, so in the one loader
+        assert type(s.for_service(name)) is cls
+        assert {f.name for f in msgspec.structs.fields(cls)} <= {f.name for f in msgspec.structs.fields(Settings)}
+    assert {f.name for f in msgspec.structs.fields(CommonSettings)} <= {
+        f.name for f in msgspec.structs.fields(GatewaySettings)}
+
+
+def test_the_keys_that_bypassed_the_loader_are_settings_now(tmp_path):
+    env = {"AUTARCH_DATA_DIR": str(tmp_path), "AUTARCH_EMBEDDING_API_KEY": "e", "AUTARCH_WEAVIATE_API_KEY": "w",
+           "AUTARCH_EXPECTED_SERVICES": "orchestrator,tools"}
+    s = load_settings(environ=env)
+    indexer = s.for_service("indexer")
+    assert (indexer.embedding_api_key, indexer.weaviate_api_key) == ("e", "w")
+    assert s.for_service("gateway").expected_services == ("orchestrator", "tools")
+
+
+def test_loop_and_notifier_settings(tmp_path):
+    s = load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path)})
+    loop = s.for_service("orchestrator")
+    assert (loop.loop_iteration_timeout, loop.loop_no_progress_limit, loop.loop_max_iterations_limit) == (
+        300.0, 3, 200)
+    notifier = s.for_service("notifier")
+    assert notifier.notify_webhooks == () and notifier.notify_telegram_token is None
+    assert (notifier.notify_max_attempts, notifier.notify_backoff_initial, notifier.notify_backoff_max,
+            notifier.notify_timeout) == (8, 0.5, 30.0, 10.0)
+    assert notifier.notify_telegram_base_url == "https://api.telegram.org"
+    env = {"AUTARCH_DATA_DIR": str(tmp_path), "AUTARCH_NOTIFY_WEBHOOKS": "http://a/x, http://b/y",
+           "AUTARCH_NOTIFY_TELEGRAM_TOKEN": "123:abc", "AUTARCH_LOOP_ITERATION_TIMEOUT": "12.5"}
+    s = load_settings(environ=env)
+    assert s.notify_webhooks == ("http://a/x", "http://b/y") and s.loop_iteration_timeout == 12.5
+    assert load_settings(environ=s.to_env()).notify_webhooks == ("http://a/x", "http://b/y")
+    assert "notify_telegram_token" in SECRET_SETTINGS
+    with pytest.raises(SettingsError, match="loop_no_progress_limit must be 1 or more"):
+        load_settings(environ={**env, "AUTARCH_LOOP_NO_PROGRESS_LIMIT": "0"})
+
+
+def test_config_never_prints_a_secret(tmp_path, capsys):
+    from autarch.cli.main import main
+
+    env = {"AUTARCH_DATA_DIR": str(tmp_path), **{f"AUTARCH_{name.upper()}": "s3cret" for name in SECRET_SETTINGS}}
+    env["AUTARCH_POSTGRES_URL"] = "postgresql://u:s3cret@h:5432/d"
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        assert main(["config"]) == 0
+    out = capsys.readouterr().out
+    assert "s3cret" not in out and '"notify_telegram_token": "***"' in out
