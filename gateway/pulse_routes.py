@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from litestar import Response, get, post
 from litestar.datastructures import State
-from litestar.params import FromPath, JSONBody, Parameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.git import GitErrorCode
@@ -101,9 +101,9 @@ async def get_pulse(session_id: FromPath[str], state: State) -> LoopView | Respo
 @get("/api/pulse", summary="List loop sessions", tags=["pulse"], responses=error_responses(400))
 async def list_pulse(
     state: State,
-    status: Annotated[LoopStatus | None, Parameter(query="status", required=False)] = None,
-    limit: Annotated[int, Parameter(query="limit", ge=1, le=10_000)] = 1000,
-    offset: Annotated[int, Parameter(query="offset", ge=0)] = 0,
+    status: Annotated[LoopStatus | None, QueryParameter(description="Only sessions with this status")] = None,
+    limit: Annotated[int, QueryParameter(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, QueryParameter(ge=0)] = 0,
 ) -> LoopList | Response[ErrorReply]:
     """Sessions in creation order, ``?status=running`` (or pending, complete, blocked, failed, aborted, paused)
     to keep one status."""
