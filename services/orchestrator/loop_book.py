@@ -45,7 +45,7 @@ from autarch.contracts.turns import FindTurn, SearchTurns, TurnFound, TurnHits
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.micro import TypedService
 from autarch.runtime.requests import request
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import OrchestratorSettings
 
 from .application import WorkflowApplication
 from .loop_model import LoopError, LoopSession
@@ -58,9 +58,6 @@ if TYPE_CHECKING:
 __all__ = ["LoopBook", "register_loops"]
 
 R = TypeVar("R")
-
-_MAX_ITERATIONS_LIMIT = 200
-"""Default of the ``loop_max_iterations_limit`` setting."""
 
 
 def _now() -> str:
@@ -81,7 +78,7 @@ class LoopBook:
     app: WorkflowApplication
     writer: BatchedWriter
     nc: Any
-    settings: Settings
+    settings: OrchestratorSettings
     views: dict[str, LoopView] = field(default_factory=dict)
     settled: dict[str, tuple[int, list[NotifyTarget]]] = field(default_factory=dict)
     """Session → (max iterations, notification targets): fixed at start, for the relay's ``loop:*`` events."""
@@ -142,7 +139,7 @@ class LoopBook:
     # --- verbs ---------------------------------------------------------------------------------------
 
     async def start_loop(self, cmd: StartLoop) -> LoopView:
-        limit = int(getattr(self.settings, "loop_max_iterations_limit", _MAX_ITERATIONS_LIMIT))
+        limit = self.settings.loop_max_iterations_limit
         if cmd.max_iterations > limit:
             raise ServiceFailure.bad_request(
                 f"maxIterations {cmd.max_iterations} is more than this installation allows ({limit}; setting "

@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 from nats.aio.client import Client
@@ -51,7 +51,7 @@ from autarch.contracts.turns import RecordTurns, TurnRecord, TurnsRecorded
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import OrchestratorSettings
 
 from . import loop_signals
 from .loop_book import LoopBook
@@ -75,10 +75,6 @@ T = TypeVar("T")
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
-
-
-def _setting(settings: Settings, name: str, default: Any) -> Any:
-    return getattr(settings, name, default)
 
 
 def next_step(driver: LoopDriver, session: LoopSession) -> Step | None:
@@ -107,7 +103,7 @@ def next_step(driver: LoopDriver, session: LoopSession) -> Step | None:
 class LoopDriver:
     """Advances every loop session; one session's steps and turn outcomes are handled one at a time."""
 
-    def __init__(self, *, nc: Client, book: LoopBook, settings: Settings) -> None:
+    def __init__(self, *, nc: Client, book: LoopBook, settings: OrchestratorSettings) -> None:
         self.nc = nc
         self.book = book
         self.settings = settings
@@ -313,7 +309,7 @@ class LoopDriver:
             await self._ask("git", "recovery_checkpoint",
                             RecoveryCheckpoint(workflow_id=session_id, pulse_id=it.pulse_id, status=status,
                                                reason=(it.reason or status)[:10_000]), RecoveryCheckpointed)
-        limit = int(_setting(self.settings, "loop_no_progress_limit", 3))
+        limit = self.settings.loop_no_progress_limit
 
         def record(s: LoopSession) -> None:
             if not s.iteration(it.number).over:
@@ -418,7 +414,7 @@ class LoopDriver:
     async def _watch_time_limits(self) -> None:
         """End an iteration that runs past ``loop_iteration_timeout`` (status ``timeout``; the session blocks)."""
         while True:
-            limit = float(_setting(self.settings, "loop_iteration_timeout", 300.0))
+            limit = self.settings.loop_iteration_timeout
             await asyncio.sleep(min(5.0, max(0.2, limit / 4)))
             for session_id, view in list(self.book.views.items()):
                 if view.status != "running" or not view.iterations:
