@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from litestar.datastructures import State
@@ -12,6 +13,7 @@ from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request as nats_request
+from autarch.runtime.retry import GATEWAY_REQUEST, retry
 from autarch.runtime.settings import GatewaySettings
 
 __all__ = ["ask_orchestrator", "ask_service", "nc_of"]
@@ -38,17 +40,15 @@ async def ask_service(
     settings: GatewaySettings = state["settings"]
     subject = subjects.request(service, verb)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + (3 * settings.request_timeout if idempotent else 0)
-    while True:
-        try:
-            return await nats_request(
-                nc_of(state), subject, payload, reply_type,
-                timeout=settings.request_timeout, retry_unavailable=settings.request_timeout if idempotent else 0,
-            )
-        except RemoteError as exc:
-            if not idempotent or exc.code not in _RETRYABLE or loop.time() >= deadline:
-                raise
-            await asyncio.sleep(0.1)
+    return await retry(
+        lambda: nats_request(
+            nc_of(state), subject, payload, reply_type,
+            timeout=settings.request_timeout, retry_unavailable=settings.request_timeout if idempotent else 0,
+        ),
+        policy=GATEWAY_REQUEST, name=subject,
+        retry_on=lambda exc: idempotent and isinstance(exc, RemoteError) and exc.code in _RETRYABLE,
+        deadline=loop.time() + 3 * settings.request_timeout, log_level=logging.DEBUG,
+    )
 
 
 async def ask_orchestrator(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:

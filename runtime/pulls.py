@@ -28,6 +28,8 @@ from nats.aio.msg import Msg
 from nats.js import api
 from nats.js.errors import NotFoundError
 
+from .retry import PULL_REQUEST, retry
+
 __all__ = ["PullConsumer"]
 
 log = logging.getLogger(__name__)
@@ -75,19 +77,20 @@ class PullConsumer:
         subject = f"{api.DEFAULT_PREFIX}.CONSUMER.MSG.NEXT.{self.stream}.{self.config.durable_name}"
         loop = asyncio.get_running_loop()
         number = 0
-        while True:
+        request = json.dumps({"batch": self.batch, "expires": int(self.expires * 1e9),
+                              "idle_heartbeat": int(self.heartbeat * 1e9)}).encode()
+
+        async def pull() -> str:
+            nonlocal number
             number += 1
-            reply = f"{self._inbox}.{number}"
-            request = {"batch": self.batch, "expires": int(self.expires * 1e9),
-                       "idle_heartbeat": int(self.heartbeat * 1e9)}
-            try:
-                await self.nc.publish(subject, json.dumps(request).encode(), reply=reply)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # disconnected: the client reconnects meanwhile
-                log.warning("pull consumer %s: %r", self.config.durable_name, exc)
-                await asyncio.sleep(0.5)
-                continue
+            reply = f"{self._inbox}.{number}"  # a new reply subject per sending
+            await self.nc.publish(subject, request, reply=reply)
+            return reply
+
+        while True:
+            # Disconnected: the client reconnects meanwhile.
+            reply = await retry(pull, policy=PULL_REQUEST, name=f"pull consumer {self.config.durable_name}",
+                                retry_on=lambda exc: True)
             # The request ends with its status (408 expired, 404/409 …), its batch delivered, or silence: no
             # heartbeat for two intervals means the server lost it (restarted), and a new one is sent.
             deadline = loop.time() + self.expires + self.heartbeat

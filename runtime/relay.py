@@ -27,11 +27,17 @@ from nats.aio.client import Client
 from autarch.contracts.base import encode
 from autarch.contracts.events import Event, event_subject
 
+from .retry import RELAY_PUBLISH, retry
+
 __all__ = ["EventRelay"]
 
 log = logging.getLogger(__name__)
 
 MSG_ID = "Nats-Msg-Id"
+
+
+class _Stopped(Exception):
+    """A retry's pause ended by :meth:`EventRelay.stop`."""
 
 
 @dataclass
@@ -100,27 +106,29 @@ class EventRelay:
         return self._tracking
 
     async def _run(self) -> None:
-        delay = 0.1
         while not self._stopping:
-            # Clear before reading: a wake() that lands while we read is then never lost.
-            self._wake.clear()
             try:
-                published = await self.publish_pending()
-                delay = 0.1
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
                 # NATS away, stream missing, database locked: nothing is lost, try again.
-                log.warning("%s: %s; retrying in %.1fs", self.name, exc, delay)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)  # a stop() wakes us early
-                delay = min(delay * 2, 5.0)
-                continue
+                published = await retry(self._publish_woken, policy=RELAY_PUBLISH, name=self.name,
+                                        retry_on=lambda exc: True, sleep=self._pause)
+            except _Stopped:
+                return
             if published == 0:
                 try:
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval)
                 except TimeoutError:
                     pass
+
+    async def _publish_woken(self) -> int:
+        # Clear before reading: a wake() that lands while we read is then never lost.
+        self._wake.clear()
+        return await self.publish_pending()
+
+    async def _pause(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), delay)  # a stop() wakes us early
+        if self._stopping:
+            raise _Stopped
 
     async def publish_pending(self) -> int:
         """Publish one batch of unpublished notifications; returns how many were read."""

@@ -20,6 +20,7 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import RemoteError
 from .liveness import REQUEST_ID_HEADER, InstanceWatch, watch_for
+from .retry import REQUEST_UNAVAILABLE, retry
 
 __all__ = ["request"]
 
@@ -65,21 +66,18 @@ async def request(
         name = service or _service_of(subject)
         watch = watch_for(nc, name) if name else None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + retry_unavailable
-    delay = 0.05
     lost = 0
     while True:
         try:
-            msg = await _send(nc, subject, data, timeout, watch)
+            msg = await retry(
+                lambda: _send(nc, subject, data, timeout, watch), policy=REQUEST_UNAVAILABLE, name=subject,
+                retry_on=lambda exc: isinstance(exc, NoRespondersError), deadline=loop.time() + retry_unavailable,
+                log_level=logging.DEBUG,
+            )
         except NoRespondersError:
-            if loop.time() + delay > deadline:
-                raise RemoteError(
-                    ErrorReply(code=ErrorCode.UNAVAILABLE, message=f"no service answers on {subject}"),
-                    subject=subject,
-                ) from None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
-            continue
+            raise RemoteError(
+                ErrorReply(code=ErrorCode.UNAVAILABLE, message=f"no service answers on {subject}"), subject=subject
+            ) from None
         except NatsTimeoutError:
             raise RemoteError(
                 ErrorReply(code=ErrorCode.TIMEOUT, message=f"no answer on {subject} within {timeout:g}s"),
@@ -96,8 +94,7 @@ async def request(
             )
         log.warning("no instance holds the request on %s any more; sending it again (%d of %d)", subject, lost,
                     MAX_LOST)
-        # The service may be restarting: it gets the same grace as a first sending would.
-        deadline, delay = loop.time() + retry_unavailable, 0.05
+        # The service may be restarting: it gets the same grace as a first sending would (a new deadline).
     return _decode(msg, subject, reply_type)
 
 

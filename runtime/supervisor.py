@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .natsserver import EmbeddedNats, die_with_parent
+from .retry import SUPERVISOR_RESTART, Backoff
 from .settings import Settings
 
 __all__ = ["AVAILABLE_SERVICES", "Child", "Supervisor"]
@@ -114,9 +115,10 @@ class Supervisor:
     gateway: bool = True
     grace: float = 10.0
     """Seconds a child gets to stop after SIGTERM before SIGKILL."""
-    max_backoff: float = 10.0
+    backoff: Backoff = SUPERVISOR_RESTART
+    """Waits before restarting a child (or nats-server) that exited, growing while it keeps exiting."""
     stable_after: float = 30.0
-    """Seconds up after which a child's next exit is a new failure: its backoff starts again from 0.25 s."""
+    """Seconds up after which a child's next exit is a new failure: its backoff starts again from the first."""
     children: dict[str, Child] = field(default_factory=dict)
     nats: EmbeddedNats | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -185,7 +187,7 @@ class Supervisor:
         return 0
 
     async def _watch(self, child: Child) -> None:
-        backoff = 0.25
+        delays = self.backoff.delays()
         while True:
             assert child.process is not None
             code = await child.process.wait()
@@ -193,28 +195,28 @@ class Supervisor:
                 return
             up_for = time.monotonic() - child.started_at
             if up_for > self.stable_after:
-                backoff = 0.25  # it ran fine for a while: this is a new failure, not a crash loop
+                delays = self.backoff.delays()  # it ran fine for a while: this is a new failure, not a crash loop
+            backoff = next(delays)
             log.warning("%s exited with %s after %.1fs; restarting in %.2fs", child.name, code, up_for, backoff)
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
             child.restarts += 1
             await child.spawn()
             self._write_run_file()
 
     async def _watch_nats(self, nats: EmbeddedNats) -> None:
         """Restart the embedded nats-server when it dies: same port and store, so no client is reconfigured."""
-        backoff = 0.25
+        delays = self.backoff.delays()
         while True:
             code = await nats.wait()  # reaps it: a dead server is never left a zombie
             if self._stop.is_set():
                 return
             up_for = time.monotonic() - nats.started_at
             if up_for > self.stable_after:
-                backoff = 0.25
+                delays = self.backoff.delays()
+            backoff = next(delays)
             log.warning("nats-server exited with %s after %.1fs; restarting in %.2fs on port %d (JetStream kept)",
                         code, up_for, backoff, nats.port)
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
             try:
                 await nats.start_async()
             except (RuntimeError, OSError) as exc:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import msgspec
 from anthropic.types import Message, RawMessageStreamEvent
 
 from autarch.contracts.agents import TurnUsage
+from autarch.runtime.retry import MODEL_STREAM
 from autarch.runtime.settings import AgentRunnerSettings
 
 from .agents import AgentConfig
@@ -231,7 +231,7 @@ class ModelClient:
                 attempt += 1
                 if attempt > self._max_retries or (kind is not None and kind not in _RETRYABLE_STREAM_ERRORS):
                     raise ModelError(f"model stream failed: {kind or type(exc).__name__}: {_message(exc)}") from exc
-                delay = min(0.5 * 2 ** (attempt - 1), 8.0) * (1 - 0.25 * random.random())
+                delay = MODEL_STREAM.delay(attempt)
                 log.warning("model stream failed (%s); retry %d in %.2fs", kind or exc, attempt, delay)
                 restart = set(shown)
                 await asyncio.sleep(delay)
