@@ -15,12 +15,12 @@ from autarch.contracts.tools import ToolCall, ToolResult
 from autarch.runtime.requests import request
 from autarch.services.scripted_model import ScriptedModelServer
 
+from ..held_lock import HOLD, until_released
 from .conftest import RUNNER, get_session, start_session
 from .scenarios import step, text, tool
 
 # The marker would be written 3 s into the command, by bash and by a background child of it.
-COMMAND = "touch started; (sleep 3 && touch child-marker) & sleep 3 && touch marker; wait"
-SETTLE_SECONDS = 4.5
+COMMAND = HOLD + "touch started; (sleep 3 && touch child-marker) & sleep 3 && touch marker; wait"
 
 SCENARIO = {
     "description": "A pulse whose shell command is stopped while it runs.",
@@ -71,5 +71,5 @@ async def test_stopping_a_pulse_mid_command_kills_the_command_and_records_the_ca
     assert replay.replayed and replay.is_error
     assert json.loads(replay.content)["error"].startswith("cancelled: user pressed stop.")
 
-    await asyncio.sleep(SETTLE_SECONDS)  # past the command's delay: whatever survived has written by now
+    await until_released(repo)  # every process of the command has exited: none can write a marker later
     assert not (repo / "marker").exists() and not (repo / "child-marker").exists()

@@ -18,12 +18,12 @@ from autarch.runtime.settings import Settings
 from autarch.services.tools.cancelling import CancelRouter
 from autarch.services.tools.service import build_executor, start
 
+from ..held_lock import HOLD, until_released
 from .helpers import Tools
 
 # Writes a marker after a delay, from the shell itself and from a background child of it: after a
 # cancel neither may ever appear (the child proves the whole process group went, not only bash).
-SLOW = "touch started; (sleep 2 && touch child-marker) & sleep 2 && touch marker; wait"
-SETTLE_SECONDS = 3.5  # longer than SLOW's delay: what was not killed has written its marker by then
+SLOW = HOLD + "touch started; (sleep 2 && touch child-marker) & sleep 2 && touch marker; wait"
 
 
 async def _started(root: Path) -> None:
@@ -36,7 +36,7 @@ def _cancel(call_id: str = "slow", session: str = "session-1", reason: str = "us
 
 
 async def _assert_markers_never_appear(root: Path) -> None:
-    await asyncio.sleep(SETTLE_SECONDS)
+    await until_released(root)  # every process of SLOW has exited: none can write a marker later
     assert not (root / "marker").exists() and not (root / "child-marker").exists()
 
 
