@@ -39,6 +39,7 @@ _EMBED_CHARS = 2000
 """Characters of a turn that are embedded (its start carries what it is about)."""
 _CANDIDATES = 50
 """Hits taken from each ranking before fusion."""
+_QUERY_CACHE = 256
 
 _encode = msgspec.json.Encoder().encode
 _decode_record = msgspec.json.Decoder(TurnRecord).decode
@@ -113,6 +114,8 @@ class TurnMemory:
         self._lock = threading.Lock()
         self._projects: dict[str, _Project] = {}
         self._project_of: dict[str, str] = {}
+        self._queries: dict[str, np.ndarray] = {}
+        """Recent query embeddings, oldest first (a loop's goal is asked for again and again)."""
         self._load()
 
     def _load(self) -> None:
@@ -191,7 +194,7 @@ class TurnMemory:
             lengths, in_scope = memory.lengths_array()
             terms = [postings[t] for t in query_terms(query) if t in postings]
             turns = memory.turns
-        query_vector = np.asarray(self.embedder.embed([query], kind="query")[0], dtype=np.float32)
+        query_vector = self._query_vector(query)
         dense_scores = vectors @ query_vector
         n = min(_CANDIDATES, len(dense_scores))
         dense = np.argpartition(-dense_scores, n - 1)[:n] if n < len(dense_scores) else np.arange(len(dense_scores))
@@ -204,6 +207,18 @@ class TurnMemory:
         return [TurnHit(turn_id=turns[row].turn_id, session_id=turns[row].session_id,
                         score=round(float(min(1.0, max(0.0, dense_scores[row]))), 4), index=turns[row].index,
                         excerpt=_excerpt(turns[row].text)) for row, _ in fused]
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        # A loop asks with its goal before every iteration: the same query, embedded once.
+        with self._lock:
+            cached = self._queries.get(query)
+        if cached is None:
+            cached = np.asarray(self.embedder.embed([query], kind="query")[0], dtype=np.float32)
+            with self._lock:
+                self._queries[query] = cached
+                while len(self._queries) > _QUERY_CACHE:
+                    self._queries.pop(next(iter(self._queries)))
+        return cached
 
     def slice(self, turn_id: str, token_budget: int) -> SliceView | None:
         """The anchor and its neighbours in its session, nearest first (before, then after), within the budget."""
