@@ -92,16 +92,18 @@ def show_lines(view: dict[str, Any]) -> list[str]:
     return lines
 
 
-def follow_loop(client: GatewayClient, session_id: str, *, out: TextIO | None = None) -> int:
+def follow_loop(client: GatewayClient, session_id: str, *, out: TextIO | None = None,
+                reconnect_for: float = 60.0) -> int:
     """Print the session's iterations live (from its first event) until it completes, blocks, fails or is
-    aborted; 0 when it completed, 1 otherwise. Returns at once for a session that already ended."""
+    aborted; 0 when it completed, 1 otherwise. Returns at once for a session that already ended. A dropped
+    stream is resumed after the last event seen, for ``reconnect_for`` seconds."""
     from .follow import StreamLost, WorkflowEvents
     from .render import render_event
 
     out = out or sys.stdout
     view = client.get(f"/api/pulse/{session_id}")
     print(f"loop session {session_id}: {_cut(view['goal'], 100)}", file=out, flush=True)
-    with WorkflowEvents(client, session_id, since=0) as events:
+    with WorkflowEvents(client, session_id, since=0, reconnect_for=reconnect_for) as events:
         for item in events:
             if isinstance(item, StreamLost):
                 if item.first:
@@ -196,14 +198,14 @@ def cmd_abort(client: GatewayClient, args: argparse.Namespace) -> int:
     return _control(client, args, "abort", {"reason": args.reason} if args.reason else None)
 
 
-def watch_loop(client: GatewayClient, given: str) -> int | None:
+def watch_loop(client: GatewayClient, given: str, *, reconnect_for: float = 60.0) -> int | None:
     """For ``autarch watch``: follow ``given`` if it is a loop session id, else None (not a session)."""
     try:
         session_id = str(uuid.UUID(given))
         client.get(f"/api/pulse/{session_id}")
     except (ValueError, GatewayError):
         return None
-    return follow_loop(client, session_id)
+    return follow_loop(client, session_id, reconnect_for=reconnect_for)
 
 
 # --- parsers --------------------------------------------------------------------------------------------

@@ -145,14 +145,19 @@ def test_start_follow_show_and_list(cli: Cli, http: httpx.Client, tmp_path: Path
 def test_block_resume_pause_and_abort(cli: Cli, http: httpx.Client, tmp_path: Path):
     repo = make_repo(tmp_path / "shop", FILES)
     out = cli("pulse", "start", "--project-path", str(repo), "--project-name", "db-shop", "--goal",
-              "Pick a database", "--script", "ctl", "--notify-webhook", "http://127.0.0.1:9/hook")
+              "Pick a database", "--script", "ctl")
     sid = started_id(out)
     assert f"autarch watch {sid}" in out
     view = wait_status(http, sid, "blocked")
-    assert [(n["kind"], n["url"]) for n in view["notify"]] == [("webhook", "http://127.0.0.1:9/hook")]
-    assert view["project_name"] == "db-shop"
+    assert view["project_name"] == "db-shop" and view["notify"] == []
     shown = cli("pulse", "show", sid)
     assert "which database?" in shown and f"autarch pulse resume {sid}" in shown
+
+    with GatewayClient(connection_from_args(_args(cli.system))) as client:
+        buffer = io.StringIO()
+        assert follow_loop(client, sid, out=buffer) == 1  # a blocked session ends the follow, exit 1
+    assert "loop BLOCKED: which database?" in buffer.getvalue()
+    assert buffer.getvalue().splitlines()[-1].startswith(f"{sid}  blocked, iteration 1/10")
 
     err = cli("pulse", "pause", sid, code=1)
     assert "loop_not_running" in err
@@ -186,6 +191,40 @@ def test_errors_are_typed(cli: Cli, tmp_path: Path):
     with pytest.raises(SystemExit):
         main(["pulse", "list", "--status", "sleeping"])
     assert json.loads(cli("pulse", "list", "--json"))["total"] == before
+
+
+# Keep these two last: a session with notify targets stops the orchestrator's relay (see the xfail), so no
+# later session's events would reach /api/events in this module's system.
+
+
+def test_notify_webhooks_go_into_the_start(cli: Cli, http: httpx.Client, tmp_path: Path):
+    repo = make_repo(tmp_path / "shop", FILES)
+    out = cli("pulse", "start", "--project-path", str(repo), "--goal", "Pick a database", "--script", "ctl",
+              "--notify-webhook", "http://127.0.0.1:9/hook", "--notify-webhook", "https://example.com/h")
+    view = wait_status(http, started_id(out), "blocked")
+    assert [(n["kind"], n["url"]) for n in view["notify"]] == [("webhook", "http://127.0.0.1:9/hook"),
+                                                               ("webhook", "https://example.com/h")]
+
+
+@pytest.mark.xfail(strict=True, reason="orchestrator (lead's part): the relay fails on events with notify targets "
+                   "('Unexpected keyword argument chatId') and retries for ever, so no event reaches the stream")
+def test_a_session_with_notify_targets_has_its_events_on_the_stream(http: httpx.Client, tmp_path: Path):
+    repo = make_repo(tmp_path / "shop", FILES)
+    session = http.post("/api/pulse/start", json={
+        "projectName": "shop", "projectPath": str(repo), "goal": "Pick a database", "script": "ctl",
+        "notify": [{"kind": "webhook", "url": "http://127.0.0.1:9/hook"}]}).raise_for_status().json()
+    params = {"workflow": session["id"], "since": "0", "deltas": "false"}
+    seen = []
+    with http.stream("GET", "/api/events", params=params, timeout=httpx.Timeout(10, read=8)) as reply:
+        try:
+            for line in reply.iter_lines():
+                if line.startswith("event:"):
+                    seen.append(line.split(":", 1)[1].strip())
+                if "loop:blocked" in seen:
+                    break
+        except httpx.ReadTimeout:
+            pass
+    assert seen[:2] == ["loop:started", "loop:iteration_started"] and "loop:blocked" in seen, seen
 
 
 def _args(system: System) -> Any:
