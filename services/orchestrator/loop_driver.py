@@ -260,11 +260,13 @@ class LoopDriver:
     async def start_iteration(self, session_id: str) -> None:
         session = await self.book.read(session_id)
         number = len(session.iterations) + 1
-        context = await build_context(session, self._ask_memory)
+        # The context (the turn memory) and the worktree (git) do not depend on each other: ask both at once.
+        context, started = await asyncio.gather(
+            build_context(session, self._ask_memory),
+            self._ask("git", "start_pulse", StartPulse(workflow_id=session_id, pulse_id=f"i{number}"),
+                      GitPulseStarted))
         if context.memory_error:
             log.info("loop %s iteration %d: %s", session_id, number, context.memory_error)
-        started = await self._ask("git", "start_pulse", StartPulse(workflow_id=session_id, pulse_id=f"i{number}"),
-                                  GitPulseStarted)
 
         def record(s: LoopSession) -> None:
             if len(s.iterations) + 1 != number or s.status != "running":
@@ -292,23 +294,10 @@ class LoopDriver:
         await self.book.change(session_id, record)
 
     async def git_step(self, session_id: str, it: Iteration) -> None:
-        """Commit the iteration's work when its turn ended well (nothing when it changed nothing), else keep it as
-        a recovery commit on the pulse branch; then record the end and branch on the signal."""
-        commit: str | None = None
-        files: list[str] = []
-        if it.ending == "complete":
-            subject = it.commit_subject or f"chore(loop): iteration {it.number}"
-            done = await self._ask("git", "checkpoint_pulse",
-                                   CheckpointPulse(workflow_id=session_id, pulse_id=it.pulse_id, summary=subject,
-                                                   body=it.commit_body[:20_000], skip_if_unchanged=True),
-                                   PulseCheckpointed)
-            if done.committed:
-                commit, files = done.commit, list(done.paths)
-        else:
-            status = "failed" if it.ending == "failed" else "stopped"
-            await self._ask("git", "recovery_checkpoint",
-                            RecoveryCheckpoint(workflow_id=session_id, pulse_id=it.pulse_id, status=status,
-                                               reason=(it.reason or status)[:10_000]), RecoveryCheckpointed)
+        """The git step of an iteration whose ending was recorded without it (an abort, a time limit, a restart
+        between the two): then record the end and branch on the signal."""
+        commit, files = await self._keep_work(session_id, it.number, it.ending, it.commit_subject, it.commit_body,
+                                              it.reason)
         limit = self.settings.loop_no_progress_limit
 
         def record(s: LoopSession) -> None:
@@ -316,9 +305,31 @@ class LoopDriver:
                 s.end_iteration(it.number, commit_hash=commit, files_changed=files, no_progress_limit=limit)
 
         session, _ = await self.book.change(session_id, record)
-        ended = session.iteration(it.number)
-        log.info("loop %s: iteration %d/%d %s %s%s → %s", session_id, it.number, session.max_iterations, ended.status,
-                 ended.signal, f" · {commit[:10]}" if commit else "", session.status)
+        self._log_end(session, it.number)
+
+    async def _keep_work(self, session_id: str, number: int, ending: str | None, subject: str | None, body: str,
+                         reason: str | None) -> tuple[str | None, list[str]]:
+        """Commit an iteration that ended well (nothing when it changed nothing); keep any other's work as a
+        recovery commit on its pulse branch. Idempotent on the pulse: a repeat answers the same."""
+        pulse_id = f"i{number}"
+        if ending == "complete":
+            done = await self._ask("git", "checkpoint_pulse",
+                                   CheckpointPulse(workflow_id=session_id, pulse_id=pulse_id,
+                                                   summary=subject or f"chore(loop): iteration {number}",
+                                                   body=body[:20_000], skip_if_unchanged=True),
+                                   PulseCheckpointed)
+            return (done.commit, list(done.paths)) if done.committed else (None, [])
+        status = "failed" if ending == "failed" else "stopped"
+        await self._ask("git", "recovery_checkpoint",
+                        RecoveryCheckpoint(workflow_id=session_id, pulse_id=pulse_id, status=status,
+                                           reason=(reason or status)[:10_000]), RecoveryCheckpointed)
+        return None, []
+
+    def _log_end(self, session: LoopSession, number: int) -> None:
+        ended = session.iteration(number)
+        commit = f" · {ended.commit_hash[:10]}" if ended.commit_hash else ""
+        log.info("loop %s: iteration %d/%d %s %s%s → %s", session.id, number, session.max_iterations, ended.status,
+                 ended.signal, commit, session.status)
 
     async def close_agent(self, session_id: str, it: Iteration) -> None:
         try:
@@ -378,13 +389,29 @@ class LoopDriver:
         tokens = (event.input_tokens + event.output_tokens + event.cache_read_input_tokens
                   + event.cache_creation_input_tokens)
         summary = loop_signals.summarise(event.text) if event.text.strip() else (reason or "(no output)")
+        limit = self.settings.loop_no_progress_limit
         async with self._locks[event.workflow_id]:
-            await self.book.change(event.workflow_id, lambda s: s.record_turn(
-                it.number, turn_id=event.turn_id, ending=ending, signal=signal, signal_source=source, reason=reason,
-                output_summary=summary, output_full=event.text, commit_subject=subject, commit_body=body,
-                anchor_hint_next=hint.turn_id if hint else None, anchor_hint_reason=hint.reason if hint else None,
-                tokens_used=tokens, cost_usd=event.cost_usd))
-        self._in_background(self._remember_turn(session, it, event))
+            current = (await self.book.read(event.workflow_id)).iteration(it.number)
+            if current.over or current.ending is not None:
+                return  # recorded meanwhile (an abort, the time limit, a redelivery handled by another path)
+            # The git step first, then the turn and the end in one save: the commit is idempotent on the pulse, so
+            # a crash in between redoes it on the redelivered turn event and gets the same commit. The turn goes to
+            # the turn memory meanwhile, so that once the iteration shows as ended its turn can be an anchor.
+            (commit, files), _ = await asyncio.gather(
+                self._keep_work(event.workflow_id, it.number, ending, subject, body, reason),
+                self._remember_turn(session, it, event))
+
+            def record(s: LoopSession) -> None:
+                if s.record_turn(it.number, turn_id=event.turn_id, ending=ending, signal=signal, signal_source=source,
+                                 reason=reason, output_summary=summary, output_full=event.text,
+                                 commit_subject=subject, commit_body=body,
+                                 anchor_hint_next=hint.turn_id if hint else None,
+                                 anchor_hint_reason=hint.reason if hint else None, tokens_used=tokens,
+                                 cost_usd=event.cost_usd):
+                    s.end_iteration(it.number, commit_hash=commit, files_changed=files, no_progress_limit=limit)
+
+            session, _ = await self.book.change(event.workflow_id, record)
+        self._log_end(session, it.number)
         self.kick(event.workflow_id)
 
     async def _remember_turn(self, session: LoopSession, it: Iteration, event: TurnCompleted) -> None:
