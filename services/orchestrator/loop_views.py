@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+import msgspec
 from eventsourcing.domain import DomainEvent
 
 from autarch.contracts.events import (
@@ -79,7 +80,7 @@ def loop_to_contract(domain_event: DomainEvent, settled: Settled) -> Event | Non
         return LoopStarted(**base, project_name=e.project_name, project_path=e.project_path, goal=e.goal,
                            max_iterations=e.max_iterations, branch_name=e.branch_name, created_by=e.created_by,
                            context_strategy=e.context_strategy, anchor_turn_id=e.anchor_turn_id,
-                           notify=[NotifyTarget(**n) for n in e.notify])
+                           notify=[msgspec.convert(n, NotifyTarget) for n in e.notify])
     if isinstance(e, LoopSession.IterationStarted):
         limit, _ = settled(sid)
         return LoopIterationStarted(**base, iteration_number=e.number, max_iterations=limit,

@@ -83,3 +83,28 @@ def test_the_breaker_trips_on_the_same_error_repeated():
     assert session.status == "blocked" and session.current_iteration().number == 3
     assert session.status_reason == ("no progress: 3 iterations in a row ended with the same error: "
                                      "the turn ended error: overloaded")
+
+
+def test_every_event_of_a_session_becomes_its_wire_event():
+    from autarch.contracts.events import EVENT_TYPES
+    from autarch.services.orchestrator.loop_views import loop_to_contract
+
+    session = LoopSession(session_id=str(uuid.uuid4()), project_name="shop", project_path="/srv/shop", goal="Add auth",
+                          max_iterations=3, anchor_turn_id=None, branch_name="autarch/loop-x", base_branch="main",
+                          context_strategy="prefetch", created_by="api", script=None,
+                          notify=[{"kind": "webhook", "url": "http://127.0.0.1:9/h"},
+                                  {"kind": "telegram", "chatId": "42"}],
+                          created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None)
+    run_iteration(session, "CONTINUE", "c1" * 20)
+    session.request_pause()
+    session.resume(None)
+    run_iteration(session, "BLOCKED", None, reason="which key?")
+    session.resume("this one")
+    session.abort("enough")
+    settled = (session.max_iterations, list(session.notify))
+    wire = [loop_to_contract(e, lambda _: settled) for e in session.collect_events()]
+    kinds = [type(w).__struct_config__.tag for w in wire if w is not None]
+    assert set(kinds) <= set(EVENT_TYPES)
+    assert kinds[0] == "loop:started" and wire[0].notify[1].chat_id == "42"
+    assert {"loop:iteration_started", "loop:iteration_completed", "loop:paused", "loop:blocked", "loop:resumed",
+            "loop:aborted"} <= set(kinds)
