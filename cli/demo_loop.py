@@ -77,7 +77,7 @@ def run_loop_demo(target: Path, *, keep: bool = False, timeout: float = 300) -> 
     _print("Autarch loop demo — a Pulse Protocol session, offline, with the scripted model (no API key).")
     base = make_sample_repo(target, scenario["files"])
     _print(f"Sample repository: {target}  (main at {base[:8]})")
-    data_dir = Path(tempfile.mkdtemp(prefix="autarch-demo-loop-"))
+    data_dir = Path(tempfile.mkdtemp(prefix="autarch-demo-data-"))
     system: LocalSystem | None = None
     client: GatewayClient | None = None
     session_id = str(uuid.uuid4())

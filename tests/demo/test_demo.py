@@ -172,3 +172,20 @@ def test_a_workflow_that_does_not_finish_fails_the_demo_with_its_reason(tmp_path
     assert git(repo, "worktree", "list").count("\n") == 1
     assert_no_leftovers(pids)
     assert not list((tmp_path / "tmp").glob("autarch-demo-data-*"))
+
+
+def test_demo_loop_iterates_to_complete_with_a_chained_anchor(tmp_path: Path) -> None:
+    repo = tmp_path / "loop"
+    code, out, err, pids = run_demo(tmp_path, "loop", "--dir", str(repo))
+    assert code == 0, f"{out}\n{err}"
+    for expected in ("iteration 1/5 started", "iteration 3/5 started (anchor: chained)",
+                     "loop complete (3 iterations, 3 commits): the agent signalled COMPLETE"):
+        assert expected in out, expected
+    branch = next(line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("Branch "))
+    assert git(repo, "log", "--format=%s", f"main..{branch}").splitlines() == [
+        "docs(notes): describe search in the README", "test(notes): cover search",
+        "feat(notes): add a case-insensitive search"]
+    assert git(repo, "status", "--porcelain") == "" and len(git(repo, "rev-list", "main").split()) == 1
+    assert "search(word)" in git(repo, "show", f"{branch}:README.md")
+    assert len(pids) >= 7, pids  # supervisor, nats-server, five services, gateway
+    assert_no_leftovers(pids)
