@@ -14,7 +14,9 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 
+import msgspec
 from nats.aio.client import Client
 
 from autarch.contracts import subjects
@@ -37,6 +39,7 @@ from autarch.contracts.turns import (
     SliceView,
     TurnFound,
     TurnHits,
+    TurnRecord,
     TurnSlice,
     TurnsRecorded,
 )
@@ -184,7 +187,8 @@ class TurnMemoryService:
     memory: TurnMemory
 
     async def record_turns(self, command: RecordTurns) -> TurnsRecorded:
-        recorded, total = await asyncio.to_thread(self.memory.record, list(command.turns))
+        turns = [_checked_turn(turn, n) for n, turn in enumerate(command.turns)]
+        recorded, total = await asyncio.to_thread(self.memory.record, turns)
         return TurnsRecorded(recorded=recorded, total=total)
 
     async def find_turn(self, query: FindTurn) -> TurnFound:
@@ -204,6 +208,20 @@ class TurnMemoryService:
         if view is None:
             raise ServiceFailure.not_found(f"no recorded turn {query.turn_id}", turn_id=query.turn_id)
         return view
+
+
+def _checked_turn(turn: TurnRecord, n: int) -> TurnRecord:
+    """``turn`` as remembered, or a bad_request naming the field: ids are non-empty, counts not negative."""
+    for name in ("turn_id", "session_id", "project_path"):
+        if not getattr(turn, name).strip():
+            raise ServiceFailure.bad_request(f"turns[{n}].{name} is empty", field=f"turns[{n}].{name}")
+    for name in ("index", "tokens"):
+        if getattr(turn, name) < 0:
+            raise ServiceFailure.bad_request(f"turns[{n}].{name} is negative", field=f"turns[{n}].{name}")
+    if turn.occurred_at.tzinfo is None:
+        # A naive time is taken as UTC: mixed with aware ones, "latest" could not compare them.
+        return msgspec.structs.replace(turn, occurred_at=turn.occurred_at.replace(tzinfo=UTC))
+    return turn
 
 
 async def start(nc: Client, settings: IndexerSettings) -> Callable[[], Awaitable[None]]:

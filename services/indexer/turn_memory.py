@@ -1,9 +1,9 @@
 """Turn memory: the project's recorded agent turns, searchable, for the anchors of loop iterations (seed 001).
 
-Turns are kept in SQLite beside the index (``<data dir>/indexer/turns.sqlite``) with their embedding, and held in
-memory per project for the queries: a lookup by id (chained and explicit anchors), the latest turn (temporal),
-a hybrid search (semantic: the embedder's vectors and the index's BM25, fused by reciprocal rank, as code search
-does), and the slice of conversation around an anchor within a token budget.
+Turns are kept in SQLite beside the index (``<data dir>/indexer/<embedder id>/turns.sqlite``) with their
+embedding, and held in memory per project for the queries: a lookup by id (chained and explicit anchors), the
+latest turn (temporal), a hybrid search (semantic: the embedder's vectors and the index's BM25, fused by
+reciprocal rank, as code search does), and the slice of conversation around an anchor within a token budget.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ _EMBED_CHARS = 2000
 """Characters of a turn that are embedded (its start carries what it is about)."""
 _CANDIDATES = 50
 """Hits taken from each ranking before fusion."""
+_FUSION_WEIGHTS = (1.0, 0.5)
+"""Dense, then lexical. Turns are prose and a loop's goal paraphrases them: meaning leads, and BM25 lifts a turn
+that also shares the goal's rarer words (names, identifiers) without letting one shared common word win."""
 _QUERY_CACHE = 256
 
 _encode = msgspec.json.Encoder().encode
@@ -60,6 +63,8 @@ class _Project:
     lengths: list[int] = field(default_factory=list)
     postings: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
     sessions: dict[str, list[int]] = field(default_factory=dict)
+    latest: TurnRecord | None = None
+    """The turn with the greatest (occurred_at, index): kept as turns come, so asking costs nothing."""
     _arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
@@ -77,7 +82,12 @@ class _Project:
             rows.append(row)
             tfs.append(tf)
         self.sessions.setdefault(turn.session_id, []).append(row)
+        self._note_latest(turn)
         self._arrays = None
+
+    def _note_latest(self, turn: TurnRecord) -> None:
+        if self.latest is None or (turn.occurred_at, turn.index) > (self.latest.occurred_at, self.latest.index):
+            self.latest = turn
 
     def add_many(self, turns: list[TurnRecord], vectors: np.ndarray) -> None:
         # One vstack for a batch (a restart loads thousands of turns).
@@ -94,6 +104,7 @@ class _Project:
                 rows.append(row)
                 tfs.append(tf)
             self.sessions.setdefault(turn.session_id, []).append(row)
+            self._note_latest(turn)
         self._arrays = None
 
     def lengths_array(self) -> tuple[np.ndarray, np.ndarray]:
@@ -181,9 +192,7 @@ class TurnMemory:
     def latest(self, project_path: str) -> TurnRecord | None:
         with self._lock:
             memory = self._projects.get(project_path)
-            if memory is None or not memory.turns:
-                return None
-            return max(memory.turns, key=lambda t: (t.occurred_at, t.index))
+            return None if memory is None else memory.latest
 
     def search(self, project_path: str, query: str, limit: int) -> list[TurnHit]:
         with self._lock:
@@ -196,12 +205,12 @@ class TurnMemory:
             turns = memory.turns
         query_vector = self._query_vector(query)
         dense_scores = vectors @ query_vector
-        n = min(_CANDIDATES, len(dense_scores))
-        dense = np.argpartition(-dense_scores, n - 1)[:n] if n < len(dense_scores) else np.arange(len(dense_scores))
-        dense_ranked = [int(i) for i in dense[np.argsort(-dense_scores[dense], kind="stable")]]
+        # Only turns that are like the query at all (cosine > 0) are dense candidates: in a small memory the
+        # whole project would otherwise be "ranked", and an unrelated turn's last place still adds to its fusion.
+        dense_ranked = top_rows(dense_scores, _CANDIDATES)
         lexical = bm25_scores(((np.asarray(r), np.asarray(f)) for r, f in terms), lengths=lengths, in_scope=in_scope)
-        lexical_ranked = [int(i) for i in top_rows(lexical, _CANDIDATES)]
-        fused = reciprocal_rank_fusion([dense_ranked, lexical_ranked])[:limit]
+        lexical_ranked = top_rows(lexical, _CANDIDATES)
+        fused = reciprocal_rank_fusion([dense_ranked, lexical_ranked], weights=_FUSION_WEIGHTS)[:limit]
         # Ranked by the fusion; the score is the cosine similarity to the query (clamped to 0..1), which means
         # the same thing from one query to the next: the anchor resolver compares it with a threshold.
         return [TurnHit(turn_id=turns[row].turn_id, session_id=turns[row].session_id,
