@@ -96,6 +96,8 @@ DETAILS = [
 ]
 MODULES = ["api/routes.py", "core/models.py", "billing/service.py", "auth/tokens.py", "web/templates/base.html",
            "jobs/worker.py", "search/indexer.py", "storage/orders.py", "config/settings.py", "notify/mail.py"]
+FRAMINGS = ["", "Please:", "Ticket:", "Bug report:", "Next up:", "From the backlog:", "Customer complaint:",
+            "Task for today:", "Priority:", "Follow-up:"]
 SIGNALS = ["CONTINUE", "CONTINUE", "CONTINUE", "PAUSE: waiting for a decision", "COMPLETE"]
 
 
@@ -166,8 +168,11 @@ async def measure_anchor_resolution(nc: Client, project_path: str, n_turns: int,
     record_s = time.perf_counter() - began
     rng = random.Random(13)
     ids = [f"bench-{rng.randrange(n_turns)}" for _ in range(samples + 1)]
-    goals = [(t, f"{TOPICS[t][2]} (request {i})") for i, t in
-             enumerate(rng.randrange(len(TOPICS)) for _ in range(samples + 1))]
+    # Goals the memory has not seen (each is embedded): every subject's paraphrase in several framings.
+    framings = [(f, t) for f in FRAMINGS for t in range(len(TOPICS))]
+    rng.shuffle(framings)
+    goals = [(t, f"{f} {TOPICS[t][2]}".lstrip() + (f" ({i // len(framings)})" if i >= len(framings) else ""))
+             for i, (f, t) in enumerate(framings[i % len(framings)] for i in range(samples + 1))]
     on_topic: list[bool] = []
 
     async def semantic(i: int) -> None:
