@@ -22,6 +22,7 @@ import asyncio
 import json
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -120,71 +121,14 @@ def platform_times(views: list[LoopView], model_ms: float, calls_per_iteration: 
     return times
 
 
-_SUBJECTS = ["payment flow", "login form", "search index", "database migration", "logging setup", "CSS header",
-             "rate limiter", "email templates", "image upload", "cache layer", "feature flags", "audit trail",
-             "CSV export", "webhook retries", "session cookies", "pagination", "dark mode", "i18n strings"]
-_VERBS = ["Designed", "Implemented", "Refactored", "Tested", "Documented", "Fixed a bug in", "Benchmarked",
-          "Reviewed", "Simplified", "Hardened"]
+async def anchor_figures(nats_url: str, turns: int) -> dict[str, Any]:
+    """Anchor resolution over ``turns`` recorded turns, measured by ``loops_anchor.py`` against this system."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from loops_anchor import measure_anchor_resolution  # type: ignore[import-not-found]
 
-
-def _turn_text(n: int) -> str:
-    subject = _SUBJECTS[n % len(_SUBJECTS)]
-    verb = _VERBS[(n // len(_SUBJECTS)) % len(_VERBS)]
-    return (f"{verb} the {subject} (step {n}). Touched modules {n % 97} and {n % 89}; the tests for the "
-            f"{subject} pass. Next: wire the {_SUBJECTS[(n * 7) % len(_SUBJECTS)]} into it.")
-
-
-async def anchor_figures(nats_url: str, turns: int, samples: int = 200) -> dict[str, Any]:
-    """Record ``turns`` turns of one project in the turn memory, then time each resolution step over NATS."""
-    from autarch.contracts.turns import (
-        FindTurn,
-        LatestTurn,
-        RecordTurns,
-        SearchTurns,
-        SliceView,
-        TurnFound,
-        TurnHits,
-        TurnRecord,
-        TurnSlice,
-        TurnsRecorded,
-    )
-
-    project = "/bench/anchors"
     nc = await nats.connect(nats_url)
-
-    async def ask(verb: str, payload: Any, reply: type) -> Any:
-        return await request(nc, subjects.request("indexer", verb), payload, reply, timeout=120)
-
     try:
-        started = time.perf_counter()
-        now = datetime.now().astimezone()
-        for first in range(0, turns, 500):
-            batch = [TurnRecord(turn_id=f"bench-{n}", session_id=f"session-{n // 20}", project_path=project,
-                                index=n % 20, user_text=f"Iteration {n % 20 + 1}", text=_turn_text(n),
-                                occurred_at=now, tokens=60) for n in range(first, min(turns, first + 500))]
-            await ask("record_turns", RecordTurns(turns=batch), TurnsRecorded)
-        recorded_s = time.perf_counter() - started
-        figures: dict[str, Any] = {"turns": turns, "record_s": round(recorded_s, 1)}
-        cases = {
-            "chained_or_explicit": lambda i: ask("find_turn", FindTurn(turn_id=f"bench-{(i * 37) % turns}",
-                                                                       project_path=project), TurnFound),
-            "semantic": lambda i: ask("search_turns", SearchTurns(
-                project_path=project, query=f"make the {_SUBJECTS[i % len(_SUBJECTS)]} faster and safer {i}",
-                limit=4), TurnHits),
-            "temporal": lambda i: ask("latest_turn", LatestTurn(project_path=project), TurnFound),
-            "slice": lambda i: ask("turn_slice", TurnSlice(turn_id=f"bench-{(i * 53) % turns}", token_budget=4000),
-                                   SliceView),
-        }
-        for name, call in cases.items():
-            await call(0)  # warm
-            times = []
-            for i in range(samples):
-                t0 = time.perf_counter()
-                await call(i)
-                times.append((time.perf_counter() - t0) * 1000)
-            figures[f"{name}_ms_p50"] = round(pct(times, 50), 2)
-            figures[f"{name}_ms_p99"] = round(pct(times, 99), 2)
-        return figures
+        return await measure_anchor_resolution(nc, "/bench/anchors", turns)
     finally:
         await nc.close()
 
