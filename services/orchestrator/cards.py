@@ -58,7 +58,7 @@ _RUN_FIELDS = frozenset(PulseRunView.__struct_fields__)
 
 
 def _pulse_runs(workflow: Workflow) -> list[PulseRunView]:
-    runs = [msgspec.convert({**{k: v for k, v in msgspec.structs.asdict(run).items() if k in _RUN_FIELDS},
+    runs = [msgspec.convert({**{k: v for k, v in msgspec.to_builtins(run).items() if k in _RUN_FIELDS},
                              "initiating_message_id": _kickoff_turn(workflow, f"pulse:{run.id}")}, PulseRunView)
             for run in workflow.runs]
     started = {run.planned_pulse_id for run in workflow.runs}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from eventsourcing.domain import DomainEvent
 
 from autarch.contracts.events import (
@@ -95,7 +96,8 @@ def _execution_contract(e: DomainEvent, base: dict[str, Any]) -> Event | None:
 
 
 def _halt_view(halt: Halt) -> HaltView:
-    return HaltView(reason=halt.reason, message=halt.message, pulse_id=halt.pulse_id, details=dict(halt.details))
+    return HaltView(reason=halt.reason, message=halt.message, pulse_id=halt.pulse_id,
+                    details=msgspec.to_builtins(halt.details))
 
 
 def view_of(workflow: Workflow) -> WorkflowView:

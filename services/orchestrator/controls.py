@@ -53,9 +53,9 @@ def answer_questions(wf: Workflow, answers: list[str]) -> None:
     """Hand the user's answers to the agent that asked; ``bad_request`` unless they fit the questions."""
     check_open(wf)
     if wf.halt is not None and wf.halt.reason == "questions":
-        validate_answers(wf.halt.details.get("questions") or [], answers)
+        validate_answers(wf.halt.details.questions or [], answers)
     halt = wf.resume(("questions",), "\n".join(answers))
-    questions = halt.details.get("questions") or []
+    questions = halt.details.questions or []
     wf.queue_message(_asking_step(halt), kickoffs.questions_answered(questions, answers))
 
 

@@ -8,6 +8,7 @@ The ``@event`` methods only apply state: replaying them rebuilds the workflow ex
 from __future__ import annotations
 
 import copy
+import typing
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -16,7 +17,13 @@ from uuid import UUID
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from autarch.contracts.agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
+from autarch.contracts.agents import (
+    PlannedPulse,
+    SubmitPlanArgs,
+    SubmitResearchArgs,
+    SubmitScopeArgs,
+    UnresolvedIssue,
+)
 from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import (
@@ -33,6 +40,7 @@ from .state import (
     ChangeRequest,
     Execution,
     Halt,
+    HaltDetails,
     KnownIssue,
     Note,
     Preflight,
@@ -41,13 +49,14 @@ from .state import (
     PulseRun,
     QueuedMessage,
     Session,
+    Stage,
     StageCard,
     card_fits,
 )
 
 __all__ = ["STAGES", "Workflow"]
 
-STAGES = ("scoping", "research", "planning", "execution", "review", "done")
+STAGES: tuple[Stage, ...] = typing.get_args(Stage)
 """Seed 003's stages, in order."""
 
 
@@ -76,7 +85,7 @@ class Workflow(Aggregate):
         self.request = request
         self.repo = repo
         self.base_branch = base_branch
-        self.stage = "scoping"
+        self.stage: Stage = "scoping"
         self.awaiting_approval = False
         self.last_error: str | None = None
         self.error_count = 0
@@ -138,7 +147,7 @@ class Workflow(Aggregate):
             self.seen[key] = stage
 
     @event("StageChanged")
-    def _stage_changed(self, *, from_stage: str, to_stage: str, path: WorkflowPath | None) -> None:
+    def _stage_changed(self, *, from_stage: Stage, to_stage: Stage, path: WorkflowPath | None) -> None:
         self.stage = to_stage
         self.awaiting_approval = False
         self.last_feedback = None
@@ -320,8 +329,9 @@ class Workflow(Aggregate):
     def _halted(self, *, stage: str, reason: HaltReason, message: str, pulse_id: str | None,
                 details: dict[str, Any], at: str | None = None) -> None:
         # ``at`` (when, for the step's running clock) is None in events recorded before the clock was kept.
-        # The event's ``details`` is copied: state changed later must not change the recorded event.
-        self.halt = Halt(reason=reason, message=message, pulse_id=pulse_id, details=dict(details))
+        # The event keeps the details' wire payload as recorded; the state is a typed copy.
+        self.halt = Halt(reason=reason, message=message, pulse_id=pulse_id,
+                         details=msgspec.convert(details, HaltDetails))
         session = self.sessions.get(self.halt.step) if self.halt.step is not None else None
         if session is not None and at is not None and session.running_since is not None:
             # The halted step's clock stops: time waiting for the user is not running time.
@@ -369,11 +379,12 @@ class Workflow(Aggregate):
     @event("PulseCompletionAccepted")
     def _pulse_accepted(self, *, run_id: str, description: str, files_changed: list[str],
                         unresolved_issues: list[dict[str, Any]]) -> None:
+        # The event keeps the issues' wire payload as recorded; the state is typed.
         run = self.run(run_id)
         run.ending = "succeeded"
         run.description = description
         run.files_changed = list(files_changed)
-        run.unresolved_issues = list(unresolved_issues)
+        run.unresolved_issues = msgspec.convert(unresolved_issues, list[UnresolvedIssue])
         run.has_unresolved_issues = bool(unresolved_issues)
 
     @event("PulseEnding")
@@ -405,7 +416,8 @@ class Workflow(Aggregate):
         self._pulse_ended(run_id=run_id, status=status, commit=commit, diff_artifact_id=diff_artifact_id,
                           is_recovery_checkpoint=is_recovery_checkpoint, ended_at=ended_at,
                           description=run.description, files_changed=list(run.files_changed),
-                          unresolved_issues=list(run.unresolved_issues), failure_reason=run.failure_reason)
+                          unresolved_issues=msgspec.to_builtins(run.unresolved_issues),
+                          failure_reason=run.failure_reason)
 
     # --- driving commands ---------------------------------------------------------------------------
 
@@ -416,8 +428,9 @@ class Workflow(Aggregate):
         self._message_queued(step=step, session_id=session.session_id, message_id=f"{step}#{number}", text=text)
 
     def halt_for(self, reason: HaltReason, message: str, *, pulse_id: str | None = None,
-                 details: dict[str, Any] | None = None, at: str | None = None) -> None:
-        self._halted(stage=self.stage, reason=reason, message=message, pulse_id=pulse_id, details=details or {},
+                 details: HaltDetails | None = None, at: str | None = None) -> None:
+        self._halted(stage=self.stage, reason=reason, message=message, pulse_id=pulse_id,
+                     details=msgspec.to_builtins(details or HaltDetails()),
                      at=at or _now())
 
     def resume(self, expected: tuple[HaltReason, ...], message: str | None, *, at: str | None = None) -> Halt:
@@ -455,9 +468,9 @@ class Workflow(Aggregate):
                              rejections=self.run(run_id).completion_rejections + 1)
 
     def accept_completion(self, run_id: str, *, description: str, files_changed: list[str],
-                          unresolved_issues: list[dict[str, Any]]) -> None:
+                          unresolved_issues: list[UnresolvedIssue]) -> None:
         self._pulse_accepted(run_id=run_id, description=description, files_changed=files_changed,
-                             unresolved_issues=unresolved_issues)
+                             unresolved_issues=msgspec.to_builtins(unresolved_issues))
 
     def end_pulse_as(self, run_id: str, status: PulseEnding, reason: str) -> None:
         """Decide that the running pulse ends ``failed`` or ``stopped``; the driver makes the recovery checkpoint."""

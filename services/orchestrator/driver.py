@@ -19,6 +19,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
@@ -70,7 +71,7 @@ from . import controls, kickoffs
 from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
-from .state import PulseRun, QueuedMessage
+from .state import HaltDetails, PulseRun, QueuedMessage
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -134,10 +135,10 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
     for message in wf.outbox:
         # A message to a step that is over (a nudge overtaken by a stop) would only reach a closed session.
         if not message.delivered and not step_over(wf, message.step):
-            return lambda m=message: driver.deliver(wid, m)  # type: ignore[misc]
+            return partial(driver.deliver, wid, message)
     for step, session in wf.sessions.items():
         if not session.started and not step_over(wf, step):
-            return lambda s=step: driver.start_session(wid, s)  # type: ignore[misc]
+            return partial(driver.start_session, wid, step)
     run = wf.running_run()
     if run is not None and run.ending == "succeeded":
         return lambda: driver.checkpoint(wid, run)
@@ -309,7 +310,7 @@ class WorkflowDriver:
         def record(wf: Workflow) -> None:
             wf.record_error(stage=wf.stage, message=message)
             if wf.halt is None and not wf.abandoned and wf.stage != "done":
-                wf.halt_for("error", message, details={"step": current_step(wf)})
+                wf.halt_for("error", message, details=HaltDetails(step=current_step(wf)))
 
         await self.orch.change(workflow_id, record)
 
@@ -460,7 +461,7 @@ class WorkflowDriver:
             if run.unresolved_issues:
                 w.halt_for("unresolved_issues",
                            f"{run.id} succeeded with unresolved issues; review them, then resume",
-                           pulse_id=run.id, details={"unresolved_issues": list(run.unresolved_issues)})
+                           pulse_id=run.id, details=HaltDetails(unresolved_issues=list(run.unresolved_issues)))
 
         await self._record(workflow_id, record)
 
@@ -478,7 +479,7 @@ class WorkflowDriver:
             if w.halt is None:
                 w.halt_for("pulse_failed" if status == "failed" else "stopped",
                            f"{run.id} {status}: {reason}; resume runs it again", pulse_id=run.id,
-                           details={"recovery_commit": done.commit, "pulse_branch": done.pulse_branch})
+                           details=HaltDetails(recovery_commit=done.commit, pulse_branch=done.pulse_branch))
 
         await self._record(workflow_id, record)
 
@@ -589,7 +590,7 @@ class WorkflowDriver:
 
             def record(w: Workflow) -> None:
                 run = w.running_run()
-                w.halt_for("stopped", reason, pulse_id=run.id if run else None, details={"step": step})
+                w.halt_for("stopped", reason, pulse_id=run.id if run else None, details=HaltDetails(step=step))
                 if run is not None:
                     w.end_pulse_as(run.id, "stopped", reason)
 

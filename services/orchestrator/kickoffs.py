@@ -7,15 +7,15 @@ a pulse sees the scope, the plan and its own task, never another pulse's convers
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from autarch.contracts.agents import SubmitScopeArgs
+from autarch.contracts.agents import Question, SubmitScopeArgs
 
 if TYPE_CHECKING:
     from .domainmodel import Workflow
-    from .state import PulseRun
+    from .state import HaltDetails, PulseRun
 
 __all__ = [
     "extension_approved",
@@ -101,19 +101,19 @@ def nudge(step: str, block_tool: str) -> str:
             f"and call {block_tool} (ask_questions if you need the user's decision).")
 
 
-def extension_approved(details: dict[str, Any], message: str | None) -> str:
+def extension_approved(details: HaltDetails, message: str | None) -> str:
     text = "Extension approved. Continue where you stopped."
-    if details.get("remaining"):
-        text += f"\n\nRemaining, as you listed it:\n{_bullets(details['remaining'])}"
+    if details.remaining:
+        text += f"\n\nRemaining, as you listed it:\n{_bullets(details.remaining)}"
     if message:
         text += f"\n\nFrom the user: {message}"
     return text
 
 
-def questions_answered(questions: list[dict[str, Any]], answers: list[str]) -> str:
+def questions_answered(questions: list[Question], answers: list[str]) -> str:
     lines = ["The user answered your questions:"]
     for i, answer in enumerate(answers):
-        question = questions[i]["prompt"] if i < len(questions) else f"Question {i + 1}"
+        question = questions[i].prompt if i < len(questions) else f"Question {i + 1}"
         lines += [f"Q: {question}", f"A: {answer}", ""]
     lines.append("Continue with these answers.")
     return "\n".join(lines)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from autarch.contracts.agents import PlannedPulse, SubmitScopeArgs
+from autarch.contracts.agents import PlannedPulse, Question, SubmitScopeArgs
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.workflows import WorkflowErrorCode
+
+from .state import Stage
 
 __all__ = [
     "ARTIFACT_STAGES",
@@ -23,7 +25,8 @@ __all__ = [
 ARTIFACT_STAGES = ("scoping", "research", "planning", "review")
 """The stages that end with a card the user approves (execution ends by itself)."""
 
-_FULL_NEXT = {"scoping": "research", "research": "planning", "planning": "execution", "review": "done"}
+_FULL_NEXT: dict[str, Stage] = {"scoping": "research", "research": "planning", "planning": "execution",
+                                 "review": "done"}
 
 
 class LifecycleError(Exception):
@@ -45,7 +48,7 @@ class LifecycleError(Exception):
         return cls(ErrorCode.NOT_FOUND, message, **details)
 
 
-def next_stage(stage: str, path: str | None) -> str:
+def next_stage(stage: str, path: str | None) -> Stage:
     """The stage that approval of ``stage``'s card leads to (quick skips research and planning)."""
     if stage == "scoping" and path == "quick":
         return "execution"
@@ -111,7 +114,7 @@ def revision_request(stage: str, feedback: str) -> str:
             f"Revise it accordingly, then call {BLOCK_OF_STEP[stage]} again with the complete revised version.")
 
 
-def validate_answers(questions: list[dict[str, Any]], answers: list[str]) -> None:
+def validate_answers(questions: list[Question], answers: list[str]) -> None:
     """Raise ``bad_request`` unless there is one non-blank answer per question and every ``single_select``
     answer is one of its options (the agent asked the user to pick one)."""
     if len(answers) != len(questions):
@@ -121,10 +124,10 @@ def validate_answers(questions: list[dict[str, Any]], answers: list[str]) -> Non
                              given=len(answers))
     for n, (question, answer) in enumerate(zip(questions, answers, strict=True)):
         if not answer.strip():
-            raise LifecycleError(ErrorCode.BAD_REQUEST, f"answers[{n}] is blank; answer {question.get('prompt')!r}",
+            raise LifecycleError(ErrorCode.BAD_REQUEST, f"answers[{n}] is blank; answer {question.prompt!r}",
                                  field=f"answers[{n}]")
-        options = question.get("options") or []
-        if question.get("type") == "single_select" and options and answer.strip() not in options:
+        options = question.options or []
+        if question.type == "single_select" and options and answer.strip() not in options:
             raise LifecycleError(ErrorCode.BAD_REQUEST,
-                                 f"answers[{n}] must be one of the options of {question.get('prompt')!r}: "
+                                 f"answers[{n}] must be one of the options of {question.prompt!r}: "
                                  + ", ".join(repr(o) for o in options), field=f"answers[{n}]", options=options)

@@ -11,7 +11,17 @@ from typing import Any
 
 import msgspec
 
-from autarch.contracts.agents import BLOCK_TOOL_ARGUMENTS, SessionView
+from autarch.contracts.agents import (
+    BLOCK_TOOL_ARGUMENTS,
+    AskQuestionsArgs,
+    CompletePreflightArgs,
+    CompletePulseArgs,
+    RequestExtensionArgs,
+    SessionView,
+    SubmitPlanArgs,
+    SubmitResearchArgs,
+    SubmitScopeArgs,
+)
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.git import TrackedChanges
 from autarch.runtime.settings import Settings
@@ -20,7 +30,7 @@ from . import kickoffs
 from .completion import CONVENTIONAL_COMMIT, completion_rejections
 from .domainmodel import Workflow
 from .lifecycle import BLOCK_OF_STEP, LifecycleError
-from .state import PulseRun, StageCard
+from .state import HaltDetails, PulseRun, StageCard
 from .steps import step_over
 
 __all__ = ["handle_turn"]
@@ -51,7 +61,7 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
     outcome = event.outcome
     if outcome == "cancelled":
         if wf.halt is None:  # cancelled by someone else than the workflow's stop
-            wf.halt_for("stopped", event.detail or "the agent's turn was cancelled", details={"step": step},
+            wf.halt_for("stopped", event.detail or "the agent's turn was cancelled", details=HaltDetails(step=step),
                         pulse_id=run.id if run else None)
             if run is not None:
                 wf.end_pulse_as(run.id, "stopped", event.detail or "cancelled")
@@ -72,7 +82,7 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Setting
                 wf.end_pulse_as(run.id, "failed", message)
             else:
                 wf.record_error(stage=wf.stage, message=message)
-                wf.halt_for("error", message, details={"step": step})
+                wf.halt_for("error", message, details=HaltDetails(step=step))
         else:
             wf.nudge(step, kickoffs.nudge(step, block))
         return
@@ -94,65 +104,76 @@ def _failed_turn(wf: Workflow, step: str, run: PulseRun | None, outcome: str, de
     else:
         # The pulse (or stage) stays open: resume asks the same agent session to carry on.
         wf.record_error(stage=wf.stage, message=f"{step}: {detail}")
-        wf.halt_for("error", f"the {step} agent failed: {detail}", details={"step": step},
+        wf.halt_for("error", f"the {step} agent failed: {detail}", details=HaltDetails(step=step),
                     pulse_id=run.id if run else None)
 
 
-def _block(wf: Workflow, step: str, run: PulseRun | None, tool: str, args: dict[str, Any],
+def _block(wf: Workflow, step: str, run: PulseRun | None, tool: str, arguments: dict[str, Any],
            tracked: TrackedChanges | None) -> None:
-    if tool == "ask_questions":
-        wf.halt_for("questions", "the agent asks questions; answer them to continue",
-                    pulse_id=run.id if run else None, details={"step": step, "questions": args.get("questions", [])})
-    elif tool == "request_extension":
-        if run is not None:
-            wf.extend_pulse(run.id)
-        wf.halt_for("extension_requested", f"the {step} agent asks for more time: {args.get('reason', '')}",
-                    pulse_id=run.id if run else None, details={"step": step, **args})
-    elif tool in ("submit_scope", "submit_research", "submit_plan"):
-        _submit(wf, step, tool, args)
-    elif tool == "complete_preflight":
-        _complete_preflight(wf, args, tracked)
-    elif tool == "complete_pulse" and run is not None:
-        _complete_pulse(wf, step, run, args)
-    elif tool == "complete_review":
+    if tool == "complete_review":
         if not wf.awaiting_approval:
             wf.nudge(step, kickoffs.nudge(step, BLOCK_OF_STEP[step]))
+        return
+    kind = BLOCK_TOOL_ARGUMENTS.get(tool)
+    if kind is None:
+        return
+    try:
+        # Decoded once, here: the runner accepted the call only with arguments of this shape, so a failure means
+        # a runner of another version; the agent is told rather than the workflow stalled.
+        args = msgspec.convert(arguments, kind)
+    except msgspec.ValidationError as exc:
+        wf.queue_message(step, f"{tool} was not accepted: its arguments are invalid ({exc}). Call {tool} again.")
+        return
+    if isinstance(args, AskQuestionsArgs):
+        wf.halt_for("questions", "the agent asks questions; answer them to continue",
+                    pulse_id=run.id if run else None, details=HaltDetails(step=step, questions=list(args.questions)))
+    elif isinstance(args, RequestExtensionArgs):
+        if run is not None:
+            wf.extend_pulse(run.id)
+        wf.halt_for("extension_requested", f"the {step} agent asks for more time: {args.reason}",
+                    pulse_id=run.id if run else None,
+                    details=HaltDetails(step=step, reason=args.reason, completed=list(args.completed),
+                                        remaining=list(args.remaining)))
+    elif isinstance(args, SubmitScopeArgs | SubmitResearchArgs | SubmitPlanArgs):
+        _submit(wf, step, tool, args)
+    elif isinstance(args, CompletePreflightArgs):
+        _complete_preflight(wf, args, tracked)
+    elif isinstance(args, CompletePulseArgs) and run is not None:
+        _complete_pulse(wf, step, run, args)
 
 
-def _submit(wf: Workflow, step: str, tool: str, args: dict[str, Any]) -> None:
-    card: StageCard = msgspec.convert(args, BLOCK_TOOL_ARGUMENTS[tool])
+def _submit(wf: Workflow, step: str, tool: str, card: StageCard) -> None:
     try:
         wf.submit_artifact(step, card)  # the turn id already made this once-only (TurnHandled)
     except LifecycleError as exc:
         wf.queue_message(step, f"{tool} was refused: {exc.message}. Fix it and call {tool} again.")
 
 
-def _complete_preflight(wf: Workflow, args: dict[str, Any], tracked: TrackedChanges | None) -> None:
-    success = bool(args.get("buildSuccess"))
+def _complete_preflight(wf: Workflow, args: CompletePreflightArgs, tracked: TrackedChanges | None) -> None:
     modified = [f"{f.path} ({f.change})" for f in tracked.files] if tracked is not None else []
     if modified:
         # Seed 000's critical constraint: preflight may only create untracked files (node_modules, bin/…).
         error: str | None = f"preflight modified tracked files, which it must not do: {', '.join(modified)}"
-    elif not success:
+    elif not args.build_success:
         error = "the baseline build does not succeed"
     else:
         error = None
-    wf.complete_preflight(status="failed" if error else "completed", summary=args.get("summary"),
-                          setup_commands=list(args.get("setupCommands") or []), build_success=success,
-                          baselines_recorded=int(args.get("baselinesRecorded") or 0), error=error)
+    wf.complete_preflight(status="failed" if error else "completed", summary=args.summary,
+                          setup_commands=list(args.setup_commands), build_success=args.build_success,
+                          baselines_recorded=args.baselines_recorded, error=error)
     if modified:
         wf.abandon(f"preflight failed: {error}")
-    elif not success:
-        wf.abandon(f"preflight failed: {args.get('summary', 'the build does not succeed')}")
+    elif not args.build_success:
+        wf.abandon(f"preflight failed: {args.summary}")
 
 
-def _complete_pulse(wf: Workflow, step: str, run: PulseRun, args: dict[str, Any]) -> None:
+def _complete_pulse(wf: Workflow, step: str, run: PulseRun, args: CompletePulseArgs) -> None:
     # The runner only lets complete_pulse end a turn once no tool failure is left unresolved, or once the
     # escape hatch was revealed and the agent listed what it could not fix.
-    summary = str(args.get("summary", "")).strip()
+    summary = args.summary.strip()
     if not CONVENTIONAL_COMMIT.match(summary.partition("\n")[0]):
         wf.queue_message(step, "complete_pulse was not accepted: the summary's first line must be a Conventional "
                                "Commit such as `feat(auth): validate JWT tokens`. Call complete_pulse again.")
         return
-    wf.accept_completion(run.id, description=summary, files_changed=list(args.get("filesChanged") or []),
-                         unresolved_issues=list(args.get("unresolvedIssues") or []))
+    wf.accept_completion(run.id, description=summary, files_changed=list(args.files_changed),
+                         unresolved_issues=list(args.unresolved_issues or []))

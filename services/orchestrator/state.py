@@ -7,11 +7,11 @@ logs must still replay), and the wire views (``contracts``) are built from these
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
-from autarch.contracts.agents import SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
+from autarch.contracts.agents import Question, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs, UnresolvedIssue
 from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import ReviewCard
@@ -21,6 +21,7 @@ __all__ = [
     "ChangeRequest",
     "Execution",
     "Halt",
+    "HaltDetails",
     "KnownIssue",
     "Note",
     "Preflight",
@@ -30,8 +31,12 @@ __all__ = [
     "QueuedMessage",
     "ReviewVerdict",
     "Session",
+    "Stage",
     "StageCard",
 ]
+
+Stage = Literal["scoping", "research", "planning", "execution", "review", "done"]
+"""Seed 003's stages, in order."""
 
 PulseEnding = Literal["succeeded", "failed", "stopped"]
 """How a running pulse was decided to end, before its git step (checkpoint or recovery commit) is done."""
@@ -40,20 +45,37 @@ PreflightStatus = Literal["completed", "failed"]
 """How a preflight ended (``running`` is not state: it is a preflight session with no outcome yet)."""
 
 
+class HaltDetails(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What a halt carries besides its reason, by reason; only what was given goes to ``HaltView.details``."""
+
+    step: str | None = None
+    """The step whose agent was working when the workflow halted."""
+    questions: list[Question] | None = None
+    """``questions``: what the agent asks (``ask_questions``)."""
+    reason: str | None = None
+    """``extension_requested``: why the agent asks for more time, with what it did and what is left."""
+    completed: list[str] | None = None
+    remaining: list[str] | None = None
+    unresolved_issues: list[UnresolvedIssue] | None = None
+    """``unresolved_issues``: what the pulse's agent could not fix."""
+    recovery_commit: str | None = None
+    """``pulse_failed`` / ``stopped`` after a recovery checkpoint: the commit keeping the pulse's work, and its
+    branch."""
+    pulse_branch: str | None = None
+
+
 class Halt(msgspec.Struct, kw_only=True):
     """Why the workflow waits for the user (seed 003 ``workflow:halted``)."""
 
     reason: HaltReason
     message: str
     pulse_id: str | None
-    details: dict[str, Any]
-    """Free-form by reason (the questions, the extension request, the issues…): it goes to ``HaltView`` as is."""
+    details: HaltDetails
 
     @property
     def step(self) -> str | None:
         """The step whose agent was working when the workflow halted (None: no agent was)."""
-        step = self.details.get("step")
-        return step if isinstance(step, str) else None
+        return self.details.step
 
 
 class Preflight(msgspec.Struct, kw_only=True):
@@ -187,8 +209,8 @@ class PulseRun(msgspec.Struct, kw_only=True):
     """The agent's accepted summary: the commit message."""
     files_changed: list[str] = []
     has_unresolved_issues: bool = False
-    unresolved_issues: list[dict[str, Any]] = []
-    """As the agent listed them in ``complete_pulse`` (free-form; they go to the wire as they are)."""
+    unresolved_issues: list[UnresolvedIssue] = []
+    """As the agent listed them in ``complete_pulse``."""
     is_recovery_checkpoint: bool = False
     completion_rejections: int = 0
     extensions: int = 0

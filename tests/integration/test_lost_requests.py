@@ -51,7 +51,7 @@ from autarch.services.orchestrator.outcomes import handle_turn
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.e2e.conftest import System
 from tests.git.gitcli import fsck, git, make_user_repo
-from tests.unit.test_workflow_steps import SETTINGS, next_step, pulse_running, turn
+from tests.orchestrator.test_workflow_steps import SETTINGS, next_step, pulse_running, turn
 from tests.workflows.conftest import SERVICES, Client, demo_scenario, make_repo
 
 SERVICE = "lost_test"
