@@ -36,7 +36,7 @@ REQUEST_PREFIX = "autarch.svc"
 NO_WORKFLOW = "_"
 """The workflow token for events that belong to no workflow (channel discussions)."""
 
-SERVICES = ("orchestrator", "tools", "git", "agent_runner", "indexer")
+SERVICES = ("orchestrator", "tools", "git", "agent_runner", "indexer", "notifier")
 """The services ``autarch up`` runs; each registers a ``nats.micro`` service of this name."""
 
 # Verbs, grouped by the service that answers them. A verb is added here before it is served.
@@ -87,6 +87,7 @@ GIT_VERBS = (
 AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions")
 INDEXER_VERBS = ("index_project", "index_worktree", "index_status", "semantic_search", "record_turns", "find_turn",
                  "latest_turn", "search_turns", "turn_slice")
+NOTIFIER_VERBS = ("list_deliveries",)
 
 TOOLS_CANCEL_FANOUT = "autarch.tools.cancel"
 """Where a tools instance passes on a ``cancel`` of a call it does not run itself. Every instance
