@@ -33,7 +33,7 @@ __all__ = ["AVAILABLE_SERVICES", "Child", "Supervisor"]
 
 log = logging.getLogger("supervisor")
 
-SERVICE_ORDER = ("orchestrator", "tools", "git", "indexer", "agent_runner")
+SERVICE_ORDER = ("orchestrator", "tools", "git", "indexer", "agent_runner", "notifier")
 
 
 def _available() -> tuple[str, ...]:

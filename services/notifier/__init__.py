@@ -1,0 +1,1 @@
+"""The ``notifier`` service: loop-session notifications (seed 001) from the event stream to webhooks."""

@@ -1,0 +1,15 @@
+"""``python -m autarch.services.notifier``: run the notifier until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+from autarch.runtime.process import run_service
+
+from .service import start
+
+
+def main() -> None:
+    run_service("notifier", start)
+
+
+if __name__ == "__main__":
+    main()

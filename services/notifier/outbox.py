@@ -1,0 +1,142 @@
+"""The notifier's outbox: every delivery intent, its attempts and its outcome, in SQLite under
+``<data dir>/notifier/``.
+
+An intent is written before its stream message is acknowledged and keyed by its delivery id, so a message
+handed out again (a crash between write and ack, a redelivery) records nothing new, and a notifier killed
+after the ack still finds every pending delivery here when it starts again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from autarch.contracts.notifications import Delivery
+
+from .messages import Intent
+
+__all__ = ["Outbox", "Pending"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS deliveries (
+    delivery_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    session_id TEXT NOT NULL, event TEXT NOT NULL, kind TEXT NOT NULL, url TEXT NOT NULL, chat_id TEXT,
+    text TEXT NOT NULL, body TEXT NOT NULL, occurred_at TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending', attempts INTEGER NOT NULL DEFAULT 0,
+    last_status INTEGER, last_error TEXT, created_at REAL NOT NULL, delivered_at REAL
+);
+CREATE INDEX IF NOT EXISTS deliveries_by_session ON deliveries (session_id, seq);
+CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries (state, seq);
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pending:
+    """A delivery still to make."""
+
+    delivery_id: str
+    kind: str
+    url: str
+    chat_id: str | None
+    body: dict[str, Any]
+    attempts: int
+
+
+class Outbox:
+    """SQLite-backed record of deliveries; every method is synchronous and thread-safe."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def record(self, intents: list[Intent]) -> list[str]:
+        """Write ``intents`` in one transaction; returns the ids that were new (a recorded one is left as it is)."""
+        new: list[str] = []
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for intent in intents:
+                    cur = self._db.execute(
+                        "INSERT OR IGNORE INTO deliveries (delivery_id, seq, session_id, event, kind, url, chat_id, "
+                        "text, body, occurred_at, created_at) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM "
+                        "deliveries), ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (intent.delivery_id, intent.session_id, intent.event, intent.kind, intent.url, intent.chat_id,
+                         intent.text, json.dumps(intent.body, ensure_ascii=False), intent.occurred_at, now))
+                    if cur.rowcount:
+                        new.append(intent.delivery_id)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return new
+
+    def pending(self, delivery_ids: list[str] | None = None) -> list[Pending]:
+        """The pending deliveries (of ``delivery_ids`` when given), oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT delivery_id, kind, url, chat_id, body, attempts, seq FROM deliveries WHERE state = 'pending' "
+                "ORDER BY seq").fetchall()
+        wanted = None if delivery_ids is None else set(delivery_ids)
+        return [Pending(delivery_id=r[0], kind=r[1], url=r[2], chat_id=r[3], body=json.loads(r[4]), attempts=r[5])
+                for r in rows if wanted is None or r[0] in wanted]
+
+    def attempted(self, delivery_id: str, *, status: int | None, error: str | None, delivered: bool,
+                  final: bool) -> None:
+        """Record one attempt: delivered, failed for good (``final``), or still pending."""
+        state = "delivered" if delivered else "failed" if final else "pending"
+        with self._lock:
+            self._db.execute(
+                "UPDATE deliveries SET attempts = attempts + 1, last_status = ?, last_error = ?, state = ?, "
+                "delivered_at = ? WHERE delivery_id = ? AND state = 'pending'",
+                (status, error, state, time.time() if delivered else None, delivery_id))
+
+    def give_up(self, delivery_id: str, reason: str) -> None:
+        """Record a delivery that cannot be made at all (no attempt)."""
+        with self._lock:
+            self._db.execute("UPDATE deliveries SET state = 'failed', last_error = ? WHERE delivery_id = ? "
+                             "AND state = 'pending'", (reason, delivery_id))
+
+    def count_pending(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM deliveries WHERE state = 'pending'").fetchone()[0])
+
+    def list(self, *, session_id: str | None = None, state: str | None = None, limit: int = 1000) -> list[Delivery]:
+        """The recorded deliveries, oldest first."""
+        where, args = [], []
+        if session_id is not None:
+            where.append("session_id = ?")
+            args.append(session_id)
+        if state is not None:
+            where.append("state = ?")
+            args.append(state)
+        sql = ("SELECT delivery_id, session_id, event, kind, url, chat_id, text, state, attempts, last_status, "
+               "last_error, created_at, delivered_at FROM deliveries")
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(sql, (*args, max(0, limit))).fetchall()
+        return [Delivery(delivery_id=r[0], session_id=r[1], event=r[2], kind=r[3], url=r[4], chat_id=r[5], text=r[6],
+                         state=r[7], attempts=r[8], last_status=r[9], last_error=r[10], created_at=_time(r[11]),
+                         delivered_at=_time(r[12]) if r[12] is not None else None) for r in rows]
+
+
+def _time(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)

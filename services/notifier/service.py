@@ -1,0 +1,204 @@
+"""The ``notifier`` service: follows the loop events on ``AUTARCH_EVENTS`` with a durable consumer and
+delivers their notifications, never losing, doubling or slowing one.
+
+- **Never lost**: each message's deliveries are written to the outbox (SQLite) before the message is
+  acknowledged; a notifier killed after the ack finds them pending when it starts again.
+- **Never doubled**: a delivery id is deterministic from the event (its ``Nats-Msg-Id``, else its stream
+  sequence) and the target; a redelivered message finds its deliveries recorded and adds none, and every
+  request carries ``Idempotency-Key: <delivery id>`` so a receiver drops the resend of a delivery whose
+  success was not recorded before a crash.
+- **Never slowing**: the loop only publishes events; here each target has its own worker, so an endpoint
+  that is slow or dead delays nobody else's notifications. Failed attempts are retried with exponential
+  backoff (``notify_backoff_initial`` doubling up to ``notify_backoff_max``) up to ``notify_max_attempts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import httpx
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api
+
+from autarch.contracts import subjects
+from autarch.contracts.base import decoder_for
+from autarch.contracts.events import AnyEvent, LoopEvent
+from autarch.contracts.notifications import DeliveryList, ListDeliveries
+from autarch.runtime.bus import ensure_event_stream
+from autarch.runtime.micro import TypedService
+from autarch.runtime.pulls import PullConsumer
+from autarch.runtime.retry import Backoff
+from autarch.runtime.settings import NotifierSettings, narrow
+
+from .messages import intents_for
+from .outbox import Outbox, Pending
+
+__all__ = ["CONSUMER", "NotifierService", "consumer_config", "start"]
+
+log = logging.getLogger("notifier")
+
+CONSUMER = "notifier"
+"""The durable consumer's name on ``AUTARCH_EVENTS``."""
+_ACK_WAIT = 5.0
+"""A message handed to a notifier that died before acknowledging it comes again after this long. Handling one
+is a single SQLite write and a second handling records nothing, so a short wait costs nothing."""
+
+
+def consumer_config(name: str = CONSUMER, **changes: object) -> api.ConsumerConfig:
+    """The durable consumer of loop events (created by the first start; every later start resumes it)."""
+    config = api.ConsumerConfig(durable_name=name, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=_ACK_WAIT,
+                                max_ack_pending=256, deliver_policy=api.DeliverPolicy.ALL,
+                                filter_subject=subjects.event("*", "loop", "*", "*"))
+    for key, value in changes.items():
+        setattr(config, key, value)
+    return config
+
+
+class NotifierService:
+    """The durable consumer, the outbox and one delivery worker per target."""
+
+    def __init__(self, nc: Client, settings: NotifierSettings, *, consumer: str = CONSUMER) -> None:
+        self.nc, self.settings, self.consumer_name = nc, settings, consumer
+        self.outbox = Outbox(settings.data_path / "notifier" / "outbox.sqlite")
+        self.backoff = Backoff(initial=settings.notify_backoff_initial,
+                               max_delay=max(settings.notify_backoff_max, settings.notify_backoff_initial))
+        self.micro = TypedService(nc, name="notifier", description="loop-session notifications and their record")
+        self.micro.endpoint("list_deliveries", ListDeliveries, self._list_deliveries)
+        self._http: httpx.AsyncClient | None = None
+        self._pulls: PullConsumer | None = None
+        self._consumer_task: asyncio.Task[None] | None = None
+        self._queues: dict[str, asyncio.Queue[Pending]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._decode = decoder_for(AnyEvent).decode
+
+    async def start(self) -> None:
+        """Resume the pending deliveries, serve the record, and follow the loop events."""
+        self._http = httpx.AsyncClient(timeout=self.settings.notify_timeout)
+        pending = await asyncio.to_thread(self.outbox.pending)
+        for delivery in pending:
+            self._enqueue(delivery)
+        await self.micro.start()
+        await ensure_event_stream(self.nc)
+        self._pulls = PullConsumer(self.nc, stream=subjects.EVENTS_STREAM, config=consumer_config(self.consumer_name),
+                                   handle=self._on_message)
+        await self._pulls.start()
+        self._consumer_task = asyncio.create_task(self._pulls.run(), name="notifier-consumer")
+        log.info("notifier following %s with durable consumer %s; %d deliveries pending", subjects.EVENTS_STREAM,
+                 self.consumer_name, len(pending))
+
+    async def stop(self) -> None:
+        """Stop following and delivering; pending deliveries stay in the outbox for the next start."""
+        tasks = [t for t in [self._consumer_task, *self._workers.values()] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._workers.clear()
+        self._queues.clear()
+        if self._pulls is not None:
+            await self._pulls.stop()
+            self._pulls = None
+        await self.micro.stop()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        await asyncio.to_thread(self.outbox.close)
+
+    # --- the stream ----------------------------------------------------------------------------------
+
+    async def _on_message(self, msg: Msg) -> None:
+        try:
+            event = self._decode(msg.data)
+        except Exception as exc:  # a newer writer's event: nothing to say about it
+            log.warning("notifier: undecodable event on %s skipped (%s)", msg.subject, exc)
+            await msg.ack()
+            return
+        if isinstance(event, LoopEvent):
+            key = (msg.headers or {}).get("Nats-Msg-Id") or f"seq:{msg.metadata.sequence.stream}"
+            intents = intents_for(event, event_key=key, default_webhooks=tuple(self.settings.notify_webhooks))
+            if intents:
+                try:
+                    new = await asyncio.to_thread(self.outbox.record, intents)  # before the ack: never lost
+                except Exception:
+                    log.exception("notifier: deliveries of %s not recorded; the event will come again", msg.subject)
+                    await msg.nak(delay=1.0)
+                    return
+                if new:
+                    for delivery in await asyncio.to_thread(self.outbox.pending, new):
+                        self._enqueue(delivery)
+        await msg.ack()
+
+    # --- delivering ----------------------------------------------------------------------------------
+
+    def _enqueue(self, delivery: Pending) -> None:
+        target = f"{delivery.kind}|{delivery.url}|{delivery.chat_id or ''}"
+        queue = self._queues.get(target)
+        if queue is None:
+            queue = self._queues[target] = asyncio.Queue()
+            self._workers[target] = asyncio.create_task(self._work(queue), name=f"notifier-{delivery.kind}")
+        queue.put_nowait(delivery)
+
+    async def _work(self, queue: asyncio.Queue[Pending]) -> None:
+        """Deliver one target's notifications in order, each until delivered or given up."""
+        while True:
+            delivery = await queue.get()
+            try:
+                await self._deliver(delivery)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("notifier: delivery %s broke; it stays pending", delivery.delivery_id)
+
+    async def _deliver(self, delivery: Pending) -> None:
+        url = delivery.url
+        if delivery.kind == "telegram":
+            token = self.settings.notify_telegram_token
+            if not token:
+                await asyncio.to_thread(self.outbox.give_up, delivery.delivery_id,
+                                        "telegram target but no bot token configured (notify_telegram_token)")
+                log.warning("notifier: %s not delivered: no Telegram bot token configured", delivery.delivery_id)
+                return
+            url = f"{self.settings.notify_telegram_base_url.rstrip('/')}/bot{token}/sendMessage"
+        attempts = delivery.attempts
+        assert self._http is not None
+        while True:
+            status: int | None = None
+            error: str | None = None
+            try:
+                response = await self._http.post(url, json=delivery.body,
+                                                 headers={"Idempotency-Key": delivery.delivery_id})
+                status = response.status_code
+                if not 200 <= status < 300:
+                    error = f"HTTP {status}: {response.text[:200]}"
+            except httpx.HTTPError as exc:
+                error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+            attempts += 1
+            delivered = error is None
+            final = not delivered and attempts >= self.settings.notify_max_attempts
+            await asyncio.to_thread(self.outbox.attempted, delivery.delivery_id, status=status, error=error,
+                                    delivered=delivered, final=final)
+            if delivered:
+                return
+            if final:
+                log.warning("notifier: %s to %s given up after %d attempts: %s", delivery.delivery_id,
+                            delivery.kind, attempts, error)
+                return
+            await asyncio.sleep(self.backoff.delay(attempts))
+
+    # --- the record ----------------------------------------------------------------------------------
+
+    async def _list_deliveries(self, query: ListDeliveries) -> DeliveryList:
+        deliveries = await asyncio.to_thread(self.outbox.list, session_id=query.session_id, state=query.state,
+                                             limit=query.limit)
+        return DeliveryList(deliveries=deliveries)
+
+
+async def start(nc: Client, settings: NotifierSettings) -> Callable[[], Awaitable[None]]:
+    """The ``run_service`` starter."""
+    service = NotifierService(nc, narrow(settings, NotifierSettings))
+    await service.start()
+    return service.stop
+
+
