@@ -1,16 +1,15 @@
-"""The ``glob`` filters of ``glob``/``grep`` (ripgrep's flavour, ``{a,b}`` included), compiled to regexes.
+"""Path globs, compiled to regexes: the one glob engine for tool filters and search pattern weights.
 
-Ignore files are not read here: ``.gitignore``/``.autarchignore`` go through the one engine in
-:mod:`autarch.runtime.ignore` (git's semantics, no brace expansion); its names are re-exported.
+``glob_search``/``grep`` filters (ripgrep's flavour: ``**``, ``*``, ``?``, ``[...]``, ``{a,b}``) and the indexer's
+``patternWeights`` both go through :func:`compile_glob`. Ignore files are not globs in this sense: they follow
+git's rules in :mod:`autarch.runtime.ignore`.
 """
 
 from __future__ import annotations
 
 import re
 
-from autarch.runtime.ignore import IGNORE_FILES, IgnoreFile
-
-__all__ = ["IGNORE_FILES", "IgnoreFile", "compile_glob", "glob_to_regex"]
+__all__ = ["compile_glob", "glob_to_regex"]
 
 
 def _class(pattern: str, i: int) -> tuple[str, int] | None:

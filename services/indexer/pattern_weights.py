@@ -12,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autarch.runtime.globs import glob_to_regex as _glob_source
+
 from .errors import IndexerError
 
 __all__ = ["MAX_PATTERN_WEIGHTS", "PatternWeight", "glob_to_regex", "parse_pattern_weights", "weight_for"]
@@ -30,45 +32,16 @@ class PatternWeight:
 
 
 def glob_to_regex(glob: str) -> re.Pattern[str]:
-    """Compile a path glob (``**`` across directories, ``*``/``?`` within one, ``[...]`` classes)."""
-    anchored = "/" in glob.rstrip("/")
-    pattern = glob.removeprefix("./").lstrip("/")
-    out: list[str] = [] if anchored else ["(?:.*/)?"]
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
-            out.append("(?:/.*)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[":
-            end = pattern.find("]", i + 2)
-            if end == -1:
-                out.append(re.escape(c))
-                i += 1
-            else:
-                body = pattern[i + 1 : end]
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append(f"[{body.replace(chr(92), chr(92) * 2)}]")
-                i = end + 1
-        else:
-            out.append(re.escape(c))
-            i += 1
-    if pattern.endswith("/"):
-        out.append(".*")  # a directory glob matches everything under it
-    return re.compile("".join(out))
+    """Compile a weight's glob with the one glob engine (:mod:`autarch.runtime.globs`), with gitignore's two
+    conventions on top: a glob without a ``/`` matches the file name at any depth, and one ending in ``/`` matches
+    everything under that directory."""
+    body = glob.removeprefix("./").lstrip("/")
+    directory = body.endswith("/")
+    body = body.rstrip("/")
+    source = _glob_source(body + "/**" if directory else body)
+    if "/" not in body:
+        source = "(?:.*/)?" + source
+    return re.compile(source + r"\Z", re.DOTALL)
 
 
 def parse_pattern_weights(entries: Sequence[str] | None) -> list[PatternWeight]:
