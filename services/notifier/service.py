@@ -42,6 +42,7 @@ log = logging.getLogger("notifier")
 
 CONSUMER = "notifier"
 """The durable consumer's name on ``AUTARCH_EVENTS``."""
+_RETRYABLE_4XX = frozenset({408, 425, 429})
 _ACK_WAIT = 5.0
 """A message handed to a notifier that died before acknowledging it comes again after this long. Handling one
 is a single SQLite write and a second handling records nothing, so a short wait costs nothing."""
@@ -137,19 +138,23 @@ class NotifierService:
         queue = self._queues.get(target)
         if queue is None:
             queue = self._queues[target] = asyncio.Queue()
-            self._workers[target] = asyncio.create_task(self._work(queue), name=f"notifier-{delivery.kind}")
+            self._workers[target] = asyncio.create_task(self._work(target, queue), name=f"notifier-{delivery.kind}")
         queue.put_nowait(delivery)
 
-    async def _work(self, queue: asyncio.Queue[Pending]) -> None:
-        """Deliver one target's notifications in order, each until delivered or given up."""
-        while True:
-            delivery = await queue.get()
+    async def _work(self, target: str, queue: asyncio.Queue[Pending]) -> None:
+        """Deliver one target's notifications in order, each until delivered or given up; end when none is left
+        (the next one starts a new worker)."""
+        while not queue.empty():
+            delivery = queue.get_nowait()
             try:
                 await self._deliver(delivery)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("notifier: delivery %s broke; it stays pending", delivery.delivery_id)
+                log.exception("notifier: delivery %s broke; it stays pending until a restart", delivery.delivery_id)
+        # No await since the check above: nothing was queued meanwhile.
+        del self._queues[target]
+        del self._workers[target]
 
     async def _deliver(self, delivery: Pending) -> None:
         url = delivery.url
@@ -160,7 +165,13 @@ class NotifierService:
                                         "telegram target but no bot token configured (notify_telegram_token)")
                 log.warning("notifier: %s not delivered: no Telegram bot token configured", delivery.delivery_id)
                 return
+            if not delivery.chat_id:
+                await asyncio.to_thread(self.outbox.give_up, delivery.delivery_id, "telegram target without chat_id")
+                return
             url = f"{self.settings.notify_telegram_base_url.rstrip('/')}/bot{token}/sendMessage"
+        elif not url:
+            await asyncio.to_thread(self.outbox.give_up, delivery.delivery_id, f"{delivery.kind} target without url")
+            return
         attempts = delivery.attempts
         assert self._http is not None
         while True:
@@ -176,7 +187,9 @@ class NotifierService:
                 error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
             attempts += 1
             delivered = error is None
-            final = not delivered and attempts >= self.settings.notify_max_attempts
+            # A 4xx other than 408/425/429 will not change by asking again (a revoked webhook, a bad chat id).
+            refused = status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX
+            final = not delivered and (refused or attempts >= self.settings.notify_max_attempts)
             await asyncio.to_thread(self.outbox.attempted, delivery.delivery_id, status=status, error=error,
                                     delivered=delivered, final=final)
             if delivered:

@@ -122,10 +122,16 @@ async def test_final_failure_is_recorded_after_max_attempts(nc: Client, notifier
     receiver = await Receiver(status=500).start()
     session = _session()
     await notifier_factory(notify_webhooks=(f"{receiver.url}/hook",), notify_max_attempts=3)
+    gone = await Receiver(status=410).start()
     await publish(nc, LoopBlocked(workflow_id=session, occurred_at=now(), iteration_number=1, reason="stuck",
-                                  notify=[NotifyTarget(kind="telegram", chat_id="7")]))
-    failed = await _wait_state(nc, session, "failed", 2)
+                                  notify=[NotifyTarget(kind="telegram", chat_id="7"),
+                                          NotifyTarget(kind="slack", url=f"{gone.url}/gone"),
+                                          NotifyTarget(kind="discord")]))
+    failed = await _wait_state(nc, session, "failed", 4)
     by_kind = {d.kind: d for d in failed}
+    assert (by_kind["slack"].attempts, by_kind["slack"].last_status) == (1, 410)  # refused: not asked again
+    assert by_kind["discord"].attempts == 0 and "without url" in (by_kind["discord"].last_error or "")
+    await gone.stop()
     assert (by_kind["webhook"].attempts, by_kind["webhook"].last_status) == (3, 500)
     assert "HTTP 500" in (by_kind["webhook"].last_error or "")
     assert by_kind["telegram"].attempts == 0 and "no bot token" in (by_kind["telegram"].last_error or "")
