@@ -1,12 +1,19 @@
-"""Walking a worktree: honours ignore files, never follows a symlink, never enters ``.git``."""
+"""Walking a worktree: honours ignore files, never follows a symlink, never enters ``.git``.
+
+The one walk of the tools (``list_directory``, ``glob_search``, ``grep``) and the indexer; the git service's
+snapshot scan is another job (it compares the worktree with the index's stat data) and keeps its own.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from autarch.runtime.ignore import IGNORE_FILES, Ignorer, Stack, decide, load_ignore_files
+from autarch.runtime.ignore import IGNORE_FILES, IgnoreFile, Ignorer, Stack, decide, load_ignore_files
+
+Skipped = Callable[[str, str], None]
+"""Told ``(relative path, why)`` for each entry left out: ``ignored``, ``symlink`` or ``nested_repository``."""
 
 __all__ = ["Entry", "walk", "walk_files"]
 
@@ -36,25 +43,34 @@ def walk(
     max_depth: int | None = None,
     include_dirs: bool = True,
     include_symlinks: bool = False,
+    default_excludes: Sequence[str] = (),
+    skip_nested_repositories: bool = False,
+    on_skip: Skipped | None = None,
 ) -> Iterator[Entry]:
     """Depth-first walk below ``root/start_rel`` in name order, skipping ignored entries.
 
     ``root`` must be a real path (no symlinks); ``start_rel`` a confined, symlink-free relative path.
     Symlinks are never followed; with ``include_symlinks`` they are reported (as non-directories).
+    ``default_excludes`` are gitignore lines below every ignore file (any of them can re-include);
+    ``skip_nested_repositories`` leaves out directories holding a ``.git`` (submodules, nested clones).
     """
     stack = _inherited_ignores(root, start_rel)
-    yield from _walk_dir(root, start_rel, 1, max_depth, include_dirs, include_symlinks, stack)
+    if default_excludes:
+        stack = [("", IgnoreFile(list(default_excludes))), *stack]
+    options = _Options(max_depth, include_dirs, include_symlinks, skip_nested_repositories, on_skip)
+    yield from _walk_dir(root, start_rel, 1, options, stack)
 
 
-def _walk_dir(
-    root: str,
-    rel_dir: str,
-    depth: int,
-    max_depth: int | None,
-    include_dirs: bool,
-    include_symlinks: bool,
-    stack: Stack,
-) -> Iterator[Entry]:
+@dataclass(frozen=True, slots=True)
+class _Options:
+    max_depth: int | None
+    include_dirs: bool
+    include_symlinks: bool
+    skip_nested_repositories: bool
+    on_skip: Skipped | None
+
+
+def _walk_dir(root: str, rel_dir: str, depth: int, options: _Options, stack: Stack) -> Iterator[Entry]:
     directory = os.path.join(root, rel_dir) if rel_dir else root
     try:
         with os.scandir(directory) as it:
@@ -76,16 +92,24 @@ def _walk_dir(
         except OSError:
             continue
         if stack and decide(stack, rel, is_dir):
+            if options.on_skip is not None:
+                options.on_skip(rel, "ignored")
             continue
         if is_symlink:
-            if include_symlinks:
+            if options.include_symlinks:
                 yield Entry(rel, False, depth, True)
+            elif options.on_skip is not None:
+                options.on_skip(rel, "symlink")
             continue
         if is_dir:
-            if include_dirs:
+            if options.skip_nested_repositories and os.path.lexists(os.path.join(entry.path, ".git")):
+                if options.on_skip is not None:
+                    options.on_skip(rel, "nested_repository")
+                continue
+            if options.include_dirs:
                 yield Entry(rel, True, depth)
-            if max_depth is None or depth < max_depth:
-                yield from _walk_dir(root, rel, depth + 1, max_depth, include_dirs, include_symlinks, stack)
+            if options.max_depth is None or depth < options.max_depth:
+                yield from _walk_dir(root, rel, depth + 1, options, stack)
         else:
             yield Entry(rel, False, depth)
 

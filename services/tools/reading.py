@@ -10,12 +10,12 @@ from typing import Any
 
 from autarch.contracts.tool_args import GlobSearchArgs, GrepArgs, ListDirectoryArgs, ReadFileArgs
 from autarch.runtime.globs import compile_glob
+from autarch.runtime.walk import walk, walk_files
 
 from .context import ToolContext
 from .grep import GrepPattern, compile_pattern, is_binary
 from .paths import FileMissing, NotAFile, PathRefused, Resolved
 from .sensitivity import SENSITIVE_PATH_REASON, is_sensitive_path
-from .walk import walk, walk_files
 
 __all__ = [
     "MAX_GREP_RESULTS",
