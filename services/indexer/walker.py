@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autarch.runtime.ignore import IGNORE_FILES, IgnoreFile
+from autarch.runtime.walk import walk
 
 from .repository import RepoLocation, blob_id
 
@@ -138,14 +138,6 @@ def decode_source(content: bytes) -> str:
     return content.decode("utf-8", errors="replace")
 
 
-def _read_info_exclude(location: RepoLocation) -> list[str]:
-    path = location.common_dir / "info" / "exclude"
-    try:
-        return path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-
-
 def walk_worktree(
     location: RepoLocation,
     *,
@@ -155,73 +147,49 @@ def walk_worktree(
 ) -> WalkResult:
     """Every indexable file under ``location.root`` with its blob id and content.
 
-    Nested repositories (submodules) and symlinks are skipped; ``on_file`` gets the running count.
-    With ``stat_cache``, a file whose mtime and size did not change is not read again (its content is
-    ``None``); the cache is updated in place.
+    The walk is the tools' (:func:`autarch.runtime.walk.walk`: the same ignore rules, ``info/exclude``, no
+    symlink followed), with :data:`DEFAULT_EXCLUDES` below the repository's own rules and nested repositories
+    (submodules) left out; ``on_file`` gets the running count. With ``stat_cache``, a file whose mtime and size
+    did not change is not read again (its content is ``None``); the cache is updated in place.
     """
-    root = location.root
-    rules = IgnoreRules(root_lines=_read_info_exclude(location))
+    root = str(location.root)
     result = WalkResult()
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
-        rel_dir = "" if rel_dir == "." else rel_dir
-        found = {}
-        for name in IGNORE_FILES:
-            if name in filenames:
-                try:
-                    found[name] = Path(dirpath, name).read_text(errors="replace")
-                except OSError:
-                    pass
-        rules.add_directory(rel_dir, found)
-        kept_dirs = []
-        for name in sorted(dirnames):
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            full = Path(dirpath, name)
-            if name == ".git" or full.is_symlink() or (full / ".git").exists():
+
+    def skipped(_rel: str, why: str) -> None:
+        if why != "nested_repository":
+            result.skipped[why] += 1
+
+    for entry in walk(root, include_dirs=False, default_excludes=DEFAULT_EXCLUDES, skip_nested_repositories=True,
+                      on_skip=skipped):
+        rel = entry.path
+        full = Path(root, rel)
+        try:
+            stat = full.stat()
+            if stat.st_size > max_file_bytes:
+                result.skipped["too_large"] += 1
                 continue
-            if rules.is_ignored(rel, is_dir=True):
-                result.skipped["ignored"] += 1
+            key = (stat.st_mtime_ns, stat.st_size)
+            cached = stat_cache.get(rel) if stat_cache is not None else None
+            if cached is not None and cached[:2] == key:
+                if cached[2] is None:
+                    result.skipped["unchanged_skip"] += 1
+                else:
+                    result.files.append(SourceFile(path=rel, blob_id=cached[2], disk_path=str(full)))
                 continue
-            kept_dirs.append(name)
-        dirnames[:] = kept_dirs
-        for name in sorted(filenames):
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            full = Path(dirpath, name)
-            if name == ".git":
-                continue
-            if full.is_symlink():
-                result.skipped["symlink"] += 1
-                continue
-            if rules.is_ignored(rel):
-                result.skipped["ignored"] += 1
-                continue
-            try:
-                stat = full.stat()
-                if stat.st_size > max_file_bytes:
-                    result.skipped["too_large"] += 1
-                    continue
-                key = (stat.st_mtime_ns, stat.st_size)
-                cached = stat_cache.get(rel) if stat_cache is not None else None
-                if cached is not None and cached[:2] == key:
-                    if cached[2] is None:
-                        result.skipped["unchanged_skip"] += 1
-                    else:
-                        result.files.append(SourceFile(path=rel, blob_id=cached[2], disk_path=str(full)))
-                    continue
-                content = full.read_bytes()
-            except OSError:
-                result.skipped["unreadable"] += 1
-                continue
-            reason = skip_reason(content, max_file_bytes=max_file_bytes)
-            if reason:
-                result.skipped[reason] += 1
-                if stat_cache is not None:
-                    stat_cache[rel] = (*key, None)
-                continue
-            blob = blob_id(content)
+            content = full.read_bytes()
+        except OSError:
+            result.skipped["unreadable"] += 1
+            continue
+        reason = skip_reason(content, max_file_bytes=max_file_bytes)
+        if reason:
+            result.skipped[reason] += 1
             if stat_cache is not None:
-                stat_cache[rel] = (*key, blob)
-            result.files.append(SourceFile(path=rel, blob_id=blob, content=content, disk_path=str(full)))
-            if on_file is not None:
-                on_file(len(result.files))
+                stat_cache[rel] = (*key, None)
+            continue
+        blob = blob_id(content)
+        if stat_cache is not None:
+            stat_cache[rel] = (*key, blob)
+        result.files.append(SourceFile(path=rel, blob_id=blob, content=content, disk_path=str(full)))
+        if on_file is not None:
+            on_file(len(result.files))
     return result
