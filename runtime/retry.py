@@ -12,6 +12,7 @@ policy                     first     at most    used by
 ``PULL_REQUEST``           0.5 s     0.5 s      a pull consumer that cannot send its pull request
 ``SUPERVISOR_RESTART``     0.25 s    10 s       the supervisor restarting a child or nats-server
 ``MODEL_STREAM``           0.5 s     8 s        a model stream answered 429/529/5xx (jittered 25 %)
+``DRIVER_STEP``            0.2 s     5 s        a workflow's or loop session's next step waiting for a service
 =========================  ========  =========  ======================================================
 """
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 __all__ = [
+    "DRIVER_STEP",
     "GATEWAY_REQUEST",
     "MODEL_STREAM",
     "PULL_REQUEST",
@@ -86,6 +88,9 @@ SUPERVISOR_RESTART = Backoff(initial=0.25, max_delay=10.0)
 """The supervisor restarting a child process or the embedded nats-server that exited."""
 MODEL_STREAM = Backoff(initial=0.5, max_delay=8.0, jitter=0.25)
 """A model stream that failed with an overload, a rate limit, a 5xx or a lost connection."""
+DRIVER_STEP = Backoff(initial=0.2, max_delay=5.0)
+"""The orchestrator's drivers re-trying a workflow's or a loop session's next step while a service it needs
+restarts, or after an unexpected failure (a step succeeding starts the waits over)."""
 
 
 async def retry(

@@ -65,6 +65,7 @@ from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
+from autarch.runtime.retry import DRIVER_STEP
 from autarch.runtime.settings import Settings
 
 from . import controls, kickoffs
@@ -265,13 +266,15 @@ class WorkflowDriver:
         self._tasks[workflow_id] = asyncio.create_task(self._advance_loop(workflow_id), name=f"drive-{workflow_id}")
 
     async def _advance_loop(self, workflow_id: str) -> None:
-        delay = 0.2
+        waits = DRIVER_STEP.delays()
+        delay = next(waits)
         try:
             while True:
                 self._again.discard(workflow_id)
                 try:
                     await self._advance(workflow_id)
-                    delay = 0.2
+                    waits = DRIVER_STEP.delays()
+                    delay = next(waits)
                 except RemoteError as exc:
                     if exc.code not in _TRANSIENT and exc.code != ErrorCode.CONFLICT:
                         await self._fail(workflow_id, f"{exc.subject}: {exc.code}: {exc.message}")
@@ -280,14 +283,14 @@ class WorkflowDriver:
                     log.info("workflow %s waits for %s (%s); retrying in %.1fs", workflow_id, exc.subject,
                              exc.code, delay)
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
+                    delay = next(waits)
                     self._again.add(workflow_id)
                 except ServiceFailure as exc:
                     log.warning("workflow %s: %s", workflow_id, exc)
                 except Exception:
                     log.exception("workflow %s: driving failed", workflow_id)
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
+                    delay = next(waits)
                     self._again.add(workflow_id)
                 if workflow_id not in self._again:
                     break

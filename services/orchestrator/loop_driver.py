@@ -51,6 +51,7 @@ from autarch.contracts.turns import RecordTurns, TurnRecord, TurnsRecorded
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
+from autarch.runtime.retry import DRIVER_STEP
 from autarch.runtime.settings import OrchestratorSettings
 
 from . import loop_signals
@@ -180,27 +181,29 @@ class LoopDriver:
         self._tasks[session_id] = asyncio.create_task(self._advance_loop(session_id), name=f"loop-{session_id}")
 
     async def _advance_loop(self, session_id: str) -> None:
-        delay = 0.2
+        waits = DRIVER_STEP.delays()
+        delay = next(waits)
         try:
             while True:
                 self._again.discard(session_id)
                 try:
                     await self._advance(session_id)
-                    delay = 0.2
+                    waits = DRIVER_STEP.delays()
+                    delay = next(waits)
                 except RemoteError as exc:
                     if exc.code not in _TRANSIENT and exc.code != ErrorCode.CONFLICT:
                         await self._block(session_id, f"{exc.subject}: {exc.code}: {exc.message}")
                         continue
                     log.info("loop %s waits for %s (%s); retrying in %.1fs", session_id, exc.subject, exc.code, delay)
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
+                    delay = next(waits)
                     self._again.add(session_id)
                 except ServiceFailure as exc:
                     log.warning("loop %s: %s", session_id, exc)
                 except Exception:
                     log.exception("loop %s: driving failed", session_id)
                     await asyncio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
+                    delay = next(waits)
                     self._again.add(session_id)
                 if session_id not in self._again:
                     break
