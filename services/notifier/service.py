@@ -77,6 +77,8 @@ class NotifierService:
 
     async def start(self) -> None:
         """Resume the pending deliveries, serve the record, and follow the loop events."""
+        # httpx logs each request's URL at INFO; a Telegram URL holds the bot token.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
         self._http = httpx.AsyncClient(timeout=self.settings.notify_timeout)
         pending = await asyncio.to_thread(self.outbox.pending)
         for delivery in pending:

@@ -77,7 +77,7 @@ async def test_sigkill_mid_way_loses_and_doubles_nothing(nc: Client, nats_server
         # A later event is said once.
         await publish(nc, _iteration(session, 7))
         await _wait_state(nc, session, "delivered", 7)
-        assert "deliveries pending" in log.read_text()
+        assert "durable consumer notifier; 3 deliveries pending" in log.read_text()
         assert now() is not None
     finally:
         process.send_signal(signal.SIGTERM)

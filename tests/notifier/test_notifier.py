@@ -4,6 +4,7 @@ independence of targets, restarts and redeliveries (counted by ``Idempotency-Key
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections import Counter
 
@@ -45,7 +46,8 @@ async def _wait_state(nc: Client, session: str, state: str, count: int = 1, time
     return await asyncio.wait_for(poll(), timeout)
 
 
-async def test_wording_and_every_target_format(nc: Client, notifier_factory) -> None:
+async def test_wording_and_every_target_format(nc: Client, notifier_factory, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
     receiver = await Receiver().start()
     session = _session()
     targets = [NotifyTarget(kind="slack", url=f"{receiver.url}/slack"),
@@ -91,7 +93,7 @@ async def test_wording_and_every_target_format(nc: Client, notifier_factory) -> 
     record = (await deliveries(nc, session)).deliveries
     assert len(record) == 24 and {d.state for d in record} == {"delivered"}
     assert all(d.attempts == 1 and d.delivered_at is not None for d in record)
-    assert "T0KEN" not in str(record)
+    assert "T0KEN" not in str(record) and "T0KEN" not in caplog.text  # the bot token is never logged
     await receiver.stop()
 
 
