@@ -66,7 +66,7 @@ from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
 from autarch.runtime.retry import DRIVER_STEP
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import OrchestratorSettings
 
 from . import controls, kickoffs
 from .domainmodel import Workflow
@@ -187,7 +187,7 @@ def _completed(workflow_id: str, session: SessionView, turn: TurnView) -> TurnCo
 class WorkflowDriver:
     """Runs every workflow's next step; one workflow's steps and turn outcomes are handled one at a time."""
 
-    def __init__(self, *, nc: Client, orchestrator: Orchestrator, settings: Settings) -> None:
+    def __init__(self, *, nc: Client, orchestrator: Orchestrator, settings: OrchestratorSettings) -> None:
         self.nc = nc
         self.orch = orchestrator
         self.settings = settings

@@ -24,7 +24,7 @@ from autarch.contracts.agents import (
 )
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.git import TrackedChanges
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import OrchestratorSettings
 
 from . import kickoffs
 from .completion import CONVENTIONAL_COMMIT, completion_rejections
@@ -37,7 +37,7 @@ __all__ = ["handle_turn"]
 
 
 
-def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Settings, *,
+def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: OrchestratorSettings, *,
                 session: SessionView | None = None, tracked: TrackedChanges | None = None) -> None:
     """Record the meaning of one finished turn of ``step``'s session (idempotent on the turn id).
 

@@ -8,7 +8,7 @@ from eventsourcing.application import AggregateNotFoundError
 
 from autarch.contracts.workflows import ReplayedWorkflow
 from autarch.runtime.eventstore import event_store_env
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import CommonSettings
 
 from .application import WorkflowApplication
 from .cards import artifacts_of
@@ -39,7 +39,7 @@ def replay(app: WorkflowApplication, workflow_id: str, *, at: int | None = None)
                             artifacts=artifacts_of(state))
 
 
-def replay_from_store(settings: Settings, workflow_id: str, *, at: int | None = None) -> ReplayedWorkflow:
+def replay_from_store(settings: CommonSettings, workflow_id: str, *, at: int | None = None) -> ReplayedWorkflow:
     """:func:`replay` on the store named by ``settings``, opened just for this (no service needed)."""
     app = WorkflowApplication(env=event_store_env(settings, "orchestrator"))
     try:

@@ -29,7 +29,7 @@ from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env
 from autarch.runtime.micro import TypedService
 from autarch.runtime.relay import EventRelay
-from autarch.runtime.settings import Settings
+from autarch.runtime.settings import OrchestratorSettings, narrow
 
 from .application import WorkflowApplication
 from .contract_events import to_contract, view_of
@@ -142,8 +142,9 @@ def _canonical(workflow_id: str) -> str:
         raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
 
 
-async def start(nc: Client, settings: Settings) -> Callable[[], Awaitable[None]]:
+async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awaitable[None]]:
     """Open the store, rebuild the read model, start the relay and serve the endpoints."""
+    settings = narrow(settings, OrchestratorSettings)
     env = event_store_env(settings, "orchestrator")
     app = WorkflowApplication(env=env)
     log.info("event store: %s", describe_store(env))
