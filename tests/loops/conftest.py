@@ -24,7 +24,7 @@ from autarch.services.scripted_model import ScriptedModelServer
 from tests.e2e.conftest import System
 from tests.workflows.conftest import make_repo, scripted_system
 
-SERVICES = "orchestrator,tools,git,indexer,agent_runner"
+SERVICES = "orchestrator,tools,git,indexer,agent_runner,notifier"
 FILES = {"README.md": "# shop\n", "shop/__init__.py": "", "shop/app.py": "def app():\n    return 'ok'\n"}
 
 
@@ -40,7 +40,9 @@ def model() -> Iterator[ScriptedModelServer]:
 def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
     # Every service: the indexer keeps the turn memory the anchors are resolved in.
     yield from scripted_system(tmp_path_factory, model, "loops", services=SERVICES, AUTARCH_REQUEST_TIMEOUT="30",
-                               AUTARCH_AGENT_MAX_STEPS="10", AUTARCH_LOOP_ITERATION_TIMEOUT="20")
+                               AUTARCH_AGENT_MAX_STEPS="10", AUTARCH_LOOP_ITERATION_TIMEOUT="20",
+                               AUTARCH_NOTIFY_BACKOFF_INITIAL="0.1", AUTARCH_NOTIFY_BACKOFF_MAX="0.5",
+                               AUTARCH_NOTIFY_MAX_ATTEMPTS="200")
 
 
 def text(value: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Faults: a service SIGKILLed in the middle of an iteration; the session ends as an undisturbed one does.
+"""Faults: a service SIGKILLed in the middle of an iteration; the session ends as an undisturbed one does, and
+its notifications reach the webhook once each.
 
 ``autarch up``'s supervisor restarts the killed service. Each run kills one service while iteration 2's turn
 streams (slowly, so the kill lands inside it), then checks the branch, the iterations and the stream: the same
@@ -8,12 +9,15 @@ three commits, three iterations, and every ``loop:*`` event exactly once.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 
+from autarch.contracts.loops import NotifyTarget
 from tests.workflow_faults.harness import kill
 
 from .conftest import FILES, iteration, text, write
+from .webhook import Webhook
 
 SLOW = " ".join(["Thinking it through carefully."] * 40)
 
@@ -27,12 +31,22 @@ def scripts(name: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("victim", ["orchestrator", "agent_runner", "orchestrator", "agent_runner"])
-def test_a_kill_mid_iteration_changes_nothing(model, loops, victim):
-    name = f"kill-{victim.replace('_', '-')}"
+@pytest.fixture(scope="module")
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook().start()
+    yield hook
+    hook.stop()
+
+
+VICTIMS = ["orchestrator", "agent_runner", "notifier"] * 2
+
+
+@pytest.mark.parametrize(("victim", "run"), [(v, n) for n, v in enumerate(VICTIMS)])
+def test_a_kill_mid_iteration_changes_nothing(model, loops, webhook, victim, run):
+    name = f"kill-{victim.replace('_', '-')}-{run}"
     model.use({"files": FILES, "scripts": scripts(name)})
     repo = loops.repo(name)
-    started = loops.start(repo, name)
+    started = loops.start(repo, name, notify=[NotifyTarget(kind="webhook", url=webhook.url(name))])
     loops.wait(started.id, lambda v: len(v.iterations) == 2 and v.iterations[1].status == "running",
                "iteration 2 running")
     assert kill(loops.system, victim) is not None
@@ -45,3 +59,22 @@ def test_a_kill_mid_iteration_changes_nothing(model, loops, victim):
     seen = loops.events(started.id)
     assert seen.count("loop:iteration_started") == 3 and seen.count("loop:iteration_completed") == 3, seen
     assert seen.count("loop:started") == 1 and seen.count("loop:completed") == 1, seen
+    # Every notification once (a resend keeps its Idempotency-Key), in the seed's wording.
+    assert webhook.wait(name, 3) == ["📍 Iteration 1/5: feat(shop): one. Continuing...",
+                                     "📍 Iteration 2/5: feat(shop): two. Continuing...",
+                                     "✅ Session complete (3 iterations, 3 commits)"]
+
+
+def test_notifications_reach_a_receiver_that_was_down_for_a_while(model, loops):
+    name = "late-receiver"
+    model.use({"files": FILES, "scripts": scripts(name)})
+    hook = Webhook()  # not started: every delivery fails until it is
+    try:
+        started = loops.start(loops.repo(name), name, notify=[NotifyTarget(kind="webhook", url=hook.url(name))])
+        loops.wait_status(started.id, "complete", timeout=60)
+        hook.start()
+        assert hook.wait(name, 3) == ["📍 Iteration 1/5: feat(shop): one. Continuing...",
+                                      "📍 Iteration 2/5: feat(shop): two. Continuing...",
+                                      "✅ Session complete (3 iterations, 3 commits)"]
+    finally:
+        hook.stop()
