@@ -71,19 +71,7 @@ class _Project:
         self.vectors = np.zeros((0, self.dim), dtype=np.float32)
 
     def add(self, turn: TurnRecord, vector: np.ndarray) -> None:
-        row = len(self.turns)
-        self.turns.append(turn)
-        self.rows[turn.turn_id] = row
-        self.vectors = np.vstack([self.vectors, vector[None, :]]) if len(self.vectors) else vector[None, :].copy()
-        terms = term_frequencies(_text_of(turn))
-        self.lengths.append(sum(terms.values()))
-        for term, tf in terms.items():
-            rows, tfs = self.postings.setdefault(term, ([], []))
-            rows.append(row)
-            tfs.append(tf)
-        self.sessions.setdefault(turn.session_id, []).append(row)
-        self._note_latest(turn)
-        self._arrays = None
+        self.add_many([turn], vector[None, :])
 
     def _note_latest(self, turn: TurnRecord) -> None:
         if self.latest is None or (turn.occurred_at, turn.index) > (self.latest.occurred_at, self.latest.index):
@@ -92,7 +80,8 @@ class _Project:
     def add_many(self, turns: list[TurnRecord], vectors: np.ndarray) -> None:
         # One vstack for a batch (a restart loads thousands of turns).
         start = len(self.turns)
-        self.vectors = np.vstack([self.vectors, vectors]) if len(self.vectors) else vectors.astype(np.float32)
+        vectors = vectors.astype(np.float32, copy=False)
+        self.vectors = np.vstack([self.vectors, vectors]) if len(self.vectors) else vectors.copy()
         for offset, turn in enumerate(turns):
             row = start + offset
             self.turns.append(turn)

@@ -17,10 +17,10 @@ import contextlib
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 from nats.aio.client import Client
@@ -65,7 +65,6 @@ from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
-from autarch.runtime.retry import DRIVER_STEP
 from autarch.runtime.settings import OrchestratorSettings
 
 from . import controls, kickoffs
@@ -73,6 +72,7 @@ from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
 from .state import HaltDetails, PulseRun, QueuedMessage
+from .stepping import Stepper
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -97,7 +97,6 @@ STEP_ROLES: dict[str, Role] = {"scoping": "scoping", "research": "research", "pl
 """Agent role of each stage step; pulse steps (``pulse:<run id>``) use ``pulsing``."""
 
 _SESSIONS = uuid.UUID("6f1d7c1e-9a43-4f0e-8a35-3f6d2b7c9e01")
-_TRANSIENT = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
 _CONSUMER = "orchestrator-turns"
 _ACK_WAIT = 30.0
 """Seconds before JetStream hands out again a turn event whose handler did not acknowledge it (handling is
@@ -192,14 +191,11 @@ class WorkflowDriver:
         self.orch = orchestrator
         self.settings = settings
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._again: set[str] = set()
         self._consumer: asyncio.Task[None] | None = None
         self._turns: PullConsumer | None = None
         """The pull consumer of turn events."""
         self._watchdog: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
-        self._stopping = False
+        self.steps = Stepper(kind="workflow", advance=self._advance, fail=self._fail, log=log)
 
     # --- running -------------------------------------------------------------------------------------
 
@@ -215,7 +211,7 @@ class WorkflowDriver:
         self._watchdog = asyncio.create_task(self._watch_preflights(), name="driver-preflight-watchdog")
         for workflow_id in workflow_ids:
             self.kick(workflow_id)
-            self._in_background(self.catch_up(workflow_id))
+            self.steps.in_background(self.catch_up(workflow_id))
 
     async def catch_up(self, workflow_id: str) -> None:
         """Handle the turns of ``workflow_id``'s open sessions that ended but were never recorded here.
@@ -244,12 +240,10 @@ class WorkflowDriver:
                     await self.on_turn(_completed(workflow_id, view, turn))
 
     async def stop(self) -> None:
-        self._stopping = True
-        tasks = [t for t in [self._consumer, self._watchdog, *self._tasks.values(), *self._background]
-                 if t is not None]
-        for task in tasks:
+        own = [t for t in (self._consumer, self._watchdog) if t is not None]
+        for task in own:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(self.steps.stop(), *own, return_exceptions=True)
         if self._turns is not None:
             # Messages left in the subscription's queue would hold the connection's drain until it times out;
             # they are not acked, so JetStream hands them out again.
@@ -258,47 +252,10 @@ class WorkflowDriver:
 
     def kick(self, workflow_id: str) -> None:
         """Make sure ``workflow_id`` is advanced soon (coalesces kicks that come while it advances)."""
-        if self._stopping:
-            return
-        if workflow_id in self._tasks:
-            self._again.add(workflow_id)
-            return
-        self._tasks[workflow_id] = asyncio.create_task(self._advance_loop(workflow_id), name=f"drive-{workflow_id}")
-
-    async def _advance_loop(self, workflow_id: str) -> None:
-        waits = DRIVER_STEP.delays()
-        delay = next(waits)
-        try:
-            while True:
-                self._again.discard(workflow_id)
-                try:
-                    await self._advance(workflow_id)
-                    waits = DRIVER_STEP.delays()
-                    delay = next(waits)
-                except RemoteError as exc:
-                    if exc.code not in _TRANSIENT and exc.code != ErrorCode.CONFLICT:
-                        await self._fail(workflow_id, f"{exc.subject}: {exc.code}: {exc.message}")
-                        continue
-                    # A service restarting (or a session finishing its turn): try again shortly.
-                    log.info("workflow %s waits for %s (%s); retrying in %.1fs", workflow_id, exc.subject,
-                             exc.code, delay)
-                    await asyncio.sleep(delay)
-                    delay = next(waits)
-                    self._again.add(workflow_id)
-                except ServiceFailure as exc:
-                    log.warning("workflow %s: %s", workflow_id, exc)
-                except Exception:
-                    log.exception("workflow %s: driving failed", workflow_id)
-                    await asyncio.sleep(delay)
-                    delay = next(waits)
-                    self._again.add(workflow_id)
-                if workflow_id not in self._again:
-                    break
-        finally:
-            self._tasks.pop(workflow_id, None)
+        self.steps.kick(workflow_id)
 
     async def _advance(self, workflow_id: str) -> None:
-        while not self._stopping:
+        while not self.steps.stopping:
             async with self._locks[workflow_id]:
                 workflow = await self.orch.read(workflow_id)
                 action = next_action(self, workflow)
@@ -357,21 +314,7 @@ class WorkflowDriver:
             except RemoteError as exc:
                 log.info("indexing %s skipped: %s", worktree or repo, exc.message)
 
-        self._in_background(index())
-
-    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` beside the workflows' steps (cancelled on stop); a failure is logged, never raised."""
-        async def guarded() -> None:
-            try:
-                await work
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("background work failed")
-
-        task = asyncio.create_task(guarded())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.steps.in_background(index())
 
     async def start_session(self, workflow_id: str, step: str) -> None:
         wf = await self.orch.read(workflow_id)

@@ -51,13 +51,13 @@ from autarch.contracts.turns import RecordTurns, TurnRecord, TurnsRecorded
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
-from autarch.runtime.retry import DRIVER_STEP
 from autarch.runtime.settings import OrchestratorSettings
 
 from . import loop_signals
 from .loop_book import LoopBook
 from .loop_context import build_context, estimate_tokens
 from .loop_model import Iteration, LoopSession
+from .stepping import Stepper
 
 __all__ = ["LoopDriver", "next_step"]
 
@@ -65,7 +65,6 @@ log = logging.getLogger("orchestrator.loops")
 
 _CONSUMER = "orchestrator-loop-turns"
 _ACK_WAIT = 30.0
-_TRANSIENT = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT}
 _TURN_DECODER = msgspec.json.Decoder(TurnCompleted)
 _MEMORY_TIMEOUT = 2.0
 """Seconds an anchor lookup may take before the iteration goes on without the turn memory."""
@@ -109,13 +108,10 @@ class LoopDriver:
         self.book = book
         self.settings = settings
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._again: set[str] = set()
         self._turns: PullConsumer | None = None
         self._consumer: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        self._background: set[asyncio.Task[None]] = set()
-        self._stopping = False
+        self.steps = Stepper(kind="loop", advance=self._advance, fail=self._block, log=log)
 
     # --- running -------------------------------------------------------------------------------------
 
@@ -130,15 +126,13 @@ class LoopDriver:
         self._watchdog = asyncio.create_task(self._watch_time_limits(), name="loop-time-limits")
         for session_id in session_ids:
             self.kick(session_id)
-            self._in_background(self.catch_up(session_id))
+            self.steps.in_background(self.catch_up(session_id))
 
     async def stop(self) -> None:
-        self._stopping = True
-        tasks = [t for t in [self._consumer, self._watchdog, *self._tasks.values(), *self._background]
-                 if t is not None]
-        for task in tasks:
+        own = [t for t in (self._consumer, self._watchdog) if t is not None]
+        for task in own:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(self.steps.stop(), *own, return_exceptions=True)
         if self._turns is not None:
             await self._turns.stop()
             self._turns = None
@@ -173,45 +167,11 @@ class LoopDriver:
                 cache_creation_input_tokens=usage.cache_creation_input_tokens, cost_usd=turn.cost_usd))
 
     def kick(self, session_id: str) -> None:
-        if self._stopping:
-            return
-        if session_id in self._tasks:
-            self._again.add(session_id)
-            return
-        self._tasks[session_id] = asyncio.create_task(self._advance_loop(session_id), name=f"loop-{session_id}")
-
-    async def _advance_loop(self, session_id: str) -> None:
-        waits = DRIVER_STEP.delays()
-        delay = next(waits)
-        try:
-            while True:
-                self._again.discard(session_id)
-                try:
-                    await self._advance(session_id)
-                    waits = DRIVER_STEP.delays()
-                    delay = next(waits)
-                except RemoteError as exc:
-                    if exc.code not in _TRANSIENT and exc.code != ErrorCode.CONFLICT:
-                        await self._block(session_id, f"{exc.subject}: {exc.code}: {exc.message}")
-                        continue
-                    log.info("loop %s waits for %s (%s); retrying in %.1fs", session_id, exc.subject, exc.code, delay)
-                    await asyncio.sleep(delay)
-                    delay = next(waits)
-                    self._again.add(session_id)
-                except ServiceFailure as exc:
-                    log.warning("loop %s: %s", session_id, exc)
-                except Exception:
-                    log.exception("loop %s: driving failed", session_id)
-                    await asyncio.sleep(delay)
-                    delay = next(waits)
-                    self._again.add(session_id)
-                if session_id not in self._again:
-                    break
-        finally:
-            self._tasks.pop(session_id, None)
+        """Make sure ``session_id`` is advanced soon (coalesces kicks that come while it advances)."""
+        self.steps.kick(session_id)
 
     async def _advance(self, session_id: str) -> None:
-        while not self._stopping:
+        while not self.steps.stopping:
             async with self._locks[session_id]:
                 session = await self.book.read(session_id)
                 step = next_step(self, session)
@@ -235,19 +195,6 @@ class LoopDriver:
                 s.block(reason)
 
         await self.book.change(session_id, record)
-
-    def _in_background(self, work: Awaitable[None]) -> None:
-        async def guarded() -> None:
-            try:
-                await work
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("loop background work failed")
-
-        task = asyncio.create_task(guarded())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def _ask(self, service: str, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
         timeout = self.settings.git_request_timeout if service == "git" else self.settings.request_timeout
