@@ -87,6 +87,12 @@ def follow(
 
 
 def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:
+    from .pulse_cmd import watch_loop
+
+    # A loop session's id: its iterations (k/N, signal, commit) until it completes, blocks, fails or is aborted.
+    followed = watch_loop(client, args.workflow_id, reconnect_for=args.reconnect_for)
+    if followed is not None:
+        return followed
     wf = client.workflow_id(args.workflow_id)
     view = client.get(f"/api/workflows/{wf}")
     now = Progress.from_state(view, client.get(f"/api/workflows/{wf}/artifacts"))
@@ -103,12 +109,14 @@ def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     watch = sub.add_parser(
-        "watch", help="follow a workflow live until it completes",
+        "watch", help="follow a workflow (or a loop session) live until it completes",
         description="Follow a workflow's events live: stages (k/5), approvals, sessions, tool calls, turns with "
         "tokens and cost, pulses (n/N) and their commits, halts and the command that continues them. Exits 0 "
-        "when the workflow completes or is abandoned.",
+        "when the workflow completes or is abandoned. Given a loop session's id, follows its iterations "
+        "(k/N, signal, commit) and exits 0 when it completes, 1 when it blocks, fails or is aborted.",
     )
-    watch.add_argument("workflow_id", metavar="ID", help="the workflow (or a unique prefix of its id)")
+    watch.add_argument("workflow_id", metavar="ID",
+                       help="the workflow (or a unique prefix of its id), or a loop session's full id")
     watch.add_argument("--from-start", action="store_true", help="replay the workflow's events from the beginning")
     watch.add_argument("--text", action="store_true",
                        help="also show the agents' messages as they stream, a line at a time")

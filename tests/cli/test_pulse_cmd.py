@@ -159,6 +159,11 @@ def test_block_resume_pause_and_abort(cli: Cli, http: httpx.Client, tmp_path: Pa
     assert "loop BLOCKED: which database?" in buffer.getvalue()
     assert buffer.getvalue().splitlines()[-1].startswith(f"{sid}  blocked, iteration 1/10")
 
+    # `autarch watch` knows loop sessions: it follows the iterations, and a blocked session ends it with exit 1.
+    cli.capsys.readouterr()
+    assert main(["watch", sid, "--data-dir", str(cli.system.data_dir)]) == 1
+    assert "loop BLOCKED: which database?" in cli.capsys.readouterr().out
+
     err = cli("pulse", "pause", sid, code=1)
     assert "loop_not_running" in err
 

@@ -56,6 +56,8 @@ class Gateway:
             return httpx.Response(200, content=self.streams.pop(0), headers={"content-type": "text/event-stream"})
         if request.url.path.endswith("/artifacts"):
             return httpx.Response(200, json=CARDS)
+        if request.url.path.startswith("/api/pulse/"):  # as the gateway answers a workflow id asked as a session
+            return httpx.Response(404, json={"code": "not_found", "message": "no loop session", "details": {}})
         return httpx.Response(200, json=VIEW)
 
     def client(self) -> GatewayClient:
