@@ -13,7 +13,6 @@ keyed by the turn id, and acknowledges it only then.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections import defaultdict
@@ -24,8 +23,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js import api
 
 from autarch.contracts import subjects
 from autarch.contracts.agents import (
@@ -72,7 +69,7 @@ from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
 from .state import HaltDetails, PulseRun, QueuedMessage
-from .stepping import Stepper
+from .stepping import TURN_ACK_WAIT, Stepper, turn_consumer
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -98,11 +95,7 @@ STEP_ROLES: dict[str, Role] = {"scoping": "scoping", "research": "research", "pl
 
 _SESSIONS = uuid.UUID("6f1d7c1e-9a43-4f0e-8a35-3f6d2b7c9e01")
 _CONSUMER = "orchestrator-turns"
-_ACK_WAIT = 30.0
-"""Seconds before JetStream hands out again a turn event whose handler did not acknowledge it (handling is
-idempotent on the turn id, so a slow handler seeing its event twice changes nothing)."""
 
-_TURN_DECODER = msgspec.json.Decoder(TurnCompleted)
 
 Action = Callable[[], Awaitable[None]]
 T = TypeVar("T")
@@ -201,10 +194,7 @@ class WorkflowDriver:
 
     async def start(self, workflow_ids: list[str]) -> None:
         """Follow turn completions and pick up every workflow where the last process left it."""
-        config = api.ConsumerConfig(durable_name=_CONSUMER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=_ACK_WAIT,
-                                    max_ack_pending=256, deliver_policy=api.DeliverPolicy.ALL,
-                                    filter_subject=subjects.event("*", "turn", "*", "completed"))
-        turns = PullConsumer(self.nc, stream=subjects.EVENTS_STREAM, config=config, handle=self._on_turn_message)
+        turns = turn_consumer(self.nc, durable=_CONSUMER, on_turn=self.on_turn, kind="workflow", log=log)
         await turns.start()
         self._turns = turns
         self._consumer = asyncio.create_task(turns.run(), name="driver-turns")
@@ -229,7 +219,7 @@ class WorkflowDriver:
             try:
                 view = await request(self.nc, subjects.request("agent_runner", "get_session"),
                                      GetSession(session_id=s.session_id), SessionView,
-                                     timeout=self.settings.request_timeout, retry_unavailable=_ACK_WAIT,
+                                     timeout=self.settings.request_timeout, retry_unavailable=TURN_ACK_WAIT,
                                      idempotent=True)
             except (RemoteError, ServiceFailure) as exc:
                 log.info("workflow %s: %s not caught up (%s); its turn events will come again", workflow_id, step,
@@ -466,27 +456,6 @@ class WorkflowDriver:
                 await self.orch.change(workflow_id, record)
 
     # --- turn outcomes ---------------------------------------------------------------------------------
-
-    async def _on_turn_message(self, msg: Msg) -> None:
-        """Handle one ``turn:completed`` of the turn consumer, and acknowledge it once recorded."""
-        try:
-            event = _TURN_DECODER.decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.warning("turn consumer: undecodable event on %s: %s", msg.subject, exc)
-            await msg.ack()
-            return
-        try:
-            await self.on_turn(event)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("turn %s of workflow %s not handled yet (%s); redelivering", event.turn_id,
-                        event.workflow_id, exc)
-            with contextlib.suppress(Exception):
-                await msg.nak(delay=1)
-            return
-        with contextlib.suppress(Exception):  # disconnected: the turn comes again after ack_wait, handled once
-            await msg.ack()
 
     async def on_turn(self, event: TurnCompleted) -> None:
         """Record what a finished agent turn means for its workflow (idempotent on the turn id)."""

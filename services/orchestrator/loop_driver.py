@@ -13,7 +13,6 @@ record its signal and output → commit when files changed (else discard the pul
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -23,8 +22,6 @@ from typing import TypeVar
 
 import msgspec
 from nats.aio.client import Client
-from nats.aio.msg import Msg
-from nats.js import api
 
 from autarch.contracts import subjects
 from autarch.contracts.agents import (
@@ -57,15 +54,13 @@ from . import loop_signals
 from .loop_book import LoopBook
 from .loop_context import build_context, estimate_tokens
 from .loop_model import Iteration, LoopSession
-from .stepping import Stepper
+from .stepping import TURN_ACK_WAIT, Stepper, turn_consumer
 
 __all__ = ["LoopDriver", "next_step"]
 
 log = logging.getLogger("orchestrator.loops")
 
 _CONSUMER = "orchestrator-loop-turns"
-_ACK_WAIT = 30.0
-_TURN_DECODER = msgspec.json.Decoder(TurnCompleted)
 _MEMORY_TIMEOUT = 2.0
 """Seconds an anchor lookup may take before the iteration goes on without the turn memory."""
 
@@ -116,10 +111,7 @@ class LoopDriver:
     # --- running -------------------------------------------------------------------------------------
 
     async def start(self, session_ids: list[str]) -> None:
-        config = api.ConsumerConfig(durable_name=_CONSUMER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=_ACK_WAIT,
-                                    max_ack_pending=256, deliver_policy=api.DeliverPolicy.ALL,
-                                    filter_subject=subjects.event("*", "turn", "*", "completed"))
-        turns = PullConsumer(self.nc, stream=subjects.EVENTS_STREAM, config=config, handle=self._on_turn_message)
+        turns = turn_consumer(self.nc, durable=_CONSUMER, on_turn=self.on_turn, kind="loop", log=log)
         await turns.start()
         self._turns = turns
         self._consumer = asyncio.create_task(turns.run(), name="loop-turns")
@@ -150,7 +142,8 @@ class LoopDriver:
         try:
             view = await request(self.nc, subjects.request("agent_runner", "get_session"),
                                  GetSession(session_id=it.agent_session_id), SessionView,
-                                 timeout=self.settings.request_timeout, retry_unavailable=_ACK_WAIT, idempotent=True)
+                                 timeout=self.settings.request_timeout, retry_unavailable=TURN_ACK_WAIT,
+                                 idempotent=True)
         except (RemoteError, ServiceFailure) as exc:
             log.info("loop %s: iteration %d not caught up (%s)", session_id, it.number, exc)
             return
@@ -298,25 +291,6 @@ class LoopDriver:
         await self.book.change(session_id, lambda s: None if s.worktree_removed else s.worktree_removed_event())
 
     # --- turns ---------------------------------------------------------------------------------------
-
-    async def _on_turn_message(self, msg: Msg) -> None:
-        try:
-            event = _TURN_DECODER.decode(msg.data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.warning("loop turn consumer: undecodable event on %s: %s", msg.subject, exc)
-            await msg.ack()
-            return
-        try:
-            await self.on_turn(event)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.warning("turn %s of loop %s not handled yet (%s); redelivering", event.turn_id, event.workflow_id, exc)
-            with contextlib.suppress(Exception):
-                await msg.nak(delay=1)
-            return
-        with contextlib.suppress(Exception):
-            await msg.ack()
 
     async def on_turn(self, event: TurnCompleted) -> None:
         """Record what an iteration's finished turn says (idempotent: an iteration records one turn)."""

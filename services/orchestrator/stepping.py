@@ -10,15 +10,24 @@ message)`` (the aggregate records it and waits for a person).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import msgspec
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api
+
+from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode
+from autarch.contracts.events import TurnCompleted
 from autarch.runtime.errors import RemoteError, ServiceFailure
+from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.retry import DRIVER_STEP
 
-__all__ = ["Stepper"]
+__all__ = ["TURN_ACK_WAIT", "Stepper", "turn_consumer"]
 
 _RETRIED = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CONFLICT}
 """A service restarting, or a session still finishing its turn: worth asking again shortly."""
@@ -102,3 +111,41 @@ class Stepper:
                     break
         finally:
             self._tasks.pop(key, None)
+
+
+TURN_ACK_WAIT = 30.0
+"""Seconds before JetStream hands out again a turn event whose handler did not acknowledge it (handling is
+idempotent on the turn id, so a slow handler seeing its event twice changes nothing)."""
+
+_TURN_DECODER = msgspec.json.Decoder(TurnCompleted)
+
+
+def turn_consumer(nc: Client, *, durable: str, on_turn: Callable[[TurnCompleted], Awaitable[None]],
+                  kind: str, log: logging.Logger) -> PullConsumer:
+    """The durable consumer of every ``turn:completed`` on the stream: ``on_turn`` gets each one, and the event is
+    acknowledged once it returned (an undecodable one at once; one whose handling failed comes again)."""
+
+    async def handle(msg: Msg) -> None:
+        try:
+            event = _TURN_DECODER.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.warning("%s turn consumer: undecodable event on %s: %s", kind, msg.subject, exc)
+            await msg.ack()
+            return
+        try:
+            await on_turn(event)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("turn %s of %s %s not handled yet (%s); redelivering", event.turn_id, kind,
+                        event.workflow_id, exc)
+            with contextlib.suppress(Exception):
+                await msg.nak(delay=1)
+            return
+        with contextlib.suppress(Exception):  # disconnected: the turn comes again after ack_wait, handled once
+            await msg.ack()
+
+    config = api.ConsumerConfig(durable_name=durable, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=TURN_ACK_WAIT,
+                                max_ack_pending=256, deliver_policy=api.DeliverPolicy.ALL,
+                                filter_subject=subjects.event("*", "turn", "*", "completed"))
+    return PullConsumer(nc, stream=subjects.EVENTS_STREAM, config=config, handle=handle)
