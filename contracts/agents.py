@@ -354,6 +354,9 @@ class StartSession(Command, kw_only=True):
     baselines: list[Baseline] = []
     """Known issues preflight recorded (seed 000): a pulse's tool failure that only repeats them does not
     hold back ``complete_pulse``."""
+    lease_holder: str | None = None
+    """A swarm worker's registered name: passed on every tool call (leases are enforced against it), and the
+    runner renews the holder's file leases in the workflow while a turn of this session runs."""
 
 
 class SendMessage(Command, kw_only=True):

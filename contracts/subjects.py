@@ -68,6 +68,14 @@ ORCHESTRATOR_VERBS = (
     "resume_loop",
     "abort_loop",
     "search_history",
+    "list_beads",
+    "get_bead",
+    "ready_beads",
+    "get_swarm",
+    "create_bead",
+    "edit_bead",
+    "add_dependency",
+    "close_bead",
 )
 TOOLS_VERBS = ("call", "list_tools", "file_access", "cancel")
 GIT_VERBS = (

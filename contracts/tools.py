@@ -71,6 +71,9 @@ class ToolCall(Command, kw_only=True):
     """The model's ``input`` for the tool, validated against the tool's argument Struct."""
     workflow_id: str | None = None
     """The workflow this session belongs to; notes, baselines and review tools need one."""
+    lease_holder: str | None = None
+    """A swarm worker's registered name: its writes are refused on paths another holder leased in the
+    workflow's lease table (``runtime.leases``). None for every other session."""
 
 
 class ToolResult(Reply, kw_only=True):

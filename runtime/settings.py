@@ -69,11 +69,15 @@ class CommonSettings(msgspec.Struct, kw_only=True):
     """Replicas of the ``AUTARCH_EVENTS`` stream (3 on a three-node JetStream cluster)."""
     duplicate_window: float = 3600.0
     """Seconds JetStream remembers ``Nats-Msg-Id`` values: a relay restarted within it never publishes twice."""
+    lease_ttl: float = 30.0
+    """Seconds a swarm worker's file lease lives without renewal: a worker that dies loses its files this long after."""
 
     def __post_init__(self) -> None:
         _check_port("nats_port", self.nats_port)
         if self.request_timeout <= 0:
             raise SettingsError(f"request_timeout must be positive, got {self.request_timeout}")
+        if self.lease_ttl <= 0:
+            raise SettingsError(f"lease_ttl must be positive, got {self.lease_ttl}")
 
     @property
     def data_path(self) -> Path:
@@ -127,9 +131,18 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
     """Iterations in a row with no commit, or with the same error, before a loop session is ``BLOCKED``."""
     loop_max_iterations_limit: int = 200
     """Largest ``maxIterations`` a loop session may be started with."""
+    swarm_workers: int = 0
+    """Pulse workers a swarm runs at once; 0 picks the smaller of the plan's widest set of independent beads
+    and twice the machine's cores (at most 8). Preflight's ``single-worker`` advice makes it 1."""
+    swarm_verify_rounds: int = 3
+    """Failed ``verify`` runs a worker may fix in one attempt before the workflow halts for a person."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.swarm_workers < 0:
+            raise SettingsError(f"swarm_workers must be 0 (automatic) or more, got {self.swarm_workers}")
+        if self.swarm_verify_rounds < 1:
+            raise SettingsError(f"swarm_verify_rounds must be 1 or more, got {self.swarm_verify_rounds}")
         if self.loop_iteration_timeout <= 0:
             raise SettingsError(f"loop_iteration_timeout must be positive, got {self.loop_iteration_timeout}")
         if self.loop_no_progress_limit < 1:

@@ -1,0 +1,325 @@
+"""Beads (seed 002): the live graph a swarm works from, its workers and their file leases, on the wire.
+
+An approved plan whose pulses carry bead fields becomes an epic (one per workflow, the epic id is the
+workflow id) with one bead per pulse. Ready work is an ``open`` bead whose ``blocks`` dependencies are
+all ``closed``; it is ranked by impact (:class:`RankedBead`). The orchestrator answers these on
+``autarch.svc.orchestrator.<verb>``; the gateway serves them at ``/api/beads``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+from .base import Command, Query, Reply
+
+__all__ = [
+    "BEAD_ID",
+    "REQUIRED_FIELDS",
+    "AddDependency",
+    "AddDependencyBody",
+    "BeadErrorCode",
+    "BeadList",
+    "BeadStatus",
+    "BeadView",
+    "CloseBead",
+    "CloseBeadBody",
+    "ConflictRecord",
+    "CreateBead",
+    "CreateBeadBody",
+    "Dependency",
+    "DependencyType",
+    "EditBead",
+    "EditBeadBody",
+    "GetBead",
+    "GetSwarm",
+    "LeaseMode",
+    "LeaseView",
+    "ListBeads",
+    "RankedBead",
+    "ReadyBeads",
+    "ReadyList",
+    "SwarmView",
+    "TddSteps",
+    "TestingMode",
+    "WorkerView",
+]
+
+BEAD_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+BeadId = Annotated[str, msgspec.Meta(pattern=BEAD_ID)]
+EpicId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Text = Annotated[str, msgspec.Meta(max_length=100_000)]
+Path = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+CommandLine = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
+Priority = Annotated[int, msgspec.Meta(ge=0, le=4)]
+
+BeadStatus = Literal["open", "in_progress", "closed", "bounced"]
+DependencyType = Literal["blocks", "parent-child"]
+TestingMode = Literal["standard", "tdd-required"]
+LeaseMode = Literal["exclusive", "shared"]
+WorkerStatus = Literal["idle", "working", "waiting", "retired"]
+"""``waiting``: its next bead's files are leased by another holder; the release wakes it."""
+
+REQUIRED_FIELDS: tuple[str, ...] = ("files", "verify")
+"""Fields a bead cannot be worked without (seed 002: "do not guess from free-form prose"); a
+``tdd-required`` bead needs ``tdd_steps`` too. A bead missing one is bounced back to planning."""
+
+
+class BeadErrorCode:
+    """Error codes of the bead verbs, beside the shared ones (``not_found``, ``invalid_request``)."""
+
+    NO_EPIC = "no_epic"
+    """The workflow has no epic yet (its plan was not approved, or it runs pulses, not beads)."""
+    DUPLICATE_BEAD = "duplicate_bead"
+    CYCLE = "dependency_cycle"
+    NOT_CLOSABLE = "not_closable"
+    NOT_EDITABLE = "not_editable"
+
+
+class Dependency(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    bead_id: BeadId
+    """The bead this one depends on."""
+    type: DependencyType = "blocks"
+    """``blocks``: this bead is not ready until that one is closed; ``parent-child``: grouping only."""
+
+
+class TddSteps(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    red: CommandLine
+    """Run before production code: must fail."""
+    green: CommandLine
+    """Run after: must pass."""
+
+
+class ConflictRecord(msgspec.Struct, kw_only=True):
+    """Why an attempt did not land: a merge conflict or a lease held by another worker."""
+
+    kind: Literal["merge", "lease"]
+    attempt: int
+    files: list[str]
+    holder: str | None = None
+    """``lease``: who held the files."""
+    landed_since: list[str] = []
+    """``merge``: the commits that landed since the attempt began."""
+    at: datetime | None = None
+
+
+class BeadView(Reply, kw_only=True):
+    """One bead, as the graph holds it now."""
+
+    id: str
+    epic_id: str
+    title: str
+    description: str = ""
+    status: BeadStatus
+    dependencies: list[Dependency] = []
+    files: list[str] = []
+    verify: list[str] = []
+    verification_evidence: str | None = None
+    testing_mode: TestingMode = "standard"
+    tdd_steps: TddSteps | None = None
+    decision_refs: list[str] = []
+    learning_refs: list[str] = []
+    priority: int = 2
+    """0 (critical) … 4 (backlog), as beads counts it."""
+    assignee: str | None = None
+    """The worker (its registered name) holding the claim while ``in_progress``."""
+    attempt: int = 0
+    """Claims so far; each claim is a new attempt (a fresh start from the workflow branch tip)."""
+    close_reason: str | None = None
+    bounce_reason: str | None = None
+    commit: str | None = None
+    """The commit on the workflow branch once closed by a merge."""
+    conflicts: list[ConflictRecord] = []
+    created_by: Literal["plan", "user"] = "plan"
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class BeadList(Reply, kw_only=True):
+    epic_id: str
+    beads: list[BeadView]
+    critical_path: list[str] = []
+    """The longest chain of ``blocks`` dependencies among beads not yet closed, first to last."""
+
+
+class RankedBead(msgspec.Struct, kw_only=True):
+    """A ready bead with its impact score and what the score is made of (as ``bv --robot-priority``)."""
+
+    bead_id: str
+    title: str
+    score: float
+    pagerank: float
+    betweenness: float
+    blocker_ratio: float
+    """Share of the other open beads that wait on this one, directly or not."""
+    staleness: float
+    """0 … 1: how long it has been ready compared with the oldest ready bead."""
+    priority: int
+    on_critical_path: bool
+    unblocks: list[str] = []
+    """Beads that become ready (all their blockers closed) when this one closes."""
+
+
+class ReadyList(Reply, kw_only=True):
+    epic_id: str
+    ready: list[RankedBead]
+    critical_path: list[str] = []
+
+
+class LeaseView(msgspec.Struct, kw_only=True):
+    """One file reservation: a path or glob, relative to the worktree root."""
+
+    pattern: str
+    holder: str
+    mode: LeaseMode = "exclusive"
+    bead_id: str | None = None
+    expires_at: datetime | None = None
+
+
+class WorkerView(msgspec.Struct, kw_only=True):
+    name: str
+    """The registered name: the identity used for claims, leases and mail."""
+    nickname: str
+    """The runtime nickname (``w1``, ``w2`` …)."""
+    status: WorkerStatus
+    bead_id: str | None = None
+    attempt: int = 0
+    session_id: str | None = None
+    worktree_path: str | None = None
+    beads_closed: list[str] = []
+
+
+class SwarmView(Reply, kw_only=True):
+    epic_id: str
+    mode: Literal["swarm", "standalone"]
+    """``standalone``: preflight said a swarm is not safe, so one worker runs."""
+    max_workers: int
+    workers: list[WorkerView] = []
+    leases: list[LeaseView] = []
+    beads: list[BeadView] = []
+    merged: list[str] = []
+    """Bead ids in the order they landed on the workflow branch."""
+
+
+# --- requests -----------------------------------------------------------------------------------------
+
+
+class ListBeads(Query, kw_only=True):
+    epic_id: EpicId
+    status: BeadStatus | None = None
+
+
+class GetBead(Query, kw_only=True):
+    epic_id: EpicId
+    bead_id: BeadId
+
+
+class ReadyBeads(Query, kw_only=True):
+    epic_id: EpicId
+
+
+class GetSwarm(Query, kw_only=True):
+    epic_id: EpicId
+
+
+class CreateBead(Command, kw_only=True):
+    """A bead made by a person (``created_by`` user): checked like a planned one."""
+
+    epic_id: EpicId
+    id: BeadId | None = None
+    """None: the next free ``u<n>``."""
+    title: Title
+    description: Text = ""
+    dependencies: list[Dependency] = []
+    files: list[Path] = []
+    verify: list[CommandLine] = []
+    verification_evidence: Path | None = None
+    testing_mode: TestingMode = "standard"
+    tdd_steps: TddSteps | None = None
+    decision_refs: list[str] = []
+    learning_refs: list[str] = []
+    priority: Priority = 2
+
+
+class EditBead(Command, kw_only=True):
+    """Change fields of an ``open`` or ``bounced`` bead (a bounced bead that gains its missing fields reopens)."""
+
+    epic_id: EpicId
+    bead_id: BeadId
+    title: Title | None = None
+    description: Text | None = None
+    files: list[Path] | None = None
+    verify: list[CommandLine] | None = None
+    verification_evidence: Path | None = None
+    testing_mode: TestingMode | None = None
+    tdd_steps: TddSteps | None = None
+    decision_refs: list[str] | None = None
+    learning_refs: list[str] | None = None
+    priority: Priority | None = None
+
+
+class AddDependency(Command, kw_only=True):
+    epic_id: EpicId
+    bead_id: BeadId
+    depends_on: BeadId
+    type: DependencyType = "blocks"
+
+
+class CloseBead(Command, kw_only=True):
+    """Close a bead by hand (work done elsewhere, or dropped): it no longer blocks anything."""
+
+    epic_id: EpicId
+    bead_id: BeadId
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
+
+
+# --- HTTP bodies ---------------------------------------------------------------------------------------
+
+
+class CreateBeadBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/beads``."""
+
+    epic_id: EpicId
+    id: BeadId | None = None
+    title: Title
+    description: Text = ""
+    dependencies: list[Dependency] = []
+    files: list[Path] = []
+    verify: list[CommandLine] = []
+    verification_evidence: Path | None = None
+    testing_mode: TestingMode = "standard"
+    tdd_steps: TddSteps | None = None
+    decision_refs: list[str] = []
+    learning_refs: list[str] = []
+    priority: Priority = 2
+
+
+class EditBeadBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``PATCH /api/beads/{epic_id}/{bead_id}``."""
+
+    title: Title | None = None
+    description: Text | None = None
+    files: list[Path] | None = None
+    verify: list[CommandLine] | None = None
+    verification_evidence: Path | None = None
+    testing_mode: TestingMode | None = None
+    tdd_steps: TddSteps | None = None
+    decision_refs: list[str] | None = None
+    learning_refs: list[str] | None = None
+    priority: Priority | None = None
+
+
+class AddDependencyBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/beads/{epic_id}/{bead_id}/dependencies``."""
+
+    depends_on: BeadId
+    type: DependencyType = "blocks"
+
+
+class CloseBeadBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/beads/{epic_id}/{bead_id}/close``."""
+
+    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
