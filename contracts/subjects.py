@@ -91,6 +91,12 @@ GIT_VERBS = (
     "workflow_diff",
     "pulse_diff",
     "get_diff_artifact",
+    "open_worker",
+    "begin_bead",
+    "commit_bead",
+    "merge_bead",
+    "sync_workflow_worktree",
+    "close_worker",
 )
 AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions")
 INDEXER_VERBS = ("index_project", "index_worktree", "index_status", "semantic_search", "record_turns", "find_turn",

@@ -42,7 +42,14 @@ from .trees import TreeSet, build_trees, diff_trees, write_trees
 from .workspace import Workspace, fail
 from .worktrees import set_head
 
-__all__ = ["checkpoint_pulse", "finish_pending", "recovery_checkpoint"]
+__all__ = [
+    "checkpoint_pulse",
+    "finish_pending",
+    "recovery_checkpoint",
+    "snapshot_all",
+    "store_commit",
+    "store_snapshot",
+]
 
 Current = tuple[Snapshot, TreeSet]
 
@@ -51,7 +58,8 @@ def _is_ancestor(ws: Workspace, ancestor: bytes, descendant: bytes) -> bool:
     return ancestor == descendant or can_fast_forward(ws.repo, ancestor, descendant)
 
 
-def _snapshot_all(ws: Workspace) -> Current:
+def snapshot_all(ws: Workspace) -> Current:
+    """The worktree as ``git add -A`` would stage it (ignored files out), with the changed blobs kept."""
     snapshot = scan_worktree(
         ws.worktree,
         read_index(ws.index_path),
@@ -63,7 +71,7 @@ def _snapshot_all(ws: Workspace) -> Current:
     return snapshot, snapshot_trees(ws.index_path, snapshot)
 
 
-def _store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes, list[str]]:
+def store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes, list[str]]:
     """Store the snapshot's new blobs and trees; return its root tree id and the paths changed since ``base``."""
     snapshot, trees = current
     differing: set[bytes] = set()
@@ -79,7 +87,8 @@ def _store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes
     return trees.root, paths
 
 
-def _store_commit(ws: Workspace, commit: Commit) -> None:
+def store_commit(ws: Workspace, commit: Commit) -> None:
+    """Write ``commit`` as a loose object."""
     LooseObjectWriter(ws.objects.path).add(b"commit", commit.as_raw_string(), bytes.fromhex(commit.id.decode()))
 
 
@@ -104,8 +113,8 @@ def checkpoint_pulse(
             workflow_head=head.decode(),
             pulse_base=pulse.base_commit,
         )
-    current = _snapshot_all(ws)
-    tree, paths = _store_snapshot(ws, current, base)
+    current = snapshot_all(ws)
+    tree, paths = store_snapshot(ws, current, base)
     if not paths and cmd.skip_if_unchanged:
         # Nothing to keep: discard the pulse as a recovery with no commit does (same journaled steps).
         record.pending = PendingOperation(kind="recovery", pulse_id=pulse.id, commit=None,
@@ -121,7 +130,7 @@ def checkpoint_pulse(
         message=checkpoint_message(summary=cmd.summary, body=cmd.body, co_author=cmd.co_author),
         identity=identity,
     )
-    _store_commit(ws, commit)
+    store_commit(ws, commit)
     record.pending = PendingOperation(
         kind="checkpoint",
         pulse_id=pulse.id,
@@ -146,8 +155,8 @@ def recovery_checkpoint(
         return _recovered(ws, done)
     pulse = ws.running_pulse(cmd.pulse_id)
     base = pulse.base_commit.encode()
-    current = _snapshot_all(ws)
-    tree, paths = _store_snapshot(ws, current, base)
+    current = snapshot_all(ws)
+    tree, paths = store_snapshot(ws, current, base)
     commit_id = None
     if paths:
         commit = make_commit(
@@ -158,7 +167,7 @@ def recovery_checkpoint(
             ),
             identity=identity,
         )
-        _store_commit(ws, commit)
+        store_commit(ws, commit)
         commit_id = commit.id.decode()
     record.pending = PendingOperation(
         kind="recovery",

@@ -18,6 +18,20 @@ from pathlib import Path
 
 from dulwich.repo import Repo
 
+from autarch.contracts.bead_git import (
+    BeadBegun,
+    BeadCommitted,
+    BeadMerged,
+    BeginBead,
+    CloseWorker,
+    CommitBead,
+    MergeBead,
+    OpenWorker,
+    SyncWorkflowWorktree,
+    WorkerClosed,
+    WorkerWorktree,
+    WorkflowWorktreeSynced,
+)
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import (
     CheckpointPulse,
@@ -43,7 +57,7 @@ from autarch.contracts.git import (
     WorktreeView,
 )
 
-from . import checkpoints
+from . import checkpoints, merges, workers
 from .checkout import commit_tree_id, reset_worktree, tracked_state
 from .commits import Identity
 from .faults import FaultInjector
@@ -59,6 +73,7 @@ from .refs import (
 )
 from .snapshots import Snapshot
 from .store import ArtifactStore, GitStore, PulseRecord, RepositoryRecord, WorkflowRecord
+from .swarm_records import SwarmStore
 from .trees import MODE_SYMLINK, TreeSet, diff_trees
 from .workspace import Workspace, fail, open_repository
 from .worktrees import admin_dir, break_stale_locks, create_worktree_links, linked_worktrees, remove_worktree, set_head
@@ -97,6 +112,7 @@ class GitEngine:
         self.data_dir = data_dir
         self.store = GitStore(data_dir / "git")
         self.artifacts = ArtifactStore(data_dir / "git" / "artifacts")
+        self.swarms = SwarmStore(data_dir / "git" / "swarms")
         self.worktrees_root = data_dir / "worktrees"
         self.identity = identity or Identity()
         self.faults = faults or FaultInjector()
@@ -470,7 +486,8 @@ class GitEngine:
                 removed = remove_worktree(ws.repo, worktree_id=record.worktree_id, path=ws.worktree)
                 record.state = "removed"
                 self.store.save_workflow(record)
-            deleted = []
+            # A worker's worktree and branch only serve the workflow's swarm: they end with it.
+            deleted = workers.remove_all_workers(ws, swarms=self.swarms)
             if cmd.delete_branches:
                 for pulse in record.pulses.values():
                     if delete_branch(ws.repo, branch_ref(pulse.branch)):
@@ -480,6 +497,35 @@ class GitEngine:
             return WorktreeRemoved(
                 workflow_id=record.id, path=record.worktree_path, removed=removed, deleted_branches=deleted
             )
+
+    # --- swarm workers (contracts.bead_git) --------------------------------------------------------
+
+    def open_worker(self, cmd: OpenWorker) -> WorkerWorktree:
+        with self._open(cmd.workflow_id) as ws:
+            return workers.open_worker(
+                ws, cmd, swarms=self.swarms, identity=self.identity, worktrees_root=self.worktrees_root
+            )
+
+    def begin_bead(self, cmd: BeginBead) -> BeadBegun:
+        with self._open(cmd.workflow_id) as ws:
+            return workers.begin_bead(ws, cmd, swarms=self.swarms, identity=self.identity)
+
+    def commit_bead(self, cmd: CommitBead) -> BeadCommitted:
+        with self._open(cmd.workflow_id) as ws:
+            return workers.commit_bead(ws, cmd, swarms=self.swarms, identity=self.identity)
+
+    def merge_bead(self, cmd: MergeBead) -> BeadMerged:
+        # Not ready=True: a repeat after the workflow's worktree was removed still answers the outcome.
+        with self._open(cmd.workflow_id, ready=False) as ws:
+            return merges.merge_bead(ws, cmd, swarms=self.swarms, store=self.store, identity=self.identity)
+
+    def sync_workflow_worktree(self, cmd: SyncWorkflowWorktree) -> WorkflowWorktreeSynced:
+        with self._open(cmd.workflow_id) as ws:
+            return merges.sync_workflow_worktree(ws, cmd, store=self.store)
+
+    def close_worker(self, cmd: CloseWorker) -> WorkerClosed:
+        with self._open(cmd.workflow_id, ready=False) as ws:
+            return workers.close_worker(ws, cmd, swarms=self.swarms)
 
     # --- helpers for diffs -----------------------------------------------------------------------
 

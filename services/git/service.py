@@ -16,6 +16,14 @@ from typing import Any, TypeVar
 
 from nats.aio.client import Client
 
+from autarch.contracts.bead_git import (
+    BeginBead,
+    CloseWorker,
+    CommitBead,
+    MergeBead,
+    OpenWorker,
+    SyncWorkflowWorktree,
+)
 from autarch.contracts.git import (
     CheckpointPulse,
     CreateWorkflowBranch,
@@ -85,6 +93,13 @@ class GitService:
         self._add("workflow_diff", WorkflowDiff, by_workflow(lambda q: artifacts.workflow_diff(engine, q)))
         self._add("pulse_diff", PulseDiff, by_workflow(lambda q: artifacts.pulse_diff(engine, q)))
         self._add("get_diff_artifact", GetDiffArtifact, self._get_diff_artifact)
+        # The swarm's verbs (contracts.bead_git); merges are serialised by the repository lock.
+        self._add("open_worker", OpenWorker, by_workflow(engine.open_worker))
+        self._add("begin_bead", BeginBead, by_workflow(engine.begin_bead))
+        self._add("commit_bead", CommitBead, by_workflow(engine.commit_bead))
+        self._add("merge_bead", MergeBead, by_workflow(engine.merge_bead))
+        self._add("sync_workflow_worktree", SyncWorkflowWorktree, by_workflow(engine.sync_workflow_worktree))
+        self._add("close_worker", CloseWorker, by_workflow(engine.close_worker))
 
     def _add(self, verb: str, request_type: type[Any], handler: Callable[[Any], Awaitable[Any]]) -> None:
         self.micro.endpoint(verb, request_type, handler)

@@ -22,6 +22,7 @@ __all__ = [
     "PulseRecord",
     "RepositoryRecord",
     "WorkflowRecord",
+    "write_atomic",
 ]
 
 
@@ -78,7 +79,8 @@ class WorkflowRecord(msgspec.Struct, kw_only=True):
 _encoder = msgspec.json.Encoder()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` in one rename (readers see the old or the new content)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -105,7 +107,7 @@ class GitStore:
             return None
 
     def save_repository(self, record: RepositoryRecord) -> None:
-        _write_atomic(self.repositories_dir / f"{record.id}.json", _encoder.encode(record))
+        write_atomic(self.repositories_dir / f"{record.id}.json", _encoder.encode(record))
 
     def workflow(self, workflow_id: str) -> WorkflowRecord | None:
         try:
@@ -114,7 +116,7 @@ class GitStore:
             return None
 
     def save_workflow(self, record: WorkflowRecord) -> None:
-        _write_atomic(self.workflows_dir / f"{record.id}.json", _encoder.encode(record))
+        write_atomic(self.workflows_dir / f"{record.id}.json", _encoder.encode(record))
 
     def delete_workflow(self, workflow_id: str) -> None:
         (self.workflows_dir / f"{workflow_id}.json").unlink(missing_ok=True)
@@ -151,5 +153,5 @@ class ArtifactStore:
             return f.read()
 
     def save(self, artifact_id: str, *, meta: bytes, text: str) -> None:
-        _write_atomic(self.text_path(artifact_id), text.encode("utf-8"))
-        _write_atomic(self.meta_path(artifact_id), meta)
+        write_atomic(self.text_path(artifact_id), text.encode("utf-8"))
+        write_atomic(self.meta_path(artifact_id), meta)
