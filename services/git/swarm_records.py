@@ -24,7 +24,8 @@ class WorkerRecord(msgspec.Struct, kw_only=True):
     worktree_path: str
     worktree_id: str
     """The name of the worktree's administrative directory (``<common dir>/worktrees/<id>``)."""
-    state: Literal["opening", "open", "closed"] = "opening"
+    state: Literal["new", "opening", "open", "closed"] = "opening"
+    """``new`` only in memory, before the first save."""
     current: str | None = None
     """The key of the bead attempt the worktree was last reset for."""
 

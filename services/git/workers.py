@@ -150,6 +150,7 @@ def open_worker(
         except BranchNameError as exc:
             raise fail(GitErrorCode.INVALID_BRANCH_NAME, f"illegal worker branch name: {exc}", branch=branch) from None
         worker = WorkerRecord(
+            state="new",
             name=cmd.worker,
             branch=branch,
             worktree_path=str(worktrees_root / f"{ws.record.id}.workers" / cmd.worker),
@@ -161,7 +162,8 @@ def open_worker(
                 f"{ws.record.repository_path} already has a worktree named {worker.worktree_id}",
                 workflow_id=ws.record.id,
             )
-    if worker.state != "opening":  # new, or closed: the branch must not exist yet
+    # An opening worker (cut short) or an open one whose worktree went missing owns its branch: keep it.
+    if worker.state in ("new", "closed"):
         clash = clashing_ref(ws.repo, branch_ref(worker.branch))
         if clash is not None:
             raise fail(

@@ -7,6 +7,7 @@ service over a real nats-server; every result is checked with the git command li
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import pytest
@@ -464,3 +465,14 @@ async def test_bad_and_unknown_requests_over_the_service(client, user_repo: Path
     with pytest.raises(RemoteError) as caught:
         await client.call("merge_bead", MergeBead(workflow_id="nope", worker="w1", bead_id="b1", attempt=1), BeadMerged)
     assert caught.value.code == "not_found"
+
+
+def test_a_worker_whose_worktree_went_missing_is_opened_again(engine: GitEngine, repo: Path):
+    worktree = open_worker(engine, "w1")
+    begin(engine, "w1", "b1")
+    (worktree / "a.txt").write_text("a\n")
+    done = commit(engine, "w1", "b1", "a")
+    shutil.rmtree(worktree)
+    assert open_worker(engine, "w1") == worktree
+    assert (worktree / "a.txt").read_text() == "a\n"  # the worker branch, as it was
+    assert git(worktree, "status", "--porcelain") == "" and git(worktree, "rev-parse", "HEAD") == done.commit
