@@ -42,6 +42,7 @@ __all__ = [
     "ListSessions",
     "Pattern",
     "PlannedPulse",
+    "PlannedTddSteps",
     "Question",
     "RequestExtensionArgs",
     "SendMessage",
@@ -136,6 +137,11 @@ class SubmitResearchArgs(ToolArgs, kw_only=True, rename="camel"):
     challenges: Annotated[list[Challenge] | None, Meta(description="Technical or architectural risks")] = None
 
 
+class PlannedTddSteps(ToolArgs, kw_only=True):
+    red: Annotated[str, Meta(min_length=1, description="A test command that must fail before production code")]
+    green: Annotated[str, Meta(min_length=1, description="The same or another test command that must then pass")]
+
+
 class PlannedPulse(ToolArgs, kw_only=True, rename="camel"):
     id: Annotated[str, Meta(min_length=1, description='e.g., "pulse-1", "pulse-2"')]
     title: Annotated[str, Meta(min_length=1, description="Short, concrete pulse title")]
@@ -146,6 +152,29 @@ class PlannedPulse(ToolArgs, kw_only=True, rename="camel"):
         Meta(description="small: < 50 lines of change; medium: 50-200 lines; large: > 200 lines (avoid)"),
     ]
     depends_on: Annotated[list[str] | None, Meta(description="IDs of pulses that must complete first")] = None
+    # Bead fields (seed 002). A plan that gives ``verify`` for any pulse is a bead plan: its pulses run as beads
+    # by parallel workers, and every pulse must then carry ``verify`` and a non-empty ``expectedChanges`` (the
+    # bead's files) or it is bounced back to planning. A plan without them runs its pulses one after another.
+    verify: Annotated[
+        list[str] | None,
+        Meta(description="Bead plans: shell commands that must pass before this pulse's commit (its verification)"),
+    ] = None
+    verification_evidence: Annotated[
+        str | None,
+        Meta(description="Bead plans: where the evidence is written (default history/<feature>/verification/<id>.md)"),
+    ] = None
+    testing_mode: Annotated[
+        Literal["standard", "tdd-required"] | None,
+        Meta(description="Bead plans: tdd-required needs tddSteps (a red command that fails first, then green)"),
+    ] = None
+    tdd_steps: Annotated[
+        PlannedTddSteps | None, Meta(description="Bead plans: {red, green} commands for a tdd-required pulse")
+    ] = None
+    decision_refs: Annotated[list[str] | None, Meta(description="Decision ids (D1, D2 …) this pulse must keep")] = None
+    learning_refs: Annotated[list[str] | None, Meta(description="Learning files to read before implementing")] = None
+    priority: Annotated[
+        Annotated[int, Meta(ge=0, le=4)] | None, Meta(description="0 (critical) … 4 (backlog); default 2")
+    ] = None
 
 
 class SubmitPlanArgs(ToolArgs, kw_only=True, rename="camel"):
@@ -196,6 +225,11 @@ class CompletePreflightArgs(ToolArgs, kw_only=True, rename="camel"):
     setup_commands: Annotated[list[str], Meta(description="List of commands that were executed")]
     build_success: Annotated[bool, Meta(description="Whether the project builds successfully")]
     baselines_recorded: Annotated[int, Meta(ge=0, description="Count of baseline issues recorded")]
+    recommended_mode: Annotated[
+        Literal["swarm", "single-worker"] | None,
+        Meta(description="Whether parallel workers are safe here (shared build state, a single database, "
+                         "ports): single-worker runs one worker at a time"),
+    ] = None
 
 
 BLOCK_TOOL_ARGUMENTS: dict[str, type[ToolArgs]] = {

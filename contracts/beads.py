@@ -44,6 +44,7 @@ __all__ = [
     "SwarmView",
     "TddSteps",
     "TestingMode",
+    "WorkerStatus",
     "WorkerView",
 ]
 

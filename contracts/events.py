@@ -13,11 +13,22 @@ from typing import Any, ClassVar
 import msgspec
 
 from . import subjects
+from .beads import BeadView, ConflictRecord, LeaseMode, WorkerStatus
 from .loops import AnchorStrategy, ContextStrategy, CreatedBy, IterationStatus, NotifyTarget, Signal
 
 __all__ = [
+    "SWARM_EVENTS",
     "AnyEvent",
+    "BeadBounced",
+    "BeadClaimed",
+    "BeadClosed",
+    "BeadCreated",
+    "BeadReopened",
+    "BeadUpdated",
     "Event",
+    "LeaseConflicted",
+    "LeaseGranted",
+    "LeaseReleased",
     "LoopAborted",
     "LoopBlocked",
     "LoopCompleted",
@@ -39,11 +50,16 @@ __all__ = [
     "SessionError",
     "SessionEvent",
     "SessionStarted",
+    "SwarmEvent",
+    "SwarmFinished",
+    "SwarmStarted",
     "TurnCompleted",
     "TurnEvent",
     "TurnStarted",
     "TurnToolCompleted",
     "TurnToolStarted",
+    "WorkerJoined",
+    "WorkerStatusChanged",
     "WorkflowAbandoned",
     "WorkflowApprovalNeeded",
     "WorkflowBaselineRecorded",
@@ -453,6 +469,109 @@ class LoopAborted(LoopEvent, tag="loop:aborted", kw_only=True):
     iteration_number: int
 
 
+class SwarmEvent(Event, kw_only=True):
+    """Events of a workflow's epic (seed 002 beads, workers, leases): ``workflow_id`` is the epic id."""
+
+    aggregate_kind = "swarm"
+
+
+class SwarmStarted(SwarmEvent, tag="swarm:started", kw_only=True):
+    """The approved plan became an epic and execution's workers start."""
+
+    mode: str
+    """``swarm`` or ``standalone`` (preflight advised one worker)."""
+    max_workers: int
+    beads: int
+
+
+class SwarmFinished(SwarmEvent, tag="swarm:finished", kw_only=True):
+    """Every bead is closed; the workflow branch holds one commit per bead."""
+
+    merged: list[str]
+
+
+class BeadCreated(SwarmEvent, tag="bead:created", kw_only=True):
+    bead: BeadView
+
+
+class BeadUpdated(SwarmEvent, tag="bead:updated", kw_only=True):
+    """A person edited the bead or added a dependency."""
+
+    bead: BeadView
+
+
+class BeadBounced(SwarmEvent, tag="bead:bounced", kw_only=True):
+    """A bead lacks a field its worker needs; it goes back to planning (or to the person who made it)."""
+
+    bead_id: str
+    reason: str
+    missing: list[str] = []
+
+
+class BeadClaimed(SwarmEvent, tag="bead:claimed", kw_only=True):
+    bead_id: str
+    worker: str
+    attempt: int
+    session_id: str | None = None
+
+
+class BeadReopened(SwarmEvent, tag="bead:reopened", kw_only=True):
+    """An attempt did not land (a merge conflict, a lease that lapsed, a lease held by another): ready again."""
+
+    bead_id: str
+    attempt: int
+    reason: str
+    conflict: ConflictRecord | None = None
+
+
+class BeadClosed(SwarmEvent, tag="bead:closed", kw_only=True):
+    bead_id: str
+    reason: str
+    commit: str | None = None
+    worker: str | None = None
+
+
+class WorkerJoined(SwarmEvent, tag="worker:joined", kw_only=True):
+    worker: str
+    nickname: str
+    worktree_path: str | None = None
+
+
+class WorkerStatusChanged(SwarmEvent, tag="worker:status", kw_only=True):
+    worker: str
+    status: WorkerStatus
+    bead_id: str | None = None
+
+
+class LeaseGranted(SwarmEvent, tag="lease:granted", kw_only=True):
+    holder: str
+    patterns: list[str]
+    mode: LeaseMode = "exclusive"
+    bead_id: str | None = None
+
+
+class LeaseReleased(SwarmEvent, tag="lease:released", kw_only=True):
+    holder: str
+    patterns: list[str]
+    reason: str
+    """``done`` (the bead landed), ``reopened``, ``expired`` (the holder stopped renewing)."""
+    bead_id: str | None = None
+
+
+class LeaseConflicted(SwarmEvent, tag="lease:conflict", kw_only=True):
+    """A worker could not reserve its bead's files; the coordinator gives it other work or makes it wait."""
+
+    holder: str
+    bead_id: str
+    files: list[str]
+    held_by: list[str]
+
+
+SWARM_EVENTS: tuple[type[SwarmEvent], ...] = (
+    SwarmStarted, SwarmFinished, BeadCreated, BeadUpdated, BeadBounced, BeadClaimed, BeadReopened, BeadClosed,
+    WorkerJoined, WorkerStatusChanged, LeaseGranted, LeaseReleased, LeaseConflicted)
+
+
 AnyEvent = (
     WorkflowCreated
     | WorkflowError
@@ -488,6 +607,19 @@ AnyEvent = (
     | LoopCompleted
     | LoopFailed
     | LoopAborted
+    | SwarmStarted
+    | SwarmFinished
+    | BeadCreated
+    | BeadUpdated
+    | BeadBounced
+    | BeadClaimed
+    | BeadReopened
+    | BeadClosed
+    | WorkerJoined
+    | WorkerStatusChanged
+    | LeaseGranted
+    | LeaseReleased
+    | LeaseConflicted
 )
 """The union every consumer decodes with."""
 
@@ -528,6 +660,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LoopCompleted,
         LoopFailed,
         LoopAborted,
+        *SWARM_EVENTS,
     )
 }
 

@@ -9,6 +9,7 @@ import msgspec
 
 from .agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from .base import Command, Query, Reply
+from .beads import SwarmView
 from .execution import HaltView, PreflightView, PulseRunView
 
 __all__ = [
@@ -286,3 +287,6 @@ class ReplayedWorkflow(Reply, kw_only=True):
     events_total: int
     artifacts: WorkflowArtifacts | None = None
     """The cards, notes, baselines and review comments as of ``events_applied``."""
+    swarm: SwarmView | None = None
+    """The epic (beads, workers, claims, recorded leases) rebuilt from its own events, for a bead plan's
+    workflow; always its latest state (``at`` counts the workflow's events only)."""
