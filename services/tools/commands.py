@@ -5,7 +5,9 @@ Output is redacted before it is truncated (a secret cut in half would no longer 
 with the values found in the worktree's sensitive files added to the redactor: a command is not
 confined by the path checks (the worktree is all its own), so ``cat .env`` must still not leak ``.env``'s
 values. The preflight variant also compares the tracked files before and after the command: any tracked file the
-command left modified turns the result into a failure.
+command left modified turns the result into a failure. A swarm worker's command (``lease_holder``) is checked
+against the file leases of other workers the same way, and what it changed of theirs is put back
+(:mod:`.lease_guard`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from autarch.contracts.tool_args import ShellArgs
 
 from .context import ToolContext
 from .gitstate import GitStateError, changed_tracked_files, tracked_state
+from .lease_guard import ShellLeaseGuard
 from .sandbox import LAUNCH_FAILED, SandboxUnavailable, prepare_launch, sandbox_environment
 from .sensitivity import worktree_secret_values
 from .shell import effective_timeout, run_command, truncate_output
@@ -48,10 +51,20 @@ async def _run(ctx: ToolContext, args: ShellArgs, argv: list[str], env: dict[str
             before = await tracked_state(root, env=git_env)
         except GitStateError as exc:
             return {"success": False, "error": f"Preflight commands must run in a git worktree: {exc}"}
+    guard = None
+    if ctx.call.lease_holder is not None:
+        guard = ShellLeaseGuard(ctx, git_env=git_env)
+        refused = await guard.before()
+        if refused is not None:
+            return {"success": False, "error": refused}
     try:
         outcome = await run_command(argv, cwd=root, timeout=timeout, env=env)
     except OSError as exc:
         return {"success": False, "error": f"Could not start the command: {exc.strerror or exc}"}
+    except asyncio.CancelledError:
+        if guard is not None:  # a stopped command's processes are dead: still put other workers' files back
+            await asyncio.shield(guard.after())
+        raise
     if outcome.exit_code == LAUNCH_FAILED and outcome.stderr.startswith("autarch-sandbox: "):
         reason = outcome.stderr.removeprefix("autarch-sandbox: ").strip()
         return {"success": False, "error": f"The sandbox could not start the command: {reason}"}
@@ -69,8 +82,11 @@ async def _run(ctx: ToolContext, args: ShellArgs, argv: list[str], env: dict[str
             changed = [f"(git status failed: {exc})"]
         if changed:
             errors.append("Preflight must not modify tracked files; this command left modified: " + ", ".join(changed))
+    leased = await guard.after() if guard is not None else None
+    if leased is not None:
+        errors.append(leased.pop("error"))
     if errors:
-        result: dict[str, Any] = {"success": False, "error": "; ".join(errors)}
+        result: dict[str, Any] = {"success": False, "error": "; ".join(errors), **(leased or {})}
         if outcome.exit_code is not None:
             result["exit_code"] = outcome.exit_code
         result.update(stdout=stdout, stderr=stderr)

@@ -13,6 +13,7 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.tool_catalog import SUCCESS_SHAPED_TOOLS
 from autarch.contracts.tools import ToolCall
 from autarch.runtime.errors import RemoteError
+from autarch.runtime.leases import LeaseTable
 from autarch.runtime.requests import request
 
 from .grep_pool import GrepEngine
@@ -78,6 +79,8 @@ class ToolContext:
     forwarder: Forwarder
     redactor: Redactor
     settings: ToolSettings
+    leases: LeaseTable | None = None
+    """The swarm's lease table, checked for calls with a ``lease_holder`` (None: not connected to NATS)."""
 
     @property
     def idempotency_key(self) -> str:

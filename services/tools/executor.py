@@ -44,9 +44,11 @@ from autarch.contracts.tools import (
     ToolResult,
 )
 from autarch.runtime.errors import ServiceFailure
+from autarch.runtime.leases import LeaseTable
 
 from .context import Forwarder, ToolContext, ToolSettings, failure
 from .grep_pool import GrepEngine
+from .lease_guard import lease_refusal
 from .paths import PathRefused, Worktree
 from .registry import HANDLERS
 from .sensitivity import Redactor
@@ -126,6 +128,8 @@ class ToolExecutor:
         self._root_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._running: dict[tuple[str, str], list[_Running]] = {}
         self._early_cancels: dict[tuple[str, str], tuple[float, str]] = {}
+        self.leases: LeaseTable | None = None
+        """Set by the service once connected: the file leases checked for calls with a ``lease_holder``."""
 
     def close(self) -> None:
         self.engine.close()
@@ -169,6 +173,7 @@ class ToolExecutor:
             forwarder=self.forwarder,
             redactor=self.redactor,
             settings=self.settings,
+            leases=self.leases,
         )
         if tool in MUTATING_TOOLS:
             return await self._once(ctx, args, started)
@@ -254,6 +259,10 @@ class ToolExecutor:
             if tool in _FILE_WRITERS:
                 # One file mutation at a time per worktree: read-check-write must not interleave.
                 async with self._root_locks[ctx.worktree.root]:
+                    if ctx.call.lease_holder is not None:
+                        refused = await lease_refusal(ctx, args.path)
+                        if refused is not None:
+                            return refused
                     return await HANDLERS[tool](ctx, args)
             return await HANDLERS[tool](ctx, args)
         except PathRefused as exc:

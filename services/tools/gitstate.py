@@ -14,7 +14,7 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-__all__ = ["GitStateError", "TrackedState", "changed_tracked_files", "tracked_state"]
+__all__ = ["GitStateError", "TrackedState", "changed_paths", "changed_tracked_files", "head_blob", "tracked_state"]
 
 
 class GitStateError(Exception):
@@ -57,13 +57,14 @@ def _hash(path: str) -> str:
         return "missing"
 
 
-async def tracked_state(root: str, *, env: dict[str, str]) -> TrackedState:
-    """The state of ``root``'s tracked files right now."""
+async def _status(root: str, *, env: dict[str, str], untracked: bool, sources: bool) -> tuple[str, dict[str, str]]:
+    """HEAD, and path → status code of what differs from it (``sources``: a rename's source path too)."""
     # Optional locks off: a status taken alongside a running command must not take index.lock.
     env = {**env, "GIT_OPTIONAL_LOCKS": "0"}
     head = (await _git(root, "rev-parse", "--verify", "-q", "HEAD", env=env)).decode().strip()
-    raw = await _git(root, "status", "--porcelain=v1", "-z", "--untracked-files=no", env=env)
-    dirty: dict[str, tuple[str, str]] = {}
+    mode = "--untracked-files=all" if untracked else "--untracked-files=no"
+    raw = await _git(root, "status", "--porcelain=v1", "-z", mode, env=env)
+    codes: dict[str, str] = {}
     entries = raw.split(b"\x00")
     i = 0
     while i < len(entries):
@@ -73,9 +74,36 @@ async def tracked_state(root: str, *, env: dict[str, str]) -> TrackedState:
             continue
         code, path = entry[:2].decode(), entry[3:].decode("utf-8", "surrogateescape")
         if "R" in code or "C" in code:
+            if sources and i < len(entries) and entries[i]:
+                codes.setdefault(entries[i].decode("utf-8", "surrogateescape"), "R<")
             i += 1  # the rename's source path follows
-        dirty[path] = (code, await asyncio.to_thread(_hash, os.path.join(root, path)))
+        codes[path] = code
+    return head, codes
+
+
+async def tracked_state(root: str, *, env: dict[str, str]) -> TrackedState:
+    """The state of ``root``'s tracked files right now."""
+    head, codes = await _status(root, env=env, untracked=False, sources=False)
+    dirty = {path: (code, await asyncio.to_thread(_hash, os.path.join(root, path))) for path, code in codes.items()}
     return TrackedState(head=head, dirty=dirty)
+
+
+async def changed_paths(root: str, *, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """HEAD, and path → status code of every file that differs from it, untracked (not ignored) ones included."""
+    return await _status(root, env=env, untracked=True, sources=True)
+
+
+async def head_blob(root: str, path: str, *, env: dict[str, str]) -> tuple[bytes, int] | None:
+    """``path``'s content and file mode at HEAD; None when HEAD has no such file."""
+    env = {**env, "GIT_OPTIONAL_LOCKS": "0"}
+    listing = await _git(root, "ls-tree", "-z", "HEAD", "--", path, env=env)
+    meta, _, name = listing.rstrip(b"\x00").partition(b"\t")
+    if not meta or name.decode("utf-8", "surrogateescape") != path:
+        return None
+    mode, kind, sha = meta.decode().split()
+    if kind != "blob":
+        return None
+    return await _git(root, "cat-file", "blob", sha, env=env), int(mode, 8)
 
 
 def changed_tracked_files(before: TrackedState, after: TrackedState) -> list[str]:

@@ -21,6 +21,7 @@ from autarch.contracts.tools import (
     ListTools,
     ToolCall,
 )
+from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import ToolsSettings, narrow
 
@@ -99,6 +100,8 @@ async def start(nc: Client, settings: ToolsSettings) -> Callable[[], Awaitable[N
     """Open the session store, start the grep workers and serve the endpoints."""
     settings = narrow(settings, ToolsSettings)
     executor = build_executor(settings, nc=nc)
+    # Swarm workers' writes are checked against it (calls without a lease holder never read it).
+    executor.leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
     warning = await asyncio.to_thread(sandbox_warning, settings)
     if warning:
         log.warning("%s", warning)
