@@ -114,13 +114,13 @@ class Session(Aggregate):
         return UUID(session_id)
 
     @event("Started")
-    def __init__(self, baselines: list[dict[str, Any]] | None = None, *, session_id: str, role: str, model: str,
-                 root: str, workflow_id: str | None, channel_id: str | None, script: str | None,
-                 notes: list[str]) -> None:
-        # ``baselines`` came later. It stands before the ``*`` because eventsourcing treats every keyword-only
-        # parameter as required, default or not; as a parameter with a default it may be left out, and a
-        # Started event recorded before it existed (no such key) is applied with the default
-        # (tests/agent_runner/test_completion_rules.py loads such an event).
+    def __init__(self, baselines: list[dict[str, Any]] | None = None, lease_holder: str | None = None, *,
+                 session_id: str, role: str, model: str, root: str, workflow_id: str | None,
+                 channel_id: str | None, script: str | None, notes: list[str]) -> None:
+        # ``baselines`` and ``lease_holder`` came later. They stand before the ``*`` because eventsourcing treats
+        # every keyword-only parameter as required, default or not; as parameters with a default they may be
+        # left out, and a Started event recorded before they existed (no such key) is applied with the default
+        # (tests/agent_runner/test_completion_rules.py and test_lease_renewal.py load such events).
         self.role = role
         self.model = model
         self.root = root
@@ -131,6 +131,8 @@ class Session(Aggregate):
         """Notes of this stage the caller handed over (taken by earlier sessions)."""
         self.baselines = msgspec.convert(baselines or [], list[Baseline])
         """Known issues preflight recorded: a failed command that only repeats them is not a failure."""
+        self.lease_holder = lease_holder
+        """A swarm worker's registered name: on every tool call, and whose file leases its turns renew."""
         self.turns: list[Turn] = []
         self.compacted_through = -1
         self.closed_reason: str | None = None

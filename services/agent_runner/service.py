@@ -33,6 +33,7 @@ from autarch.contracts.agents import (
 from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env
+from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import AgentRunnerSettings, narrow
 
@@ -41,6 +42,7 @@ from .application import SYNCHRONOUS_ENV, SessionApplication
 from .budget import WorkflowBudget
 from .contract_events import ContractMapper
 from .domainmodel import Session
+from .lease_renewal import renewing_leases
 from .model_client import ModelClient
 from .pacing import PacedRelay
 from .tool_cancel import STOP_TURN
@@ -70,6 +72,8 @@ class AgentRunner:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._agents: dict[tuple[str, str], AgentConfig] = {}
         self._shutting_down = False
+        self.leases: LeaseTable | None = None
+        """The swarm's lease table: a turn of a lease holder's session renews the holder's leases in it."""
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -129,15 +133,17 @@ class AgentRunner:
             existing = self.sessions.get(sid)
             if existing is not None:
                 first = existing.turns[0]
-                same = (existing.role, existing.root, existing.workflow_id, existing.channel_id, first.text) == (
-                    command.role, command.root, command.workflow_id, command.channel_id, command.kickoff)
+                same = (existing.role, existing.root, existing.workflow_id, existing.channel_id, first.text,
+                        existing.lease_holder) == (command.role, command.root, command.workflow_id,
+                                                   command.channel_id, command.kickoff, command.lease_holder)
                 if not same:
                     raise ServiceFailure.conflict(f"session {sid} already exists with other fields", session_id=sid)
                 return TurnAccepted(session_id=sid, turn_id=first.turn_id, created=False)
             agent = self.registry.get(command.role)
             session = Session(session_id=sid, role=command.role, model=agent.model, root=command.root,
                               workflow_id=command.workflow_id, channel_id=command.channel_id, script=command.script,
-                              notes=list(command.notes), baselines=msgspec.to_builtins(command.baselines))
+                              notes=list(command.notes), baselines=msgspec.to_builtins(command.baselines),
+                              lease_holder=command.lease_holder)
             turn_id = str(uuid.uuid4())
             session.start_turn(turn_id=turn_id, index=0, text=command.kickoff, notes=list(command.notes),
                                message_id=None, stage_notes=None, at=datetime.now(UTC))
@@ -235,8 +241,11 @@ class AgentRunner:
         task.add_done_callback(forget)
 
     async def _drive(self, loop: TurnLoop) -> None:
+        session = loop.session
         try:
-            await loop.run(record_cancel=lambda: not self._shutting_down)
+            async with renewing_leases(self.leases, scope=session.workflow_id, holder=session.lease_holder,
+                                       ttl=self.settings.lease_ttl):
+                await loop.run(record_cancel=lambda: not self._shutting_down)
         except asyncio.CancelledError:
             pass
 
@@ -263,6 +272,7 @@ async def open_runner(
                          after_save=lambda session: relay_box[0].saved(session))
     relay = PacedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=runner.workflow_of))
     relay_box.append(relay)
+    runner.leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
     runner.deps.on_model_wait = relay.model_wait
     await asyncio.to_thread(runner.load)
     relay.start()

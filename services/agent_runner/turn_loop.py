@@ -287,7 +287,8 @@ class TurnLoop:
             result = await request(
                 self.deps.nc, _TOOLS_CALL,
                 ToolCall(session_id=self._sid, tool_call_id=call.tool_use_id, role=session.role,  # type: ignore[arg-type]
-                         root=session.root, tool=call.name, arguments=args, workflow_id=session.workflow_id),
+                         root=session.root, tool=call.name, arguments=args, workflow_id=session.workflow_id,
+                         lease_holder=session.lease_holder),
                 ToolResult, timeout=self._tool_timeout(call.name, args), retry_unavailable=15.0, idempotent=True,
             )
             output, is_error, replayed = result.content, result.is_error, result.replayed
