@@ -1,10 +1,10 @@
 """What ``autarch watch`` prints: one readable line per event, and the server-sent-events parser it reads.
 
 :func:`render_event` is pure (an event as decoded from the stream → a line, or None for events not worth
-a line); :class:`Watch` adds what needs memory: which step each session works for, the running token/cost
-totals, the workflow's :class:`Progress` (stage k of 5, pulse n of N) and, when asked, the agents' text
-as it streams (from the live deltas). :func:`parse_sse` turns the lines of a ``text/event-stream`` into
-messages.
+a line); :class:`Watch` adds what needs memory: which step (or swarm worker and bead) each session works for,
+each worker's nickname, the running token/cost totals, the workflow's :class:`Progress` (stage k of 5, pulse
+n of N, beads closed) and, when asked, the agents' text as it streams (from the live deltas).
+:func:`parse_sse` turns the lines of a ``text/event-stream`` into messages.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 __all__ = [
     "DELTA_EVENTS",
     "STAGES",
+    "SWARM_FAMILIES",
     "TERMINAL_EVENTS",
     "Progress",
     "SseComment",
@@ -36,6 +37,9 @@ TERMINAL_EVENTS = frozenset({"workflow:completed", "workflow:abandoned"})
 
 DELTA_EVENTS = frozenset({"turn:message_delta", "turn:thought_delta"})
 """Live pieces of a turn's text (never stored; ``turn:completed`` has the whole text)."""
+
+SWARM_FAMILIES = frozenset({"swarm", "bead", "worker", "lease"})
+"""Event families of a workflow's epic when its plan is a bead plan (seed 002): they carry the workflow's id."""
 
 STAGES = ("scoping", "research", "planning", "execution", "review")
 """The stages in order (``done`` follows); the quick path skips research and planning."""
@@ -334,17 +338,113 @@ def _loop_line(name: str, e: Mapping[str, Any]) -> str | None:
     return None
 
 
-def render_event(event: Mapping[str, Any], sessions: Mapping[str, str] | None = None) -> str | None:
+def _worker(name: Any, workers: Mapping[str, str]) -> str:
+    """``w2 AmberFalcon``: the runtime nickname (once ``worker:joined`` told it) and the registered name."""
+    nickname = workers.get(str(name))
+    return f"{nickname} {name}" if nickname else str(name)
+
+
+def _files(patterns: Any, limit: int = 90) -> str:
+    return _cut(", ".join(str(p) for p in patterns or []) or "(no files)", limit)
+
+
+def _conflict(conflict: Any, workers: Mapping[str, str]) -> str:
+    """`` (files a.py; landed since 01234567)``: the files that stopped an attempt, and what held them."""
+    if not isinstance(conflict, Mapping):
+        return ""
+    files = _files(conflict.get("files"), 60)
+    if conflict.get("kind") == "lease":
+        holder = f" held by {_worker(conflict['holder'], workers)}" if conflict.get("holder") else ""
+        return f" (files {files}{holder})"
+    landed = [str(c)[:8] for c in conflict.get("landed_since") or []]
+    return f" (files {files}" + (f"; landed since {', '.join(landed)})" if landed else ")")
+
+
+def _bead_summary(bead: Mapping[str, Any]) -> str:
+    after = [str(d.get("bead_id")) for d in bead.get("dependencies") or []
+             if isinstance(d, Mapping) and d.get("type", "blocks") == "blocks"]
+    extra = [f"after {', '.join(after)}"] if after else []
+    if bead.get("files"):
+        extra.append(f"files {_files(bead['files'], 60)}")
+    return f"“{_cut(bead.get('title', ''), 60)}”" + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _swarm_line(kind: str, e: Mapping[str, Any], workers: Mapping[str, str]) -> str | None:
+    """A swarm's events (seed 002): workers, claims, leases, reopenings, merges. None: not worth a line."""
+    if kind == "swarm:started":
+        n, workers_n = e.get("beads", 0), e.get("max_workers", 0)
+        mode = str(e.get("mode", "?"))
+        why = ": preflight advised a single worker" if mode == "standalone" else ""
+        return (f"swarm started: {n} bead{'s' if n != 1 else ''}, {workers_n} worker{'s' if workers_n != 1 else ''} "
+                f"(mode {mode}{why})")
+    if kind == "swarm:finished":
+        merged = [str(b) for b in e.get("merged") or []]
+        if not merged:
+            return "swarm finished: nothing merged"
+        return f"swarm finished: {len(merged)} bead{'s' if len(merged) != 1 else ''} merged, in order " + _cut(
+            " → ".join(merged), 140)
+    if kind == "worker:joined":
+        where = f" (worktree {e['worktree_path']})" if e.get("worktree_path") else ""
+        return f"[{e.get('nickname', '?')} {e.get('worker', '?')}] joined{where}"
+    if kind == "worker:status":
+        # working and idle say nothing the claim and close lines do not.
+        if e.get("status") == "waiting":
+            return f"[{_worker(e.get('worker'), workers)}] waiting: the files of the next ready bead are leased"
+        if e.get("status") == "retired":
+            return f"[{_worker(e.get('worker'), workers)}] retired"
+        return None
+    if kind == "bead:claimed":
+        return f"[{_worker(e.get('worker'), workers)}] claimed {e.get('bead_id')} (attempt {e.get('attempt', '?')})"
+    if kind == "bead:closed":
+        commit = f"commit {str(e['commit'])[:8]} — " if e.get("commit") else ""
+        text = f"{commit}{_first_line(e.get('reason', ''), 90)}"
+        if e.get("worker"):
+            return f"[{_worker(e['worker'], workers)}] closed {e.get('bead_id')}: {text}"
+        return f"bead {e.get('bead_id')} closed: {text}"
+    if kind == "bead:reopened":
+        return (f"bead {e.get('bead_id')} reopened after attempt {e.get('attempt', '?')}: "
+                f"{_cut(e.get('reason', ''), 120)}{_conflict(e.get('conflict'), workers)}")
+    if kind == "bead:bounced":
+        reason = str(e.get("reason", ""))
+        missing = [str(m) for m in e.get("missing") or [] if str(m) not in reason]
+        return f"bead {e.get('bead_id')} BOUNCED: {_cut(reason, 120)}" + (
+            f" (missing {', '.join(missing)})" if missing else "")
+    if kind in ("bead:created", "bead:updated"):
+        bead = e.get("bead") or {}
+        if not isinstance(bead, Mapping):
+            return kind
+        verb = "created" if kind == "bead:created" else f"updated ({bead.get('status', '?')})"
+        return f"bead {bead.get('id', '?')} {verb}: {_bead_summary(bead)}"
+    if kind == "lease:granted":
+        shared = " (shared)" if e.get("mode") == "shared" else ""
+        bead = f" for {e['bead_id']}" if e.get("bead_id") else ""
+        return f"[{_worker(e.get('holder'), workers)}] leased {_files(e.get('patterns'))}{bead}{shared}"
+    if kind == "lease:released":
+        return f"[{_worker(e.get('holder'), workers)}] released {_files(e.get('patterns'))} ({e.get('reason', '?')})"
+    if kind == "lease:conflict":
+        held = ", ".join(_worker(h, workers) for h in e.get("held_by") or []) or "another worker"
+        return (f"[{_worker(e.get('holder'), workers)}] cannot lease {_files(e.get('files'))} for "
+                f"{e.get('bead_id')}: held by {held}")
+    return kind  # an event of these families this version does not know: its type
+
+
+def render_event(event: Mapping[str, Any], sessions: Mapping[str, str] | None = None,
+                 workers: Mapping[str, str] | None = None) -> str | None:
     """One line (``HH:MM:SS  text``; rarely a few indented more) for ``event``, or None when it is not shown.
 
     ``sessions`` maps session ids to the workflow step they work for (from ``workflow:session_assigned``),
-    used to label session and turn events; without it they are labelled by the session id.
+    used to label session and turn events; without it they are labelled by the session id. ``workers`` maps
+    a swarm worker's registered name to its runtime nickname (from ``worker:joined``), so swarm lines read
+    ``[w2 AmberFalcon] …``; without it they show the name alone.
     """
     kind = str(event.get("type", ""))
     family, _, name = kind.partition(":")
-    if family in ("session", "turn"):
-        # Hidden when None on purpose (kickoff turns, tool calls that worked).
-        text = _session_line(kind, event, sessions or {})
+    if family in ("session", "turn") or family in SWARM_FAMILIES:
+        # Hidden when None on purpose (kickoff turns, tool calls that worked, a worker turning idle).
+        if family in SWARM_FAMILIES:
+            text = _swarm_line(kind, event, workers or {})
+        else:
+            text = _session_line(kind, event, sessions or {})
         return None if text is None else f"{_time(event)}  {text}"
     renderers = {"workflow": _workflow_line, "preflight": _preflight_line, "pulse": _pulse_line, "loop": _loop_line}
     text = renderers[family](name, event) if family in renderers else None
@@ -369,6 +469,11 @@ class Progress:
     runs: dict[str, str] = field(default_factory=dict)
     """Pulse run id (``pulse-1-a2`` for a retry) → planned id."""
     scope_title: str = ""
+    beads_planned: int = 0
+    """The beads a swarm started with (``swarm:started``); 0 while no swarm runs."""
+    beads_added: set[str] = field(default_factory=set)
+    """Beads a person added to the epic since (``bead:created`` by a user)."""
+    beads_closed: set[str] = field(default_factory=set)
 
     @classmethod
     def from_state(cls, view: Mapping[str, Any], artifacts: Mapping[str, Any] | None = None) -> Progress:
@@ -411,6 +516,29 @@ class Progress:
         elif kind == "pulse:completed" and event.get("status") == "succeeded":
             pulse = str(event.get("pulse_id"))
             self.done.add(self.runs.get(pulse, pulse))
+        elif kind == "swarm:started":
+            self.beads_planned = int(event.get("beads") or 0)
+        elif kind == "bead:created":
+            bead = event.get("bead")
+            # The planned beads are counted by swarm:started already.
+            if isinstance(bead, Mapping) and bead.get("created_by") == "user":
+                self.beads_added.add(str(bead.get("id")))
+        elif kind == "bead:closed":
+            self.beads_closed.add(str(event.get("bead_id")))
+
+    def know_swarm(self, swarm: Mapping[str, Any]) -> None:
+        """Count the beads of a running swarm as ``GET /api/beads/swarm`` describes it (a SwarmView)."""
+        beads = [b for b in swarm.get("beads") or [] if isinstance(b, Mapping)]
+        self.beads_planned = sum(1 for b in beads if b.get("created_by", "plan") != "user")
+        self.beads_added = {str(b.get("id")) for b in beads if b.get("created_by") == "user"}
+        self.beads_closed = {str(b.get("id")) for b in beads if b.get("status") == "closed"}
+
+    def bead_tag(self) -> str | None:
+        """``3/6 beads closed`` once a swarm runs."""
+        total = self.beads_planned + len(self.beads_added)
+        if not total:
+            return None
+        return f"{len(self.beads_closed)}/{total} beads closed"
 
     def stage_tag(self) -> str | None:
         """``stage 3/5``, or None for ``done`` and unknown stages."""
@@ -440,7 +568,10 @@ class Progress:
         if tag:
             text += f" ({tag})"
         pulse = self.pulse_tag()
-        if self.stage == "execution" and pulse:
+        beads = self.bead_tag()
+        if self.stage == "execution" and beads:
+            text += f", {beads}"  # a swarm runs beads, not pulses one after another
+        elif self.stage == "execution" and pulse:
             title = dict(self.plan).get(self.current or "", "")
             text += f", {pulse}" + (f" “{_cut(title, 60)}”" if title else "")
         return text
@@ -467,6 +598,9 @@ class Watch:
     """
 
     sessions: dict[str, str] = field(default_factory=dict)
+    """Session id → its label: the workflow step, or a swarm worker's nickname and bead (``w2 square``)."""
+    workers: dict[str, str] = field(default_factory=dict)
+    """A swarm worker's registered name → its runtime nickname (``AmberFalcon`` → ``w2``)."""
     tokens: int = 0
     cost_usd: float = 0.0
     turns: int = 0
@@ -485,8 +619,13 @@ class Watch:
             return self._delta(event) if self.text else None
         if kind == "workflow:session_assigned" and event.get("session_id"):
             self.sessions[str(event["session_id"])] = str(event.get("step", ""))
+        elif kind == "worker:joined" and event.get("worker"):
+            self.workers[str(event["worker"])] = str(event.get("nickname") or event["worker"])
+        elif kind == "bead:claimed" and event.get("session_id"):
+            # A worker's session has no workflow step: its turns are labelled by the worker and the bead.
+            self._label_worker_session(str(event["session_id"]), event.get("worker"), event.get("bead_id"))
         self.progress.feed(event)
-        line = render_event(event, self.sessions)
+        line = render_event(event, self.sessions, self.workers)
         if kind == "turn:completed":
             self.turns += 1
             self.tokens += sum(int(event.get(k, 0) or 0) for k in (
@@ -508,6 +647,21 @@ class Watch:
     def total(self) -> str:
         return f"{_tokens(self.tokens)} tokens, ${self.cost_usd:.4f}"
 
+    def know_swarm(self, swarm: Mapping[str, Any]) -> None:
+        """Learn a running swarm's workers, their sessions and the beads closed from its SwarmView
+        (``GET /api/beads/swarm``), for a watch that joins after ``swarm:started``."""
+        for worker in swarm.get("workers") or []:
+            if not isinstance(worker, Mapping) or not worker.get("name"):
+                continue
+            self.workers[str(worker["name"])] = str(worker.get("nickname") or worker["name"])
+            if worker.get("session_id") and worker.get("bead_id"):
+                self._label_worker_session(str(worker["session_id"]), worker["name"], worker["bead_id"])
+        self.progress.know_swarm(swarm)
+
+    def _label_worker_session(self, session_id: str, worker: Any, bead_id: Any) -> None:
+        who = self.workers.get(str(worker)) or str(worker)
+        self.sessions[session_id] = f"{who} {bead_id}"
+
     def _tagged(self, event: Mapping[str, Any], line: str) -> str:
         kind = event.get("type")
         tag = None
@@ -517,6 +671,8 @@ class Watch:
             tag = self.progress.pulse_tag(self.progress.runs.get(str(event.get("pulse_id"))))
         elif kind == "pulse:completed" and event.get("status") == "succeeded":
             tag = self.progress.done_tag()
+        elif kind == "bead:closed":
+            tag = self.progress.bead_tag()
         return f"{line}  [{tag}]" if tag else line
 
     def _delta(self, event: Mapping[str, Any]) -> str | None:

@@ -13,10 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .gateway_client import CliError, GatewayClient, add_connection_arguments, connection_from_args, print_json
+from .gateway_client import (
+    CliError,
+    GatewayClient,
+    GatewayError,
+    add_connection_arguments,
+    connection_from_args,
+    print_json,
+)
 from .render import approval_hint, card_summary, halt_hint
 
-__all__ = ["describe", "gateway_command", "register", "show_lines"]
+__all__ = ["bead_rows", "describe", "epic_get", "gateway_command", "is_bead_plan", "register", "show_lines"]
 
 Action = Callable[[GatewayClient, argparse.Namespace], int | None]
 
@@ -105,8 +112,47 @@ def _pulse_rows(artifacts: dict[str, Any]) -> list[str]:
             for p in artifacts.get("pulses") or []]
 
 
-def show_lines(view: dict[str, Any], artifacts: dict[str, Any]) -> list[str]:
-    """What ``workflow show`` prints for a workflow and its artifacts."""
+def is_bead_plan(artifacts: dict[str, Any]) -> bool:
+    """Whether the workflow's plan is a bead plan (a pulse carries ``verify``): only then may it have an epic."""
+    plan = artifacts.get("plan") if isinstance(artifacts.get("plan"), dict) else {}
+    pulses = [*(artifacts.get("pulses") or []), *(plan.get("pulses") or [])]
+    return any(isinstance(p, dict) and p.get("verify") for p in pulses)
+
+
+def epic_get(client: GatewayClient, path: str, workflow_id: str) -> dict[str, Any] | None:
+    """``GET path?epic_id=workflow_id`` (``/api/beads``, ``/api/beads/swarm``), or None when there is no epic.
+
+    A workflow whose plan is not a bead plan (or not approved yet) has none: the gateway answers ``no_epic``
+    or 404, and a gateway without the bead routes answers 404 to every workflow.
+    """
+    try:
+        answer = client.get(path, epic_id=workflow_id)
+    except GatewayError as exc:
+        if exc.status == 404 or exc.code == "no_epic":
+            return None
+        raise
+    return answer if isinstance(answer, dict) else None
+
+
+def bead_rows(beads: list[dict[str, Any]]) -> list[str]:
+    """One row per bead (a BeadView): id, status, assignee, attempt, commit, title."""
+    if not beads:
+        return []
+    id_width = max(len(str(b.get("id", "?"))) for b in beads)
+    who_width = max(len(str(b.get("assignee") or "-")) for b in beads)
+    rows = []
+    for bead in beads:
+        commit = str(bead.get("commit") or "")[:8] or "-"
+        status = str(bead.get("status", "?")).replace("_", " ")
+        why = bead.get("bounce_reason") if bead.get("status") == "bounced" else None
+        title = str(bead.get("title", "")) + (f" ({why})" if why else "")
+        rows.append(f"{bead.get('id', '?'):<{id_width}}  {status:<11} {bead.get('assignee') or '-':<{who_width}}  "
+                    f"attempt {bead.get('attempt', 0)}  {commit:<8}  {title}")
+    return rows
+
+
+def show_lines(view: dict[str, Any], artifacts: dict[str, Any], beads: dict[str, Any] | None = None) -> list[str]:
+    """What ``workflow show`` prints for a workflow, its artifacts and its epic's beads (a BeadList), if any."""
     lines = [f"{view['title']}  ({view['id']})"]
 
     def add(label: str, text: Any) -> None:
@@ -131,11 +177,20 @@ def show_lines(view: dict[str, Any], artifacts: dict[str, Any]) -> list[str]:
         add("error", view["last_error"])
     if view.get("last_feedback"):
         add("feedback", view["last_feedback"])
-    pulses = _pulse_rows(artifacts)
+    rows = bead_rows([b for b in (beads or {}).get("beads") or [] if isinstance(b, dict)])
+    # A swarm runs the plan's pulses as beads: their planned rows would only repeat the beads' rows.
+    pulses = _pulse_rows(artifacts) if not rows or artifacts.get("pulse_runs") else []
     if pulses:
         add("pulses", pulses[0])
         for row in pulses[1:]:
             add("", row)
+    if rows:
+        add("beads", rows[0])
+        for row in rows[1:]:
+            add("", row)
+        critical = (beads or {}).get("critical_path") or []
+        if critical:
+            add("", f"critical path: {' → '.join(map(str, critical))}")
     preflight = artifacts.get("preflight")
     if preflight:
         text = str(preflight.get("status"))
@@ -162,10 +217,12 @@ def cmd_show(client: GatewayClient, args: argparse.Namespace) -> int:
     wf = client.workflow_id(args.workflow_id)
     view = client.get(f"/api/workflows/{wf}")
     artifacts = client.get(f"/api/workflows/{wf}/artifacts")
+    # Asked only of a bead plan's workflow: any other has no epic, and would cost a request to say so.
+    beads = epic_get(client, "/api/beads", wf) if is_bead_plan(artifacts) else None
     if args.json:
-        print_json({"workflow": view, "artifacts": artifacts})
+        print_json({"workflow": view, "artifacts": artifacts, **({"beads": beads} if beads is not None else {})})
     else:
-        print("\n".join(show_lines(view, artifacts)))
+        print("\n".join(show_lines(view, artifacts, beads)))
     return 0
 
 
@@ -259,7 +316,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
     verb("list", cmd_list, "list the workflows", json_flag=True)
 
-    show = verb("show", cmd_show, "a workflow's state, halt, pulses and cards", json_flag=True)
+    show = verb("show", cmd_show, "a workflow's state, halt, pulses (or beads) and cards", json_flag=True)
     show.add_argument("workflow_id", metavar="ID")
 
     diff = verb("diff", cmd_diff, "the workflow branch's diff against its base, or one pulse's (--pulse)")
