@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate
@@ -24,7 +25,7 @@ class BatchedWriter:
     after_save: Callable[[], None] | None = None
     """Called after every successful transaction (wakes the relay)."""
     max_batch: int = 256
-    _queue: asyncio.Queue[tuple[Aggregate, asyncio.Future[None]]] = field(default_factory=asyncio.Queue)
+    _queue: asyncio.Queue[tuple[list[Any], asyncio.Future[None]]] = field(default_factory=asyncio.Queue)
     _task: asyncio.Task[None] | None = None
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -42,9 +43,17 @@ class BatchedWriter:
         self._task = None
 
     async def save(self, aggregate: Aggregate) -> None:
-        """Return once ``aggregate``'s pending events are durably recorded."""
+        """Return once ``aggregate``'s pending events are durably recorded.
+
+        Raises the store's ``IntegrityError`` when another writer recorded a version this one was about to.
+        """
+        # The events are taken from the aggregate here, once: saving an aggregate empties its pending list, so
+        # a batch that failed could otherwise only be retried with nothing left to record (a false success).
+        events: list[Any] = list(aggregate.collect_events())
+        if not events:
+            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self._queue.put((aggregate, future))
+        await self._queue.put((events, future))
         await future
 
     async def _run(self) -> None:
@@ -58,16 +67,16 @@ class BatchedWriter:
             finally:
                 self._idle.set()
 
-    async def _commit(self, batch: list[tuple[Aggregate, asyncio.Future[None]]]) -> None:
+    async def _commit(self, batch: list[tuple[list[Any], asyncio.Future[None]]]) -> None:
         try:
-            await asyncio.to_thread(self.app.save, *(agg for agg, _ in batch))
+            await asyncio.to_thread(self.app.save, *(e for events, _ in batch for e in events))
             outcomes: list[BaseException | None] = [None] * len(batch)
         except Exception:
             # One bad aggregate must not fail its neighbours: retry them one by one.
             outcomes = []
-            for aggregate, _ in batch:
+            for events, _ in batch:
                 try:
-                    await asyncio.to_thread(self.app.save, aggregate)
+                    await asyncio.to_thread(self.app.save, *events)
                     outcomes.append(None)
                 except Exception as exc:
                     outcomes.append(exc)
