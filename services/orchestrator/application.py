@@ -12,6 +12,7 @@ from autarch.runtime.aggregates import created_ids, project, topic_of
 
 from .domainmodel import Workflow
 from .loop_model import LoopSession
+from .swarm_model import Swarm, swarm_id_for
 
 __all__ = ["WorkflowApplication"]
 
@@ -70,8 +71,29 @@ class WorkflowApplication(Application[UUID]):
         """Every recorded loop session id, in creation order."""
         return created_ids(self.recorder, _LOOP_CREATED_TOPIC)
 
+    def get_swarm(self, workflow_id: str, *, version: int | None = None) -> Swarm:
+        """The epic of one workflow rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
+        swarm = self.repository.get(swarm_id_for(workflow_id), version=version, projector_func=project)
+        if not isinstance(swarm, Swarm):
+            raise AggregateNotFoundError(workflow_id)
+        return swarm
 
+    def swarm_at(self, swarm_id: UUID, version: int) -> Swarm:
+        swarm = self.repository.get(swarm_id, version=version, projector_func=project)
+        assert isinstance(swarm, Swarm)
+        return swarm
+
+    def swarm_workflow_ids(self) -> Iterator[str]:
+        """The workflow of every recorded epic, in creation order."""
+        for swarm_id in created_ids(self.recorder, _SWARM_CREATED_TOPIC):
+            yield self.get_swarm_by_id(swarm_id).workflow_id
+
+    def get_swarm_by_id(self, swarm_id: str) -> Swarm:
+        swarm = self.repository.get(UUID(swarm_id), projector_func=project)
+        assert isinstance(swarm, Swarm)
+        return swarm
 
 
 _CREATED_TOPIC = topic_of(Workflow.Created)
 _LOOP_CREATED_TOPIC = topic_of(LoopSession.Started)
+_SWARM_CREATED_TOPIC = topic_of(Swarm.Started)

@@ -53,6 +53,9 @@ def to_contract(domain_event: DomainEvent) -> Event | None:
         return WorkflowCompleted(**base, recommendation=e.recommendation)
     if isinstance(e, Workflow.ChangesRequested):
         return WorkflowChangesRequested(**base, stage=e.stage, feedback=e.feedback)
+    if isinstance(e, Workflow.PlanBounced):
+        # The check, not the user, sent the plan back: its feedback names each bounced bead and its gaps.
+        return WorkflowChangesRequested(**base, stage="planning", feedback=e.feedback)
     if isinstance(e, Workflow.NoteTaken):
         return WorkflowNoteTaken(**base, note_id=e.note_id, stage=e.stage, session_id=e.session_id, note=e.note)
     if isinstance(e, Workflow.BaselineRecorded):

@@ -11,7 +11,7 @@ import copy
 import typing
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -34,6 +34,7 @@ from autarch.contracts.workflows import (
     WorkflowStatus,
 )
 
+from .bead_plan import bounce_feedback, bounced_pulses, is_bead_plan
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
 from .state import (
     Cards,
@@ -118,6 +119,10 @@ class Workflow(Aggregate):
         self.preflight: Preflight | None = None
         self.runs: list[PulseRun] = []
         """Pulse runs in start order."""
+        self.execution_mode: Literal["pulses", "swarm"] = "pulses"
+        """``swarm``: the approved plan is a bead plan (seed 002), run by parallel workers from its epic."""
+        self.swarm_advice: Literal["swarm", "single-worker"] | None = None
+        """What preflight said about running workers in parallel here."""
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -157,6 +162,7 @@ class Workflow(Aggregate):
             plan, scope = self.artifacts.planning, self.artifacts.scoping
             if plan is not None:
                 self.pulses = copy.deepcopy(plan.pulses)
+                self.execution_mode = "swarm" if is_bead_plan(plan) else "pulses"
             else:
                 assert scope is not None, "execution starts from an approved scope"
                 self.pulses = [quick_pulse(scope)]
@@ -172,6 +178,17 @@ class Workflow(Aggregate):
         self.awaiting_approval = False
         self.last_feedback = feedback
         self.feedback.append(ChangeRequest(stage=stage, feedback=feedback))
+
+    @event("PlanBounced")
+    def _plan_bounced(self, *, bounced: dict[str, list[str]], feedback: str) -> None:
+        # Like a change request, but made by the check, not the user: the plan goes back to its agent.
+        self.awaiting_approval = False
+        self.last_feedback = feedback
+        self.feedback.append(ChangeRequest(stage="planning", feedback=feedback))
+
+    @event("SwarmAdvised")
+    def _swarm_advised(self, *, mode: str) -> None:
+        self.swarm_advice = mode  # type: ignore[assignment]
 
     @event("NoteTaken")
     def _note_taken(self, *, note_id: str, stage: str, session_id: str, note: str, taken_at: str, key: str) -> None:
@@ -228,6 +245,15 @@ class Workflow(Aggregate):
         if self.stage == "scoping":
             scope = self.artifacts.scoping
             path = path or (scope.recommended_path if scope is not None else None) or "full"
+        if self.stage == "planning" and is_bead_plan(self.artifacts.planning):
+            assert self.artifacts.planning is not None
+            bounced = bounced_pulses(self.artifacts.planning)
+            if bounced:
+                feedback = bounce_feedback(bounced)
+                self._plan_bounced(bounced=bounced, feedback=feedback)
+                if "planning" in self.sessions:
+                    self.queue_message("planning", feedback)
+                return
         from_stage = self.stage
         to_stage = next_stage(from_stage, path)
         self._stage_changed(from_stage=from_stage, to_stage=to_stage, path=path)
@@ -251,6 +277,10 @@ class Workflow(Aggregate):
             raise LifecycleError.wrong_stage(self.stage, "execution", "finishing execution")
         self._stage_changed(from_stage="execution", to_stage="review", path=self.path)
         return True
+
+    def advise_swarm(self, mode: str) -> None:
+        if self.swarm_advice != mode:
+            self._swarm_advised(mode=mode)
 
     def take_note(self, *, session_id: str, note: str, key: str) -> str:
         """Store a note for the current stage; the note id (the first one's, for a repeated ``key``)."""

@@ -81,6 +81,7 @@ from .steps import (
     sessions_to_close,
     step_over,
 )
+from .swarm_driver import IDLE, SwarmDriver
 
 if TYPE_CHECKING:
     from .service import Orchestrator  # which builds the driver: imported for its type only
@@ -97,7 +98,7 @@ _SESSIONS = uuid.UUID("6f1d7c1e-9a43-4f0e-8a35-3f6d2b7c9e01")
 _CONSUMER = "orchestrator-turns"
 
 
-Action = Callable[[], Awaitable[None]]
+Action = Callable[[], Awaitable[object]]
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -152,6 +153,9 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
         return None
     if wf.preflight.status != "completed" or run is not None:
         return None
+    if wf.execution_mode == "swarm" and driver.swarm is not None:
+        swarm = driver.swarm
+        return lambda: swarm.step(wf)
     pulse = next_pulse(wf)
     if pulse is not None:
         return lambda: driver.start_pulse(wid, pulse)
@@ -189,6 +193,8 @@ class WorkflowDriver:
         """The pull consumer of turn events."""
         self._watchdog: asyncio.Task[None] | None = None
         self.steps = Stepper(kind="workflow", advance=self._advance, fail=self._fail, log=log)
+        self.swarm: SwarmDriver | None = None
+        """Runs the execution of bead plans (seed 002) with parallel workers."""
 
     # --- running -------------------------------------------------------------------------------------
 
@@ -249,9 +255,8 @@ class WorkflowDriver:
             async with self._locks[workflow_id]:
                 workflow = await self.orch.read(workflow_id)
                 action = next_action(self, workflow)
-                if action is None:
+                if action is None or await action() is IDLE:
                     return
-                await action()
 
     async def _fail(self, workflow_id: str, message: str) -> None:
         """A step failed for a reason a retry will not fix: record it and halt for the user."""
@@ -468,6 +473,12 @@ class WorkflowDriver:
         except ServiceFailure:
             return
         step = wf.step_of(event.session_id)
+        if step is None and self.swarm is not None:
+            async with self._locks[event.workflow_id]:
+                handled = await self.swarm.on_turn(event)
+            if handled:
+                self.kick(event.workflow_id)
+            return
         if step is None or event.turn_id in wf.seen:
             return
         log.info("workflow %s: %s turn ended %s%s", event.workflow_id, step, event.outcome,

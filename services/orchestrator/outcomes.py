@@ -161,6 +161,8 @@ def _complete_preflight(wf: Workflow, args: CompletePreflightArgs, tracked: Trac
     wf.complete_preflight(status="failed" if error else "completed", summary=args.summary,
                           setup_commands=list(args.setup_commands), build_success=args.build_success,
                           baselines_recorded=args.baselines_recorded, error=error)
+    if args.recommended_mode is not None:
+        wf.advise_swarm(args.recommended_mode)
     if modified:
         wf.abandon(f"preflight failed: {error}")
     elif not args.build_success:

@@ -13,6 +13,7 @@ from autarch.runtime.settings import CommonSettings
 from .application import WorkflowApplication
 from .cards import artifacts_of
 from .contract_events import view_of
+from .swarm_views import swarm_view
 
 __all__ = ["replay", "replay_from_store"]
 
@@ -35,8 +36,12 @@ def replay(app: WorkflowApplication, workflow_id: str, *, at: int | None = None)
         raise LookupError(f"no workflow {workflow_id} in the event store") from None
     total = latest.version
     state = latest if at is None or at >= total else app.get_workflow(workflow_id, version=at)
+    try:
+        swarm = swarm_view(app.get_swarm(workflow_id))
+    except AggregateNotFoundError:
+        swarm = None
     return ReplayedWorkflow(workflow=view_of(state), events_applied=state.version, events_total=total,
-                            artifacts=artifacts_of(state))
+                            artifacts=artifacts_of(state), swarm=swarm)
 
 
 def replay_from_store(settings: CommonSettings, workflow_id: str, *, at: int | None = None) -> ReplayedWorkflow:

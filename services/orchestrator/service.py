@@ -27,6 +27,7 @@ from autarch.contracts.workflows import (
 from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env
+from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.relay import EventRelay
 from autarch.runtime.settings import OrchestratorSettings, narrow
@@ -42,6 +43,10 @@ from .loop_model import LoopSession
 from .loop_views import loop_to_contract
 from .replay import replay
 from .steps import needs_driving
+from .swarm_book import SwarmBook, register_beads
+from .swarm_driver import SwarmDriver
+from .swarm_model import Swarm
+from .swarm_views import swarm_to_contract
 from .verbs import register_lifecycle
 from .writer import BatchedWriter
 
@@ -135,6 +140,15 @@ class Orchestrator:
             raise ServiceFailure.not_found(f"no workflow {query.workflow_id}", workflow_id=query.workflow_id) from None
 
 
+async def open_leases(nc: Client, settings: OrchestratorSettings) -> LeaseTable | None:
+    """The file-lease table (JetStream key-value); None, with a warning, when JetStream refuses it."""
+    try:
+        return await LeaseTable.open(nc, replicas=settings.stream_replicas)
+    except Exception as exc:
+        log.warning("file leases unavailable (%s): swarm workers run without enforced reservations", exc)
+        return None
+
+
 def _canonical(workflow_id: str) -> str:
     try:
         return str(uuid.UUID(workflow_id))
@@ -150,11 +164,15 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
     log.info("event store: %s", describe_store(env))
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
     book: LoopBook | None = None
+    beads: SwarmBook | None = None
 
     def wire(domain_event: DomainEvent) -> Event | None:
         if isinstance(domain_event, LoopSession.Event):
             assert book is not None
             return loop_to_contract(domain_event, book.settled_of)
+        if isinstance(domain_event, Swarm.Event):
+            assert beads is not None
+            return swarm_to_contract(domain_event, beads.epic_of, beads.at_event)
         return to_contract(domain_event)
 
     relay = EventRelay(app=app, nc=nc, to_contract=wire)
@@ -162,8 +180,13 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
     orchestrator = Orchestrator(app=app, writer=writer)
     book = LoopBook(app=app, writer=writer, nc=nc, settings=settings)
     orchestrator.loops = book
+    beads = SwarmBook(app=app, writer=writer)
+    leases = await open_leases(nc, settings)
+    if leases is not None:
+        beads.live_leases = leases.leases
     await asyncio.to_thread(orchestrator.load_views)
     await asyncio.to_thread(book.load_views)
+    unfinished_epics = await asyncio.to_thread(beads.load)
     log.info("rebuilt %d workflows and %d loop sessions from the event store", len(orchestrator.views),
              len(book.views))
     writer.start()
@@ -175,18 +198,25 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
     service.endpoint("replay_workflow", ReplayWorkflow, orchestrator.replay_workflow)
     register_lifecycle(service, orchestrator)
     register_loops(service, book)
+    register_beads(service, beads)
     driver = WorkflowDriver(nc=nc, orchestrator=orchestrator, settings=settings)
     loops = LoopDriver(nc=nc, book=book, settings=settings)
+    swarms = SwarmDriver(nc=nc, book=beads, settings=settings, leases=leases)
     if settings.drive_workflows:
         orchestrator.driver = driver
         book.driver = loops
+        driver.swarm = swarms
+        swarms.workflows = driver
+        beads.driver = swarms
     await service.start()
     if settings.drive_workflows:
         await driver.start(orchestrator.unsettled)
         await loops.start(book.unsettled)
+        await swarms.start(unfinished_epics)
 
     async def stop() -> None:
         await service.stop()
+        await swarms.stop()
         await driver.stop()
         await loops.stop()
         await writer.stop()

@@ -130,6 +130,8 @@ class Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``retry-after-ms`` / ``retry-after`` sent with an injected error; null sends none (client backoff)."""
     delay_ms: NonNegative = 0
     """Pause between streamed chunks (non-streaming replies wait as long as the whole stream would)."""
+    latency_ms: NonNegative = 0
+    """Wait before the reply starts (a model's time to first token): a fixed cost per call, whatever its size."""
     note: str | None = None
     """A comment for the scenario's reader; ignored."""
 

@@ -314,6 +314,8 @@ class ScriptedModelApp:
             estimate=_usage_estimate(body, step_index),
         )
         extra = [(b"x-autarch-scripted-step", f"{key}[{step_index}]".encode())]
+        if step.latency_ms:
+            await asyncio.sleep(step.latency_ms / 1000)
         if not stream:
             if step.delay_ms:
                 await asyncio.sleep(step.delay_ms * len(protocol.sse_frames(message_body)) / 1000)

@@ -1,0 +1,235 @@
+"""Epics' commands and queries (the bead verbs): one mailbox per epic, conditional writes for claims.
+
+The bead verbs (``list_beads`` … ``close_bead``) are served here, for people and for the swarm driver alike.
+Every change goes through :meth:`SwarmBook.change`: read the swarm, run the command (which checks its rules),
+save what it recorded. The save is conditional on the version read; if another writer (an orchestrator
+instance sharing the store) recorded something meanwhile, the store refuses it and the command runs again
+on a fresh read. That is what makes a claim atomic: two workers never get the same bead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError
+
+from autarch.contracts.beads import (
+    AddDependency,
+    BeadErrorCode,
+    BeadList,
+    BeadView,
+    CloseBead,
+    CreateBead,
+    EditBead,
+    GetBead,
+    GetSwarm,
+    LeaseView,
+    ListBeads,
+    ReadyBeads,
+    ReadyList,
+    SwarmView,
+)
+from autarch.runtime.errors import ServiceFailure
+from autarch.runtime.micro import TypedService
+
+from .application import WorkflowApplication
+from .bead_rank import critical_path, rank_ready
+from .swarm_model import Bead, Swarm, SwarmError
+from .swarm_views import bead_view, swarm_view
+from .writer import BatchedWriter
+
+if TYPE_CHECKING:
+    from .swarm_driver import SwarmDriver
+
+__all__ = ["SwarmBook", "register_beads"]
+
+log = logging.getLogger("orchestrator.beads")
+
+R = TypeVar("R")
+_CONFLICT_RETRIES = 20
+
+
+def _canonical(epic_id: str) -> str:
+    try:
+        return str(uuid.UUID(epic_id))
+    except ValueError:
+        raise ServiceFailure.not_found(f"no epic {epic_id}", epic_id=epic_id) from None
+
+
+@dataclass
+class SwarmBook:
+    """Handles each epic's commands one at a time; answers the bead queries from the store."""
+
+    app: WorkflowApplication
+    writer: BatchedWriter
+    epics: dict[str, str] = field(default_factory=dict)
+    """Swarm aggregate id → its workflow (epic) id."""
+    driver: SwarmDriver | None = None
+    live_leases: Callable[[str], Any] | None = None
+    """Epic → the live lease table's leases (an awaitable); None when no lease table is reachable."""
+    _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+
+    def load(self) -> list[str]:
+        """Remember every recorded epic; the ones not finished (for the driver)."""
+        unfinished = []
+        for workflow_id in self.app.swarm_workflow_ids():
+            swarm = self.app.get_swarm(workflow_id)
+            self.epics[str(swarm.id)] = workflow_id
+            if not swarm.finished:
+                unfinished.append(workflow_id)
+        return unfinished
+
+    def epic_of(self, swarm_id: str) -> str:
+        known = self.epics.get(swarm_id)
+        if known is None:  # a relay round ahead of this process's memory
+            known = self.epics[swarm_id] = self.app.get_swarm_by_id(swarm_id).workflow_id
+        return known
+
+    def at_event(self, e: Any) -> Swarm:
+        return self.app.swarm_at(e.originator_id, e.originator_version)
+
+    async def find(self, epic_id: str) -> Swarm | None:
+        try:
+            return await asyncio.to_thread(self.app.get_swarm, _canonical(epic_id))
+        except AggregateNotFoundError:
+            return None
+
+    async def read(self, epic_id: str) -> Swarm:
+        swarm = await self.find(epic_id)
+        if swarm is None:
+            raise ServiceFailure(BeadErrorCode.NO_EPIC,
+                                 f"workflow {epic_id} has no epic: beads exist once a bead plan is approved and "
+                                 "execution starts", {"epic_id": epic_id})
+        return swarm
+
+    async def create(self, swarm: Swarm) -> Swarm:
+        """Save a new epic (a repeat is answered with the recorded one)."""
+        async with self._mailboxes[swarm.workflow_id]:
+            existing = await self.find(swarm.workflow_id)
+            if existing is not None:
+                return existing
+            await self.writer.save(swarm)
+            self.epics[str(swarm.id)] = swarm.workflow_id
+        if self.driver is not None:
+            self.driver.kick(swarm.workflow_id)
+        return swarm
+
+    async def change(self, epic_id: str, command: Callable[[Swarm], R]) -> tuple[Swarm, R]:
+        """Run ``command`` on the epic and save what it recorded, conditionally on the version read."""
+        epic_id = _canonical(epic_id)
+        for _ in range(_CONFLICT_RETRIES):
+            async with self._mailboxes[epic_id]:
+                swarm = await self.read(epic_id)
+                before = swarm.version
+                try:
+                    result = command(swarm)
+                except SwarmError as exc:
+                    raise ServiceFailure(exc.code, exc.message, {"epic_id": epic_id, **exc.details}) from None
+                if swarm.version == before:
+                    return swarm, result
+                try:
+                    await self.writer.save(swarm)
+                except IntegrityError:
+                    log.info("epic %s changed under a command; reading it again", epic_id)
+                    continue
+            if self.driver is not None:
+                self.driver.kick(epic_id)
+            return swarm, result
+        raise ServiceFailure.conflict(f"epic {epic_id} keeps changing; try again", epic_id=epic_id)
+
+    # --- verbs ---------------------------------------------------------------------------------------
+
+    async def list_beads(self, query: ListBeads) -> BeadList:
+        swarm = await self.read(query.epic_id)
+        beads = [bead_view(b, swarm.workflow_id) for b in swarm.beads.values()
+                 if query.status is None or b.status == query.status]
+        return BeadList(epic_id=swarm.workflow_id, beads=beads,
+                        critical_path=critical_path([bead_view(b, swarm.workflow_id) for b in swarm.beads.values()]))
+
+    async def get_bead(self, query: GetBead) -> BeadView:
+        swarm = await self.read(query.epic_id)
+        try:
+            return bead_view(swarm.bead(query.bead_id), swarm.workflow_id)
+        except SwarmError as exc:
+            raise ServiceFailure(exc.code, exc.message, {"epic_id": query.epic_id, **exc.details}) from None
+
+    async def ready_beads(self, query: ReadyBeads) -> ReadyList:
+        swarm = await self.read(query.epic_id)
+        return ranked(swarm)
+
+    async def get_swarm(self, query: GetSwarm) -> SwarmView:
+        swarm = await self.read(query.epic_id)
+        leases: list[LeaseView] | None = None
+        if self.live_leases is not None:
+            try:
+                leases = await self.live_leases(swarm.workflow_id)
+            except Exception as exc:  # the view still answers, from what the swarm recorded
+                log.info("epic %s: live leases unavailable (%s)", swarm.workflow_id, exc)
+        return swarm_view(swarm, leases)
+
+    async def create_bead(self, cmd: CreateBead) -> BeadView:
+        fields = msgspec.to_builtins(cmd)
+        fields.pop("epic_id")
+        bead_id = fields.pop("id")
+
+        def record(swarm: Swarm) -> str:
+            chosen = bead_id or _next_user_id(swarm)
+            bead = msgspec.convert({**fields, "id": chosen, "created_by": "user"}, Bead)
+            swarm.add_bead(bead)
+            return chosen
+
+        swarm, chosen = await self.change(cmd.epic_id, record)
+        return bead_view(swarm.beads[chosen], swarm.workflow_id)
+
+    async def edit_bead(self, cmd: EditBead) -> BeadView:
+        changes = {k: v for k, v in msgspec.to_builtins(cmd).items()
+                   if k not in ("epic_id", "bead_id") and v is not None}
+        swarm, _ = await self.change(cmd.epic_id, lambda s: s.edit_bead(cmd.bead_id, changes))
+        return bead_view(swarm.beads[cmd.bead_id], swarm.workflow_id)
+
+    async def add_dependency(self, cmd: AddDependency) -> BeadView:
+        swarm, _ = await self.change(cmd.epic_id, lambda s: s.add_dependency(cmd.bead_id, cmd.depends_on, cmd.type))
+        return bead_view(swarm.beads[cmd.bead_id], swarm.workflow_id)
+
+    async def close_bead(self, cmd: CloseBead) -> BeadView:
+        swarm, _ = await self.change(cmd.epic_id, lambda s: s.close_by_hand(cmd.bead_id, cmd.reason))
+        return bead_view(swarm.beads[cmd.bead_id], swarm.workflow_id)
+
+
+def ranked(swarm: Swarm) -> ReadyList:
+    """The swarm's ready beads ranked by impact (``bead_rank``); staleness counts from when each became ready."""
+    views = []
+    for b in swarm.beads.values():
+        view = bead_view(b, swarm.workflow_id)
+        if b.ready_since:
+            view.updated_at = datetime.fromisoformat(b.ready_since)
+        views.append(view)
+    return rank_ready(views, now=datetime.now(UTC))
+
+
+def _next_user_id(swarm: Swarm) -> str:
+    n = 1
+    while f"u{n}" in swarm.beads:
+        n += 1
+    return f"u{n}"
+
+
+def register_beads(service: TypedService, book: SwarmBook) -> None:
+    """Add the bead verbs to the orchestrator's service."""
+    service.endpoint("list_beads", ListBeads, book.list_beads)
+    service.endpoint("get_bead", GetBead, book.get_bead)
+    service.endpoint("ready_beads", ReadyBeads, book.ready_beads)
+    service.endpoint("get_swarm", GetSwarm, book.get_swarm)
+    service.endpoint("create_bead", CreateBead, book.create_bead)
+    service.endpoint("edit_bead", EditBead, book.edit_bead)
+    service.endpoint("add_dependency", AddDependency, book.add_dependency)
+    service.endpoint("close_bead", CloseBead, book.close_bead)

@@ -1,0 +1,520 @@
+"""The swarm driver: it runs a bead plan's execution with parallel pulse workers (seed 002).
+
+Like the workflow driver it keeps no state of its own: the next step is a function of the swarm's recorded
+state, and each step is an idempotent request (git's worker verbs are keyed by bead and attempt, sessions
+and tool calls by deterministic ids) followed by recording its result. Each worker loops: take the top-ranked
+ready bead → claim it (a conditional write) → start from the workflow branch tip → lease its files → run the
+agent → verify → one commit → merge (serialized by the git service) → release → next. Agent turns run in
+the agent runner concurrently; this driver only makes the short steps between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+from nats.aio.client import Client
+
+from autarch.contracts import subjects
+from autarch.contracts.agents import (
+    GetSession,
+    SendMessage,
+    SessionStopped,
+    SessionView,
+    StartSession,
+    StopSession,
+    TurnAccepted,
+)
+from autarch.contracts.bead_git import (
+    BeadBegun,
+    BeadCommitted,
+    BeadMerged,
+    BeginBead,
+    CloseWorker,
+    CommitBead,
+    MergeBead,
+    OpenWorker,
+    SyncWorkflowWorktree,
+    WorkerClosed,
+    WorkerWorktree,
+    WorkflowWorktreeSynced,
+)
+from autarch.contracts.beads import ConflictRecord
+from autarch.contracts.errors import ErrorCode
+from autarch.contracts.events import TurnCompleted
+from autarch.contracts.tools import ToolCall, ToolResult
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.requests import request
+from autarch.runtime.settings import OrchestratorSettings
+
+from . import bead_kickoffs
+from .bead_plan import auto_workers, bead_dicts, plan_feature
+from .state import HaltDetails
+from .swarm_book import SwarmBook, ranked
+from .swarm_model import Attempt, Bead, Swarm, VerifyRun
+
+if TYPE_CHECKING:
+    from autarch.runtime.leases import LeaseTable
+
+    from .domainmodel import Workflow
+    from .driver import WorkflowDriver
+
+__all__ = ["IDLE", "SwarmDriver", "worker_names"]
+
+log = logging.getLogger("orchestrator.swarm")
+
+T = TypeVar("T")
+IDLE = object()
+"""What a pass answers when the swarm has nothing to do now (it waits for agents or a person)."""
+
+_ADJECTIVES = ("Amber", "Copper", "Silver", "Cobalt", "Crimson", "Ivory", "Jade", "Onyx", "Scarlet", "Teal",
+               "Violet", "Golden")
+_ANIMALS = ("Falcon", "Heron", "Otter", "Lynx", "Badger", "Raven", "Marten", "Wren", "Ibex", "Panda", "Tern",
+            "Fox")
+_MAX_ATTEMPTS = 3
+"""Attempts at one bead that end without landing before it is bounced to a person."""
+
+
+def worker_names(workflow_id: str, count: int) -> list[tuple[str, str]]:
+    """(registered name, runtime nickname) of each worker: deterministic, distinct, readable."""
+    seed = int(hashlib.sha256(workflow_id.encode()).hexdigest()[:8], 16)
+    names: list[tuple[str, str]] = []
+    used: set[str] = set()
+    i = 0
+    while len(names) < count:
+        name = _ADJECTIVES[(seed + i) % len(_ADJECTIVES)] + _ANIMALS[(seed // 7 + 5 * i) % len(_ANIMALS)]
+        if name in used:
+            name = f"{name}{i}"
+        used.add(name)
+        names.append((name, f"w{len(names) + 1}"))
+        i += 1
+    return names
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _shell_outcome(command: str, result: ToolResult) -> VerifyRun:
+    try:
+        body = json.loads(result.content)
+    except (ValueError, TypeError):
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    exit_code = body.get("exit_code")
+    passed = bool(body.get("success")) and exit_code == 0 and not result.is_error
+    output = "\n".join(str(body.get(k) or "") for k in ("stdout", "stderr", "error")).strip()
+    return VerifyRun(command=command, exit_code=exit_code if isinstance(exit_code, int) else None, passed=passed,
+                     output=output[-2000:])
+
+
+class SwarmDriver:
+    """Makes each epic's next step; called by the workflow driver inside the workflow's lock."""
+
+    def __init__(self, *, nc: Client, book: SwarmBook, settings: OrchestratorSettings,
+                 leases: LeaseTable | None) -> None:
+        self.nc = nc
+        self.book = book
+        self.settings = settings
+        self.leases = leases
+        self.workflows: WorkflowDriver | None = None
+        self._watch: asyncio.Task[None] | None = None
+
+    def kick(self, workflow_id: str) -> None:
+        if self.workflows is not None:
+            self.workflows.kick(workflow_id)
+
+    async def start(self, epics: list[str]) -> None:
+        self._watch = asyncio.create_task(self._watch_leases(), name="swarm-leases")
+        for epic in epics:
+            self.kick(epic)
+            if self.workflows is not None:
+                self.workflows.steps.in_background(self.catch_up(epic))
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            await asyncio.gather(self._watch, return_exceptions=True)
+            self._watch = None
+
+    # --- requests --------------------------------------------------------------------------------------
+
+    async def _ask(self, service: str, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
+        timeout = self.settings.git_request_timeout if service == "git" else self.settings.request_timeout
+        return await request(self.nc, subjects.request(service, verb), payload, reply, timeout=timeout,
+                             retry_unavailable=2.0, idempotent=True)
+
+    # --- one pass ---------------------------------------------------------------------------------------
+
+    async def step(self, wf: Workflow) -> object:
+        """Make one step of ``wf``'s swarm; :data:`IDLE` when there is none to make now."""
+        wid = str(wf.id)
+        swarm = await self.book.find(wid)
+        if swarm is None:
+            await self._create(wf)
+            return None
+        if swarm.finished:
+            return await self._finish_workflow(wf)
+        for a in swarm.attempts.values():
+            if not a.open and a.session_started and not a.session_closed:
+                return await self._close_session(wid, a)
+            if not a.open and a.leased and not a.leases_released:
+                return await self._release(wid, a, "done" if a.ended == "merged" else "reopened")
+        if len(swarm.workers) < swarm.max_workers:
+            return await self._open_worker(wid, swarm)
+        for a in sorted(swarm.open_attempts(), key=lambda x: x.claimed_at):
+            done = await self._advance_attempt(wf, swarm, a)
+            if done is not IDLE:
+                return done
+        claimed = await self._assign(wid, swarm)
+        if claimed is not IDLE:
+            return claimed
+        if swarm.all_closed() and not swarm.open_attempts():
+            return await self._wind_up(wid, swarm)
+        if not swarm.open_attempts() and wf.halt is None:
+            stuck = [b for b in swarm.beads.values() if b.status == "bounced"]
+            if stuck:
+                return await self._halt_for_people(wid, stuck)
+        return IDLE
+
+    async def _create(self, wf: Workflow) -> None:
+        plan = wf.artifacts.planning
+        assert plan is not None and wf.execution is not None
+        at = _now()
+        beads = bead_dicts(plan, feature=plan_feature(wf.execution.branch), at=at)
+        standalone = wf.swarm_advice == "single-worker"
+        typed = [msgspec.convert(b, Bead) for b in beads]
+        workers = auto_workers(typed, self.settings.swarm_workers, standalone=standalone)
+        swarm = Swarm(workflow_id=str(wf.id), mode="standalone" if standalone else "swarm", max_workers=workers,
+                      beads=beads, at=at)
+        await self.book.create(swarm)
+        log.info("workflow %s: epic of %d beads, %d workers (%s)", wf.id, len(beads), workers, swarm.mode)
+
+    async def _open_worker(self, wid: str, swarm: Swarm) -> None:
+        name, nickname = worker_names(wid, swarm.max_workers)[len(swarm.workers)]
+        opened = await self._ask("git", "open_worker", OpenWorker(workflow_id=wid, worker=name), WorkerWorktree)
+        await self.book.change(wid, lambda s: s.join(name, nickname, opened.worktree_path))
+
+    async def _assign(self, wid: str, swarm: Swarm) -> object:
+        """Give the top-ranked ready bead whose files nobody holds to a free worker (the coordinator's choice)."""
+        free = [w for w in swarm.workers.values() if w.status in ("idle", "waiting")]
+        if not free:
+            return IDLE
+        ready = ranked(swarm).ready
+        if not ready:
+            return IDLE
+        held = {p: r.holder for r in swarm.leases.values() for p in r.patterns
+                if (r.bead_id, r.attempt) in swarm.attempts and not swarm.attempts[(r.bead_id, r.attempt)]
+                .leases_released}
+        busy_files = set(held)
+        for candidate in ready:
+            bead = swarm.beads[candidate.bead_id]
+            if busy_files & set(bead.files):
+                continue  # reordered: another worker holds its files; it waits for their release
+            worker = free[0].name
+            await self.book.change(wid, lambda s, b=bead.id, w=worker: s.claim(b, w))
+            log.info("workflow %s: %s claimed %s", wid, worker, bead.id)
+            return None
+        waiting = [w for w in free if w.status != "waiting"]
+        if waiting:
+            await self.book.change(wid, lambda s: [s.wait(w.name) for w in waiting])
+            return None
+        return IDLE
+
+    async def _advance_attempt(self, wf: Workflow, swarm: Swarm, a: Attempt) -> object:
+        wid = str(wf.id)
+        bead = swarm.beads[a.bead_id]
+        if a.base_commit is None:
+            begun = await self._ask("git", "begin_bead", BeginBead(workflow_id=wid, worker=a.worker,
+                                                                   bead_id=a.bead_id, attempt=a.number), BeadBegun)
+            await self.book.change(wid, lambda s: s.begun(s.attempts[(a.bead_id, a.number)], begun.base_commit))
+            return None
+        if not a.leased:
+            return await self._lease(wid, swarm, a)
+        if not a.session_started:
+            return await self._start_session(wf, swarm, a)
+        if a.pending_message is not None:
+            await self._ask("agent_runner", "send_message",
+                            SendMessage(session_id=a.session_id, text=a.pending_message,
+                                        message_id=f"{a.session_id}:{a.message_count + 1}"), TurnAccepted)
+            await self.book.change(wid, lambda s: s.message_delivered(s.attempts[(a.bead_id, a.number)]))
+            return None
+        if a.summary is not None and not a.verified:
+            return await self._verify(wid, swarm, a)
+        if a.verified and not a.committed:
+            if not await self._still_holding(wid, a):
+                return None
+            done = await self._ask("git", "commit_bead", CommitBead(
+                workflow_id=wid, worker=a.worker, bead_id=a.bead_id, attempt=a.number,
+                summary=bead_kickoffs.commit_summary(a.summary or bead.title, bead)), BeadCommitted)
+            await self.book.change(wid, lambda s: s.committed(s.attempts[(a.bead_id, a.number)], done.commit,
+                                                              done.files_changed))
+            return None
+        if a.committed:
+            return await self._merge(wid, a)
+        return IDLE
+
+    async def _lease(self, wid: str, swarm: Swarm, a: Attempt) -> None:
+        bead = swarm.beads[a.bead_id]
+        if not bead.files or self.leases is None:
+            await self.book.change(wid, lambda s: s.leased(s.attempts[(a.bead_id, a.number)], []))
+            return
+        outcome = await self.leases.acquire(wid, a.worker, list(bead.files), mode="exclusive", bead_id=bead.id,
+                                            ttl=self.settings.lease_ttl)
+        holders = _refusal_holders(outcome)
+        if holders is None:
+            await self.book.change(wid, lambda s: s.leased(s.attempts[(a.bead_id, a.number)], list(bead.files)))
+            return
+        files, held_by = holders
+        log.info("workflow %s: %s cannot lease %s (held by %s)", wid, a.worker, files, held_by)
+        await self.book.change(wid, lambda s: s.lease_conflict(s.attempts[(a.bead_id, a.number)], files, held_by))
+
+    async def _start_session(self, wf: Workflow, swarm: Swarm, a: Attempt) -> None:
+        wid = str(wf.id)
+        bead = swarm.beads[a.bead_id]
+        worker = swarm.workers[a.worker]
+        assert worker.worktree_path is not None
+        script = bead.id if a.number == 1 else f"{bead.id}-a{a.number}"
+        command = StartSession(session_id=a.session_id, role="pulsing", root=worker.worktree_path,
+                               kickoff=bead_kickoffs.bead_kickoff(wf, swarm, bead, a), workflow_id=wid,
+                               script=script, baselines=[], lease_holder=a.worker)
+        accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
+        await self.book.change(wid, lambda s: s.session_opened(s.attempts[(a.bead_id, a.number)], accepted.turn_id))
+
+    async def _verify(self, wid: str, swarm: Swarm, a: Attempt) -> None:
+        bead = swarm.beads[a.bead_id]
+        worker = swarm.workers[a.worker]
+        assert worker.worktree_path is not None
+        if not await self._still_holding(wid, a):
+            return
+        runs: list[VerifyRun] = []
+        async with self._renewing(wid, a.worker):
+            for i, command in enumerate(bead.verify):
+                call = ToolCall(session_id=a.session_id, tool_call_id=f"verify-{a.number}-{a.verify_rounds + 1}-{i}",
+                                role="pulsing", root=worker.worktree_path, tool="shell",
+                                arguments={"reason": f"verify bead {bead.id}", "command": command,
+                                           "timeoutSeconds": 300},
+                                workflow_id=wid, lease_holder=a.worker)
+                result = await request(self.nc, subjects.request("tools", "call"), call, ToolResult,
+                                       timeout=max(self.settings.request_timeout, 330.0), retry_unavailable=2.0,
+                                       idempotent=True)
+                run = _shell_outcome(command, result)
+                runs.append(run)
+                if not run.passed:
+                    break
+        passed = all(r.passed for r in runs)
+        message = None if passed else bead_kickoffs.verify_failed(bead, runs)
+        rounds_left = self.settings.swarm_verify_rounds - (a.verify_rounds + 1)
+
+        def record(s: Swarm) -> None:
+            attempt = s.attempts[(a.bead_id, a.number)]
+            s.verify_recorded(attempt, runs, message if rounds_left > 0 else None)
+            if not passed and rounds_left <= 0:
+                self._give_up(s, attempt, f"verification failed {self.settings.swarm_verify_rounds} times")
+
+        await self.book.change(wid, record)
+
+    def _give_up(self, s: Swarm, a: Attempt, reason: str) -> None:
+        """End an attempt that cannot land; after too many, the bead goes to a person (bounced)."""
+        s.reopen(a, reason)
+        if a.number >= _MAX_ATTEMPTS:
+            s.bounce(a.bead_id, f"{a.number} attempts did not land; the last: {reason}")
+
+    async def _merge(self, wid: str, a: Attempt) -> None:
+        merged = await self._ask("git", "merge_bead", MergeBead(workflow_id=wid, worker=a.worker, bead_id=a.bead_id,
+                                                                attempt=a.number), BeadMerged)
+        if merged.status == "merged":
+            await self.book.change(wid, lambda s: s.merged_as(s.attempts[(a.bead_id, a.number)], merged.commit))
+            log.info("workflow %s: %s landed as %s", wid, a.bead_id, (merged.commit or "")[:12])
+            return
+        conflict = ConflictRecord(kind="merge", attempt=a.number, files=list(merged.conflicting_files),
+                                  landed_since=list(merged.landed_since), at=datetime.now(UTC))
+        log.info("workflow %s: %s conflicts on %s; reopened", wid, a.bead_id, merged.conflicting_files)
+        await self.book.change(wid, lambda s: s.reopen(
+            s.attempts[(a.bead_id, a.number)],
+            f"merge conflict: {', '.join(merged.conflicting_files)} changed on the workflow branch since the "
+            "attempt began", conflict))
+
+    async def _release(self, wid: str, a: Attempt, reason: str) -> None:
+        if self.leases is not None:
+            await self.leases.release(wid, a.worker)
+        await self.book.change(wid, lambda s: s.released(s.attempts[(a.bead_id, a.number)], reason))
+
+    async def _close_session(self, wid: str, a: Attempt) -> None:
+        try:
+            await self._ask("agent_runner", "stop_session",
+                            StopSession(session_id=a.session_id, reason=a.end_reason or "bead attempt over",
+                                        close=True), SessionStopped)
+        except RemoteError as exc:
+            if exc.code != ErrorCode.NOT_FOUND:
+                raise
+        await self.book.change(wid, lambda s: s.session_closed(s.attempts[(a.bead_id, a.number)]))
+
+    async def _wind_up(self, wid: str, swarm: Swarm) -> None:
+        await self._ask("git", "sync_workflow_worktree", SyncWorkflowWorktree(workflow_id=wid),
+                        WorkflowWorktreeSynced)
+        for w in swarm.workers.values():
+            if w.status != "retired":
+                await self._ask("git", "close_worker", CloseWorker(workflow_id=wid, worker=w.name), WorkerClosed)
+                await self.book.change(wid, lambda s, n=w.name: s.retire(n))
+        await self.book.change(wid, Swarm.finish)
+
+    async def _finish_workflow(self, wf: Workflow) -> object:
+        if wf.stage != "execution":
+            return IDLE
+        assert self.workflows is not None
+        await self.workflows.finish_execution(str(wf.id))
+        return None
+
+    async def _halt_for_people(self, wid: str, stuck: list[Any]) -> None:
+        names = ", ".join(f"{b.id} ({b.bounce_reason})" for b in stuck)
+        message = (f"beads need a person: {names}. Edit them (PATCH /api/beads/{wid}/<bead>) or close them, "
+                   "then resume")
+        assert self.workflows is not None
+
+        def record(w: Workflow) -> None:
+            if w.halt is None:
+                w.halt_for("error", message, details=HaltDetails(step="execution"))
+
+        await self.workflows.orch.change(wid, record)
+
+    # --- leases ------------------------------------------------------------------------------------------
+
+    async def _still_holding(self, wid: str, a: Attempt) -> bool:
+        """Renew the worker's leases before a step that relies on them; a lapsed lease reopens the bead."""
+        if self.leases is None or not a.leased:
+            return True
+        record = (await self.book.read(wid)).leases.get(a.worker)
+        if record is None or not record.patterns:
+            return True
+        if await self.leases.renew(wid, a.worker, self.settings.lease_ttl) > 0:
+            return True
+        await self.book.change(wid, lambda s: s.reopen(s.attempts[(a.bead_id, a.number)],
+                                                       f"the leases of {a.worker} lapsed"))
+        return False
+
+    @contextlib.asynccontextmanager
+    async def _renewing(self, wid: str, holder: str) -> AsyncIterator[None]:
+        if self.leases is None:
+            yield
+            return
+        leases = self.leases
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.settings.lease_ttl / 3)
+                with contextlib.suppress(Exception):
+                    await leases.renew(wid, holder, self.settings.lease_ttl)
+
+        task = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _watch_leases(self) -> None:
+        """Reopen beads whose worker stopped renewing (its runner died): the lease TTL ran out."""
+        if self.leases is None:
+            return
+        period = max(0.2, min(5.0, self.settings.lease_ttl / 2))
+        while True:
+            await asyncio.sleep(period)
+            for epic in list(self.book.epics.values()):
+                try:
+                    await self._expire(epic)
+                except Exception as exc:
+                    log.warning("epic %s: lease watch: %s", epic, exc)
+
+    async def _expire(self, epic: str) -> None:
+        assert self.leases is not None
+        swarm = await self.book.find(epic)
+        if swarm is None or swarm.finished:
+            return
+        expired = await self.leases.expire(epic)
+        holders = {lease.holder for lease in expired}
+        if not holders:
+            return
+        lapsed = [a for a in swarm.open_attempts() if a.worker in holders and a.leased]
+        if not lapsed:
+            return
+        log.info("epic %s: leases of %s lapsed; their beads are ready again", epic, sorted(holders))
+
+        def record(s: Swarm) -> None:
+            for a in lapsed:
+                s.reopen(s.attempts[(a.bead_id, a.number)], f"the leases of {a.worker} lapsed (no renewal within "
+                                                            f"{self.settings.lease_ttl:g}s)")
+                s.released(s.attempts[(a.bead_id, a.number)], "expired")
+
+        await self.book.change(epic, record)
+
+    # --- turns ---------------------------------------------------------------------------------------------
+
+    async def on_turn(self, event: TurnCompleted) -> bool:
+        """Record a worker's finished turn; False when the session is no worker's."""
+        swarm = await self.book.find(event.workflow_id)
+        if swarm is None:
+            return False
+        a = swarm.attempt_of_session(event.session_id)
+        if a is None:
+            return False
+        if event.turn_id in swarm.seen or not a.open:
+            return True
+        bead = swarm.beads[a.bead_id]
+        summary = None
+        nudge = None
+        if event.tool == "complete_pulse" and event.arguments:
+            summary = str(event.arguments.get("summary") or "").strip() or bead.title
+        elif a.nudges < self.settings.stage_nudges and event.outcome != "error":
+            nudge = bead_kickoffs.bead_nudge(bead)
+        wid = event.workflow_id
+
+        def record(s: Swarm) -> None:
+            attempt = s.attempts[(a.bead_id, a.number)]
+            s.turn_handled(attempt, event.turn_id, event.outcome, summary=summary, nudge=nudge)
+            if summary is None and nudge is None:
+                detail = event.detail or event.outcome
+                self._give_up(s, attempt, f"the worker's turn ended without completing ({detail})")
+
+        await self.book.change(wid, record)
+        return True
+
+    async def catch_up(self, epic: str) -> None:
+        """Handle worker turns that ended while no orchestrator recorded them (see the workflow driver's)."""
+        swarm = await self.book.find(epic)
+        if swarm is None:
+            return
+        for a in swarm.open_attempts():
+            if not a.session_started:
+                continue
+            try:
+                view = await self._ask("agent_runner", "get_session", GetSession(session_id=a.session_id),
+                                       SessionView)
+            except RemoteError as exc:
+                log.info("epic %s: %s not caught up (%s)", epic, a.session_id, exc)
+                continue
+            for turn in view.turns:
+                if turn.outcome is not None and turn.turn_id not in swarm.seen:
+                    await self.on_turn(TurnCompleted(
+                        workflow_id=epic, occurred_at=turn.completed_at or turn.started_at,
+                        session_id=a.session_id, turn_id=turn.turn_id, text="\n\n".join(turn.messages),
+                        outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
+                        detail=turn.outcome.detail))
+
+
+def _refusal_holders(outcome: Any) -> tuple[list[str], list[str]] | None:
+    """(files, holders) of a refused acquire; None when the leases were granted."""
+    conflicts = getattr(outcome, "conflicts", None)
+    if conflicts is None:
+        return None
+    files = sorted({getattr(c, "pattern", str(c)) for c in conflicts})
+    holders = sorted({getattr(c, "holder", "?") for c in conflicts})
+    return files, holders
