@@ -6,6 +6,9 @@ ports), creates the workflow over HTTP, follows its events over SSE printing a l
 approves every card (or asks, with ``--interactive``), and ends by showing the workflow branch, one commit per
 pulse, and the review's verdict. The system is stopped in every case (success, failure, Ctrl-C).
 
+``autarch demo --swarm`` runs the same flow on the ``swarm`` scenario, whose plan is a bead plan: execution
+is a swarm of three workers (see :mod:`.demo_swarm`), described to :func:`run_demo` by a :class:`DemoKind`.
+
 The system is a :class:`~.local_system.LocalSystem`; every HTTP call goes through the commands' client
 (:class:`~.gateway_client.GatewayClient`) and the events are followed as ``autarch watch`` follows them
 (:class:`~.follow.WorkflowEvents`). The helpers (:func:`make_sample_repo`, :func:`create_workflow`,
@@ -27,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +41,10 @@ __all__ = [
     "REQUEST",
     "SERVICES",
     "TITLE",
+    "WORKFLOW",
     "Decision",
     "DemoError",
+    "DemoKind",
     "Outcome",
     "create_workflow",
     "demo_scenario",
@@ -64,6 +69,28 @@ REVISIONS = 3
 """Change requests the scripted model answers per card in ``--interactive`` mode."""
 
 
+@dataclass(frozen=True)
+class DemoKind:
+    """What one flavour of the workflow demo plays: the scenario, the workflow it creates, the system's settings."""
+
+    scenario: str = SCENARIO
+    """The bundled scenario the scripted model plays (its files make the sample repository)."""
+    title: str = TITLE
+    request: str = REQUEST
+    branch: str = BRANCH
+    headline: str = "a whole workflow"
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Settings for the system (``AUTARCH_*``), beside the demo's own."""
+    unit: str = "pulse"
+    """What one commit on the branch stands for."""
+    epilogue: Callable[[GatewayClient, str], list[str]] | None = None
+    """Lines to print after the branch's log of a completed workflow (given the client and the workflow id)."""
+
+
+WORKFLOW = DemoKind()
+"""``autarch demo``: the ``demo`` scenario, its pulses one after another."""
+
+
 class DemoError(CliError):
     """The demo cannot go on; ``exit_code`` 2: bad usage, 1: a failure."""
 
@@ -74,15 +101,15 @@ class DemoError(CliError):
 # --- the sample repository ------------------------------------------------------------------------------
 
 
-def demo_scenario(*, revisable: bool = False, path: Path | None = None) -> dict[str, Any]:
-    """The bundled demo scenario (or the JSON scenario at ``path``) as a dict.
+def demo_scenario(*, revisable: bool = False, path: Path | None = None, name: str = SCENARIO) -> dict[str, Any]:
+    """The bundled scenario ``name`` (default ``demo``; or the JSON scenario at ``path``) as a dict.
 
     With ``revisable``, each card's agent answers up to :data:`REVISIONS` change requests by submitting its card
     again (marked "revised"), so ``--interactive`` can send cards back; the bundled scenario answers none.
     """
     from autarch.services.scripted_model.scenario import ScenarioError, bundled_scenario_path, parse_scenario
 
-    source = path or bundled_scenario_path(SCENARIO)
+    source = path or bundled_scenario_path(name)
     try:
         scenario: dict[str, Any] = json.loads(source.read_text())
         parse_scenario(scenario, source=source.name)
@@ -398,7 +425,7 @@ def _raise_on_sigterm(signum: int, _frame: Any) -> None:
 
 
 def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, timeout: float = 300,
-             read: Callable[[str], str] = _ask, scenario_path: Path | None = None) -> int:
+             read: Callable[[str], str] = _ask, scenario_path: Path | None = None, kind: DemoKind = WORKFLOW) -> int:
     from autarch.services.scripted_model import ScriptedModelServer
 
     from .local_system import LocalSystem
@@ -407,9 +434,9 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
         raise DemoError("the demo needs git on PATH", code=2)
     target = target.expanduser().absolute()
     check_target(target)
-    scenario = demo_scenario(revisable=interactive, path=scenario_path)
+    scenario = demo_scenario(revisable=interactive, path=scenario_path, name=kind.scenario)
     started = time.monotonic()
-    _print("Autarch demo — a whole workflow, offline, with the scripted model (no API key, no network).")
+    _print(f"Autarch demo — {kind.headline}, offline, with the scripted model (no API key, no network).")
     if os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("AUTARCH_ANTHROPIC_API_KEY"):
         _print("An API key is set, but the demo always plays the scripted model; "
                "`autarch workflow new` runs the same flow on a real model.")
@@ -428,13 +455,14 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_on_sigterm) if main_thread else None
     try:
         with ScriptedModelServer(scenario) as model:
-            system = LocalSystem(data_dir, model.base_url, services=SERVICES)
+            system = LocalSystem(data_dir, model.base_url, services=SERVICES, extra_env=dict(kind.env))
             _print(f"Starting Autarch ({', '.join(SERVICES)} + gateway) on {system.url} …")
             system.start()
             _print(f"  ready in {time.monotonic() - started:.1f}s; scripted model at {model.base_url}")
             client = system.client()
-            workflow_id = create_workflow(client, target)
-            _print(f"Workflow {workflow_id}: “{TITLE}” — {REQUEST}")
+            workflow_id = create_workflow(client, target, title=kind.title, request=kind.request,
+                                          branch=kind.branch)
+            _print(f"Workflow {workflow_id}: “{kind.title}” — {kind.request}")
             _print("")
             decide = interactive_decider(client, workflow_id, read=read) if interactive else None
             outcome = drive(client, workflow_id, decide=decide, out=_print, timeout=timeout, alive=system.alive)
@@ -449,13 +477,15 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
                     _print(f"  the system's log ends with:\n{system.log_tail()}")
                 return 1
             view = _wait_worktree_removed(client, workflow_id)
-            branch = view.get("branch") or BRANCH
+            branch = view.get("branch") or kind.branch
             review = client.get(f"/api/workflows/{workflow_id}/artifacts").get("review")
             log = _git(target, "log", "--oneline", f"main..{branch}").strip().splitlines()
             _print(f"Branch {branch}: {len(log)} commit{'s' if len(log) != 1 else ''} on top of main "
-                   f"(one per pulse; main is untouched)")
+                   f"(one per {kind.unit}; main is untouched)")
             for line in log:
                 _print(f"  {line}")
+            for line in kind.epilogue(client, workflow_id) if kind.epilogue else []:
+                _print(line)
             _print("Review verdict:")
             for line in _verdict_lines(review):
                 _print(line)
@@ -496,7 +526,7 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
             # A workflow stopped midway may leave a worktree registered in the repository: forget it.
             subprocess.run(["git", "-C", str(target), "worktree", "prune"], capture_output=True, check=False)
         _print(f"The sample repository stays at {target}"
-               + (f"; see the work with: git -C {target} log -p main..{BRANCH}" if outcome
+               + (f"; see the work with: git -C {target} log -p main..{kind.branch}" if outcome
                   and outcome.status == "completed" else ""))
 
 
@@ -504,11 +534,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     target = Path(args.dir) if args.dir else Path.cwd() / f"autarch-demo-{uuid.uuid4().hex[:6]}"
     try:
         if args.which == "loop":
+            if args.swarm:
+                raise DemoError("--swarm runs a workflow's execution as a swarm; the loop demo has none", code=2)
             from .demo_loop import run_loop_demo
 
             return run_loop_demo(target, keep=args.keep, timeout=args.timeout)
+        kind = WORKFLOW
+        if args.swarm:
+            from .demo_swarm import SWARM
+
+            kind = SWARM
         return run_demo(target, interactive=args.interactive, keep=args.keep, timeout=args.timeout,
-                        scenario_path=Path(args.scenario) if args.scenario else None)
+                        scenario_path=Path(args.scenario) if args.scenario else None, kind=kind)
     except DemoError as exc:
         print(f"autarch demo: {exc.message}", file=sys.stderr, flush=True)
         return exc.exit_code
@@ -519,11 +556,15 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "demo", help="run a whole workflow offline on a sample repository (no API key needed)",
         description="Create a sample git repository, start Autarch with the scripted model, and take the request "
         f"“{REQUEST}” through scoping, research, planning, execution and review, approving each card. Ends with "
-        f"the branch {BRANCH} (one commit per pulse) and the review's verdict, then stops everything.",
+        f"the branch {BRANCH} (one commit per pulse) and the review's verdict, then stops everything. With --swarm "
+        "the plan is a bead plan on a small geometry package, and its execution runs as a swarm of three workers.",
     )
     demo.add_argument("which", nargs="?", choices=("workflow", "loop"), default="workflow",
                       help="workflow (default): the gated stages; loop: a Pulse Protocol loop session that "
                       "iterates to COMPLETE on its own")
+    demo.add_argument("--swarm", action="store_true",
+                      help="play a bead plan instead: execution runs as a swarm of three workers (claims, file "
+                      "leases, one commit per bead merged onto the workflow branch)")
     demo.add_argument("--interactive", action="store_true",
                       help="show each card and ask: approve, request changes or quit")
     demo.add_argument("--dir", metavar="DIR",

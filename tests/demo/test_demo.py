@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,6 +17,8 @@ from autarch.services.scripted_model.scenario import load_scenario
 from tests.e2e.conftest import pid_alive
 
 COMMITS = ["test(greeter): cover the empty-name greeting", "feat(greeter): greet the world when the name is empty"]
+BEADS = ["base", "square", "circle", "summary", "units", "naming"]
+"""The beads of the bundled ``swarm`` scenario's plan: a diamond (base → square, circle → summary) and two notes."""
 
 
 def clean_env(tmp: Path) -> dict[str, str]:
@@ -143,6 +146,13 @@ def test_a_non_empty_dir_is_refused(tmp_path: Path) -> None:
     assert pids == []
 
 
+def test_swarm_is_not_an_option_of_the_loop_demo(tmp_path: Path) -> None:
+    code, out, err, pids = run_demo(tmp_path, "loop", "--swarm", "--dir", str(tmp_path / "loop"), timeout=30)
+    assert code == 2, f"{out}\n{err}"
+    assert "autarch demo: --swarm runs a workflow's execution as a swarm; the loop demo has none" in err
+    assert not (tmp_path / "loop").exists() and pids == []
+
+
 def failing_preflight(scenario: dict) -> None:
     scenario["scripts"]["preflight"][1] = {"content": [{"type": "tool_use", "name": "complete_preflight", "input": {
         "summary": "The package does not import.", "setupCommands": ["python3 -c 'import greeter.core'"],
@@ -189,3 +199,43 @@ def test_demo_loop_iterates_to_complete_with_a_chained_anchor(tmp_path: Path) ->
     assert "search(word)" in git(repo, "show", f"{branch}:README.md")
     assert len(pids) >= 7, pids  # supervisor, nats-server, five services, gateway
     assert_no_leftovers(pids)
+
+
+def test_demo_swarm_runs_a_bead_plan_on_three_workers_one_commit_per_bead(tmp_path: Path) -> None:
+    repo = tmp_path / "shapes"
+    code, out, err, pids = run_demo(tmp_path, "--swarm", "--dir", str(repo), timeout=180)
+    assert code == 0, f"{out}\n{err}"
+
+    # The swarm, live, as `autarch watch` shows it: three workers, a claim, a lease and a close per bead.
+    assert "swarm started: 6 beads, 3 workers (mode swarm)" in out
+    assert len(re.findall(r"\] joined \(worktree ", out)) == 3
+    for bead in BEADS:
+        assert re.search(rf"\[w\d \w+\] claimed {bead} \(attempt \d\)", out), bead
+        assert re.search(rf"\[w\d \w+\] leased \S.* for {bead}", out), bead
+        assert re.search(rf"\[w\d \w+\] closed {bead}: commit [0-9a-f]{{8}} — ", out), bead
+    assert "[6/6 beads closed]" in out
+    merged = re.search(r"swarm finished: 6 beads merged, in order (.+)", out)
+    assert merged is not None, out
+    assert "workflow completed (review recommended approve)" in out
+
+    # It ends with the branch's log: one commit per bead, in the order the swarm merged them.
+    assert "Branch autarch/shapes: 6 commits on top of main (one per bead; main is untouched)" in out
+    printed = re.findall(r"^  [0-9a-f]{7,} feat\(([\w-]+)\): ", out, flags=re.MULTILINE)
+    assert sorted(printed) == sorted(BEADS), printed
+    subjects = git(repo, "log", "--format=%s", "main..autarch/shapes").splitlines()
+    landed = [subject.split("(", 1)[1].split(")", 1)[0] for subject in reversed(subjects)]
+    assert sorted(landed) == sorted(BEADS) and all(s.startswith("feat(") for s in subjects), subjects
+    assert landed == merged.group(1).split(" → ")
+    for bead, needs in {"square": ["base"], "circle": ["base"], "summary": ["square", "circle"]}.items():
+        assert all(landed.index(n) < landed.index(bead) for n in needs), landed
+    registry = git(repo, "show", "autarch/shapes:shapes/registry.py")
+    assert '"square"' in registry and '"circle"' in registry
+
+    # main untouched, no worktree left registered (the workers' included), nothing left running.
+    assert len(git(repo, "rev-list", "main").split()) == 1
+    assert git(repo, "status", "--porcelain") == ""
+    assert git(repo, "worktree", "list").count("\n") == 1
+    assert f"The sample repository stays at {repo}" in out
+    assert len(pids) >= 6, pids
+    assert_no_leftovers(pids)
+    assert not list((tmp_path / "tmp").glob("autarch-demo-data-*"))
