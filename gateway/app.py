@@ -22,6 +22,7 @@ from autarch.runtime.settings import GatewaySettings, narrow
 from autarch.runtime.token import ensure_token
 
 from .auth import NO_AUTH, token_guard
+from .bead_routes import BEAD_ROUTES
 from .control_routes import CONTROL_ROUTES
 from .diff_routes import DIFF_ROUTES
 from .errors import EXCEPTION_HANDLERS, error_response
@@ -149,7 +150,7 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
     return Litestar(
         route_handlers=[
             create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
-            *SESSION_ROUTES, *PULSE_ROUTES, events, healthz,
+            *SESSION_ROUTES, *PULSE_ROUTES, *BEAD_ROUTES, events, healthz,
         ],
         guards=[token_guard(token)],
         exception_handlers=EXCEPTION_HANDLERS,
