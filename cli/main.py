@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "autarch.cli.watch_cmd",
     "autarch.cli.demo_cmd",
     "autarch.cli.pulse_cmd",
+    "autarch.cli.beads_cmd",
     "autarch.cli.mcp_server",
 )
 """Modules that contribute subcommands, in the order ``--help`` lists them."""
