@@ -485,6 +485,10 @@ class SwarmDriver:
                 self._give_up(s, attempt, f"the worker's turn ended without completing ({detail})")
 
         await self.book.change(wid, record)
+        if summary is not None and self.leases is not None and a.leased:
+            # The runner stopped renewing when the turn ended; verification comes next: keep the files meanwhile.
+            with contextlib.suppress(Exception):
+                await self.leases.renew(wid, a.worker, self.settings.lease_ttl)
         return True
 
     async def catch_up(self, epic: str) -> None:

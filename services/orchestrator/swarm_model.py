@@ -421,7 +421,13 @@ class Swarm(Aggregate):
 
     # --- commands (checked, then recorded) --------------------------------------------------------------
 
+    def _check_open_epic(self) -> None:
+        if self.finished:
+            raise SwarmError(BeadErrorCode.NOT_EDITABLE, "the epic is finished: every bead landed and the workflow "
+                             "went on to review", epic_id=self.workflow_id)
+
     def add_bead(self, bead: Bead, *, at: str | None = None) -> None:
+        self._check_open_epic()
         if bead.id in self.beads:
             raise SwarmError(BeadErrorCode.DUPLICATE_BEAD, f"bead {bead.id} already exists", bead_id=bead.id)
         for dep in bead.dependencies:
@@ -434,6 +440,7 @@ class Swarm(Aggregate):
             self._bead_bounced(bead_id=bead.id, reason=f"missing {', '.join(missing)}", missing=missing, at=at)
 
     def edit_bead(self, bead_id: str, changes: dict[str, Any]) -> None:
+        self._check_open_epic()
         bead = self.bead(bead_id)
         if bead.status not in ("open", "bounced"):
             raise SwarmError(BeadErrorCode.NOT_EDITABLE,
@@ -443,6 +450,7 @@ class Swarm(Aggregate):
             self._bead_edited(bead_id=bead_id, changes=changes, at=_now())
 
     def add_dependency(self, bead_id: str, depends_on: str, type: str) -> None:
+        self._check_open_epic()
         bead = self.bead(bead_id)
         if any(d.bead_id == depends_on and d.type == type for d in bead.dependencies):
             return
@@ -474,6 +482,7 @@ class Swarm(Aggregate):
         bead = self.bead(bead_id)
         if bead.status == "closed":
             return
+        self._check_open_epic()
         if bead.status == "in_progress":
             raise SwarmError(BeadErrorCode.NOT_CLOSABLE,
                              f"bead {bead_id} is being worked by {bead.assignee}; it closes when its commit lands",

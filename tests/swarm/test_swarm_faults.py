@@ -1,0 +1,59 @@
+"""SIGKILL the agent runner while a worker is mid-bead: the bead is done again at most once and lands once.
+
+The runner is restarted by ``autarch up``'s supervisor. Either it comes back within the lease TTL and carries
+the durable turn on (the same attempt lands), or the worker's leases lapse first and the bead returns to ready
+and is redone as attempt 2; in both cases the branch holds exactly one commit per bead.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.workflow_faults.harness import kill
+from tests.workflows.conftest import Client, approve_stages, branch_log, finish, start
+
+from .conftest import swarm_scenario
+from .test_swarm_e2e import BEADS, _swarm_events
+
+
+@pytest.mark.parametrize("victim_bead", ["base", "square", "naming"])
+def test_killing_the_runner_mid_bead_redoes_it_at_most_once_and_commits_it_once(
+        client: Client, model, tmp_path: Path, victim_bead: str) -> None:
+    scenario = swarm_scenario()
+    steps = scenario["scripts"][f"pulsing:{victim_bead}"]
+    steps[0]["delay_ms"] = 150  # a slow first reply: the kill lands while the worker's turn runs
+    scenario["scripts"][f"pulsing:{victim_bead}-a2"] = copy.deepcopy(steps)
+    wid, repo = start(client, model, tmp_path, scenario, branch=f"autarch/kill-{victim_bead}")
+    approve_stages(client, wid)
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        found = client.events(wid, until=lambda seen: any(
+            e["type"] == "lease:granted" and e.get("bead_id") == victim_bead for e in seen), timeout=5)
+        if any(e["type"] == "lease:granted" and e.get("bead_id") == victim_bead for e in found):
+            break
+    else:
+        raise AssertionError(f"{victim_bead} never started")
+    time.sleep(0.3)
+    assert kill(client.system, "agent_runner") is not None
+
+    try:
+        view = client.wait_awaiting(wid, "review", timeout=120)
+    except AssertionError as exc:
+        swarm = client.http.get("/api/beads/swarm", params={"epic_id": wid}).json()
+        raise AssertionError(f"{exc}\nswarm: {json.dumps(swarm, indent=1)}") from None
+    log = branch_log(repo, view["branch"])
+    landed = Counter(s.split("(", 1)[1].split(")", 1)[0] for s in log)
+    assert landed == Counter(BEADS), log  # every bead exactly once
+    events = _swarm_events(client, wid)
+    closed = Counter(e["bead_id"] for e in events if e["type"] == "bead:closed")
+    assert closed == Counter(BEADS)
+    attempts = [e["attempt"] for e in events if e["type"] == "bead:claimed" and e["bead_id"] == victim_bead]
+    assert attempts in ([1], [1, 2]), attempts
+    finish(client, wid)
