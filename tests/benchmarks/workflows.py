@@ -58,12 +58,14 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-def start_model(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """The scripted model (bundled ``demo``) in its own process, so it does not share this one's GIL."""
+def start_model(tmp: Path, scenario: str = "demo") -> tuple[subprocess.Popen[bytes], str]:
+    """The scripted model (bundled ``demo``, or a scenario file) in its own process, so it does not share this
+    one's GIL."""
     port = free_port()
     log = tmp / "model.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "autarch.services.scripted_model", "demo", "--port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "autarch.services.scripted_model", scenario, "--port",
+                                 str(port)],
                                 env=scrubbed_env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
