@@ -474,8 +474,9 @@ class WorkflowDriver:
             return
         step = wf.step_of(event.session_id)
         if step is None and self.swarm is not None:
-            async with self._locks[event.workflow_id]:
-                handled = await self.swarm.on_turn(event)
+            # Not under the workflow's lock: a worker's turn is recorded in the swarm's own mailbox, at once, so
+            # that turns ending together are verified and merged in one pass rather than one pass each.
+            handled = await self.swarm.on_turn(event)
             if handled:
                 self.kick(event.workflow_id)
             return

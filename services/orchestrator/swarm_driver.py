@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -163,17 +163,23 @@ class SwarmDriver:
             return None
         if swarm.finished:
             return await self._finish_workflow(wf)
+        # Each worker's next step is independent of the others' (their own attempt, their own worktree): they
+        # run at once, and each records its result on a fresh read of the swarm. Merges stay one at a time
+        # (the git service serializes them); only claims are made one after another, below.
+        jobs: list[Awaitable[object]] = []
         for a in swarm.attempts.values():
             if not a.open and a.session_started and not a.session_closed:
-                return await self._close_session(wid, a)
-            if not a.open and a.leased and not a.leases_released:
-                return await self._release(wid, a, "done" if a.ended == "merged" else "reopened")
-        if len(swarm.workers) < swarm.max_workers:
-            return await self._open_worker(wid, swarm)
-        for a in sorted(swarm.open_attempts(), key=lambda x: x.claimed_at):
-            done = await self._advance_attempt(wf, swarm, a)
-            if done is not IDLE:
-                return done
+                jobs.append(self._close_session(wid, a))
+            elif not a.open and a.leased and not a.leases_released:
+                jobs.append(self._release(wid, a, "done" if a.ended == "merged" else "reopened"))
+        names = worker_names(wid, swarm.max_workers)
+        jobs.extend(self._open_worker(wid, name, nickname) for name, nickname in names[len(swarm.workers):])
+        jobs.extend(self._advance_attempt(wf, swarm, a) for a in swarm.open_attempts() if _needs_step(a))
+        if jobs:
+            await _all(jobs)
+            # Claims need not wait for the clean-up above: a worker whose bead landed is free at once.
+            await self._assign(wid, await self.book.read(wid))
+            return None
         claimed = await self._assign(wid, swarm)
         if claimed is not IDLE:
             return claimed
@@ -198,36 +204,47 @@ class SwarmDriver:
         await self.book.create(swarm)
         log.info("workflow %s: epic of %d beads, %d workers (%s)", wf.id, len(beads), workers, swarm.mode)
 
-    async def _open_worker(self, wid: str, swarm: Swarm) -> None:
-        name, nickname = worker_names(wid, swarm.max_workers)[len(swarm.workers)]
+    async def _open_worker(self, wid: str, name: str, nickname: str) -> None:
         opened = await self._ask("git", "open_worker", OpenWorker(workflow_id=wid, worker=name), WorkerWorktree)
         await self.book.change(wid, lambda s: s.join(name, nickname, opened.worktree_path))
 
     async def _assign(self, wid: str, swarm: Swarm) -> object:
-        """Give the top-ranked ready bead whose files nobody holds to a free worker (the coordinator's choice)."""
-        free = [w for w in swarm.workers.values() if w.status in ("idle", "waiting")]
+        """Give each free worker the top-ranked ready bead whose files no other worker has (the coordinator's
+        choice: a bead whose files are taken waits, reordered behind the others)."""
+        # A worker takes new work once its last attempt let go of its files (a release names the holder, so it
+        # must not meet the next bead's leases) and, if that attempt was reopened, once its session is closed:
+        # its turn may still be running (a lapsed lease) and would write into the worktree the next bead uses.
+        unsettled = {a.worker for a in swarm.attempts.values() if not a.open and (
+            (a.leased and not a.leases_released)
+            or (a.ended == "reopened" and a.session_started and not a.session_closed))}
+        free = [w.name for w in swarm.workers.values() if w.status in ("idle", "waiting") and w.name not in unsettled]
         if not free:
             return IDLE
         ready = ranked(swarm).ready
         if not ready:
             return IDLE
-        held = {p: r.holder for r in swarm.leases.values() for p in r.patterns
-                if (r.bead_id, r.attempt) in swarm.attempts and not swarm.attempts[(r.bead_id, r.attempt)]
-                .leases_released}
-        busy_files = set(held)
+        # Files are taken from a claim until the release: an attempt that landed still holds its leases until
+        # the release is recorded, and a claim meanwhile would only meet a lease conflict.
+        taken = {f for a in swarm.attempts.values() if a.open or (a.leased and not a.leases_released)
+                 for f in swarm.beads[a.bead_id].files}
+        claimed = 0
         for candidate in ready:
+            if not free:
+                break
             bead = swarm.beads[candidate.bead_id]
-            if busy_files & set(bead.files):
-                continue  # reordered: another worker holds its files; it waits for their release
-            worker = free[0].name
+            if taken & set(bead.files):
+                continue
+            worker = free.pop(0)
             await self.book.change(wid, lambda s, b=bead.id, w=worker: s.claim(b, w))
             log.info("workflow %s: %s claimed %s", wid, worker, bead.id)
+            taken |= set(bead.files)
+            claimed += 1
+        idle = [w for w in free if swarm.workers[w].status != "waiting"]
+        if idle and len(ready) > claimed:
+            # Ready work is left but its files are taken: these workers wait for a release (which kicks them).
+            await self.book.change(wid, lambda s: [s.wait(w) for w in idle])
             return None
-        waiting = [w for w in free if w.status != "waiting"]
-        if waiting:
-            await self.book.change(wid, lambda s: [s.wait(w.name) for w in waiting])
-            return None
-        return IDLE
+        return None if claimed else IDLE
 
     async def _advance_attempt(self, wf: Workflow, swarm: Swarm, a: Attempt) -> object:
         wid = str(wf.id)
@@ -325,8 +342,11 @@ class SwarmDriver:
     def _give_up(self, s: Swarm, a: Attempt, reason: str) -> None:
         """End an attempt that cannot land; after too many, the bead goes to a person (bounced)."""
         s.reopen(a, reason)
-        if a.number >= _MAX_ATTEMPTS:
-            s.bounce(a.bead_id, f"{a.number} attempts did not land; the last: {reason}")
+        # Attempts that never ran (their files were leased elsewhere) are not failures of the bead.
+        failures = sum(1 for x in s.attempts.values() if x.bead_id == a.bead_id and x.ended == "reopened"
+                       and x.session_started)
+        if failures >= _MAX_ATTEMPTS:
+            s.bounce(a.bead_id, f"{failures} attempts did not land; the last: {reason}")
 
     async def _merge(self, wid: str, a: Attempt) -> None:
         merged = await self._ask("git", "merge_bead", MergeBead(workflow_id=wid, worker=a.worker, bead_id=a.bead_id,
@@ -512,6 +532,20 @@ class SwarmDriver:
                         session_id=a.session_id, turn_id=turn.turn_id, text="\n\n".join(turn.messages),
                         outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
                         detail=turn.outcome.detail))
+
+
+def _needs_step(a: Attempt) -> bool:
+    """Whether an open attempt has a step for the driver (else it waits for its agent)."""
+    return (a.base_commit is None or not a.leased or not a.session_started or a.pending_message is not None
+            or (a.summary is not None and not a.verified) or a.verified)
+
+
+async def _all(jobs: list[Awaitable[object]]) -> None:
+    """Run ``jobs`` at once; the first failure is raised once all have ended (the stepper retries the pass)."""
+    results = await asyncio.gather(*jobs, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 def _refusal_holders(outcome: Any) -> tuple[list[str], list[str]] | None:
