@@ -15,8 +15,10 @@ import msgspec
 from . import subjects
 from .beads import BeadView, ConflictRecord, LeaseMode, WorkerStatus
 from .loops import AnchorStrategy, ContextStrategy, CreatedBy, IterationStatus, NotifyTarget, Signal
+from .mail import MailMessage
 
 __all__ = [
+    "MAIL_EVENTS",
     "SWARM_EVENTS",
     "AnyEvent",
     "BeadBounced",
@@ -39,6 +41,7 @@ __all__ = [
     "LoopPaused",
     "LoopResumed",
     "LoopStarted",
+    "MailPosted",
     "PreflightCompleted",
     "PreflightEvent",
     "PreflightStarted",
@@ -567,6 +570,18 @@ class LeaseConflicted(SwarmEvent, tag="lease:conflict", kw_only=True):
     held_by: list[str]
 
 
+class MailPosted(SwarmEvent, tag="mail:posted", kw_only=True):
+    """A message was posted to the epic's mailbox (coordination mail, seed 002 ``send_message``)."""
+
+    # Its own kind, so the subject (``autarch.events.<epic>.mail.<epic>.posted``) reads back as ``mail:posted``.
+    aggregate_kind = "mail"
+    message: MailMessage
+
+
+MAIL_EVENTS: tuple[type[SwarmEvent], ...] = (MailPosted,)
+"""Events of an epic's mailbox: swarm events, kept apart from ``SWARM_EVENTS`` (the watch's swarm lines)."""
+
+
 SWARM_EVENTS: tuple[type[SwarmEvent], ...] = (
     SwarmStarted, SwarmFinished, BeadCreated, BeadUpdated, BeadBounced, BeadClaimed, BeadReopened, BeadClosed,
     WorkerJoined, WorkerStatusChanged, LeaseGranted, LeaseReleased, LeaseConflicted)
@@ -620,6 +635,7 @@ AnyEvent = (
     | LeaseGranted
     | LeaseReleased
     | LeaseConflicted
+    | MailPosted
 )
 """The union every consumer decodes with."""
 
@@ -661,6 +677,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LoopFailed,
         LoopAborted,
         *SWARM_EVENTS,
+        *MAIL_EVENTS,
     )
 }
 

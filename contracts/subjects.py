@@ -20,6 +20,7 @@ __all__ = [
     "event",
     "event_type_from_subject",
     "held",
+    "mail",
     "request",
     "workflow_events",
 ]
@@ -76,6 +77,14 @@ ORCHESTRATOR_VERBS = (
     "edit_bead",
     "add_dependency",
     "close_bead",
+    "send_mail",
+    "reply_mail",
+    "fetch_inbox",
+    "fetch_topic",
+    "list_mail",
+    "get_mail",
+    "pending_mail",
+    "mark_delivered",
 )
 TOOLS_VERBS = ("call", "list_tools", "file_access", "cancel")
 GIT_VERBS = (
@@ -146,3 +155,12 @@ def event_type_from_subject(subject: str) -> str:
 def deltas(workflow_id: str, session_id: str) -> str:
     """Core-NATS subject of one session's live deltas."""
     return f"{DELTAS_PREFIX}.{workflow_id}.{session_id}"
+
+
+MAIL_PREFIX = "autarch.mail"
+
+
+def mail(epic_id: str, recipient: str) -> str:
+    """Core-NATS subject of the notices to one recipient of an epic's mail (``MailNotice``): the runner holding
+    that worker's session learns of a message at once (``*`` for ``recipient`` follows every recipient)."""
+    return f"{MAIL_PREFIX}.{epic_id}.{recipient}"

@@ -12,6 +12,7 @@ from autarch.runtime.aggregates import created_ids, project, topic_of
 
 from .domainmodel import Workflow
 from .loop_model import LoopSession
+from .mail_model import Mailbox, mailbox_id_for
 from .swarm_model import Swarm, swarm_id_for
 
 __all__ = ["WorkflowApplication"]
@@ -87,6 +88,13 @@ class WorkflowApplication(Application[UUID]):
         """The workflow of every recorded epic, in creation order."""
         for swarm_id in created_ids(self.recorder, _SWARM_CREATED_TOPIC):
             yield self.get_swarm_by_id(swarm_id).workflow_id
+
+    def get_mailbox(self, epic_id: str, *, version: int | None = None) -> Mailbox:
+        """The coordination mail of one epic rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
+        mailbox = self.repository.get(mailbox_id_for(epic_id), version=version, projector_func=project)
+        if not isinstance(mailbox, Mailbox):
+            raise AggregateNotFoundError(epic_id)
+        return mailbox
 
     def get_swarm_by_id(self, swarm_id: str) -> Swarm:
         swarm = self.repository.get(UUID(swarm_id), projector_func=project)

@@ -41,6 +41,8 @@ from .loop_book import LoopBook, register_loops
 from .loop_driver import LoopDriver
 from .loop_model import LoopSession
 from .loop_views import loop_to_contract
+from .mail_book import MailBook, mail_to_contract, register_mail
+from .mail_model import Mailbox
 from .replay import replay
 from .steps import needs_driving
 from .swarm_book import SwarmBook, register_beads
@@ -173,6 +175,8 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
         if isinstance(domain_event, Swarm.Event):
             assert beads is not None
             return swarm_to_contract(domain_event, beads.epic_of, beads.at_event)
+        if isinstance(domain_event, Mailbox.Event):
+            return mail_to_contract(domain_event)
         return to_contract(domain_event)
 
     relay = EventRelay(app=app, nc=nc, to_contract=wire)
@@ -181,6 +185,7 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
     book = LoopBook(app=app, writer=writer, nc=nc, settings=settings)
     orchestrator.loops = book
     beads = SwarmBook(app=app, writer=writer)
+    mail = MailBook(app=app, writer=writer, nc=nc)
     leases = await open_leases(nc, settings)
     if leases is not None:
         beads.live_leases = leases.leases
@@ -199,6 +204,7 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
     register_lifecycle(service, orchestrator)
     register_loops(service, book)
     register_beads(service, beads)
+    register_mail(service, mail)
     driver = WorkflowDriver(nc=nc, orchestrator=orchestrator, settings=settings)
     loops = LoopDriver(nc=nc, book=book, settings=settings)
     swarms = SwarmDriver(nc=nc, book=beads, settings=settings, leases=leases)
