@@ -10,6 +10,7 @@ n of N, beads closed) and, when asked, the agents' text as it streams (from the 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +29,7 @@ __all__ = [
     "card_summary",
     "halt_hint",
     "parse_sse",
+    "printable",
     "render_event",
     "short_input",
 ]
@@ -93,9 +95,19 @@ def parse_sse(lines: Iterable[str]) -> Iterator[SseMessage | SseComment]:
 # --- formatting helpers ---------------------------------------------------------------------------------
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: Any) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``), so what a client stored can
+    never drive the terminal (ANSI sequences, NUL, bells); events recorded before the gateway refused
+    them still render safely."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
 def _cut(text: Any, limit: int = 100) -> str:
-    """One line of at most ``limit`` characters."""
-    one = " ".join(str(text).split())
+    """One line of at most ``limit`` characters, control characters escaped."""
+    one = printable(" ".join(str(text).split()))
     return one if len(one) <= limit else one[: limit - 1] + "…"
 
 

@@ -21,7 +21,7 @@ from .gateway_client import (
     connection_from_args,
     print_json,
 )
-from .render import approval_hint, card_summary, halt_hint
+from .render import approval_hint, card_summary, halt_hint, printable
 
 __all__ = ["bead_rows", "describe", "epic_get", "gateway_command", "is_bead_plan", "register", "show_lines"]
 
@@ -86,7 +86,7 @@ def cmd_list(client: GatewayClient, args: argparse.Namespace) -> int:
     if not items:
         print("no workflows")
         return 0
-    rows = [(w["id"], w["stage"], _status(w), w.get("updated_at", "")[:19].replace("T", " "), w["title"])
+    rows = [(w["id"], w["stage"], _status(w), w.get("updated_at", "")[:19].replace("T", " "), printable(w["title"]))
             for w in items]
     header = ("ID", "STAGE", "STATUS", "UPDATED (UTC)", "TITLE")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(4)]

@@ -7,13 +7,33 @@ from typing import Annotated
 import msgspec
 
 __all__ = [
+    "BRANCH_NAME",
+    "TEXT",
+    "TITLE",
     "ChannelSessionBody",
     "CreateWorkflowBody",
     "Health",
     "ServiceHealth",
     "SessionMessageBody",
     "StopSessionBody",
+    "Text",
+    "Title",
 ]
+
+# Control characters reach terminals raw (ANSI escapes, NUL): refused at the door. C0 and C1 both, since
+# \x9b is a CSI of its own in some terminals. Each pattern is unambiguous (a run of blanks, then one
+# non-blank character, then anything allowed), so matching is linear even on 100 000 characters.
+TITLE = r"^[^\S\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+"""One line with at least one visible character and no control character."""
+TEXT = (r"^[^\S\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f]"
+        r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$")
+"""Free text with at least one visible character; tab, newline and carriage return are the only controls."""
+BRANCH_NAME = r"^[^\x00-\x20\x7f~^:?*\[\\/.-][^\x00-\x20\x7f~^:?*\[\\]*$"
+"""What a pattern can say of git's ref-format rules (the gateway checks the rest: ``..``, ``.lock``, ``@{``, …)."""
+
+Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=TEXT)]
+Branch = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=BRANCH_NAME)]
 
 SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
 
@@ -21,13 +41,16 @@ SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a
 class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/workflows``. Unknown fields are refused so a typo never goes unnoticed."""
 
-    title: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-    request: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
-    repo: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
-    """Path of a local git repository (absolute, or relative to the gateway's working directory)."""
-    base_branch: Annotated[str, msgspec.Meta(min_length=1, max_length=250)] = "main"
-    branch: Annotated[str, msgspec.Meta(min_length=1, max_length=250)] | None = None
-    """The workflow branch to create (default ``autarch/<first 8 characters of the workflow id>``)."""
+    title: Title
+    request: Text
+    repo: Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00]*$")]
+    """The top of a git work tree with at least one commit (absolute, or relative to the gateway's working
+    directory); not ``/`` nor Autarch's data dir."""
+    base_branch: Branch = "main"
+    """An existing branch of ``repo``."""
+    branch: Branch | None = None
+    """The workflow branch to create (default ``autarch/<first 8 characters of the workflow id>``): a valid
+    git branch name, not the base branch."""
     script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
     """Scenario selector for the scripted model (tests and the demo); ignored by real models."""
 

@@ -11,6 +11,7 @@ from .agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScop
 from .base import Command, Query, Reply
 from .beads import SwarmView
 from .execution import HaltView, PreflightView, PulseRunView
+from .http import Text
 
 __all__ = [
     "ApproveBody",
@@ -158,7 +159,8 @@ class ApproveBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class RequestChangesBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/workflows/{id}/request-changes``."""
 
-    feedback: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+    feedback: Text
+    """What to change: at least one visible character; tab and newlines are the only control characters."""
 
 
 class FinishExecution(Command, kw_only=True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -27,6 +28,7 @@ from .control_routes import CONTROL_ROUTES
 from .diff_routes import DIFF_ROUTES
 from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
+from .input_rules import MAX_SEQUENCE, check_workflow_target, parse_sequence
 from .orchestrator_client import ask_orchestrator, nc_of
 from .params import bad_request, resolve_repo
 from .pulse_routes import PULSE_ROUTES
@@ -35,6 +37,8 @@ from .sse import end_streams_on_signals, event_stream
 from .workflow_routes import WORKFLOW_ROUTES
 
 __all__ = ["create_app"]
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 # Idempotency-Key → workflow id: the same key always names the same workflow.
 _IDEMPOTENCY_NS = uuid.UUID("6f0b7c1e-3a51-4d5e-9a57-5a3c2f0e8b11")
@@ -47,7 +51,13 @@ async def create_workflow(
     idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", required=False)] = None,
 ) -> WorkflowView:
     """Start a workflow for ``repo``. Send ``Idempotency-Key`` to make retries safe."""
+    if _CONTROL.search(data.title):
+        # The body's pattern says so too; this catches what Python's ``$`` lets through (a final newline).
+        raise bad_request("title must be one line without control characters", field="title")
     repo = resolve_repo(data.repo)
+    settings: GatewaySettings = state["settings"]
+    check_workflow_target(repo, given=data.repo, base_branch=data.base_branch, branch=data.branch,
+                          data_dir=settings.data_path)
     workflow_id = str(uuid.uuid5(_IDEMPOTENCY_NS, idempotency_key) if idempotency_key else uuid.uuid4())
     command = CreateWorkflow(
         workflow_id=workflow_id, title=data.title, request=data.request, repo=str(repo),
@@ -84,7 +94,8 @@ async def events(
     request: Request,
     state: State,
     workflow: Annotated[str | None, QueryParameter(description="Only this workflow's events")] = None,
-    since: Annotated[int | None, QueryParameter(ge=0, description="Resume after this sequence (0: all)")] = None,
+    since: Annotated[int | None, QueryParameter(ge=0, le=MAX_SEQUENCE,
+                                                description="Resume after this sequence (0: all)")] = None,
     deltas: Annotated[bool, QueryParameter(description="Also send the live token deltas (turn:message_delta, "
                                                        "turn:thought_delta), without id")] = True,
 ) -> ServerSentEvent:
@@ -97,9 +108,7 @@ async def events(
     after = since
     last_event_id = request.headers.get("last-event-id")
     if last_event_id:
-        if not last_event_id.isdigit():
-            raise bad_request(f"Last-Event-ID must be a stream sequence, got {last_event_id!r}", field="Last-Event-ID")
-        after = int(last_event_id)
+        after = parse_sequence(last_event_id, field="Last-Event-ID")
     if workflow is not None:
         try:
             workflow = str(uuid.UUID(workflow))

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException, ValidationException
 
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.runtime.errors import RemoteError
 
-__all__ = ["EXCEPTION_HANDLERS", "STATUS_OF", "error_response"]
+__all__ = ["EXCEPTION_HANDLERS", "STATUS_OF", "WWW_AUTHENTICATE", "error_response"]
+
+log = logging.getLogger(__name__)
+
+WWW_AUTHENTICATE = 'Bearer realm="autarch"'
+"""The challenge of every 401: the API takes a bearer token (``<data dir>/token``)."""
 
 STATUS_OF = {
     ErrorCode.BAD_REQUEST: 400,
@@ -35,9 +42,30 @@ def _validation(_: Request, exc: ValidationException) -> Response[ErrorReply]:
 
 
 def _http(_: Request, exc: HTTPException) -> Response[ErrorReply]:
-    code = {400: ErrorCode.BAD_REQUEST, 401: "unauthorized", 404: ErrorCode.NOT_FOUND, 405: "method_not_allowed"}
+    code = {400: ErrorCode.BAD_REQUEST, 401: "unauthorized", 404: ErrorCode.NOT_FOUND, 405: "method_not_allowed",
+            413: "too_large"}
     reply = ErrorReply(code=code.get(exc.status_code, "http_error"), message=str(exc.detail))
-    return error_response(reply, exc.status_code)
+    # The exception's headers are part of the answer: 405 carries ``Allow`` (RFC 9110 §15.5.6).
+    headers = dict(exc.headers or {})
+    if exc.status_code == 401:
+        # RFC 9110 §15.5.2: a 401 says which scheme would succeed.
+        headers.setdefault("WWW-Authenticate", WWW_AUTHENTICATE)
+    response = error_response(reply, exc.status_code)
+    response.headers.update(headers)
+    return response
+
+
+def _not_utf8(_: Request, exc: UnicodeDecodeError) -> Response[ErrorReply]:
+    # Litestar decodes a JSON body as UTF-8 before msgspec sees it (RFC 8259 §8.1: JSON is UTF-8).
+    reply = ErrorReply(code=ErrorCode.BAD_REQUEST, message=f"the body is not valid UTF-8: {exc.reason} at byte "
+                       f"{exc.start}", details={"field": "body"})
+    return error_response(reply, 400)
+
+
+def _unexpected(_: Request, exc: Exception) -> Response[ErrorReply]:
+    # A bug still answers in the one error shape; the traceback goes to the log, not to the client.
+    log.exception("unhandled error", exc_info=exc)
+    return error_response(ErrorReply(code=ErrorCode.INTERNAL, message="internal error; see the gateway's log"), 500)
 
 
 EXCEPTION_HANDLERS = {
@@ -46,4 +74,6 @@ EXCEPTION_HANDLERS = {
     NotAuthorizedException: _http,
     NotFoundException: _http,
     HTTPException: _http,
+    UnicodeDecodeError: _not_utf8,
+    Exception: _unexpected,
 }

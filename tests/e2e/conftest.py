@@ -109,3 +109,12 @@ def system(tmp_path: Path) -> Iterator[System]:
     yield sys_
     if sys_.proc is not None:
         sys_.stop()
+
+
+def work_tree(path: Path) -> Path:
+    """``path`` as a git work tree with one (empty) commit on ``main``: what a workflow may be created on."""
+    if not (path / ".git").exists():
+        git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "init"], check=True)
+    return path

@@ -17,7 +17,7 @@ from autarch.contracts.workflows import SubmitScope, WorkflowView
 from autarch.runtime.bus import connect
 from autarch.runtime.requests import request
 
-from .conftest import System
+from .conftest import System, work_tree
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ async def submit_scope(system: System, workflow_id: str, **over: Any) -> Workflo
 async def test_approve_request_changes_and_artifacts_over_http(system: System, tmp_path):
     async with httpx.AsyncClient(base_url=system.url, headers=system.headers, timeout=10) as http:
         created = (await http.post("/api/workflows", json={"title": "JWT", "request": "add JWT",
-                                                            "repo": str(tmp_path)})).json()
+                                                            "repo": str(work_tree(tmp_path))})).json()
         wf = created["id"]
         # Nothing awaits approval yet: 409 with the precise code, for both actions.
         r = await http.post(f"/api/workflows/{wf}/approve")
@@ -77,7 +77,7 @@ async def test_approve_request_changes_and_artifacts_over_http(system: System, t
 
 async def test_bad_requests_are_typed(system: System, tmp_path):
     async with httpx.AsyncClient(base_url=system.url, headers=system.headers, timeout=10) as http:
-        body = {"title": "t", "request": "r", "repo": str(tmp_path)}
+        body = {"title": "t", "request": "r", "repo": str(work_tree(tmp_path))}
         wf = (await http.post("/api/workflows", json=body)).json()["id"]
         missing = str(uuid.uuid4())
         for method, path, body in (

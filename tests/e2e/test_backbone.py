@@ -8,18 +8,19 @@ import os
 import signal
 import stat
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from .conftest import System, pid_alive
+from .conftest import System, pid_alive, work_tree
 
 pytestmark = pytest.mark.slow
 
 
 def _body(repo: str, **over: object) -> dict:
-    body = {"title": "JWT", "request": "add JWT validation to the API", "repo": repo}
+    body = {"title": "JWT", "request": "add JWT validation to the API", "repo": str(work_tree(Path(repo)))}
     body.update(over)
     return body
 

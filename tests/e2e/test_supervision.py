@@ -25,7 +25,7 @@ import pytest
 from autarch.cli.gateway_client import CliError, Connection, GatewayClient
 from autarch.cli.watch_cmd import follow
 
-from .conftest import System, pid_alive
+from .conftest import System, pid_alive, work_tree
 from .test_approvals import submit_scope
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ RECONNECT_FOR = 6
 
 
 def _body(repo: Path, title: str) -> dict[str, str]:
-    return {"title": title, "request": "add JWT validation to the API", "repo": str(repo)}
+    return {"title": title, "request": "add JWT validation to the API", "repo": str(work_tree(repo))}
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:

@@ -43,6 +43,7 @@ REQUEST_TIMEOUT = 2.0
 class Gateway:
     url: str
     token: str
+    data_dir: str = ""
 
     @property
     def headers(self) -> dict[str, str]:
@@ -66,7 +67,7 @@ async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> Asyn
         if task.done() or time.monotonic() > deadline:
             raise RuntimeError(f"gateway did not start: {task.exception() if task.done() else 'timeout'}")
         await asyncio.sleep(0.02)
-    yield Gateway(url=f"http://127.0.0.1:{port}", token=(data / "token").read_text().strip())
+    yield Gateway(url=f"http://127.0.0.1:{port}", token=(data / "token").read_text().strip(), data_dir=str(data))
     server.should_exit = True
     await task
 
