@@ -27,6 +27,8 @@ __all__ = [
     "CompleteReviewArgs",
     "EditFileArgs",
     "EditOperation",
+    "FetchInboxArgs",
+    "FetchTopicArgs",
     "GetDiffArgs",
     "GetScopeCardArgs",
     "GlobSearchArgs",
@@ -35,8 +37,10 @@ __all__ = [
     "MultiEditArgs",
     "ReadFileArgs",
     "RecordBaselineArgs",
+    "ReplyMessageArgs",
     "SearchHistoryArgs",
     "SemanticSearchArgs",
+    "SendMessageArgs",
     "ShellArgs",
     "TakeNoteArgs",
     "ToolArgs",
@@ -261,3 +265,47 @@ class CompleteReviewArgs(ToolArgs, kw_only=True):
     reason: ReviewReason
     recommendation: Annotated[str, Meta(description="The recommendation: approve, reject, or manual_review")]
     summary: Annotated[str, Meta(description="A summary explanation for the recommendation")]
+
+
+# --- coordination mail (seed 002: send_message, reply_message, fetch_inbox, fetch_topic; the seed's names) ----
+
+ProjectKey = Annotated[
+    str | None,
+    Meta(description="The project (your epic): leave it out, or give the project root path or the epic id; "
+                     "it is always your own epic"),
+]
+SenderName = Annotated[str | None, Meta(description="Your agent mail name (it must be yours; default: yours)")]
+AgentMailName = Annotated[str, Meta(min_length=1, max_length=64, description="A registered agent name")]
+
+
+class SendMessageArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    to: Annotated[list[AgentMailName], Meta(min_length=1, max_length=64,
+                                            description='Recipients\' agent names, e.g. ["coordinator"]')]
+    subject: Annotated[str, Meta(min_length=1, max_length=500, description="The message's subject line")]
+    body_md: Annotated[str, Meta(min_length=1, description="The message, in Markdown")]
+    project_key: ProjectKey = None
+    sender_name: SenderName = None
+    thread_id: Annotated[str | None, Meta(description="The thread (default: the epic id)")] = None
+    topic: Annotated[str | None, Meta(description="The topic tag (default: epic-<EPIC_ID>)")] = None
+
+
+class ReplyMessageArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    message_id: Annotated[str, Meta(min_length=1, description="The message you answer")]
+    body_md: Annotated[str, Meta(min_length=1, description="The reply, in Markdown")]
+    project_key: ProjectKey = None
+    sender_name: SenderName = None
+
+
+class FetchInboxArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    project_key: ProjectKey = None
+    agent_name: Annotated[str | None, Meta(description="Your agent mail name (default: yours)")] = None
+    topic: Annotated[str | None, Meta(description="Only messages on this topic (e.g. epic-<EPIC_ID>)")] = None
+
+
+class FetchTopicArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    topic_name: Annotated[str, Meta(min_length=1, description="The topic, e.g. epic-<EPIC_ID>")]
+    project_key: ProjectKey = None

@@ -62,6 +62,10 @@ TOOL_ARGUMENTS: dict[str, type[a.ToolArgs]] = {
     "add_file_comment": a.AddFileCommentArgs,
     "add_review_comment": a.AddReviewCommentArgs,
     "complete_review": a.CompleteReviewArgs,
+    "send_message": a.SendMessageArgs,
+    "reply_message": a.ReplyMessageArgs,
+    "fetch_inbox": a.FetchInboxArgs,
+    "fetch_topic": a.FetchTopicArgs,
 }
 """Every executable tool and the Struct its arguments decode into."""
 
@@ -77,6 +81,8 @@ MUTATING_TOOLS = frozenset(
         "add_file_comment",
         "add_review_comment",
         "complete_review",
+        "send_message",
+        "reply_message",
     }
 )
 """Tools with an effect: a repeated call (same session and tool-call id) replays the recorded result."""
@@ -91,6 +97,8 @@ SUCCESS_SHAPED_TOOLS = frozenset(
         "add_file_comment",
         "add_review_comment",
         "complete_review",
+        "send_message",
+        "reply_message",
     }
 )
 """Tools whose errors take the seed's ``{"success": false, "error": …}`` shape; the rest use ``{"error": …}``."""
@@ -253,6 +261,20 @@ _COMPLETE_REVIEW = """Complete the review with a recommendation and summary.
 Call this tool once after adding all comments to finalize the review.
 The recommendation must be one of: approve, reject, or manual_review."""
 
+_SEND_MESSAGE = """Send coordination mail to other agents of your swarm (your epic's thread).
+Use it for the startup acknowledgment, file conflicts, completion reports and handoffs, addressed to the
+coordinator (agent name "coordinator") or to other workers by their agent mail name.
+You always send as yourself; project_key is always your own epic.
+Mail sent to you is delivered into your conversation automatically; fetch_inbox shows it again."""
+
+_REPLY_MESSAGE = """Reply to a coordination message in its thread: the reply goes to the message's sender,
+with the same topic."""
+
+_FETCH_INBOX = """List the coordination mail addressed to you (optionally only one topic, e.g. epic-<EPIC_ID>),
+oldest first."""
+
+_FETCH_TOPIC = """List every coordination message on a topic of your epic (the epic timeline), oldest first."""
+
 DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("semantic_search", "base"): _SEMANTIC_SEARCH,
     ("semantic_search", "pulsing"): _SEMANTIC_SEARCH_PULSING,
@@ -277,6 +299,10 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("add_file_comment", "base"): _ADD_FILE_COMMENT,
     ("add_review_comment", "base"): _ADD_REVIEW_COMMENT,
     ("complete_review", "base"): _COMPLETE_REVIEW,
+    ("send_message", "base"): _SEND_MESSAGE,
+    ("reply_message", "base"): _REPLY_MESSAGE,
+    ("fetch_inbox", "base"): _FETCH_INBOX,
+    ("fetch_topic", "base"): _FETCH_TOPIC,
 }
 """LLM description of each (tool, variant); the seed's text verbatim."""
 
@@ -289,6 +315,9 @@ _BASE = (
     ("take_note", "base"),
     ("web_code_search", "base"),
 )
+
+
+_MAIL = (("send_message", "base"), ("reply_message", "base"), ("fetch_inbox", "base"), ("fetch_topic", "base"))
 
 
 def _with(tools: tuple[tuple[str, str], ...], **variants: str) -> tuple[tuple[str, str], ...]:
@@ -307,6 +336,9 @@ ROLE_TOOLS: dict[str, tuple[tuple[str, str], ...]] = {
         ("edit_file", "base"),
         ("multi_edit", "base"),
         ("shell", "pulsing"),
+        # Seed 002's coordination mail. The catalog has no per-session sets, so every pulsing agent is offered
+        # them; a session that is no swarm worker (no epic, no registered name) gets an error saying so.
+        *_MAIL,
     ),
     "loop": (
         # A Pulse Protocol iteration (seed 001): the pulsing tools (take_note is in the base set) and the search

@@ -9,9 +9,10 @@ read and act on.
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
-from autarch.contracts import git, indexer
+from autarch.contracts import git, indexer, mail
 from autarch.contracts import orchestrator_tools as fx
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.tool_args import (
@@ -19,11 +20,15 @@ from autarch.contracts.tool_args import (
     AddLineCommentArgs,
     AddReviewCommentArgs,
     CompleteReviewArgs,
+    FetchInboxArgs,
+    FetchTopicArgs,
     GetDiffArgs,
     GetScopeCardArgs,
     RecordBaselineArgs,
+    ReplyMessageArgs,
     SearchHistoryArgs,
     SemanticSearchArgs,
+    SendMessageArgs,
     TakeNoteArgs,
 )
 from autarch.runtime.errors import RemoteError
@@ -36,11 +41,15 @@ __all__ = [
     "add_line_comment",
     "add_review_comment",
     "complete_review",
+    "fetch_inbox",
+    "fetch_topic",
     "get_diff",
     "get_scope_card",
     "record_baseline",
+    "reply_message",
     "search_history",
     "semantic_search",
+    "send_message",
     "take_note",
 ]
 
@@ -319,3 +328,98 @@ async def semantic_search(ctx: ToolContext, args: SemanticSearchArgs) -> Any:
         for hit in reply.results[: args.max_results]
         if not is_sensitive_path(hit.file_path)
     ]
+
+
+# --- coordination mail (seed 002) -----------------------------------------------------------------------------
+
+_NOT_A_WORKER = ("Coordination mail is only available to swarm workers: this session has no epic and no "
+                 "registered agent mail name")
+
+
+def _mail_scope(ctx: ToolContext, project_key: str | None) -> tuple[str, str] | str:
+    """(epic, the caller's registered name), or the error text: the epic is always the session's own."""
+    epic, holder = ctx.call.workflow_id, ctx.call.lease_holder
+    if not epic or not holder:
+        return _NOT_A_WORKER
+    key = (project_key or "").strip().removeprefix("epic-")
+    try:
+        named = str(uuid.UUID(key)) if key else None
+    except ValueError:
+        named = None  # a project root path (the seed's "<project-root-path>"): the session's own project
+    if named is not None and named != str(uuid.UUID(epic)):
+        return f"project_key {project_key!r} names another epic; you can only use your own epic ({epic})"
+    return epic, holder
+
+
+def _message(m: mail.MailMessage) -> dict[str, Any]:
+    return {"message_id": m.message_id, "thread_id": m.thread_id, "topic": m.topic, "from": m.sender, "to": m.to,
+            "subject": m.subject, "body_md": m.body_md, "reply_to": m.reply_to, "created_at": m.created_at.isoformat()}
+
+
+def _not_yours(given: str | None, holder: str) -> str | None:
+    if given is not None and given.strip() and given.strip() != holder:
+        return f"You can only send as yourself: your agent mail name is {holder!r}, not {given!r}"
+    return None
+
+
+async def send_message(ctx: ToolContext, args: SendMessageArgs) -> Any:
+    scope = _mail_scope(ctx, args.project_key)
+    if isinstance(scope, str):
+        return {"success": False, "error": scope}
+    epic, holder = scope
+    if (refused := _not_yours(args.sender_name, holder)) is not None:
+        return {"success": False, "error": refused}
+    command = mail.SendMail(project_key=epic, sender_name=holder, to=list(args.to), thread_id=args.thread_id,
+                            topic=args.topic, subject=args.subject, body_md=args.body_md,
+                            idempotency_key=ctx.idempotency_key)
+    try:
+        sent = await ctx.forwarder.send("orchestrator", mail.SEND_MAIL_VERB, command, mail.MailMessage)
+    except RemoteError as exc:
+        return {"success": False, "error": _unreachable("send the message", exc)}
+    return {"success": True, "message_id": sent.message_id, "thread_id": sent.thread_id, "topic": sent.topic}
+
+
+async def reply_message(ctx: ToolContext, args: ReplyMessageArgs) -> Any:
+    scope = _mail_scope(ctx, args.project_key)
+    if isinstance(scope, str):
+        return {"success": False, "error": scope}
+    epic, holder = scope
+    if (refused := _not_yours(args.sender_name, holder)) is not None:
+        return {"success": False, "error": refused}
+    command = mail.ReplyMail(project_key=epic, message_id=args.message_id, sender_name=holder, body_md=args.body_md,
+                             idempotency_key=ctx.idempotency_key)
+    try:
+        sent = await ctx.forwarder.send("orchestrator", mail.REPLY_MAIL_VERB, command, mail.MailMessage)
+    except RemoteError as exc:
+        if exc.code == ErrorCode.NOT_FOUND:
+            return {"success": False, "error": f"Message not found: {args.message_id}"}
+        return {"success": False, "error": _unreachable("send the reply", exc)}
+    return {"success": True, "message_id": sent.message_id, "thread_id": sent.thread_id, "to": sent.to}
+
+
+async def fetch_inbox(ctx: ToolContext, args: FetchInboxArgs) -> Any:
+    scope = _mail_scope(ctx, args.project_key)
+    if isinstance(scope, str):
+        return {"error": scope}
+    epic, holder = scope
+    if args.agent_name is not None and args.agent_name.strip() and args.agent_name.strip() != holder:
+        return {"error": f"You can only read your own inbox: your agent mail name is {holder!r}"}
+    query = mail.FetchInbox(project_key=epic, agent_name=holder, topic=args.topic, session_id=ctx.call.session_id)
+    try:
+        found = await ctx.forwarder.send("orchestrator", mail.FETCH_INBOX_VERB, query, mail.MailList)
+    except RemoteError as exc:
+        return {"error": _unreachable("read the inbox", exc)}
+    return {"agent_name": holder, "messages": [_message(m) for m in found.messages]}
+
+
+async def fetch_topic(ctx: ToolContext, args: FetchTopicArgs) -> Any:
+    scope = _mail_scope(ctx, args.project_key)
+    if isinstance(scope, str):
+        return {"error": scope}
+    epic, _ = scope
+    query = mail.FetchTopic(project_key=epic, topic_name=args.topic_name)
+    try:
+        found = await ctx.forwarder.send("orchestrator", mail.FETCH_TOPIC_VERB, query, mail.MailList)
+    except RemoteError as exc:
+        return {"error": _unreachable("read the topic", exc)}
+    return {"topic": args.topic_name, "messages": [_message(m) for m in found.messages]}

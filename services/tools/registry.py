@@ -29,6 +29,10 @@ HANDLERS: dict[str, Handler] = {
     "add_file_comment": forwarded.add_file_comment,
     "add_review_comment": forwarded.add_review_comment,
     "complete_review": forwarded.complete_review,
+    "send_message": forwarded.send_message,
+    "reply_message": forwarded.reply_message,
+    "fetch_inbox": forwarded.fetch_inbox,
+    "fetch_topic": forwarded.fetch_topic,
 }
 
 assert HANDLERS.keys() == TOOL_ARGUMENTS.keys(), "every tool of the catalog needs a handler"
