@@ -29,6 +29,7 @@ from .diff_routes import DIFF_ROUTES
 from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
 from .input_rules import MAX_SEQUENCE, check_workflow_target, parse_sequence
+from .openapi import complete_allow_header, make_document_true
 from .orchestrator_client import ask_orchestrator, nc_of
 from .params import bad_request, resolve_repo
 from .pulse_routes import PULSE_ROUTES
@@ -156,13 +157,14 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
             undo_signals()
             await close_quietly(app.state["nc"])
 
-    return Litestar(
+    return make_document_true(Litestar(
         route_handlers=[
             create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
             *SESSION_ROUTES, *PULSE_ROUTES, *BEAD_ROUTES, events, healthz,
         ],
         guards=[token_guard(token)],
         exception_handlers=EXCEPTION_HANDLERS,
+        before_send=[complete_allow_header],
         lifespan=[nats_connection],
         state=State({"settings": settings, "expected_services": expected_services}),
         openapi_config=OpenAPIConfig(
@@ -174,4 +176,4 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
             use_handler_docstrings=True,
             render_plugins=[SwaggerRenderPlugin()],
         ),
-    )
+    ))

@@ -69,12 +69,16 @@ def resolve_repo(given: str, *, git: bool = False, field: str = "repo") -> Path:
 
     With ``git``, the directory must be the top of a git repository or worktree (it has ``.git``).
     """
-    repo = Path(given).expanduser()
-    if not repo.is_absolute():
-        repo = Path.cwd() / repo
-    if not repo.is_dir():
-        raise bad_request(f"{field} {given!r} is not a directory", field=field)
-    repo = repo.resolve()
+    try:
+        repo = Path(given).expanduser()
+        if not repo.is_absolute():
+            repo = Path.cwd() / repo
+        if not repo.is_dir():
+            raise bad_request(f"{field} {given!r} is not a directory", field=field)
+        repo = repo.resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        # A name too long, a symlink loop, an unknown ~user: the path names no directory either.
+        raise bad_request(f"{field} {given!r} is not a usable path: {exc}", field=field) from None
     if git and not (repo / ".git").exists():
         raise bad_request(f"{field} {given!r} is not a git repository (no .git in {repo})", field=field)
     return repo

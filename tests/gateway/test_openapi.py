@@ -49,3 +49,41 @@ async def test_every_route_is_documented(gateway: Gateway):
     deltas = next(p for p in events["parameters"] if p["name"] == "deltas")
     assert (deltas["in"], deltas["schema"]["type"]) == ("query", "boolean") and "turn:message_delta" in deltas[
         "description"]
+
+
+async def test_the_document_tells_the_truth(gateway: Gateway):
+    async with gateway.client() as http:
+        schema = (await http.get("/schema/openapi.json")).json()
+    assert schema["components"]["securitySchemes"]["bearer"] == {
+        "type": "http", "scheme": "bearer", "description": "The token in `<data dir>/token` (created at first start)."}
+    assert schema["security"] == [{"bearer": []}]
+    assert schema["paths"]["/healthz"]["get"]["security"] == []
+    error = {"$ref": "#/components/schemas/ErrorReply"}
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            for status, response in operation["responses"].items():
+                for media in response.get("content", {}).values():
+                    # No reply is documented as "anything" (Litestar's oneOf: [X, {}]).
+                    assert {} not in media["schema"].get("oneOf", []), (path, method, status)
+                if int(status) >= 400:
+                    assert response["content"]["application/json"]["schema"] == error, (path, method, status)
+            if path != "/healthz":
+                assert "401" in operation["responses"] and "WWW-Authenticate" in operation["responses"]["401"][
+                    "headers"]
+            if "{" in path:
+                assert "404" in operation["responses"], (path, method)
+    assert schema["components"]["schemas"]["ErrorReply"]["required"] == ["code", "message"]
+    assert schema["components"]["schemas"]["CreateWorkflowBody"]["additionalProperties"] is False
+    # Optional bodies are optional; required ones required.
+    assert schema["paths"]["/api/workflows/{workflow_id}/approve"]["post"]["requestBody"]["required"] is False
+    assert schema["paths"]["/api/workflows"]["post"]["requestBody"]["required"] is True
+    events = schema["paths"]["/api/events"]["get"]
+    assert "text/event-stream" in events["responses"]["200"]["content"]
+    assert {"Last-Event-ID", "since", "workflow"} <= {p["name"] for p in events["parameters"]}
+    assert {"bearer": []} in events["security"] and {"accessToken": []} in events["security"]
+
+
+async def test_options_allow_lists_every_method_of_the_path(gateway: Gateway):
+    async with gateway.client() as http:
+        reply = await http.options("/api/workflows")
+    assert {m.strip() for m in reply.headers["allow"].split(",")} == {"GET", "POST", "OPTIONS"}

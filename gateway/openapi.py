@@ -1,0 +1,233 @@
+"""The OpenAPI document made true: what Litestar generates, corrected with what the gateway really does.
+
+Litestar documents a reply typed ``X | Response[ErrorReply]`` as ``oneOf: [X, {}]`` (which no reply
+satisfies, since ``{}`` matches everything too), its own validation body for 400, every request body as
+required, and knows nothing of the bearer token, of ``forbid_unknown_fields`` or of the SSE stream. The
+routes stay as they are written; this module rewrites the generated document once, from the routes'
+own declarations (their ``opt``, their ``data`` default), so the document cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+import pkgutil
+from typing import Any
+
+import msgspec
+from litestar import Litestar
+from litestar._openapi.plugin import OpenAPIPlugin
+from litestar.datastructures import MutableScopeHeaders
+from litestar.routes import HTTPRoute
+from litestar.types import Message, Scope
+
+import autarch.contracts as contracts_pkg
+from autarch.contracts.errors import ErrorReply
+
+from .errors import WWW_AUTHENTICATE
+from .params import CHANNEL_ID
+
+__all__ = ["allowed_methods", "complete_allow_header", "make_document_true", "truthful_document"]
+
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
+"""What the gateway takes as an id (hyphens optional, any case); anything else names nothing (404)."""
+
+_UUID_PARAMS = {"workflow_id", "session_id"}
+"""Path parameters that are UUIDs; the others are free strings the services look up."""
+
+_UUID_QUERY = {"workflow", "workflow_id"}
+"""Query parameters that name a workflow (anything else is a 400)."""
+
+_ERRORS = {
+    400: "Malformed body, parameter or header, or a rule of the input refused (`bad_request`); "
+         "`details.field` names the culprit",
+    401: "Missing or wrong bearer token (`unauthorized`); the `WWW-Authenticate` header names the scheme",
+    404: "Unknown or malformed id (`not_found`, or a domain code such as `no_branch`)",
+    409: "Not possible in the current state; the `code` says why (`conflict`, `not_awaiting_approval`, "
+         "`wrong_stage`, `not_halted`, `wrong_halt`, `not_running`, `finished`, …)",
+    500: "A bug, or a service answered with a code the gateway does not know (`internal` or that code)",
+    503: "No service answered (`unavailable`): retry",
+    504: "The service did not answer in time (`timeout`): retry if the request is idempotent",
+}
+
+_ERROR_REF = {"$ref": "#/components/schemas/ErrorReply"}
+
+
+def _error_response(status: int, description: str | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description or _ERRORS[status],
+                                "content": {"application/json": {"schema": _ERROR_REF}}}
+    if status == 401:
+        response["headers"] = {"WWW-Authenticate": {"description": f"Always `{WWW_AUTHENTICATE}`",
+                                                    "schema": {"type": "string"}}}
+    return response
+
+
+def _contract_structs() -> dict[str, type[msgspec.Struct]]:
+    """Every Struct of ``autarch.contracts`` by class name (the name Litestar gives its component)."""
+    found: dict[str, type[msgspec.Struct]] = {}
+    for info in pkgutil.iter_modules(contracts_pkg.__path__):
+        module = importlib.import_module(f"{contracts_pkg.__name__}.{info.name}")
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and issubclass(obj, msgspec.Struct) and obj.__module__ == module.__name__:
+                found.setdefault(name, obj)
+    return found
+
+
+def _msgspec_components(schemas: dict[str, Any]) -> None:
+    """Replace Litestar's component of each contract Struct by msgspec's own schema of it.
+
+    Litestar drops the constraints of items (``list[NonEmpty]`` becomes a list of any strings) and knows
+    nothing of ``forbid_unknown_fields``; msgspec's schema is what its decoder enforces.
+    """
+    structs = _contract_structs()
+    wanted = [structs[name] for name in schemas if name in structs]
+    _, components = msgspec.json.schema_components(wanted, ref_template="#/components/schemas/{name}")
+    for name, schema in components.items():
+        kind = structs.get(name)
+        if kind is not None and kind.__struct_config__.forbid_unknown_fields and schema.get("type") == "object":
+            schema["additionalProperties"] = False
+        schemas[name] = schema
+
+
+def _drop_anything(schema: dict[str, Any]) -> dict[str, Any]:
+    """``oneOf: [X, {}]`` → ``X``: the ``{}`` stands for the error branch, documented under its own status."""
+    options = schema.get("oneOf")
+    if isinstance(options, list) and {} in options:
+        kept = [o for o in options if o != {}]
+        return kept[0] if len(kept) == 1 else {**schema, "oneOf": kept}
+    return schema
+
+
+def _handlers(app: Litestar) -> dict[tuple[str, str], Any]:
+    found = {}
+    for route in app.routes:
+        if isinstance(route, HTTPRoute):
+            for handler in route.route_handlers:
+                for method in handler.http_methods:
+                    found[(route.path_format, method.lower())] = handler
+    return found
+
+
+def _events_operation(operation: dict[str, Any]) -> None:
+    operation["responses"]["200"] = {
+        "description": "A stream of Server-Sent Events (`text/event-stream`) that stays open: each recorded event "
+                       "as `event: <type>` (seed 003's names, `workflow:created`, …), `id: <stream sequence>` and "
+                       "`data: <the event as JSON>` (see `docs/contracts/schemas/events.AnyEvent.json`); live "
+                       "deltas without `id:`; comments (`: connected`, `: keep-alive`, `: gateway stopping`).",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    params = operation.setdefault("parameters", [])
+    for param in params:
+        if param["name"] == "workflow":
+            param["schema"] = {"type": "string", "pattern": UUID_PATTERN}
+    params.append({
+        "name": "Last-Event-ID", "in": "header", "required": False,
+        "description": "Resume right after this stream sequence (wins over `since`); what an EventSource sends "
+                       "when it reconnects.",
+        "schema": {"type": "string", "pattern": r"^[0-9]{1,19}$", "maxLength": 19},
+    })
+    params.append({
+        "name": "access_token", "in": "query", "required": False,
+        "description": "The bearer token, for EventSource clients that cannot set headers.",
+        "schema": {"type": "string"},
+    })
+
+
+def truthful_document(generated: dict[str, Any], app: Litestar) -> dict[str, Any]:
+    """The generated document corrected (see the module's docstring); ``generated`` is left as it was."""
+    doc = copy.deepcopy(generated)
+    components = doc.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    schemas["ErrorReply"] = msgspec.json.schema_components([ErrorReply], ref_template="#/components/schemas/{name}")[
+        1]["ErrorReply"]
+    _msgspec_components(schemas)
+    components["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer",
+                   "description": "The token in `<data dir>/token` (created at first start)."},
+        "accessToken": {"type": "apiKey", "in": "query", "name": "access_token",
+                        "description": "The same token as a query parameter; only `/api/events` takes it."},
+    }
+    doc["security"] = [{"bearer": []}]
+    handlers = _handlers(app)
+    for path, methods in doc.get("paths", {}).items():
+        for method, operation in methods.items():
+            handler = handlers.get((path, method))
+            opt = handler.opt if handler is not None else {}
+            responses = operation.setdefault("responses", {})
+            for response in responses.values():
+                for media in response.get("content", {}).values():
+                    if "schema" in media:
+                        media["schema"] = _drop_anything(media["schema"])
+            if opt.get("no_auth"):
+                operation["security"] = []
+                continue
+            if opt.get("query_token"):
+                operation["security"] = [{"bearer": []}, {"accessToken": []}]
+            statuses = {400, 401, 500, 503, 504}
+            if "{" in path:
+                statuses.add(404)
+            if method in ("post", "patch", "put", "delete"):
+                statuses.add(409)
+            for status in sorted(statuses):
+                existing = responses.get(str(status))
+                description = existing.get("description") if existing and status != 400 else None
+                responses[str(status)] = _error_response(status, description)
+            body = operation.get("requestBody")
+            if body is not None and handler is not None:
+                data = handler.parsed_fn_signature.parameters.get("data")
+                # ``data: JSONBody[X | None] = None``: the route works without a body.
+                body["required"] = not (data is not None and data.has_default)
+            for param in operation.get("parameters", []):
+                if param.get("in") == "query" and param["name"] in _UUID_QUERY:
+                    param["schema"] = {"type": "string", "pattern": UUID_PATTERN}
+                if param.get("in") != "path":
+                    continue
+                if param["name"] in _UUID_PARAMS:
+                    param["schema"] = {"type": "string", "pattern": UUID_PATTERN}
+                elif param["name"] == "channel_id":
+                    param["schema"] = {"type": "string", "pattern": CHANNEL_ID.pattern}
+            if path == "/api/events":
+                _events_operation(operation)
+    return doc
+
+
+def allowed_methods(app: Litestar) -> dict[str, str]:
+    """The ``Allow`` value of each path template: every method any of its handlers takes, and OPTIONS."""
+    methods: dict[str, set[str]] = {}
+    for (path, method) in _handlers(app):
+        methods.setdefault(path, {"OPTIONS"}).add(method.upper())
+    return {path: ", ".join(sorted(names)) for path, names in methods.items()}
+
+
+async def complete_allow_header(message: Message, scope: Scope) -> None:
+    """``before_send`` hook: an OPTIONS answer's ``Allow`` lists every method of the path (RFC 9110 §10.2.1).
+
+    Litestar answers OPTIONS from the handlers registered together, so a path served by two handlers
+    (``GET`` and ``POST /api/workflows``) would announce only one of them.
+    """
+    if message["type"] != "http.response.start" or scope.get("method") != "OPTIONS":
+        return
+    allow = allowed_methods(scope["app"]).get(scope.get("path_template", ""))
+    if allow:
+        MutableScopeHeaders.from_message(message)["allow"] = allow
+
+
+class _TruthfulOpenAPIPlugin(OpenAPIPlugin):
+    """Litestar's OpenAPI plugin serving :func:`truthful_document` (same slots: swapped in place)."""
+
+    __slots__ = ()
+
+    def provide_openapi_schema(self) -> dict[str, Any]:
+        if not self._openapi_schema:
+            self._openapi_schema = truthful_document(self.provide_openapi().to_schema(), self.app)
+        return self._openapi_schema
+
+
+def make_document_true(app: Litestar) -> Litestar:
+    """Make ``app`` serve the corrected document at ``/schema/openapi.json`` (and to its Swagger page)."""
+    plugin = app.plugins.get(OpenAPIPlugin)
+    # Litestar builds its plugin inside ``Litestar.__init__`` with no hook on the finished document;
+    # the subclass adds no state, so changing the instance's class is safe.
+    plugin.__class__ = _TruthfulOpenAPIPlugin
+    return app
