@@ -99,6 +99,8 @@ class Turn:
         self.completed_at: datetime | None = None
         self.elided_through = -1
         """The last reply whose long tool results are sent as stubs (in-turn compaction; -1: none)."""
+        self.mail: list[tuple[int, dict[str, Any]]] = []
+        """Coordination mail pushed into this turn: (the reply it came before, its text block)."""
 
     @property
     def running(self) -> bool:
@@ -139,6 +141,8 @@ class Session(Aggregate):
         self.usage = TurnUsage()
         self.cost_usd = 0.0
         self.completion_rejections = 0
+        self.mail_received: set[str] = set()
+        """Ids of the coordination messages this session has been given (each only once)."""
 
     # --- turns -----------------------------------------------------------------------------------------
 
@@ -185,6 +189,12 @@ class Session(Aggregate):
         turn.violations.append(f"{call.name}: {rule}")
         if rule == COMPLETION_REJECTED:
             self.completion_rejections += 1
+
+    @event("MailReceived")
+    def receive_mail(self, *, turn_id: str, step: int, message_ids: list[str], block: dict[str, Any]) -> None:
+        """Coordination mail given to the worker: ``block`` goes into the user message before reply ``step``."""
+        self._turn(turn_id).mail.append((step, block))
+        self.mail_received.update(message_ids)
 
     @event("ToolStarted")
     def start_tool(self, *, turn_id: str, tool_use_id: str, name: str, input: Any) -> None:

@@ -43,6 +43,7 @@ from .budget import WorkflowBudget
 from .contract_events import ContractMapper
 from .domainmodel import Session
 from .lease_renewal import renewing_leases
+from .mail_push import MailPush
 from .model_client import ModelClient
 from .pacing import PacedRelay
 from .tool_cancel import STOP_TURN
@@ -74,6 +75,8 @@ class AgentRunner:
         self._shutting_down = False
         self.leases: LeaseTable | None = None
         """The swarm's lease table: a turn of a lease holder's session renews the holder's leases in it."""
+        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0))
+        self.deps.before_model = self.mail.deliver
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -192,6 +195,7 @@ class AgentRunner:
             if command.close and not session.closed:
                 session.close(reason=command.reason)
                 await self.save(session)
+                await self.mail.unwatch(session)
             return SessionStopped(session_id=sid, turn_id=turn_id, closed=session.closed)
 
     async def get_session(self, query: GetSession) -> SessionView:
@@ -243,6 +247,7 @@ class AgentRunner:
     async def _drive(self, loop: TurnLoop) -> None:
         session = loop.session
         try:
+            await self.mail.watch(session)
             async with renewing_leases(self.leases, scope=session.workflow_id, holder=session.lease_holder,
                                        ttl=self.settings.lease_ttl):
                 await loop.run(record_cancel=lambda: not self._shutting_down)
@@ -289,6 +294,7 @@ async def open_runner(
     async def stop() -> None:
         await service.stop()
         await runner.shutdown()
+        await runner.mail.close()
         # Stop the relay's loop first (it finishes its round in flight), then publish what is left: a last
         # round beside the loop's own would record the same tracking position twice.
         await relay.stop()

@@ -64,6 +64,11 @@ def _results(turn: Turn, reply: Reply, *, elided: bool) -> list[dict[str, Any]]:
     return blocks
 
 
+def _mail(turn: Turn, step: int) -> list[dict[str, Any]]:
+    # Mail pushed before reply ``step`` follows that reply's prompt (the opening, or the previous results).
+    return [block for at, block in turn.mail if at == step]
+
+
 def _assistant_content(reply: Reply) -> list[dict[str, Any]]:
     # The API refuses an empty assistant message; an empty reply (max_tokens 0, a refusal) still counts.
     return reply.content or [{"type": "text", "text": "(no content)"}]
@@ -83,6 +88,7 @@ def build_messages(session: Session, *, current: Turn) -> list[dict[str, Any]]:
         if turn.notes:
             opening.append(notes_block(turn.notes))
         opening.append({"type": "text", "text": turn.text})
+        opening.extend(_mail(turn, 0))
         if messages and messages[-1]["role"] == "user":
             messages[-1]["content"].extend(opening)
         else:
@@ -91,7 +97,7 @@ def build_messages(session: Session, *, current: Turn) -> list[dict[str, Any]]:
         elided = turn.elided_through
         for n, reply in enumerate(turn.replies):
             messages.append({"role": "assistant", "content": _assistant_content(reply)})
-            results = _results(turn, reply, elided=n <= elided)
+            results = [*_results(turn, reply, elided=n <= elided), *_mail(turn, n + 1)]
             if n < last or turn is current:
                 if results:
                     messages.append({"role": "user", "content": results})

@@ -120,6 +120,8 @@ class RunnerDeps:
     """Called after each reply is recorded, with the time it was recorded (``perf_counter``): metrics."""
     on_model_wait: Callable[[], None] | None = None
     """Called when a model request is on the wire and the turn waits for its reply (the relay's moment)."""
+    before_model: Callable[[Session, Turn], Awaitable[None]] | None = None
+    """Called before each model call's request is built (``mail_push``: a worker's new coordination mail)."""
 
 
 class TurnLoop:
@@ -193,6 +195,8 @@ class TurnLoop:
             session.elide_results(turn_id=turn.turn_id, through_step=step,
                                   context_tokens=session.last_context_tokens())
             await self.deps.save(session)
+        if self.deps.before_model is not None:
+            await self.deps.before_model(session, turn)
         messages = build_messages(session, current=turn)
         self._where = f"model call {len(turn.replies) + 1}"
         self._partial = []
