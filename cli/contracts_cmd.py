@@ -13,7 +13,7 @@ import msgspec
 
 import autarch.contracts as contracts_pkg
 
-__all__ = ["all_contracts", "export_schemas", "register"]
+__all__ = ["SCHEMA_BASE", "all_contracts", "export_schemas", "published_schema", "register", "schema_version"]
 
 
 def all_contracts() -> dict[str, type[msgspec.Struct]]:
@@ -37,9 +37,39 @@ def export_schemas(out: Path) -> list[Path]:
     targets["events.AnyEvent"] = AnyEvent
     for key, kind in targets.items():
         path = out / f"{key}.json"
-        path.write_text(json.dumps(msgspec.json.schema(kind), indent=2, sort_keys=True) + "\n")
+        path.write_text(json.dumps(published_schema(key, kind), indent=2, sort_keys=True) + "\n")
         written.append(path)
     return written
+
+
+SCHEMA_BASE = "https://autarch.dev/contracts/"
+"""Where a schema's ``$id`` points: ``<base><module>.<Name>/v<version>.json``."""
+
+
+def schema_version(kind: object) -> int:
+    """The version of a contract's schema: an event's ``schema_version`` default, else 1."""
+    fields = getattr(kind, "__struct_fields__", ())
+    if "schema_version" in fields:
+        return int(msgspec.structs.fields(kind)[fields.index("schema_version")].default)  # type: ignore[arg-type]
+    return 1
+
+
+def _strict(node: object) -> object:
+    # ``discriminator`` is OpenAPI's keyword, not JSON Schema's: a strict 2020-12 validator refuses unknown
+    # keywords in strict mode. ``oneOf`` over tagged variants already selects exactly one.
+    if isinstance(node, dict):
+        return {k: _strict(v) for k, v in node.items() if k != "discriminator"}
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+def published_schema(key: str, kind: object) -> dict[str, object]:
+    """The JSON Schema (Draft 2020-12) published for ``kind``, with its ``$id`` carrying its version."""
+    schema = _strict(msgspec.json.schema(kind))
+    assert isinstance(schema, dict)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"{SCHEMA_BASE}{key}/v{schema_version(kind)}.json", **schema}
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -88,6 +88,10 @@ class Event(msgspec.Struct, kw_only=True, tag_field="type"):
     workflow_id: str
     """The workflow the event belongs to (``_`` for none)."""
     occurred_at: datetime
+    schema_version: int = 1
+    """The version of this event type's schema (``$id`` of docs/contracts/schemas/events.<Name>.json): within
+    a version fields are only added, with defaults; anything else is a new version (docs/contracts/README.md).
+    Defaulted, so events stored before the field existed decode as version 1."""
 
     @property
     def aggregate_id(self) -> str:
