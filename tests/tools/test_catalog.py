@@ -28,7 +28,9 @@ BASE = ["semantic_search", "read_file", "list_directory", "glob_search", "grep",
         ("research", BASE),
         ("plan", BASE),
         ("preflight", [*BASE, "shell", "record_baseline"]),
-        ("pulsing", [*BASE, "write_file", "edit_file", "multi_edit", "shell"]),
+        # A swarm worker is a pulsing session: coordination mail (seed 002) comes with the role.
+        ("pulsing", [*BASE, "write_file", "edit_file", "multi_edit", "shell", "send_message", "reply_message",
+                     "fetch_inbox", "fetch_topic"]),
         (
             "review",
             [
