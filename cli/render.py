@@ -40,7 +40,7 @@ TERMINAL_EVENTS = frozenset({"workflow:completed", "workflow:abandoned"})
 DELTA_EVENTS = frozenset({"turn:message_delta", "turn:thought_delta"})
 """Live pieces of a turn's text (never stored; ``turn:completed`` has the whole text)."""
 
-SWARM_FAMILIES = frozenset({"swarm", "bead", "worker", "lease"})
+SWARM_FAMILIES = frozenset({"swarm", "bead", "worker", "lease", "mail"})
 """Event families of a workflow's epic when its plan is a bead plan (seed 002): they carry the workflow's id."""
 
 STAGES = ("scoping", "research", "planning", "execution", "review")
@@ -427,6 +427,20 @@ def _swarm_line(kind: str, e: Mapping[str, Any], workers: Mapping[str, str]) -> 
             return kind
         verb = "created" if kind == "bead:created" else f"updated ({bead.get('status', '?')})"
         return f"bead {bead.get('id', '?')} {verb}: {_bead_summary(bead)}"
+    if kind == "bead:evidence":
+        evidence = e.get("evidence") or {}
+        runs = evidence.get("runs") or [] if isinstance(evidence, Mapping) else []
+        steps = ", ".join(f"{r.get('step')} {'ok' if r.get('passed') else 'FAILED'}" for r in runs
+                          if isinstance(r, Mapping))
+        verdict = "passed" if isinstance(evidence, Mapping) and evidence.get("passed") else "FAILED"
+        return f"bead {e.get('bead_id')} verification {verdict}" + (f": {steps}" if steps else "")
+    if kind == "mail:posted":
+        message = e.get("message") or {}
+        if not isinstance(message, Mapping):
+            return kind
+        to = ", ".join(_worker(t, workers) for t in message.get("to") or [])
+        return (f"mail [{_worker(message.get('sender'), workers)} → {to}] "
+                f"{_cut(str(message.get('subject', '')), 100)}")
     if kind == "lease:granted":
         shared = " (shared)" if e.get("mode") == "shared" else ""
         bead = f" for {e['bead_id']}" if e.get("bead_id") else ""

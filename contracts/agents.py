@@ -18,6 +18,7 @@ import msgspec
 from msgspec import Meta
 
 from .base import Command, Query, Reply
+from .beads import VerificationEvidence, WorkerDiscipline
 from .git import COMMIT_TYPES
 from .tool_args import ToolArgs
 from .tool_catalog import Role, ToolDefinition, input_schema
@@ -391,6 +392,9 @@ class StartSession(Command, kw_only=True):
     lease_holder: str | None = None
     """A swarm worker's registered name: passed on every tool call (leases are enforced against it), and the
     runner renews the holder's file leases in the workflow while a turn of this session runs."""
+    discipline: WorkerDiscipline | None = None
+    """A swarm worker's rules: verification run fresh at ``complete_pulse`` (a failure refuses the close),
+    and for ``tdd-required`` no production edit before the red step failed."""
 
 
 class SendMessage(Command, kw_only=True):
@@ -461,6 +465,8 @@ class TurnOutcome(msgspec.Struct, kw_only=True):
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     detail: str = ""
+    evidence: VerificationEvidence | None = None
+    """A worker's ``complete_pulse``: the verification the runner ran before it let the turn end."""
 
 
 class TurnDelta(msgspec.Struct, kw_only=True):

@@ -79,6 +79,9 @@ class CommitBead(Command, kw_only=True):
     attempt: Attempt
     summary: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     body: Annotated[str, msgspec.Meta(max_length=20_000)] = ""
+    files: dict[Annotated[str, msgspec.Meta(pattern=r"^(?!/)(?!.*(^|/)\.\.(/|$)).{1,512}$")], str] = {}
+    """Files written into the worktree just before the commit, path (relative) → content: the bead's
+    verification evidence goes into its own commit this way."""
 
 
 class BeadCommitted(Reply, kw_only=True):

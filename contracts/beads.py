@@ -33,7 +33,9 @@ __all__ = [
     "DependencyType",
     "EditBead",
     "EditBeadBody",
+    "EvidenceList",
     "GetBead",
+    "GetEvidence",
     "GetSwarm",
     "LeaseMode",
     "LeaseView",
@@ -44,6 +46,9 @@ __all__ = [
     "SwarmView",
     "TddSteps",
     "TestingMode",
+    "VerificationEvidence",
+    "VerificationRun",
+    "WorkerDiscipline",
     "WorkerStatus",
     "WorkerView",
 ]
@@ -92,6 +97,58 @@ class TddSteps(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Run before production code: must fail."""
     green: CommandLine
     """Run after: must pass."""
+
+
+class VerificationRun(msgspec.Struct, kw_only=True):
+    """One command of a bead's verification, as the runner ran it when the worker asked to close the bead."""
+
+    step: Literal["verify", "tdd-red", "tdd-green"]
+    command: str
+    exit_code: int | None
+    """None: it did not finish (timed out) or could not start."""
+    passed: bool
+    """``tdd-red``: it failed, as the red step must; the others: it exited 0."""
+    output_excerpt: str = ""
+    output_digest: str = ""
+    """``sha256:<hex>`` of the whole output the tool returned (stdout, stderr)."""
+    ran_at: datetime | None = None
+    duration_ms: float = 0.0
+
+
+class VerificationEvidence(msgspec.Struct, kw_only=True):
+    """A fresh verification of one attempt at a bead: every run, and whether they all passed."""
+
+    bead_id: str
+    testing_mode: TestingMode = "standard"
+    passed: bool
+    runs: list[VerificationRun] = []
+    attempt: int = 0
+    path: str | None = None
+    """Where it is written in the bead's commit (``history/<feature>/verification/<bead-id>.md``)."""
+    recorded_at: datetime | None = None
+
+
+class WorkerDiscipline(msgspec.Struct, kw_only=True):
+    """What a worker's session must keep (seed 002): the runner enforces it on the session's tool calls."""
+
+    bead_id: str
+    verify: list[str]
+    """Run fresh when the worker calls ``complete_pulse``; a failure refuses the close in the same turn."""
+    testing_mode: TestingMode = "standard"
+    tdd_steps: TddSteps | None = None
+    """``tdd-required``: the red command must have failed in this session before a production file is edited."""
+
+
+class GetEvidence(Query, kw_only=True):
+    epic_id: EpicId
+    bead_id: BeadId
+
+
+class EvidenceList(Reply, kw_only=True):
+    epic_id: str
+    bead_id: str
+    evidence: list[VerificationEvidence] = []
+    """Each verification recorded for the bead, oldest first (the last passing one closed it)."""
 
 
 class ConflictRecord(msgspec.Struct, kw_only=True):

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from . import subjects
-from .beads import BeadView, ConflictRecord, LeaseMode, WorkerStatus
+from .beads import BeadView, ConflictRecord, LeaseMode, VerificationEvidence, WorkerStatus
 from .loops import AnchorStrategy, ContextStrategy, CreatedBy, IterationStatus, NotifyTarget, Signal
 from .mail import MailMessage
 
@@ -25,6 +25,7 @@ __all__ = [
     "BeadClaimed",
     "BeadClosed",
     "BeadCreated",
+    "BeadEvidenceRecorded",
     "BeadReopened",
     "BeadUpdated",
     "Event",
@@ -381,6 +382,8 @@ class TurnCompleted(TurnEvent, tag="turn:completed", kw_only=True):
     cost_usd: float = 0.0
     tool_calls: int = 0
     model_calls: int = 0
+    evidence: VerificationEvidence | None = None
+    """A swarm worker's ``complete_pulse``: the fresh verification the runner ran before accepting it."""
 
 
 class LoopEvent(Event, kw_only=True):
@@ -515,6 +518,13 @@ class BeadBounced(SwarmEvent, tag="bead:bounced", kw_only=True):
     missing: list[str] = []
 
 
+class BeadEvidenceRecorded(SwarmEvent, tag="bead:evidence", kw_only=True):
+    """A worker's verification of its bead passed: the runs, as written into the bead's commit."""
+
+    bead_id: str
+    evidence: VerificationEvidence
+
+
 class BeadClaimed(SwarmEvent, tag="bead:claimed", kw_only=True):
     bead_id: str
     worker: str
@@ -587,7 +597,8 @@ MAIL_EVENTS: tuple[type[SwarmEvent], ...] = (MailPosted,)
 
 
 SWARM_EVENTS: tuple[type[SwarmEvent], ...] = (
-    SwarmStarted, SwarmFinished, BeadCreated, BeadUpdated, BeadBounced, BeadClaimed, BeadReopened, BeadClosed,
+    SwarmStarted, SwarmFinished, BeadCreated, BeadUpdated, BeadBounced, BeadClaimed, BeadEvidenceRecorded,
+    BeadReopened, BeadClosed,
     WorkerJoined, WorkerStatusChanged, LeaseGranted, LeaseReleased, LeaseConflicted)
 
 
@@ -632,6 +643,7 @@ AnyEvent = (
     | BeadUpdated
     | BeadBounced
     | BeadClaimed
+    | BeadEvidenceRecorded
     | BeadReopened
     | BeadClosed
     | WorkerJoined

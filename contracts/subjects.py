@@ -77,6 +77,7 @@ ORCHESTRATOR_VERBS = (
     "edit_bead",
     "add_dependency",
     "close_bead",
+    "bead_evidence",
     "send_mail",
     "reply_mail",
     "fetch_inbox",

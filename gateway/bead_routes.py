@@ -29,7 +29,9 @@ from autarch.contracts.beads import (
     CreateBeadBody,
     EditBead,
     EditBeadBody,
+    EvidenceList,
     GetBead,
+    GetEvidence,
     GetSwarm,
     ListBeads,
     ReadyBeads,
@@ -176,4 +178,20 @@ async def close_bead(epic_id: FromPath[str], bead_id: FromPath[str], state: Stat
     return await _ask(state, "close_bead", command, BeadView, idempotent=True)
 
 
-BEAD_ROUTES = [list_beads, ready_beads, get_swarm, create_bead, get_bead, edit_bead, add_dependency, close_bead]
+@get("/api/beads/{epic_id:str}/{bead_id:str}/evidence", summary="A bead's verification evidence", tags=["beads"],
+     responses=_QUERY)
+async def bead_evidence(epic_id: FromPath[str], bead_id: FromPath[str],
+                        state: State) -> EvidenceList | Response[ErrorReply]:
+    """Each verification the runner ran when the bead's worker closed it: every command exactly as run (TDD's
+    red and green steps included), exit code, output excerpt and digest, time, testing mode; the passing one
+    is also in the bead's commit at ``verification_evidence``."""
+    epic, refused = _bead_path(epic_id, bead_id)
+    if refused is not None:
+        return refused
+    assert epic is not None
+    return await _ask(state, "bead_evidence", GetEvidence(epic_id=epic, bead_id=bead_id), EvidenceList,
+                      idempotent=True)
+
+
+BEAD_ROUTES = [list_beads, ready_beads, get_swarm, create_bead, get_bead, edit_bead, add_dependency, close_bead,
+               bead_evidence]

@@ -134,15 +134,11 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
     swarm_workers: int = 0
     """Pulse workers a swarm runs at once; 0 picks the smaller of the plan's widest set of independent beads
     and twice the machine's cores (at most 8). Preflight's ``single-worker`` advice makes it 1."""
-    swarm_verify_rounds: int = 3
-    """Failed ``verify`` runs a worker may fix in one attempt before the workflow halts for a person."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.swarm_workers < 0:
             raise SettingsError(f"swarm_workers must be 0 (automatic) or more, got {self.swarm_workers}")
-        if self.swarm_verify_rounds < 1:
-            raise SettingsError(f"swarm_verify_rounds must be 1 or more, got {self.swarm_verify_rounds}")
         if self.loop_iteration_timeout <= 0:
             raise SettingsError(f"loop_iteration_timeout must be positive, got {self.loop_iteration_timeout}")
         if self.loop_no_progress_limit < 1:

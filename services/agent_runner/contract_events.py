@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
 from eventsourcing.domain import DomainEvent
 
 from autarch.contracts import subjects
+from autarch.contracts.beads import VerificationEvidence
 from autarch.contracts.events import (
     Event,
     SessionCompleted,
@@ -58,6 +60,8 @@ class ContractMapper:
                 outcome=outcome["kind"], tool=outcome.get("tool"), arguments=outcome.get("arguments"),
                 detail=outcome.get("detail", ""), cost_usd=e.cost_usd, tool_calls=e.tool_calls,
                 model_calls=e.model_calls, **e.usage,
+                evidence=(msgspec.convert(outcome["evidence"], VerificationEvidence) if outcome.get("evidence")
+                          else None),
             )
         if isinstance(e, Session.ErrorRecorded):
             return SessionError(workflow_id=wf, occurred_at=at, session_id=sid, message=e.message, turn_id=e.turn_id)

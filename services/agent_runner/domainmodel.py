@@ -15,6 +15,7 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from autarch.contracts.agents import COMPLETION_REJECTED, Baseline, TurnUsage
+from autarch.contracts.beads import WorkerDiscipline
 
 __all__ = ["Reply", "Session", "ToolCall", "Turn", "add_usage"]
 
@@ -101,6 +102,8 @@ class Turn:
         """The last reply whose long tool results are sent as stubs (in-turn compaction; -1: none)."""
         self.mail: list[tuple[int, dict[str, Any]]] = []
         """Coordination mail pushed into this turn: (the reply it came before, its text block)."""
+        self.evidence: dict[str, dict[str, Any]] = {}
+        """``complete_pulse`` tool_use id → the verification the runner ran for it (a worker's session)."""
 
     @property
     def running(self) -> bool:
@@ -116,7 +119,8 @@ class Session(Aggregate):
         return UUID(session_id)
 
     @event("Started")
-    def __init__(self, baselines: list[dict[str, Any]] | None = None, lease_holder: str | None = None, *,
+    def __init__(self, baselines: list[dict[str, Any]] | None = None, lease_holder: str | None = None,
+                 discipline: dict[str, Any] | None = None, *,
                  session_id: str, role: str, model: str, root: str, workflow_id: str | None,
                  channel_id: str | None, script: str | None, notes: list[str]) -> None:
         # ``baselines`` and ``lease_holder`` came later. They stand before the ``*`` because eventsourcing treats
@@ -135,6 +139,8 @@ class Session(Aggregate):
         """Known issues preflight recorded: a failed command that only repeats them is not a failure."""
         self.lease_holder = lease_holder
         """A swarm worker's registered name: on every tool call, and whose file leases its turns renew."""
+        self.discipline = msgspec.convert(discipline, WorkerDiscipline) if discipline else None
+        """A swarm worker's rules (verification at close, TDD's red first): see ``discipline.py``."""
         self.turns: list[Turn] = []
         self.compacted_through = -1
         self.closed_reason: str | None = None
@@ -189,6 +195,20 @@ class Session(Aggregate):
         turn.violations.append(f"{call.name}: {rule}")
         if rule == COMPLETION_REJECTED:
             self.completion_rejections += 1
+
+    @event("VerificationRecorded")
+    def record_verification(self, *, turn_id: str, tool_use_id: str, evidence: dict[str, Any],
+                            refusal: str | None) -> None:
+        """The runner verified a worker's ``complete_pulse``; a ``refusal`` (it failed) keeps the turn going."""
+        turn = self._turn(turn_id)
+        turn.evidence[tool_use_id] = evidence
+        if refusal is not None:
+            call = turn.calls[tool_use_id]
+            call.output, call.is_error = refusal, True
+            turn.violations.append(f"{call.name}: verification_failed")
+            for reply in turn.replies:
+                if reply.ending_id == tool_use_id:
+                    reply.ending_id = None
 
     @event("MailReceived")
     def receive_mail(self, *, turn_id: str, step: int, message_ids: list[str], block: dict[str, Any]) -> None:

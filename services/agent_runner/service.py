@@ -146,7 +146,8 @@ class AgentRunner:
             session = Session(session_id=sid, role=command.role, model=agent.model, root=command.root,
                               workflow_id=command.workflow_id, channel_id=command.channel_id, script=command.script,
                               notes=list(command.notes), baselines=msgspec.to_builtins(command.baselines),
-                              lease_holder=command.lease_holder)
+                              lease_holder=command.lease_holder,
+                              discipline=msgspec.to_builtins(command.discipline) if command.discipline else None)
             turn_id = str(uuid.uuid4())
             session.start_turn(turn_id=turn_id, index=0, text=command.kickoff, notes=list(command.notes),
                                message_id=None, stage_notes=None, at=datetime.now(UTC))

@@ -41,6 +41,7 @@ from .budget import WorkflowBudget
 from .compaction import compaction_point, elision_point
 from .completion import escape_hatch_open
 from .deltas import DeltaPublisher
+from .discipline import edit_refusal, refusal_text, run_verification, without_red_runs
 from .domainmodel import Session, Turn
 from .domainmodel import ToolCall as RecordedCall
 from .model_client import ModelClient, ModelError, ModelReply
@@ -155,6 +156,9 @@ class TurnLoop:
             while True:
                 action = next_action(self.turn)
                 if isinstance(action, Complete):
+                    if self._needs_verification(action.outcome):
+                        await self._verify_close()
+                        continue
                     await self._complete(action.outcome)
                     return
                 if isinstance(action, RunTool):
@@ -229,7 +233,7 @@ class TurnLoop:
         session, turn = self.session, self.turn
         usage = reply.usage
         cost = cost_usd(reply.model, usage)
-        history = [c for t in session.turns for c in t.calls.values()]
+        history = without_red_runs(session.discipline, [c for t in session.turns for c in t.calls.values()])
         verdict = classify(content=reply.content, agent=self.agent, history=history,
                            completion_rejections=session.completion_rejections, baselines=session.baselines)
         session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,
@@ -256,6 +260,11 @@ class TurnLoop:
                                       output=RESEARCH_YIELD_ERROR, is_error=True, duration_ms=0.0, replayed=False)
 
     def _local_error(self, call: RecordedCall, malformed: str | None) -> str | None:
+        if self.session.discipline is not None:
+            history = [c for t in self.session.turns for c in t.calls.values()]
+            refused = edit_refusal(self.session.discipline, history, call.name, call.input)
+            if refused is not None:
+                return refused
         if malformed is not None:
             return json.dumps({"error": f"The arguments of this {call.name} call are not a JSON object, so it did "
                                         f"not run: {malformed[:500]!r}. Call it again with a JSON object that "
@@ -323,10 +332,51 @@ class TurnLoop:
             return min(max(float(seconds), 1.0), 300.0) + 30.0
         return max(self.deps.settings.request_timeout, 120.0)
 
+    # --- a worker's verification ------------------------------------------------------------------------
+
+    def _ending_call(self) -> RecordedCall | None:
+        reply = self.turn.replies[-1] if self.turn.replies else None
+        return self.turn.calls.get(reply.ending_id) if reply is not None and reply.ending_id else None
+
+    def _needs_verification(self, outcome: dict[str, Any]) -> bool:
+        call = self._ending_call()
+        return (self.session.discipline is not None and outcome.get("tool") == "complete_pulse"
+                and call is not None and call.tool_use_id not in self.turn.evidence)
+
+    async def _verify_close(self) -> None:
+        """Run the bead's verification now; record it; a failure refuses the close and the turn goes on."""
+        call = self._ending_call()
+        discipline = self.session.discipline
+        assert call is not None and discipline is not None
+        self._where = f"verification of {discipline.bead_id}"
+        history = [c for t in self.session.turns for c in t.calls.values()]
+
+        async def shell(call_id: str, command: str) -> tuple[str, bool, float]:
+            args = {"reason": f"verify bead {discipline.bead_id}", "command": command, "timeoutSeconds": 300}
+            try:
+                result = await request(
+                    self.deps.nc, _TOOLS_CALL,
+                    ToolCall(session_id=self._sid, tool_call_id=call_id, role=self.session.role,  # type: ignore[arg-type]
+                             root=self.session.root, tool="shell", arguments=args,
+                             workflow_id=self.session.workflow_id, lease_holder=self.session.lease_holder),
+                    ToolResult, timeout=self._tool_timeout("shell", args), retry_unavailable=15.0, idempotent=True)
+            except RemoteError as exc:
+                return json.dumps({"error": f"{exc.code}: {exc.message}"}), True, 0.0
+            return result.content, result.is_error, result.duration_ms or 0.0
+
+        evidence = await run_verification(discipline, history=history, call_id=call.tool_use_id, shell=shell)
+        refusal = None if evidence.passed else refusal_text(evidence)
+        self.session.record_verification(turn_id=self.turn.turn_id, tool_use_id=call.tool_use_id,
+                                         evidence=msgspec.to_builtins(evidence), refusal=refusal)
+        await self.deps.save(self.session)
+
     # --- endings ---------------------------------------------------------------------------------------
 
     async def _complete(self, outcome: dict[str, Any]) -> None:
         turn = self.turn
+        call = self._ending_call()
+        if call is not None and call.tool_use_id in turn.evidence and outcome.get("kind") == "block":
+            outcome = {**outcome, "evidence": turn.evidence[call.tool_use_id]}
         texts = [b.get("text", "") for r in turn.replies for b in r.content if b.get("type") == "text"]
         partial = "".join(self._partial)
         if partial:

@@ -16,7 +16,7 @@ from .domainmodel import Session, Turn
 
 __all__ = ["status_of", "summary_of", "view_of"]
 
-_OUTCOME_FIELDS = ("kind", "tool", "arguments", "detail")
+_OUTCOME_FIELDS = ("kind", "tool", "arguments", "detail", "evidence")
 
 
 def status_of(session: Session) -> str:

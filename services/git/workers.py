@@ -338,6 +338,13 @@ def commit_bead(ws: Workspace, cmd: CommitBead, *, swarms: SwarmStore, identity:
             current=worker.current,
         )
     base = attempt.base_commit.encode()
+    root = Path(worker.worktree_path)
+    for rel, content in cmd.files.items():
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root.resolve()) or ".git" in Path(rel).parts:
+            raise fail(ErrorCode.BAD_REQUEST, f"{rel} is not a path inside the worktree", path=rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
     current = snapshot_all(wws)
     tree, paths = store_snapshot(wws, current, base)
     if paths:

@@ -14,9 +14,9 @@ from .kickoffs import _bullets, _scope
 
 if TYPE_CHECKING:
     from .domainmodel import Workflow
-    from .swarm_model import Attempt, Bead, Swarm, VerifyRun
+    from .swarm_model import Attempt, Bead, Swarm
 
-__all__ = ["bead_kickoff", "bead_nudge", "commit_summary", "verify_failed"]
+__all__ = ["bead_kickoff", "bead_nudge", "commit_summary"]
 
 _CONVENTIONAL_PREFIX = re.compile(r"^[a-z]+(\([^)]*\))?!?:\s*")
 
@@ -38,7 +38,8 @@ def bead_kickoff(workflow: Workflow, swarm: Swarm, bead: Bead, attempt: Attempt)
         "",
         f"## Your bead: {bead.id} — {bead.title}", bead.description, "",
         "Files (your scope; writes to files other workers reserved are refused):", _bullets(bead.files), "",
-        "Verification (run by the platform after you complete; all must pass before your commit):",
+        "Verification (run fresh by the platform when you call complete_pulse; a failure refuses the close and "
+        "shows you the output; all must pass before your commit):",
         _bullets(bead.verify), "",
     ]
     if bead.testing_mode == "tdd-required" and bead.tdd_steps is not None:
@@ -64,13 +65,6 @@ def bead_kickoff(workflow: Workflow, swarm: Swarm, bead: Bead, attempt: Attempt)
 def _last_reason(swarm: Swarm, bead: Bead) -> str | None:
     previous = swarm.attempts.get((bead.id, bead.attempt - 1))
     return previous.end_reason if previous is not None else None
-
-
-def verify_failed(bead: Bead, runs: list[VerifyRun]) -> str:
-    failed = next(r for r in runs if not r.passed)
-    code = "timed out" if failed.exit_code is None else f"exited {failed.exit_code}"
-    return (f"Verification of {bead.id} failed: `{failed.command}` {code}.\n\n```\n{failed.output}\n```\n\n"
-            "Fix it within the bead's files, then call complete_pulse again.")
 
 
 def bead_nudge(bead: Bead) -> str:

@@ -213,6 +213,7 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
         book.driver = loops
         driver.swarm = swarms
         swarms.workflows = driver
+        swarms.mail = mail
         beads.driver = swarms
     await service.start()
     if settings.drive_workflows:

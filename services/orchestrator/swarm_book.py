@@ -30,7 +30,9 @@ from autarch.contracts.beads import (
     CloseBead,
     CreateBead,
     EditBead,
+    EvidenceList,
     GetBead,
+    GetEvidence,
     GetSwarm,
     LeaseView,
     ListBeads,
@@ -176,6 +178,15 @@ class SwarmBook:
                 log.info("epic %s: live leases unavailable (%s)", swarm.workflow_id, exc)
         return swarm_view(swarm, leases)
 
+    async def bead_evidence(self, query: GetEvidence) -> EvidenceList:
+        swarm = await self.read(query.epic_id)
+        try:
+            swarm.bead(query.bead_id)
+        except SwarmError as exc:
+            raise ServiceFailure(exc.code, exc.message, {"epic_id": query.epic_id, **exc.details}) from None
+        found = [a.evidence for (b, _), a in sorted(swarm.attempts.items()) if b == query.bead_id and a.evidence]
+        return EvidenceList(epic_id=swarm.workflow_id, bead_id=query.bead_id, evidence=found)
+
     async def create_bead(self, cmd: CreateBead) -> BeadView:
         fields = msgspec.to_builtins(cmd)
         fields.pop("epic_id")
@@ -233,3 +244,4 @@ def register_beads(service: TypedService, book: SwarmBook) -> None:
     service.endpoint("edit_bead", EditBead, book.edit_bead)
     service.endpoint("add_dependency", AddDependency, book.add_dependency)
     service.endpoint("close_bead", CloseBead, book.close_bead)
+    service.endpoint("bead_evidence", GetEvidence, book.bead_evidence)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
@@ -46,25 +45,28 @@ from autarch.contracts.bead_git import (
     WorkerWorktree,
     WorkflowWorktreeSynced,
 )
-from autarch.contracts.beads import ConflictRecord
+from autarch.contracts.beads import ConflictRecord, WorkerDiscipline
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
-from autarch.contracts.tools import ToolCall, ToolResult
+from autarch.contracts.mail import COORDINATOR
 from autarch.runtime.errors import RemoteError
+from autarch.runtime.leases import patterns_overlap
 from autarch.runtime.requests import request
 from autarch.runtime.settings import OrchestratorSettings
 
 from . import bead_kickoffs
 from .bead_plan import auto_workers, bead_dicts, plan_feature
+from .evidence import evidence_markdown
 from .state import HaltDetails
 from .swarm_book import SwarmBook, ranked
-from .swarm_model import Attempt, Bead, Swarm, VerifyRun
+from .swarm_model import Attempt, Bead, Swarm
 
 if TYPE_CHECKING:
     from autarch.runtime.leases import LeaseTable
 
     from .domainmodel import Workflow
     from .driver import WorkflowDriver
+    from .mail_book import MailBook
 
 __all__ = ["IDLE", "SwarmDriver", "worker_names"]
 
@@ -102,20 +104,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def _shell_outcome(command: str, result: ToolResult) -> VerifyRun:
-    try:
-        body = json.loads(result.content)
-    except (ValueError, TypeError):
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    exit_code = body.get("exit_code")
-    passed = bool(body.get("success")) and exit_code == 0 and not result.is_error
-    output = "\n".join(str(body.get(k) or "") for k in ("stdout", "stderr", "error")).strip()
-    return VerifyRun(command=command, exit_code=exit_code if isinstance(exit_code, int) else None, passed=passed,
-                     output=output[-2000:])
-
-
 class SwarmDriver:
     """Makes each epic's next step; called by the workflow driver inside the workflow's lock."""
 
@@ -126,7 +114,10 @@ class SwarmDriver:
         self.settings = settings
         self.leases = leases
         self.workflows: WorkflowDriver | None = None
+        self.mail: MailBook | None = None
+        """Coordination mail (seed 002): the workers' acknowledgments and reports, the coordinator's answers."""
         self._watch: asyncio.Task[None] | None = None
+        self._releases: asyncio.Task[None] | None = None
 
     def kick(self, workflow_id: str) -> None:
         if self.workflows is not None:
@@ -134,16 +125,18 @@ class SwarmDriver:
 
     async def start(self, epics: list[str]) -> None:
         self._watch = asyncio.create_task(self._watch_leases(), name="swarm-leases")
+        self._releases = asyncio.create_task(self._follow_releases(), name="swarm-releases")
         for epic in epics:
             self.kick(epic)
             if self.workflows is not None:
                 self.workflows.steps.in_background(self.catch_up(epic))
 
     async def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            await asyncio.gather(self._watch, return_exceptions=True)
-            self._watch = None
+        for task in (self._watch, self._releases):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._watch = self._releases = None
 
     # --- requests --------------------------------------------------------------------------------------
 
@@ -204,9 +197,25 @@ class SwarmDriver:
         await self.book.create(swarm)
         log.info("workflow %s: epic of %d beads, %d workers (%s)", wf.id, len(beads), workers, swarm.mode)
 
+    async def _held_elsewhere(self, wid: str, swarm: Swarm) -> set[str]:
+        """Beads whose last attempt met a lease held outside this swarm that is still held: they wait for its
+        release (the lease watch kicks the epic then) instead of meeting the same conflict again."""
+        blocked = [b for b in swarm.beads.values() if b.status == "open" and b.conflicts
+                   and b.conflicts[-1].kind == "lease"]
+        if not blocked or self.leases is None:
+            return set()
+        live = await self.leases.leases(wid)
+        ours = {a.worker for a in swarm.open_attempts()}
+        held = [lease.pattern for lease in live if lease.holder not in ours]
+        return {b.id for b in blocked if any(patterns_overlap(p, f) for p in held for f in b.files)}
+
     async def _open_worker(self, wid: str, name: str, nickname: str) -> None:
         opened = await self._ask("git", "open_worker", OpenWorker(workflow_id=wid, worker=name), WorkerWorktree)
         await self.book.change(wid, lambda s: s.join(name, nickname, opened.worktree_path))
+        # The seed's startup acknowledgment, with both identities, on the epic thread.
+        await self._post(wid, name, f"[STARTUP] {nickname} / {name}",
+                         f"Runtime nickname: {nickname}. Agent Mail name: {name}. AGENTS.md read; pulse:executing "
+                         "loading.", key=f"ack:{name}")
 
     async def _assign(self, wid: str, swarm: Swarm) -> object:
         """Give each free worker the top-ranked ready bead whose files no other worker has (the coordinator's
@@ -228,11 +237,12 @@ class SwarmDriver:
         taken = {f for a in swarm.attempts.values() if a.open or (a.leased and not a.leases_released)
                  for f in swarm.beads[a.bead_id].files}
         claimed = 0
+        waiting_on_release = await self._held_elsewhere(wid, swarm)
         for candidate in ready:
             if not free:
                 break
             bead = swarm.beads[candidate.bead_id]
-            if taken & set(bead.files):
+            if taken & set(bead.files) or bead.id in waiting_on_release:
                 continue
             worker = free.pop(0)
             await self.book.change(wid, lambda s, b=bead.id, w=worker: s.claim(b, w))
@@ -264,14 +274,15 @@ class SwarmDriver:
                                         message_id=f"{a.session_id}:{a.message_count + 1}"), TurnAccepted)
             await self.book.change(wid, lambda s: s.message_delivered(s.attempts[(a.bead_id, a.number)]))
             return None
-        if a.summary is not None and not a.verified:
-            return await self._verify(wid, swarm, a)
         if a.verified and not a.committed:
             if not await self._still_holding(wid, a):
                 return None
+            files = {}
+            if a.evidence is not None and bead.verification_evidence:
+                files[bead.verification_evidence] = evidence_markdown(bead, a, a.evidence)
             done = await self._ask("git", "commit_bead", CommitBead(
                 workflow_id=wid, worker=a.worker, bead_id=a.bead_id, attempt=a.number,
-                summary=bead_kickoffs.commit_summary(a.summary or bead.title, bead)), BeadCommitted)
+                summary=bead_kickoffs.commit_summary(a.summary or bead.title, bead), files=files), BeadCommitted)
             await self.book.change(wid, lambda s: s.committed(s.attempts[(a.bead_id, a.number)], done.commit,
                                                               done.files_changed))
             return None
@@ -293,6 +304,15 @@ class SwarmDriver:
         files, held_by = holders
         log.info("workflow %s: %s cannot lease %s (held by %s)", wid, a.worker, files, held_by)
         await self.book.change(wid, lambda s: s.lease_conflict(s.attempts[(a.bead_id, a.number)], files, held_by))
+        key = f"{a.bead_id}:{a.number}"
+        report = await self._post(wid, a.worker, f"File conflict on {a.bead_id}",
+                                  f"Need files: {files}. Currently held by: {held_by}. Requesting resolution.",
+                                  to=[COORDINATOR], key=f"conflict:{key}")
+        # The coordinator's answer: the bead goes back to ready, the worker waits for the release (pushed).
+        await self._post(wid, COORDINATOR, f"Re: File conflict on {a.bead_id}",
+                         f"{a.bead_id} is back in the ready list; you wait until {', '.join(held_by)} releases "
+                         f"{', '.join(files)} and are then given the next ready bead.", to=[a.worker],
+                         key=f"answer:{key}", reply_to=report)
 
     async def _start_session(self, wf: Workflow, swarm: Swarm, a: Attempt) -> None:
         wid = str(wf.id)
@@ -300,44 +320,13 @@ class SwarmDriver:
         worker = swarm.workers[a.worker]
         assert worker.worktree_path is not None
         script = bead.id if a.number == 1 else f"{bead.id}-a{a.number}"
+        discipline = WorkerDiscipline(bead_id=bead.id, verify=list(bead.verify), testing_mode=bead.testing_mode,
+                                      tdd_steps=bead.tdd_steps)
         command = StartSession(session_id=a.session_id, role="pulsing", root=worker.worktree_path,
                                kickoff=bead_kickoffs.bead_kickoff(wf, swarm, bead, a), workflow_id=wid,
-                               script=script, baselines=[], lease_holder=a.worker)
+                               script=script, baselines=[], lease_holder=a.worker, discipline=discipline)
         accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
         await self.book.change(wid, lambda s: s.session_opened(s.attempts[(a.bead_id, a.number)], accepted.turn_id))
-
-    async def _verify(self, wid: str, swarm: Swarm, a: Attempt) -> None:
-        bead = swarm.beads[a.bead_id]
-        worker = swarm.workers[a.worker]
-        assert worker.worktree_path is not None
-        if not await self._still_holding(wid, a):
-            return
-        runs: list[VerifyRun] = []
-        async with self._renewing(wid, a.worker):
-            for i, command in enumerate(bead.verify):
-                call = ToolCall(session_id=a.session_id, tool_call_id=f"verify-{a.number}-{a.verify_rounds + 1}-{i}",
-                                role="pulsing", root=worker.worktree_path, tool="shell",
-                                arguments={"reason": f"verify bead {bead.id}", "command": command,
-                                           "timeoutSeconds": 300},
-                                workflow_id=wid, lease_holder=a.worker)
-                result = await request(self.nc, subjects.request("tools", "call"), call, ToolResult,
-                                       timeout=max(self.settings.request_timeout, 330.0), retry_unavailable=2.0,
-                                       idempotent=True)
-                run = _shell_outcome(command, result)
-                runs.append(run)
-                if not run.passed:
-                    break
-        passed = all(r.passed for r in runs)
-        message = None if passed else bead_kickoffs.verify_failed(bead, runs)
-        rounds_left = self.settings.swarm_verify_rounds - (a.verify_rounds + 1)
-
-        def record(s: Swarm) -> None:
-            attempt = s.attempts[(a.bead_id, a.number)]
-            s.verify_recorded(attempt, runs, message if rounds_left > 0 else None)
-            if not passed and rounds_left <= 0:
-                self._give_up(s, attempt, f"verification failed {self.settings.swarm_verify_rounds} times")
-
-        await self.book.change(wid, record)
 
     def _give_up(self, s: Swarm, a: Attempt, reason: str) -> None:
         """End an attempt that cannot land; after too many, the bead goes to a person (bounced)."""
@@ -352,8 +341,10 @@ class SwarmDriver:
         merged = await self._ask("git", "merge_bead", MergeBead(workflow_id=wid, worker=a.worker, bead_id=a.bead_id,
                                                                 attempt=a.number), BeadMerged)
         if merged.status == "merged":
-            await self.book.change(wid, lambda s: s.merged_as(s.attempts[(a.bead_id, a.number)], merged.commit))
+            swarm, _ = await self.book.change(wid, lambda s: s.merged_as(s.attempts[(a.bead_id, a.number)],
+                                                                         merged.commit))
             log.info("workflow %s: %s landed as %s", wid, a.bead_id, (merged.commit or "")[:12])
+            await self._report_completion(wid, swarm, a, merged.commit)
             return
         conflict = ConflictRecord(kind="merge", attempt=a.number, files=list(merged.conflicting_files),
                                   landed_since=list(merged.landed_since), at=datetime.now(UTC))
@@ -406,6 +397,30 @@ class SwarmDriver:
 
         await self.workflows.orch.change(wid, record)
 
+    # --- coordination mail -------------------------------------------------------------------------------
+
+    async def _post(self, wid: str, sender: str, subject: str, body: str, *, to: list[str] | None = None,
+                    key: str, reply_to: object = None) -> object:
+        """Post on the epic thread (best effort: mail must never hold back the work it reports on)."""
+        if self.mail is None:
+            return None
+        try:
+            return await self.mail.post(wid, sender, to or [COORDINATOR], subject, body, key=key)
+        except Exception as exc:
+            log.warning("epic %s: mail %r not posted: %s", wid, subject, exc)
+            return None
+
+    async def _report_completion(self, wid: str, swarm: Swarm, a: Attempt, commit: str | None) -> None:
+        worker = swarm.workers[a.worker]
+        bead = swarm.beads[a.bead_id]
+        attempt = swarm.attempts[(a.bead_id, a.number)]
+        verification = "passed" if attempt.evidence is not None and attempt.evidence.passed else "none recorded"
+        await self._post(wid, a.worker, f"Completed {a.bead_id}",
+                         f"Runtime nickname: {worker.nickname}. Agent Mail name: {worker.name}. Implemented: "
+                         f"{attempt.summary or bead.title}. Files: {', '.join(attempt.files_changed or bead.files)}. "
+                         f"Verification: {verification} ({bead.verification_evidence or '-'}). "
+                         f"Commit: {(commit or '-')[:12]}.", key=f"done:{a.bead_id}:{a.number}")
+
     # --- leases ------------------------------------------------------------------------------------------
 
     async def _still_holding(self, wid: str, a: Attempt) -> bool:
@@ -440,6 +455,22 @@ class SwarmDriver:
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    async def _follow_releases(self) -> None:
+        """Kick an epic whenever its lease table changes: a release by anyone (another workflow's worker, a
+        person) wakes the workers waiting for those files at once, without their polling."""
+        if self.leases is None:
+            return
+        while True:
+            try:
+                async for scope in self.leases.watch():
+                    if scope in self.book.epics.values():
+                        self.kick(scope)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the watch ended (a reconnect): follow again
+                log.info("lease watch ended (%s); following again", exc)
+                await asyncio.sleep(1.0)
 
     async def _watch_leases(self) -> None:
         """Reopen beads whose worker stopped renewing (its runner died): the lease TTL ran out."""
@@ -491,6 +522,7 @@ class SwarmDriver:
         bead = swarm.beads[a.bead_id]
         summary = None
         nudge = None
+        evidence = event.evidence
         if event.tool == "complete_pulse" and event.arguments:
             summary = str(event.arguments.get("summary") or "").strip() or bead.title
         elif a.nudges < self.settings.stage_nudges and event.outcome != "error":
@@ -500,7 +532,13 @@ class SwarmDriver:
         def record(s: Swarm) -> None:
             attempt = s.attempts[(a.bead_id, a.number)]
             s.turn_handled(attempt, event.turn_id, event.outcome, summary=summary, nudge=nudge)
-            if summary is None and nudge is None:
+            if summary is not None and evidence is not None and evidence.passed:
+                path = s.beads[a.bead_id].verification_evidence
+                s.evidence_recorded(attempt, msgspec.structs.replace(evidence, attempt=a.number, path=path))
+            elif summary is not None:
+                # The runner lets a worker's close through only with a passing verification: none is a fault.
+                self._give_up(s, attempt, "the bead was closed without a passing verification")
+            elif nudge is None:
                 detail = event.detail or event.outcome
                 self._give_up(s, attempt, f"the worker's turn ended without completing ({detail})")
 
@@ -531,13 +569,13 @@ class SwarmDriver:
                         workflow_id=epic, occurred_at=turn.completed_at or turn.started_at,
                         session_id=a.session_id, turn_id=turn.turn_id, text="\n\n".join(turn.messages),
                         outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
-                        detail=turn.outcome.detail))
+                        detail=turn.outcome.detail, evidence=turn.outcome.evidence))
 
 
 def _needs_step(a: Attempt) -> bool:
     """Whether an open attempt has a step for the driver (else it waits for its agent)."""
     return (a.base_commit is None or not a.leased or not a.session_started or a.pending_message is not None
-            or (a.summary is not None and not a.verified) or a.verified)
+            or a.verified)
 
 
 async def _all(jobs: list[Awaitable[object]]) -> None:

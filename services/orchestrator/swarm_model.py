@@ -25,6 +25,7 @@ from autarch.contracts.beads import (
     Dependency,
     TddSteps,
     TestingMode,
+    VerificationEvidence,
     WorkerStatus,
 )
 from autarch.contracts.errors import ErrorCode
@@ -99,14 +100,6 @@ def missing_fields(bead: Bead) -> list[str]:
     return missing
 
 
-class VerifyRun(msgspec.Struct, kw_only=True):
-    command: str
-    exit_code: int | None
-    passed: bool
-    output: str = ""
-    """The end of stdout and stderr, as the tool returned them."""
-
-
 class Attempt(msgspec.Struct, kw_only=True):
     """One claim of one bead by one worker, from the claim to the merge (or the reopen)."""
 
@@ -122,9 +115,9 @@ class Attempt(msgspec.Struct, kw_only=True):
     kickoff_turn_id: str | None = None
     summary: str | None = None
     """The worker's ``complete_pulse`` summary: the implementation is done and waits for verification."""
-    verify_rounds: int = 0
     verified: bool = False
-    last_verify: list[VerifyRun] = []
+    """The runner's fresh verification passed when the worker closed the bead (``evidence``)."""
+    evidence: VerificationEvidence | None = None
     pending_message: str | None = None
     """A message for the worker's session that is not delivered yet (a failed verification, a nudge)."""
     message_count: int = 0
@@ -300,21 +293,15 @@ class Swarm(Aggregate):
         a = self.attempts[(bead_id, attempt)]
         if summary is not None:
             a.summary = summary
-            a.verified = False
         if nudge is not None:
             a.nudges += 1
             a.pending_message = nudge
 
-    @event("VerifyRecorded")
-    def _verify_recorded(self, *, bead_id: str, attempt: int, passed: bool, runs: list[dict[str, Any]],
-                         message: str | None, at: str) -> None:
+    @event("EvidenceRecorded")
+    def _evidence_recorded(self, *, bead_id: str, attempt: int, evidence: dict[str, Any]) -> None:
         a = self.attempts[(bead_id, attempt)]
-        a.verify_rounds += 1
-        a.verified = passed
-        a.last_verify = [msgspec.convert(r, VerifyRun) for r in runs]
-        if not passed:
-            a.summary = None  # the worker must fix it and complete again
-            a.pending_message = message
+        a.evidence = msgspec.convert(evidence, VerificationEvidence)
+        a.verified = a.evidence.passed
 
     @event("MessageDelivered")
     def _message_delivered(self, *, bead_id: str, attempt: int) -> None:
@@ -545,10 +532,9 @@ class Swarm(Aggregate):
             self._turn_handled(turn_id=turn_id, bead_id=a.bead_id, attempt=a.number, outcome=outcome,
                                summary=summary, nudge=nudge)
 
-    def verify_recorded(self, a: Attempt, runs: list[VerifyRun], message: str | None) -> None:
-        if a.open and a.summary is not None and not a.verified:
-            self._verify_recorded(bead_id=a.bead_id, attempt=a.number, passed=all(r.passed for r in runs),
-                                  runs=[msgspec.to_builtins(r) for r in runs], message=message, at=_now())
+    def evidence_recorded(self, a: Attempt, evidence: VerificationEvidence) -> None:
+        if a.open and a.evidence is None:
+            self._evidence_recorded(bead_id=a.bead_id, attempt=a.number, evidence=msgspec.to_builtins(evidence))
 
     def message_delivered(self, a: Attempt) -> None:
         if a.pending_message is not None:

@@ -8,12 +8,20 @@ from datetime import datetime
 import msgspec
 from eventsourcing.domain import DomainEvent
 
-from autarch.contracts.beads import BeadView, ConflictRecord, LeaseView, SwarmView, WorkerView
+from autarch.contracts.beads import (
+    BeadView,
+    ConflictRecord,
+    LeaseView,
+    SwarmView,
+    VerificationEvidence,
+    WorkerView,
+)
 from autarch.contracts.events import (
     BeadBounced,
     BeadClaimed,
     BeadClosed,
     BeadCreated,
+    BeadEvidenceRecorded,
     BeadReopened,
     BeadUpdated,
     Event,
@@ -92,6 +100,9 @@ def swarm_to_contract(e: DomainEvent, epic_of: Callable[[str], str], at_event: R
         conflict = e.conflict
         return BeadReopened(**base, bead_id=e.bead_id, attempt=e.attempt, reason=e.reason,
                             conflict=msgspec.convert(conflict, ConflictRecord) if conflict else None)
+    if isinstance(e, Swarm.EvidenceRecorded):
+        return BeadEvidenceRecorded(**base, bead_id=e.bead_id,
+                                    evidence=msgspec.convert(e.evidence, VerificationEvidence))
     if isinstance(e, Swarm.LeaseConflicted):
         return LeaseConflicted(**base, holder=e.worker, bead_id=e.bead_id, files=list(e.files),
                                held_by=list(e.held_by))

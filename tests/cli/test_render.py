@@ -140,7 +140,8 @@ def wire(event: ev.Event) -> dict[str, Any]:
 
 def test_every_event_type_has_a_sample():
     # The swarm's events have theirs in test_swarm_render.py (from the contract fixtures).
-    assert set(SAMPLES) == set(ev.EVENT_TYPES) - {t.__struct_config__.tag for t in ev.SWARM_EVENTS}
+    assert set(SAMPLES) == set(ev.EVENT_TYPES) - {t.__struct_config__.tag for t in (*ev.SWARM_EVENTS,
+                                                                                     *ev.MAIL_EVENTS)}
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLES))

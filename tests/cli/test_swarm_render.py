@@ -27,7 +27,7 @@ FIXTURES = Path(__file__).parents[1] / "contracts" / "fixtures" / "events"
 WF = "5b0e7a52-3c1d-4f7e-9a61-2d8c4b9e0f13"  # the fixtures' workflow (= epic) id
 SID = "0b8f3a52-6c1d-4e7f-9a21-5d3c8b7e1f40"  # the session of the fixtures' claim
 AT = "2026-11-25T09:00:00Z"
-SWARM_TYPES = {event_type.__struct_config__.tag for event_type in ev.SWARM_EVENTS}
+SWARM_TYPES = {event_type.__struct_config__.tag for event_type in (*ev.SWARM_EVENTS, *ev.MAIL_EVENTS)}
 
 
 def fixture(event_type: str) -> dict[str, Any]:
@@ -56,6 +56,8 @@ EXPECTED = {
     "lease:granted": "[w1 AmberFalcon] leased src/parser.py for pulse-2",
     "lease:released": "[w1 AmberFalcon] released src/parser.py (done)",
     "lease:conflict": "[CopperHeron] cannot lease src/parser.py for pulse-4: held by w1 AmberFalcon",
+    "bead:evidence": "bead square verification passed: verify ok",
+    "mail:posted": "mail [w1 AmberFalcon → coordinator] File conflict on pulse-4",
 }
 HIDDEN = {"worker:status"}
 """The fixture says a worker is working: its claim line said so already."""

@@ -1,0 +1,83 @@
+"""Coordination around a file someone outside the swarm holds: the worker's conflict report reaches the
+coordinator, the coordinator answers, and the release reaches the waiting worker at once (no polling).
+Every worker acknowledges its start and reports each bead it completes, on the epic thread."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from datetime import datetime
+from pathlib import Path
+
+import nats
+
+from autarch.runtime.leases import LeaseTable
+from tests.workflows.conftest import Client, approve_stages, finish, start
+
+from .conftest import swarm_scenario
+from .test_swarm_e2e import BEADS
+
+
+def _at(event: dict) -> float:
+    return datetime.fromisoformat(str(event["occurred_at"]).replace("Z", "+00:00")).timestamp()
+
+
+async def _hold(url: str, scope: str, *, release_after: asyncio.Event, released: list[float]) -> None:
+    nc = await nats.connect(url)
+    try:
+        table = await LeaseTable.open(nc)
+        grant = await table.acquire(scope, "ReviewerRuth", ["docs/units.md"], ttl=120)
+        assert not hasattr(grant, "conflicts"), grant
+        await release_after.wait()
+        await table.release(scope, "ReviewerRuth")
+        released.append(time.time())
+    finally:
+        await nc.close()
+
+
+def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worker(
+        client: Client, model, tmp_path: Path) -> None:
+    scenario = swarm_scenario()
+    scenario["scripts"]["pulsing:units-a2"] = copy.deepcopy(scenario["scripts"]["pulsing:units"])
+    wid, _ = start(client, model, tmp_path, scenario, branch="autarch/mail")
+    url = f"nats://127.0.0.1:{client.system.nats_port}"
+    loop = asyncio.new_event_loop()
+    release_after = asyncio.Event()
+    released: list[float] = []
+    holder = loop.create_task(_hold(url, wid, release_after=release_after, released=released))
+    loop.run_until_complete(asyncio.sleep(0.5))  # the outside lease is granted before the swarm starts
+    approve_stages(client, wid)
+
+    def conflict_answered(seen: list[dict]) -> bool:
+        return any(e["type"] == "mail:posted" and e["message"]["sender"] == "coordinator" for e in seen)
+
+    events = client.events(wid, until=conflict_answered, timeout=60)
+    report = next(e["message"] for e in events if e["type"] == "mail:posted"
+                  and e["message"]["subject"] == "File conflict on units")
+    assert report["to"] == ["coordinator"] and "ReviewerRuth" in report["body_md"]
+    answer = next(e["message"] for e in events
+                  if e["type"] == "mail:posted" and e["message"]["sender"] == "coordinator")
+    assert answer["to"] == [report["sender"]] and "units" in answer["subject"]
+    time.sleep(1.0)  # let everything else that can run, run: units must still wait
+    beads = client.http.get("/api/beads", params={"epic_id": wid}).json()["beads"]
+    assert {b["id"]: b["status"] for b in beads}["units"] == "open"
+
+    loop.call_soon_threadsafe(release_after.set)
+    loop.run_until_complete(holder)
+    view = client.wait_awaiting(wid, "review", timeout=120)
+    assert view["stage"] == "review"
+    events = client.events(wid, until="swarm:finished")
+    claim = next(e for e in events if e["type"] == "bead:claimed" and e["bead_id"] == "units" and e["attempt"] == 2)
+    delay_ms = (_at(claim) - released[0]) * 1000
+    print(f"\nrelease → the waiting worker's claim of units: {delay_ms:.1f} ms")
+    assert delay_ms < 5_000  # a kick, not a poll: far under any polling period (the figure is printed)
+
+    mail = [e["message"] for e in events if e["type"] == "mail:posted"]
+    assert sum(1 for m in mail if m["subject"].startswith("[STARTUP]")) == 3
+    assert sorted(m["subject"] for m in mail if m["subject"].startswith("Completed ")) == sorted(
+        f"Completed {b}" for b in BEADS)
+    done = next(m for m in mail if m["subject"] == "Completed units")
+    assert "Verification: passed" in done["body_md"] and "Commit: " in done["body_md"]
+    loop.close()
+    finish(client, wid)
