@@ -161,6 +161,11 @@ def truthful_document(generated: dict[str, Any], app: Litestar) -> dict[str, Any
                         media["schema"] = _drop_anything(media["schema"])
             if opt.get("no_auth"):
                 operation["security"] = []
+                if path == "/healthz":
+                    # Degraded health is a 503 with the same Health body (not an ErrorReply): say so.
+                    responses["503"] = {**copy.deepcopy(responses["200"]),
+                                        "description": "NATS or an expected service does not answer "
+                                                       "(`status: degraded`)"}
                 continue
             if opt.get("query_token"):
                 operation["security"] = [{"bearer": []}, {"accessToken": []}]
