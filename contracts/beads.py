@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from .base import Command, Query, Reply
+from .http import CLEAN_TEXT, TITLE, Reason
 
 __all__ = [
     "BEAD_ID",
@@ -56,8 +57,9 @@ __all__ = [
 BEAD_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 BeadId = Annotated[str, msgspec.Meta(pattern=BEAD_ID)]
 EpicId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
-Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Text = Annotated[str, msgspec.Meta(max_length=100_000)]
+# Titles, descriptions and reasons reach agents and terminals: the HTTP API's text rules (contracts/http.py).
+Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
+Text = Annotated[str, msgspec.Meta(max_length=100_000, pattern=CLEAN_TEXT)]
 Path = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
 CommandLine = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
 Priority = Annotated[int, msgspec.Meta(ge=0, le=4)]
@@ -331,7 +333,7 @@ class CloseBead(Command, kw_only=True):
 
     epic_id: EpicId
     bead_id: BeadId
-    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
+    reason: Reason
 
 
 # --- HTTP bodies ---------------------------------------------------------------------------------------
@@ -380,4 +382,4 @@ class AddDependencyBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
 class CloseBeadBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/beads/{epic_id}/{bead_id}/close``."""
 
-    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
+    reason: Reason

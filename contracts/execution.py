@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from .base import Command
+from .http import Reason
+from .http import Text as VisibleText
 
 __all__ = [
     "AnswerQuestions",
@@ -132,24 +134,25 @@ class AnswerQuestions(Command, kw_only=True):
 
 
 class StopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """``POST /api/workflows/{id}/stop`` (optional body)."""
+    """``POST /api/workflows/{id}/stop`` (optional body). Text fields: visible, no control character but
+    tab and newlines (they reach the agent and the terminal of whoever lists the workflow)."""
 
-    reason: Annotated[str, msgspec.Meta(max_length=10_000)] = "stopped by user"
+    reason: Reason = "stopped by user"
 
 
 class ResumeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/workflows/{id}/resume`` (optional body)."""
 
-    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    message: VisibleText | None = None
 
 
 class ApproveExtensionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/workflows/{id}/extension/approve`` (optional body)."""
 
-    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    message: VisibleText | None = None
 
 
 class AnswerQuestionsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/workflows/{id}/answers``."""
 
-    answers: Annotated[list[Text], msgspec.Meta(min_length=1)]
+    answers: Annotated[list[VisibleText], msgspec.Meta(min_length=1)]

@@ -8,11 +8,13 @@ import msgspec
 
 __all__ = [
     "BRANCH_NAME",
+    "CLEAN_TEXT",
     "TEXT",
     "TITLE",
     "ChannelSessionBody",
     "CreateWorkflowBody",
     "Health",
+    "Reason",
     "ServiceHealth",
     "SessionMessageBody",
     "StopSessionBody",
@@ -28,11 +30,14 @@ TITLE = r"^[^\S\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*
 TEXT = (r"^[^\S\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f]"
         r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$")
 """Free text with at least one visible character; tab, newline and carriage return are the only controls."""
+CLEAN_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+"""Free text that may be empty (a description), with no control character but tab, newline and carriage return."""
 BRANCH_NAME = r"^[^\x00-\x20\x7f~^:?*\[\\/.-][^\x00-\x20\x7f~^:?*\[\\]*$"
 """What a pattern can say of git's ref-format rules (the gateway checks the rest: ``..``, ``.lock``, ``@{``, …)."""
 
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=TEXT)]
+Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000, pattern=TEXT)]
 Branch = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=BRANCH_NAME)]
 
 SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]

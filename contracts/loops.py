@@ -16,6 +16,8 @@ from typing import Annotated, Literal
 import msgspec
 
 from .base import Command, Query, Reply
+from .http import TEXT, TITLE, Reason
+from .http import Text as VisibleText
 
 __all__ = [
     "AbortLoop",
@@ -58,9 +60,10 @@ CreatedBy = Literal["api", "cli", "mcp"]
 NotifyKind = Literal["webhook", "slack", "discord", "telegram"]
 
 SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
-ProjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"\S")]
-ProjectPath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, pattern=r"^/")]
-Goal = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=r"\S")]
+# Names, goals and messages reach agents and terminals: visible text, no control character (contracts/http.py).
+ProjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
+ProjectPath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, pattern=r"^/[^\x00-\x1f\x7f-\x9f]*$")]
+Goal = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=TEXT)]
 MaxIterations = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 """The orchestrator also refuses more than its ``loop_max_iterations_limit`` setting."""
 BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")]
@@ -283,8 +286,8 @@ class StartLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, re
 
 
 class ResumeLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    message: Message | None = None
+    message: VisibleText | None = None
 
 
 class AbortLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    reason: Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)] = "aborted by the user"
+    reason: Reason = "aborted by the user"

@@ -16,6 +16,7 @@ from typing import Annotated
 import msgspec
 
 from .base import Command, Query, Reply
+from .http import TEXT, TITLE
 
 __all__ = [
     "COORDINATOR",
@@ -63,8 +64,9 @@ MAIL_VERBS = (SEND_MAIL_VERB, REPLY_MAIL_VERB, FETCH_INBOX_VERB, FETCH_TOPIC_VER
 AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$",
                                         description="A registered agent name (a NATS subject token)")]
 """A worker's registered name (``AmberFalcon``) or ``coordinator``: it is a token of the notice subject."""
-Text = Annotated[str, msgspec.Meta(min_length=1, max_length=200_000)]
-Subject = Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+# Mail is shown to agents and people (terminals): the HTTP API's text rules (contracts/http.py).
+Text = Annotated[str, msgspec.Meta(min_length=1, max_length=200_000, pattern=TEXT)]
+Subject = Annotated[str, msgspec.Meta(min_length=1, max_length=500, pattern=TITLE)]
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 
 

@@ -233,6 +233,10 @@ async def test_create_sends_every_field_and_answers_201(gateway: Gateway, beads:
     {"epic_id": EPIC, "title": "x", "dependencies": [{"bead_id": "a", "type": "related"}]},
     {"epic_id": EPIC, "title": "x", "testing_mode": "tdd-required", "tdd_steps": {"red": "false"}},
     {"epic_id": EPIC, "title": "x", "verify": [""]},
+    {"epic_id": EPIC, "title": "   "},
+    {"epic_id": EPIC, "title": "red \x1b[31m"},
+    {"epic_id": EPIC, "title": "two\nlines"},
+    {"epic_id": EPIC, "title": "x", "description": "nul \x00"},
 ])
 async def test_a_bad_create_body_is_400_and_sends_nothing(gateway: Gateway, beads: StandInBeads,
                                                           body: dict[str, Any]):
@@ -278,6 +282,11 @@ async def test_add_dependency_and_close(gateway: Gateway, beads: StandInBeads):
     ("POST", f"/api/beads/{EPIC}/b/dependencies", {"depends_on": "a b"}),
     ("POST", f"/api/beads/{EPIC}/b/close", {}),
     ("POST", f"/api/beads/{EPIC}/b/close", {"reason": ""}),
+    ("POST", f"/api/beads/{EPIC}/b/close", {"reason": " \t"}),
+    ("POST", f"/api/beads/{EPIC}/b/close", {"reason": "done \x1b[2J"}),
+    ("PATCH", f"/api/beads/{EPIC}/b", {"title": " "}),
+    ("PATCH", f"/api/beads/{EPIC}/b", {"title": "c1 \x9b"}),
+    ("PATCH", f"/api/beads/{EPIC}/b", {"description": "bell \x07"}),
     ("POST", f"/api/beads/{EPIC}/b/close", {"reason": "x", "force": True}),
 ])
 async def test_a_bad_change_body_is_400_and_sends_nothing(gateway: Gateway, beads: StandInBeads, method: str,

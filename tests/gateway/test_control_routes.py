@@ -79,11 +79,17 @@ async def test_every_lifecycle_conflict_code_is_409(gateway: Gateway, orchestrat
             assert (r.status_code, r.json()["code"]) == (status, code)
 
 
+INVISIBLE = ["", " ", "\n\t ", "red \x1b[31m", "nul \x00", "csi \x9b1m", "bell \x07"]
+"""Text the visible-text rule refuses: blank, or holding a control character other than tab and newlines."""
+
 BAD_BODIES = {
-    "stop": [{"reason": 5}, {"reason": "x", "extra": 1}, {"why": "x"}, [1], "stop", {"reason": "x" * 10_001}],
-    "resume": [{"message": 5}, {"message": "x", "extra": 1}, {"text": "x"}, [1], 3],
-    "extension/approve": [{"message": ["x"]}, {"extra": 1}, [1], True],
+    "stop": [{"reason": 5}, {"reason": "x", "extra": 1}, {"why": "x"}, [1], "stop", {"reason": "x" * 10_001},
+             *({"reason": text} for text in INVISIBLE)],
+    "resume": [{"message": 5}, {"message": "x", "extra": 1}, {"text": "x"}, [1], 3,
+               *({"message": text} for text in INVISIBLE)],
+    "extension/approve": [{"message": ["x"]}, {"extra": 1}, [1], True, *({"message": text} for text in INVISIBLE)],
     "answers": [None, {}, {"answers": []}, {"answers": [""]}, {"answers": "yes"}, {"answers": [1]},
+                *({"answers": ["fine", text]} for text in INVISIBLE),
                 {"answers": ["a"], "extra": 1}, {"answer": ["a"]}, ["a"]],
 }
 

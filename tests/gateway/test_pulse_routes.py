@@ -163,6 +163,11 @@ async def test_start_keeps_a_given_session_id_and_the_defaults(gateway: Gateway,
     {"projectPath": "relative/shop"},
     {"projectPath": ""},
     {"projectName": " "},
+    {"projectName": "shop\x1b[2J"},
+    {"projectName": "two\nlines"},
+    {"goal": "nul \x00 inside"},
+    {"goal": "escape \x1b]0;title\x07"},
+    {"projectPath": "/r/\x1bshop"},
     {"unknownField": 1},
     {"project_name": "snake"},
     {"contextStrategy": "psychic"},
@@ -265,7 +270,9 @@ async def test_controls_send_their_commands_with_optional_bodies(gateway: Gatewa
 
 
 @pytest.mark.parametrize(("verb", "body"), [("resume", {"msg": "x"}), ("abort", {"reason": ""}),
-                                            ("abort", {"reason": 3}), ("resume", [1])])
+                                            ("abort", {"reason": 3}), ("resume", [1]),
+                                            ("resume", {"message": " \n"}), ("resume", {"message": "a\x1b[1m"}),
+                                            ("abort", {"reason": "  "}), ("abort", {"reason": "x\x00"})])
 async def test_bad_control_bodies_are_400(gateway: Gateway, loops: StandInLoops, verb: str, body: Any):
     async with gateway.client() as http:
         reply = await http.post(f"/api/pulse/{KNOWN}/{verb}", json=body)
