@@ -14,11 +14,15 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
 
+from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.http import CreateWorkflowBody, Health
 from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, ListWorkflows, WorkflowList, WorkflowView
 from autarch.runtime.bus import close_quietly, connect, ensure_event_stream
+from autarch.runtime.errors import RemoteError
 from autarch.runtime.settings import GatewaySettings, narrow
 from autarch.runtime.token import ensure_token
 
@@ -28,7 +32,7 @@ from .control_routes import CONTROL_ROUTES
 from .diff_routes import DIFF_ROUTES
 from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
-from .input_rules import MAX_SEQUENCE, check_workflow_target, parse_sequence
+from .input_rules import MAX_SEQUENCE, check_resume_point, check_workflow_target, parse_sequence
 from .openapi import complete_allow_header, make_document_true
 from .orchestrator_client import ask_orchestrator, nc_of
 from .params import bad_request, resolve_repo
@@ -96,7 +100,8 @@ async def events(
     state: State,
     workflow: Annotated[str | None, QueryParameter(description="Only this workflow's events")] = None,
     since: Annotated[int | None, QueryParameter(ge=0, le=MAX_SEQUENCE,
-                                                description="Resume after this sequence (0: all)")] = None,
+                                                description="Resume after this sequence (0: all); at most the "
+                                                            "stream's last sequence (else 400)")] = None,
     deltas: Annotated[bool, QueryParameter(description="Also send the live token deltas (turn:message_delta, "
                                                        "turn:thought_delta), without id")] = True,
 ) -> ServerSentEvent:
@@ -106,19 +111,32 @@ async def events(
     ``turn:completed`` carries the full text). While nothing flows a ``: keep-alive`` comment comes every
     ``sse_keepalive`` seconds, so a read timeout somewhat longer than that tells a dead connection; a stopping
     gateway ends the stream with ``: gateway stopping`` (resume with ``Last-Event-ID``)."""
-    after = since
+    after, field = since, "since"
     last_event_id = request.headers.get("last-event-id")
     if last_event_id:
-        after = parse_sequence(last_event_id, field="Last-Event-ID")
+        after, field = parse_sequence(last_event_id, field="Last-Event-ID"), "Last-Event-ID"
     if workflow is not None:
         try:
             workflow = str(uuid.UUID(workflow))
         except ValueError:
             raise bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow") from None
     settings: GatewaySettings = state["settings"]
+    if after is not None:
+        # Checked before the stream opens, so a bad resume point is an HTTP 400, not a stream that never speaks.
+        check_resume_point(after, last=await _last_sequence(nc_of(state), settings.request_timeout), field=field)
     stream = event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive,
                           deltas=deltas, stopping=state.get("stopping"))
     return ServerSentEvent(stream)
+
+
+async def _last_sequence(nc: Client, timeout: float) -> int:
+    """The event stream's last sequence (0 when empty); ``unavailable`` when JetStream does not answer."""
+    try:
+        info = await nc.jetstream(timeout=timeout).stream_info(subjects.EVENTS_STREAM)
+    except (NatsError, TimeoutError) as exc:
+        raise RemoteError(ErrorReply(code=ErrorCode.UNAVAILABLE, message=f"the event stream did not answer: {exc}"),
+                          subject=subjects.EVENTS_STREAM) from None
+    return info.state.last_seq
 
 
 @get("/healthz", summary="Health of NATS and every service", tags=["health"], opt=NO_AUTH)

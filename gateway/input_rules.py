@@ -17,7 +17,7 @@ from autarch.runtime.errors import RemoteError
 
 from .params import bad_request
 
-__all__ = ["MAX_SEQUENCE", "branch_name_problem", "check_workflow_target", "parse_sequence"]
+__all__ = ["MAX_SEQUENCE", "branch_name_problem", "check_resume_point", "check_workflow_target", "parse_sequence"]
 
 MAX_SEQUENCE = 2**63 - 1
 """The largest stream sequence a client may resume after (JetStream sequences fit in 63 bits in practice;
@@ -139,6 +139,17 @@ def parse_sequence(value: str, *, field: str) -> int:
     if not (value.isascii() and value.isdigit()) or len(value) > 19 or int(value) > MAX_SEQUENCE:
         raise _bad_sequence(value, field)
     return int(value)
+
+
+def check_resume_point(after: int, *, last: int, field: str) -> None:
+    """A 400 unless ``after`` is within the stream (0 to its ``last`` sequence).
+
+    A sequence past the last one names no event anyone saw: the stream would stay silent until the
+    stream caught up, and an EventSource client would reconnect to it forever.
+    """
+    if after > last:
+        raise bad_request(f"{field} {after} is past the stream's last sequence {last}; resume from an id the "
+                          f"stream sent (0: from the start)", field=field, last_sequence=last)
 
 
 def _bad_sequence(value: str, field: str) -> RemoteError:

@@ -124,7 +124,7 @@ def _events_operation(operation: dict[str, Any]) -> None:
     params.append({
         "name": "Last-Event-ID", "in": "header", "required": False,
         "description": "Resume right after this stream sequence (wins over `since`); what an EventSource sends "
-                       "when it reconnects.",
+                       "when it reconnects. ASCII digits, at most the stream's last sequence (else 400).",
         "schema": {"type": "string", "pattern": r"^[0-9]{1,19}$", "maxLength": 19},
     })
     params.append({

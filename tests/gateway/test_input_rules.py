@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from autarch.contracts import subjects
 from autarch.gateway.input_rules import MAX_SEQUENCE, branch_name_problem
 
 from .conftest import Gateway, git_repo
@@ -126,6 +127,29 @@ async def test_since_is_a_sequence_in_range(gateway: Gateway, value):
     async with gateway.client() as http:
         reply = await http.get("/api/events", params={"since": value})
     assert_bad(reply, "since")
+
+
+@pytest.mark.parametrize("how", ["since", "Last-Event-ID"])
+async def test_a_resume_point_past_the_streams_last_sequence_is_a_400(gateway: Gateway, nc, how):
+    last = (await nc.jetstream().stream_info(subjects.EVENTS_STREAM)).state.last_seq
+    for beyond in (last + 1_000_000, MAX_SEQUENCE):
+        async with gateway.client() as http:
+            if how == "since":
+                reply = await http.get("/api/events", params={"since": str(beyond)})
+            else:
+                reply = await http.get("/api/events", headers={"Last-Event-ID": str(beyond)})
+        assert_bad(reply, how)
+        assert reply.json()["details"]["last_sequence"] >= last
+    # The last sequence itself is a valid resume point: the stream opens.
+    async with gateway.client() as http:
+        params = {"since": str(last), "deltas": "false"} if how == "since" else {"deltas": "false"}
+        headers = {"Last-Event-ID": str(last)} if how == "Last-Event-ID" else {}
+        async with http.stream("GET", "/api/events", params=params, headers=headers) as reply:
+            assert reply.status_code == 200
+            assert reply.headers["content-type"].startswith("text/event-stream")
+            async for line in reply.aiter_lines():
+                assert line == ": connected"
+                break
 
 
 async def test_401_names_the_bearer_scheme(gateway: Gateway):
