@@ -427,6 +427,13 @@ def _swarm_line(kind: str, e: Mapping[str, Any], workers: Mapping[str, str]) -> 
             return kind
         verb = "created" if kind == "bead:created" else f"updated ({bead.get('status', '?')})"
         return f"bead {bead.get('id', '?')} {verb}: {_bead_summary(bead)}"
+    if kind == "worker:handoff":
+        handoff = e.get("handoff") or {}
+        pct = (handoff.get("payload") or {}).get("context_snapshot", {}).get("tokens_used_pct") \
+            if isinstance(handoff, Mapping) else None
+        at = f" at {pct:.0%} of its context" if isinstance(pct, int | float) else ""
+        return (f"[{_worker(e.get('worker'), workers)}] handed off {e.get('bead_id')}{at}: "
+                f"{e.get('owner_file', '?')} (a fresh session resumes)")
     if kind == "bead:evidence":
         evidence = e.get("evidence") or {}
         runs = evidence.get("runs") or [] if isinstance(evidence, Mapping) else []

@@ -461,11 +461,14 @@ class TurnOutcome(msgspec.Struct, kw_only=True):
     ``step_limit`` (``agent_max_steps`` model calls in one turn: seed 000's iteration limit).
     """
 
-    kind: Literal["block", "end_turn", "cancelled", "error", "budget_exceeded", "step_limit"]
+    kind: Literal["block", "end_turn", "cancelled", "error", "budget_exceeded", "step_limit", "handoff"]
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     detail: str = ""
     evidence: VerificationEvidence | None = None
+    tokens_used_pct: float | None = None
+    """``handoff``: the share of the context window the session's last request used (a worker past
+    ``handoff_at`` stops after its current step so that a fresh session can resume from a handoff)."""
     """A worker's ``complete_pulse``: the verification the runner ran before it let the turn end."""
 
 

@@ -28,8 +28,10 @@ __all__ = [
     "OpenWorker",
     "SyncWorkflowWorktree",
     "WorkerClosed",
+    "WorkerFilesWritten",
     "WorkerWorktree",
     "WorkflowWorktreeSynced",
+    "WriteWorkerFiles",
 ]
 
 Identifier = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
@@ -127,6 +129,23 @@ class SyncWorkflowWorktree(Command, kw_only=True):
 class WorkflowWorktreeSynced(Reply, kw_only=True):
     workflow_id: str
     head: str
+
+
+class WriteWorkerFiles(Command, kw_only=True):
+    """Write coordination files (a handoff and its manifest) into the worker's worktree under ``.pulse/``.
+
+    ``.pulse/`` is the swarm's, not the change's: the worker's session reads it, and bead commits leave it out.
+    """
+
+    workflow_id: Identifier
+    worker: Identifier
+    files: dict[Annotated[str, msgspec.Meta(pattern=r"^\.pulse/(?!.*(^|/)\.\.(/|$)).{1,500}$")], str]
+
+
+class WorkerFilesWritten(Reply, kw_only=True):
+    workflow_id: str
+    worker: str
+    paths: list[str]
 
 
 class CloseWorker(Command, kw_only=True):

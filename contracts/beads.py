@@ -9,7 +9,7 @@ all ``closed``; it is ranked by impact (:class:`RankedBead`). The orchestrator a
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -37,7 +37,10 @@ __all__ = [
     "EvidenceList",
     "GetBead",
     "GetEvidence",
+    "GetHandoffs",
     "GetSwarm",
+    "HandoffEntry",
+    "HandoffManifest",
     "LeaseMode",
     "LeaseView",
     "ListBeads",
@@ -139,6 +142,13 @@ class WorkerDiscipline(msgspec.Struct, kw_only=True):
     testing_mode: TestingMode = "standard"
     tdd_steps: TddSteps | None = None
     """``tdd-required``: the red command must have failed in this session before a production file is edited."""
+    read_first: list[str] = []
+    """Files the session must read (``read_file``) before any write or edit: a resumed worker's handoff list."""
+    handoff_at: float = 0.65
+    """Share of the context window past which the worker stops after its current step and hands off."""
+    bead_file: str | None = None
+    """The bead's card in the worktree (``.pulse/beads/<id>.md``): after an in-turn compaction the worker must
+    read it again (its scope and decisions) before any write or edit."""
 
 
 class GetEvidence(Query, kw_only=True):
@@ -151,6 +161,32 @@ class EvidenceList(Reply, kw_only=True):
     bead_id: str
     evidence: list[VerificationEvidence] = []
     """Each verification recorded for the bead, oldest first (the last passing one closed it)."""
+
+
+class HandoffEntry(msgspec.Struct, kw_only=True):
+    """One line of ``.pulse/handoffs/manifest.json`` (seed 002): where a handoff is and what it says to do."""
+
+    handoff_id: str
+    owner_id: str
+    owner_file: str
+    """``.pulse/handoffs/worker-<name>.json`` (``single-worker.json`` standalone)."""
+    summary: str
+    next_action: str
+    paused_at: datetime
+    status: str = "ready_to_resume"
+    bead_id: str | None = None
+
+
+class GetHandoffs(Query, kw_only=True):
+    epic_id: EpicId
+
+
+class HandoffManifest(Reply, kw_only=True):
+    """An epic's handoffs: the manifest, and each handoff document as written (the seed's schema 2.0)."""
+
+    epic_id: str
+    handoffs: list[HandoffEntry] = []
+    documents: list[dict[str, Any]] = []
 
 
 class ConflictRecord(msgspec.Struct, kw_only=True):
@@ -262,6 +298,10 @@ class SwarmView(Reply, kw_only=True):
     beads: list[BeadView] = []
     merged: list[str] = []
     """Bead ids in the order they landed on the workflow branch."""
+    evidence: list[VerificationEvidence] = []
+    """Every verification recorded (the passing one of each landed bead among them), in claim order."""
+    handoffs: list[HandoffEntry] = []
+    """The manifest of the workers' handoffs at the context limit."""
 
 
 # --- requests -----------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ __all__ = [
     "TurnStarted",
     "TurnToolCompleted",
     "TurnToolStarted",
+    "WorkerHandedOff",
     "WorkerJoined",
     "WorkerStatusChanged",
     "WorkflowAbandoned",
@@ -384,6 +385,8 @@ class TurnCompleted(TurnEvent, tag="turn:completed", kw_only=True):
     model_calls: int = 0
     evidence: VerificationEvidence | None = None
     """A swarm worker's ``complete_pulse``: the fresh verification the runner ran before accepting it."""
+    tokens_used_pct: float | None = None
+    """``handoff``: the share of the context window the worker's last request used."""
 
 
 class LoopEvent(Event, kw_only=True):
@@ -525,6 +528,16 @@ class BeadEvidenceRecorded(SwarmEvent, tag="bead:evidence", kw_only=True):
     evidence: VerificationEvidence
 
 
+class WorkerHandedOff(SwarmEvent, tag="worker:handoff", kw_only=True):
+    """A worker's context passed its limit: it stopped after its step and left a handoff (the seed's schema
+    2.0, in ``handoff``); a fresh session of the same worker resumes the bead from it."""
+
+    worker: str
+    bead_id: str
+    owner_file: str
+    handoff: dict[str, Any]
+
+
 class BeadClaimed(SwarmEvent, tag="bead:claimed", kw_only=True):
     bead_id: str
     worker: str
@@ -599,7 +612,7 @@ MAIL_EVENTS: tuple[type[SwarmEvent], ...] = (MailPosted,)
 SWARM_EVENTS: tuple[type[SwarmEvent], ...] = (
     SwarmStarted, SwarmFinished, BeadCreated, BeadUpdated, BeadBounced, BeadClaimed, BeadEvidenceRecorded,
     BeadReopened, BeadClosed,
-    WorkerJoined, WorkerStatusChanged, LeaseGranted, LeaseReleased, LeaseConflicted)
+    WorkerJoined, WorkerStatusChanged, WorkerHandedOff, LeaseGranted, LeaseReleased, LeaseConflicted)
 
 
 AnyEvent = (
@@ -648,6 +661,7 @@ AnyEvent = (
     | BeadClosed
     | WorkerJoined
     | WorkerStatusChanged
+    | WorkerHandedOff
     | LeaseGranted
     | LeaseReleased
     | LeaseConflicted

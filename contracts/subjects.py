@@ -78,6 +78,7 @@ ORCHESTRATOR_VERBS = (
     "add_dependency",
     "close_bead",
     "bead_evidence",
+    "bead_handoffs",
     "send_mail",
     "reply_mail",
     "fetch_inbox",
@@ -107,6 +108,7 @@ GIT_VERBS = (
     "merge_bead",
     "sync_workflow_worktree",
     "close_worker",
+    "write_worker_files",
 )
 AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions")
 INDEXER_VERBS = ("index_project", "index_worktree", "index_status", "semantic_search", "record_turns", "find_turn",

@@ -12,6 +12,7 @@ from .base import Command, Query, Reply
 from .beads import SwarmView
 from .execution import HaltView, PreflightView, PulseRunView
 from .http import Text
+from .mail import MailMessage
 
 __all__ = [
     "ApproveBody",
@@ -290,5 +291,7 @@ class ReplayedWorkflow(Reply, kw_only=True):
     artifacts: WorkflowArtifacts | None = None
     """The cards, notes, baselines and review comments as of ``events_applied``."""
     swarm: SwarmView | None = None
-    """The epic (beads, workers, claims, recorded leases) rebuilt from its own events, for a bead plan's
-    workflow; always its latest state (``at`` counts the workflow's events only)."""
+    """The epic (beads, workers, claims, recorded leases, evidence, handoffs) rebuilt from its own events, for a
+    bead plan's workflow; always its latest state (``at`` counts the workflow's events only)."""
+    mail: list[MailMessage] = []
+    """The epic's coordination mail rebuilt from its mailbox's events, oldest first."""

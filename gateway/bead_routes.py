@@ -32,7 +32,9 @@ from autarch.contracts.beads import (
     EvidenceList,
     GetBead,
     GetEvidence,
+    GetHandoffs,
     GetSwarm,
+    HandoffManifest,
     ListBeads,
     ReadyBeads,
     ReadyList,
@@ -105,6 +107,16 @@ async def get_swarm(state: State, epic_id: EpicParam) -> SwarmView | Response[Er
     if epic is None:
         return _no_epic(epic_id)
     return await _ask(state, "get_swarm", GetSwarm(epic_id=epic), SwarmView, idempotent=True)
+
+
+@get("/api/beads/handoffs", summary="The epic's handoffs and their manifest", tags=["beads"], responses=_QUERY)
+async def bead_handoffs(state: State, epic_id: EpicParam) -> HandoffManifest | Response[ErrorReply]:
+    """Every handoff a worker wrote at its context limit (the seed's schema 2.0, as written to
+    ``.pulse/handoffs/`` in its worktree) and the manifest entries: owner file, summary, next action."""
+    epic = canonical_uuid(epic_id)
+    if epic is None:
+        return _no_epic(epic_id)
+    return await _ask(state, "bead_handoffs", GetHandoffs(epic_id=epic), HandoffManifest, idempotent=True)
 
 
 @post("/api/beads", status_code=201, summary="Create a bead", tags=["beads"], responses=_CHANGE)
@@ -193,5 +205,5 @@ async def bead_evidence(epic_id: FromPath[str], bead_id: FromPath[str],
                       idempotent=True)
 
 
-BEAD_ROUTES = [list_beads, ready_beads, get_swarm, create_bead, get_bead, edit_bead, add_dependency, close_bead,
-               bead_evidence]
+BEAD_ROUTES = [list_beads, ready_beads, get_swarm, bead_handoffs, create_bead, get_bead, edit_bead, add_dependency,
+               close_bead, bead_evidence]

@@ -131,12 +131,17 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
     """Iterations in a row with no commit, or with the same error, before a loop session is ``BLOCKED``."""
     loop_max_iterations_limit: int = 200
     """Largest ``maxIterations`` a loop session may be started with."""
+    handoff_threshold: float = 0.65
+    """Share of its context window past which a swarm worker stops after its current step and hands off to a
+    fresh session (seed 002's 65 %)."""
     swarm_workers: int = 0
     """Pulse workers a swarm runs at once; 0 picks the smaller of the plan's widest set of independent beads
     and twice the machine's cores (at most 8). Preflight's ``single-worker`` advice makes it 1."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if not 0 < self.handoff_threshold <= 1:
+            raise SettingsError(f"handoff_threshold must be in (0, 1], got {self.handoff_threshold}")
         if self.swarm_workers < 0:
             raise SettingsError(f"swarm_workers must be 0 (automatic) or more, got {self.swarm_workers}")
         if self.loop_iteration_timeout <= 0:

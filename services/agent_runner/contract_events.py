@@ -62,6 +62,7 @@ class ContractMapper:
                 model_calls=e.model_calls, **e.usage,
                 evidence=(msgspec.convert(outcome["evidence"], VerificationEvidence) if outcome.get("evidence")
                           else None),
+                tokens_used_pct=outcome.get("tokens_used_pct"),
             )
         if isinstance(e, Session.ErrorRecorded):
             return SessionError(workflow_id=wf, occurred_at=at, session_id=sid, message=e.message, turn_id=e.turn_id)

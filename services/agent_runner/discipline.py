@@ -27,7 +27,8 @@ from autarch.contracts.beads import VerificationEvidence, VerificationRun, Worke
 
 from .domainmodel import ToolCall
 
-__all__ = ["edit_refusal", "is_test_path", "red_run", "refusal_text", "run_verification", "without_red_runs"]
+__all__ = ["edit_refusal", "is_test_path", "red_run", "refusal_text", "run_verification", "unread",
+           "without_red_runs"]
 
 _EDIT_TOOLS = ("write_file", "edit_file", "multi_edit")
 _TEST_PATH = re.compile(
@@ -35,13 +36,15 @@ _TEST_PATH = re.compile(
     r"|(^|/)conftest\.py$")
 """Where tests live in the common layouts (pytest, go, jest, rspec): everything else is production code."""
 _EXCERPT = 1500
+_POLICY = '"policy": '
+"""Marks an error result that is the discipline's refusal (see ``without_red_runs``)."""
 
 RunShell = Callable[[str, str], Awaitable[tuple[str, bool, float]]]
 """(tool call id, command) → (the tool's output, is_error, milliseconds)."""
 
 
 def is_test_path(path: str) -> bool:
-    return bool(_TEST_PATH.search(path.replace("\\", "/").lstrip("./")))
+    return bool(_TEST_PATH.search(path.replace("\\", "/").removeprefix("./")))
 
 
 def _exit_code(output: str | None) -> int | None:
@@ -70,19 +73,41 @@ def red_run(history: Iterable[ToolCall], red: str) -> ToolCall | None:
 def without_red_runs(discipline: WorkerDiscipline | None, history: list[ToolCall]) -> list[ToolCall]:
     """``history`` without the runs of a tdd-required bead's red command: their failure is the point, not a
     failure left unresolved (the runner runs green itself before it lets the bead close)."""
-    if discipline is None or discipline.testing_mode != "tdd-required" or discipline.tdd_steps is None:
+    if discipline is None:
+        return history
+    # A write the discipline refused is a rule kept, not a failure to put right.
+    history = [c for c in history if not (c.is_error and c.output and _POLICY in c.output)]
+    if discipline.testing_mode != "tdd-required" or discipline.tdd_steps is None:
         return history
     red = discipline.tdd_steps.red.strip()
     return [c for c in history if not (c.name == "shell" and isinstance(c.input, dict)
                                        and str(c.input.get("command", "")).strip() == red)]
 
 
+def unread(discipline: WorkerDiscipline, history: Iterable[ToolCall]) -> list[str]:
+    """The ``read_first`` files this session has not read yet (a resumed worker re-reads before acting)."""
+    read = {str(c.input.get("path", "")).removeprefix("./") for c in history
+            if c.name == "read_file" and c.done and not c.is_error and isinstance(c.input, dict)}
+    return [p for p in discipline.read_first if p.removeprefix("./") not in read]
+
+
 def edit_refusal(discipline: WorkerDiscipline | None, history: Iterable[ToolCall], name: str,
-                 args: Any) -> str | None:
-    """The error a write or edit gets before the red step failed (tdd-required), else None."""
-    if discipline is None or discipline.testing_mode != "tdd-required" or discipline.tdd_steps is None:
+                 args: Any, *, reread_needed: bool = False) -> str | None:
+    """The error a write or edit gets before the red step failed (tdd-required), or before a resumed worker
+    re-read what its handoff names; else None."""
+    if discipline is None or name not in _EDIT_TOOLS or not isinstance(args, dict):
         return None
-    if name not in _EDIT_TOOLS or not isinstance(args, dict):
+    history = list(history)
+    if reread_needed and discipline.bead_file:
+        return json.dumps({"error": f"{name} refused: your context was just compacted. Read your bead again "
+                                    f"first ({discipline.bead_file}: its scope, checks and decisions), then edit.",
+                           "policy": "reread-after-compaction"})
+    missing = unread(discipline, history)
+    if missing:
+        return json.dumps({"error": f"{name} refused: this session resumes bead {discipline.bead_id} from a "
+                                    f"handoff; read these first with read_file: {', '.join(missing)}.",
+                           "policy": "read-first"})
+    if discipline.testing_mode != "tdd-required" or discipline.tdd_steps is None:
         return None
     path = str(args.get("path", ""))
     if not path or is_test_path(path):
@@ -92,7 +117,7 @@ def edit_refusal(discipline: WorkerDiscipline | None, history: Iterable[ToolCall
     return json.dumps({"error": f"{name} {path} refused: bead {discipline.bead_id} is tdd-required, and its red "
                                f"step has not failed yet in this session. Write the test first, run "
                                f"`{discipline.tdd_steps.red}` with shell and see it fail for the expected reason, "
-                               "then change production code."})
+                               "then change production code.", "policy": "tdd-red-first"})
 
 
 def _run_of(step: str, command: str, output: str, is_error: bool, ms: float, at: datetime,

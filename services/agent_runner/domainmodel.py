@@ -141,6 +141,8 @@ class Session(Aggregate):
         """A swarm worker's registered name: on every tool call, and whose file leases its turns renew."""
         self.discipline = msgspec.convert(discipline, WorkerDiscipline) if discipline else None
         """A swarm worker's rules (verification at close, TDD's red first): see ``discipline.py``."""
+        self.reread_needed = False
+        """A worker's context was compacted since it last read its bead file: edits wait for a re-read."""
         self.turns: list[Turn] = []
         self.compacted_through = -1
         self.closed_reason: str | None = None
@@ -227,11 +229,17 @@ class Session(Aggregate):
         """A tool call's result, exactly as the model will be given it."""
         call = self._turn(turn_id).calls[tool_use_id]
         call.output, call.is_error, call.duration_ms, call.replayed = output, is_error, duration_ms, replayed
+        d = self.discipline
+        if (d is not None and d.bead_file and name == "read_file" and not is_error and isinstance(call.input, dict)
+                and str(call.input.get("path", "")).removeprefix("./") == d.bead_file.removeprefix("./")):
+            self.reread_needed = False
 
     @event("Compacted")
     def compact(self, *, turn_id: str, through: int, context_tokens: int) -> None:
         """From now on, turns up to index ``through`` are sent to the model as a digest."""
         self.compacted_through = through
+        # A worker whose context was just summarised re-reads its bead (and its decisions) before any edit.
+        self.reread_needed = self.discipline is not None and bool(self.discipline.bead_file)
 
     @event("TurnCompleted")
     def complete_turn(self, *, turn_id: str, outcome: dict[str, Any], at: datetime, text: str, thoughts: str,
@@ -304,3 +312,4 @@ class Session(Aggregate):
         ``elided_through``.
         """
         self._turn(turn_id).elided_through = through_step
+        self.reread_needed = self.discipline is not None and bool(self.discipline.bead_file)

@@ -189,6 +189,15 @@ class TurnLoop:
             await self._complete({"kind": "budget_exceeded", "detail": over})
             return False
         window = settings.context_window_tokens or model_info(self.agent.model).context_window
+        discipline = session.discipline
+        if discipline is not None and turn.replies:
+            # A worker past its share of the window stops here, after its current step, and hands off: a fresh
+            # session resumes from the handoff rather than working on with a summary of itself (seed 002).
+            used = session.last_context_tokens() / window
+            if used >= discipline.handoff_at:
+                await self._complete({"kind": "handoff", "detail": f"context at {used:.0%} of the window",
+                                      "tokens_used_pct": round(used, 4)})
+                return False
         threshold = int(window * settings.compaction_threshold)
         through = compaction_point(session, current=turn, threshold_tokens=threshold)
         if through is not None:
@@ -262,7 +271,8 @@ class TurnLoop:
     def _local_error(self, call: RecordedCall, malformed: str | None) -> str | None:
         if self.session.discipline is not None:
             history = [c for t in self.session.turns for c in t.calls.values()]
-            refused = edit_refusal(self.session.discipline, history, call.name, call.input)
+            refused = edit_refusal(self.session.discipline, history, call.name, call.input,
+                                   reread_needed=self.session.reread_needed)
             if refused is not None:
                 return refused
         if malformed is not None:

@@ -16,7 +16,7 @@ from .domainmodel import Session, Turn
 
 __all__ = ["status_of", "summary_of", "view_of"]
 
-_OUTCOME_FIELDS = ("kind", "tool", "arguments", "detail", "evidence")
+_OUTCOME_FIELDS = ("kind", "tool", "arguments", "detail", "evidence", "tokens_used_pct")
 
 
 def status_of(session: Session) -> str:

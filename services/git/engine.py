@@ -29,8 +29,10 @@ from autarch.contracts.bead_git import (
     OpenWorker,
     SyncWorkflowWorktree,
     WorkerClosed,
+    WorkerFilesWritten,
     WorkerWorktree,
     WorkflowWorktreeSynced,
+    WriteWorkerFiles,
 )
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import (
@@ -513,6 +515,10 @@ class GitEngine:
     def commit_bead(self, cmd: CommitBead) -> BeadCommitted:
         with self._open(cmd.workflow_id) as ws:
             return workers.commit_bead(ws, cmd, swarms=self.swarms, identity=self.identity)
+
+    def write_worker_files(self, cmd: WriteWorkerFiles) -> WorkerFilesWritten:
+        with self._open(cmd.workflow_id) as ws:
+            return workers.write_worker_files(ws, cmd, swarms=self.swarms)
 
     def merge_bead(self, cmd: MergeBead) -> BeadMerged:
         # Not ready=True: a repeat after the workflow's worktree was removed still answers the outcome.

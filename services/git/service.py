@@ -23,6 +23,7 @@ from autarch.contracts.bead_git import (
     MergeBead,
     OpenWorker,
     SyncWorkflowWorktree,
+    WriteWorkerFiles,
 )
 from autarch.contracts.git import (
     CheckpointPulse,
@@ -100,6 +101,7 @@ class GitService:
         self._add("merge_bead", MergeBead, by_workflow(engine.merge_bead))
         self._add("sync_workflow_worktree", SyncWorkflowWorktree, by_workflow(engine.sync_workflow_worktree))
         self._add("close_worker", CloseWorker, by_workflow(engine.close_worker))
+        self._add("write_worker_files", WriteWorkerFiles, by_workflow(engine.write_worker_files))
 
     def _add(self, verb: str, request_type: type[Any], handler: Callable[[Any], Awaitable[Any]]) -> None:
         self.micro.endpoint(verb, request_type, handler)

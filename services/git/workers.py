@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
 
@@ -25,7 +26,9 @@ from autarch.contracts.bead_git import (
     CommitBead,
     OpenWorker,
     WorkerClosed,
+    WorkerFilesWritten,
     WorkerWorktree,
+    WriteWorkerFiles,
 )
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import GitErrorCode
@@ -345,7 +348,7 @@ def commit_bead(ws: Workspace, cmd: CommitBead, *, swarms: SwarmStore, identity:
             raise fail(ErrorCode.BAD_REQUEST, f"{rel} is not a path inside the worktree", path=rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
-    current = snapshot_all(wws)
+    current = snapshot_all(_without_coordination(wws))
     tree, paths = store_snapshot(wws, current, base)
     if paths:
         # A summary is the subject line: newlines in it would make the rest the body.
@@ -360,6 +363,32 @@ def commit_bead(ws: Workspace, cmd: CommitBead, *, swarms: SwarmStore, identity:
     swarms.save(swarm)  # journaled: a repeat answers this commit
     _finish_commit(wws, worker, attempt, identity, current=current)
     return _committed(ws, attempt)
+
+
+def _without_coordination(ws: Workspace) -> Workspace:
+    """``ws`` whose snapshot also leaves out ``.pulse/``: the swarm's coordination files (handoffs) live in the
+    worker's worktree for its session to read, and never in the bead's commit."""
+    base_type = type(ws)
+
+    class _Worktree(base_type):  # type: ignore[misc, valid-type]
+        def ignore_check(self) -> Callable[[str], bool]:
+            rules = super().ignore_check()
+            return lambda path: path.split("/", 1)[0] == ".pulse" or rules(path)
+
+    return _Worktree(repo=ws.repo, record=ws.record)
+
+
+def write_worker_files(ws: Workspace, cmd: WriteWorkerFiles, *, swarms: SwarmStore) -> WorkerFilesWritten:
+    """Write ``cmd.files`` (all under ``.pulse/``) into the worker's worktree; a repeat writes the same bytes."""
+    worker = _open_worker(ws, swarms.load(ws.record.id), cmd.worker)
+    root = Path(worker.worktree_path).resolve()
+    for rel, content in cmd.files.items():
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root / ".pulse"):
+            raise fail(ErrorCode.BAD_REQUEST, f"{rel} is not under .pulse/ in the worktree", path=rel)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    return WorkerFilesWritten(workflow_id=ws.record.id, worker=worker.name, paths=sorted(cmd.files))
 
 
 def _finish_commit(

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .domainmodel import Workflow
     from .swarm_model import Attempt, Bead, Swarm
 
-__all__ = ["bead_kickoff", "bead_nudge", "commit_summary"]
+__all__ = ["bead_card", "bead_kickoff", "bead_nudge", "commit_summary"]
 
 _CONVENTIONAL_PREFIX = re.compile(r"^[a-z]+(\([^)]*\))?!?:\s*")
 
@@ -60,6 +60,19 @@ def bead_kickoff(workflow: Workflow, swarm: Swarm, bead: Bead, attempt: Attempt)
                  "with complete_pulse: its summary (one line) becomes the commit message "
                  f"`feat({bead.id}): <summary>`. Do not commit yourself.")
     return "\n".join(lines)
+
+
+def bead_card(bead: Bead) -> str:
+    """The bead as a file in the worker's worktree (``.pulse/beads/<id>.md``): what to re-read after compaction."""
+    lines = [f"# {bead.id}: {bead.title}", "", bead.description, "", "## Files", _bullets(bead.files), "",
+             "## Verification", _bullets(bead.verify), "", f"Testing mode: {bead.testing_mode}"]
+    if bead.tdd_steps is not None:
+        lines += [f"- red: {bead.tdd_steps.red}", f"- green: {bead.tdd_steps.green}"]
+    if bead.decision_refs:
+        lines += ["", "## Decisions to keep", _bullets(bead.decision_refs)]
+    if bead.learning_refs:
+        lines += ["", "## Learnings", _bullets(bead.learning_refs)]
+    return "\n".join(lines) + "\n"
 
 
 def _last_reason(swarm: Swarm, bead: Bead) -> str | None:

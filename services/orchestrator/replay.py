@@ -13,6 +13,7 @@ from autarch.runtime.settings import CommonSettings
 from .application import WorkflowApplication
 from .cards import artifacts_of
 from .contract_events import view_of
+from .mail_book import message_view
 from .swarm_views import swarm_view
 
 __all__ = ["replay", "replay_from_store"]
@@ -40,8 +41,13 @@ def replay(app: WorkflowApplication, workflow_id: str, *, at: int | None = None)
         swarm = swarm_view(app.get_swarm(workflow_id))
     except AggregateNotFoundError:
         swarm = None
+    try:
+        mailbox = app.get_mailbox(workflow_id)
+        mail = [message_view(m, workflow_id) for m in mailbox.messages.values()]
+    except AggregateNotFoundError:
+        mail = []
     return ReplayedWorkflow(workflow=view_of(state), events_applied=state.version, events_total=total,
-                            artifacts=artifacts_of(state), swarm=swarm)
+                            artifacts=artifacts_of(state), swarm=swarm, mail=mail)
 
 
 def replay_from_store(settings: CommonSettings, workflow_id: str, *, at: int | None = None) -> ReplayedWorkflow:

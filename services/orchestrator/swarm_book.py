@@ -33,7 +33,9 @@ from autarch.contracts.beads import (
     EvidenceList,
     GetBead,
     GetEvidence,
+    GetHandoffs,
     GetSwarm,
+    HandoffManifest,
     LeaseView,
     ListBeads,
     ReadyBeads,
@@ -187,6 +189,11 @@ class SwarmBook:
         found = [a.evidence for (b, _), a in sorted(swarm.attempts.items()) if b == query.bead_id and a.evidence]
         return EvidenceList(epic_id=swarm.workflow_id, bead_id=query.bead_id, evidence=found)
 
+    async def bead_handoffs(self, query: GetHandoffs) -> HandoffManifest:
+        swarm = await self.read(query.epic_id)
+        return HandoffManifest(epic_id=swarm.workflow_id, handoffs=list(swarm.handoffs),
+                               documents=list(swarm.handoff_documents))
+
     async def create_bead(self, cmd: CreateBead) -> BeadView:
         fields = msgspec.to_builtins(cmd)
         fields.pop("epic_id")
@@ -245,3 +252,4 @@ def register_beads(service: TypedService, book: SwarmBook) -> None:
     service.endpoint("add_dependency", AddDependency, book.add_dependency)
     service.endpoint("close_bead", CloseBead, book.close_bead)
     service.endpoint("bead_evidence", GetEvidence, book.bead_evidence)
+    service.endpoint("bead_handoffs", GetHandoffs, book.bead_handoffs)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
@@ -42,8 +43,10 @@ from autarch.contracts.bead_git import (
     OpenWorker,
     SyncWorkflowWorktree,
     WorkerClosed,
+    WorkerFilesWritten,
     WorkerWorktree,
     WorkflowWorktreeSynced,
+    WriteWorkerFiles,
 )
 from autarch.contracts.beads import ConflictRecord, WorkerDiscipline
 from autarch.contracts.errors import ErrorCode
@@ -57,6 +60,7 @@ from autarch.runtime.settings import OrchestratorSettings
 from . import bead_kickoffs
 from .bead_plan import auto_workers, bead_dicts, plan_feature
 from .evidence import evidence_markdown
+from .handoffs import MANIFEST, handoff_document, manifest_document, owner_file, resume_briefing
 from .state import HaltDetails
 from .swarm_book import SwarmBook, ranked
 from .swarm_model import Attempt, Bead, Swarm
@@ -165,6 +169,8 @@ class SwarmDriver:
                 jobs.append(self._close_session(wid, a))
             elif not a.open and a.leased and not a.leases_released:
                 jobs.append(self._release(wid, a, "done" if a.ended == "merged" else "reopened"))
+        for a in swarm.open_attempts():
+            jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions)
         names = worker_names(wid, swarm.max_workers)
         jobs.extend(self._open_worker(wid, name, nickname) for name, nickname in names[len(swarm.workers):])
         jobs.extend(self._advance_attempt(wf, swarm, a) for a in swarm.open_attempts() if _needs_step(a))
@@ -320,11 +326,27 @@ class SwarmDriver:
         worker = swarm.workers[a.worker]
         assert worker.worktree_path is not None
         script = bead.id if a.number == 1 else f"{bead.id}-a{a.number}"
+        kickoff = bead_kickoffs.bead_kickoff(wf, swarm, bead, a)
+        card = f".pulse/beads/{bead.id}.md"
+        files = {card: bead_kickoffs.bead_card(bead)}
+        read_first: list[str] = []
+        if a.generation:
+            script += f"-h{a.generation}"
+            path = owner_file(swarm, a.worker)
+            handoff = next(d for d in reversed(swarm.handoff_documents) if d["owner_id"].endswith(a.worker)
+                           or swarm.mode == "standalone")
+            files |= {path: json.dumps(handoff, indent=2) + "\n", MANIFEST: manifest_document(swarm.handoffs)}
+            kickoff = resume_briefing(handoff, path) + "\n" + kickoff
+            read_first = [path]
+        # The bead's card (and a handoff) in the worktree, for the worker to read, and re-read after compaction.
+        await self._ask("git", "write_worker_files", WriteWorkerFiles(workflow_id=wid, worker=a.worker, files=files),
+                        WorkerFilesWritten)
         discipline = WorkerDiscipline(bead_id=bead.id, verify=list(bead.verify), testing_mode=bead.testing_mode,
-                                      tdd_steps=bead.tdd_steps)
+                                      tdd_steps=bead.tdd_steps, read_first=read_first,
+                                      handoff_at=self.settings.handoff_threshold, bead_file=card)
         command = StartSession(session_id=a.session_id, role="pulsing", root=worker.worktree_path,
-                               kickoff=bead_kickoffs.bead_kickoff(wf, swarm, bead, a), workflow_id=wid,
-                               script=script, baselines=[], lease_holder=a.worker, discipline=discipline)
+                               kickoff=kickoff, workflow_id=wid, script=script, baselines=[], lease_holder=a.worker,
+                               discipline=discipline)
         accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
         await self.book.change(wid, lambda s: s.session_opened(s.attempts[(a.bead_id, a.number)], accepted.turn_id))
 
@@ -358,6 +380,16 @@ class SwarmDriver:
         if self.leases is not None:
             await self.leases.release(wid, a.worker)
         await self.book.change(wid, lambda s: s.released(s.attempts[(a.bead_id, a.number)], reason))
+
+    async def _close_stale(self, wid: str, a: Attempt, session_id: str) -> None:
+        """Close a session a handoff left behind (its turn ended; the attempt goes on in a fresh one)."""
+        try:
+            await self._ask("agent_runner", "stop_session",
+                            StopSession(session_id=session_id, reason="handed off", close=True), SessionStopped)
+        except RemoteError as exc:
+            if exc.code != ErrorCode.NOT_FOUND:
+                raise
+        await self.book.change(wid, lambda s: s.stale_session_closed(s.attempts[(a.bead_id, a.number)], session_id))
 
     async def _close_session(self, wid: str, a: Attempt) -> None:
         try:
@@ -517,9 +549,12 @@ class SwarmDriver:
         a = swarm.attempt_of_session(event.session_id)
         if a is None:
             return False
-        if event.turn_id in swarm.seen or not a.open:
+        if event.turn_id in swarm.seen or not a.open or event.session_id != a.session_id:
             return True
         bead = swarm.beads[a.bead_id]
+        if event.outcome == "handoff":
+            await self._hand_off(event, swarm, a)
+            return True
         summary = None
         nudge = None
         evidence = event.evidence
@@ -548,6 +583,18 @@ class SwarmDriver:
             with contextlib.suppress(Exception):
                 await self.leases.renew(wid, a.worker, self.settings.lease_ttl)
         return True
+
+    async def _hand_off(self, event: TurnCompleted, swarm: Swarm, a: Attempt) -> None:
+        """The worker's context passed its limit: record its handoff; a fresh session resumes the attempt."""
+        bead = swarm.beads[a.bead_id]
+        feature = (bead.verification_evidence or "history/feature/").split("/")[1] if (
+            bead.verification_evidence or "").startswith("history/") else "feature"
+        path = owner_file(swarm, a.worker)
+        handoff = handoff_document(swarm, a, bead, feature=feature, tokens_used_pct=event.tokens_used_pct or 0.0,
+                                   paused_at=event.occurred_at)
+        log.info("workflow %s: %s hands off %s at %s", event.workflow_id, a.worker, a.bead_id, event.detail)
+        await self.book.change(event.workflow_id, lambda s: s.handed_off(s.attempts[(a.bead_id, a.number)],
+                                                                         event.turn_id, path, handoff))
 
     async def catch_up(self, epic: str) -> None:
         """Handle worker turns that ended while no orchestrator recorded them (see the workflow driver's)."""

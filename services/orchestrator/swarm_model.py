@@ -23,6 +23,7 @@ from autarch.contracts.beads import (
     BeadStatus,
     ConflictRecord,
     Dependency,
+    HandoffEntry,
     TddSteps,
     TestingMode,
     VerificationEvidence,
@@ -47,9 +48,11 @@ def swarm_id_for(workflow_id: str) -> UUID:
     return uuid.uuid5(_SWARMS, str(uuid.UUID(workflow_id)))
 
 
-def attempt_session_id(workflow_id: str, bead_id: str, attempt: int) -> str:
-    """The agent session of one attempt at one bead (a repeated start opens one session)."""
-    return str(uuid.uuid5(_ATTEMPTS, f"{workflow_id}:{bead_id}:{attempt}"))
+def attempt_session_id(workflow_id: str, bead_id: str, attempt: int, generation: int = 0) -> str:
+    """The agent session of one attempt at one bead (a repeated start opens one session); ``generation`` counts
+    the fresh sessions handoffs started for the same attempt."""
+    suffix = f":g{generation}" if generation else ""
+    return str(uuid.uuid5(_ATTEMPTS, f"{workflow_id}:{bead_id}:{attempt}{suffix}"))
 
 
 class SwarmError(Exception):
@@ -128,6 +131,10 @@ class Attempt(msgspec.Struct, kw_only=True):
     ended: AttemptEnd | None = None
     end_reason: str | None = None
     session_closed: bool = False
+    generation: int = 0
+    """Sessions after the first (each handoff at the context limit starts a fresh one for the same attempt)."""
+    stale_sessions: list[str] = []
+    """Sessions a handoff left behind, until they are closed."""
 
     @property
     def open(self) -> bool:
@@ -181,6 +188,8 @@ class Swarm(Aggregate):
         self.leases: dict[str, LeaseRecord] = {}
         """Holder → the lease it holds (a worker holds one bead's files at a time)."""
         self.merged: list[str] = []
+        self.handoffs: list[HandoffEntry] = []
+        self.handoff_documents: list[dict[str, Any]] = []
         self.seen: set[str] = set()
         """Turn ids already handled (a turn event may be delivered twice)."""
         self.finished = False
@@ -303,6 +312,30 @@ class Swarm(Aggregate):
         a.evidence = msgspec.convert(evidence, VerificationEvidence)
         a.verified = a.evidence.passed
 
+    @event("HandedOff")
+    def _handed_off(self, *, turn_id: str, bead_id: str, attempt: int, owner_file: str,
+                    handoff: dict[str, Any]) -> None:
+        self.seen.add(turn_id)
+        a = self.attempts[(bead_id, attempt)]
+        a.stale_sessions = [*a.stale_sessions, a.session_id]
+        a.generation += 1
+        a.session_id = attempt_session_id(self.workflow_id, bead_id, attempt, a.generation)
+        a.session_started = False
+        a.kickoff_turn_id = None
+        a.pending_message = None
+        a.nudges = 0
+        self.handoffs = [e for e in self.handoffs if e.owner_file != owner_file]
+        self.handoffs.append(HandoffEntry(
+            handoff_id=handoff["handoff_id"], owner_id=handoff["owner_id"], owner_file=owner_file,
+            summary=handoff["summary"], next_action=handoff["next_action"],
+            paused_at=datetime.fromisoformat(handoff["paused_at"]), status=handoff["status"], bead_id=bead_id))
+        self.handoff_documents.append(handoff)
+
+    @event("StaleSessionClosed")
+    def _stale_session_closed(self, *, bead_id: str, attempt: int, session_id: str) -> None:
+        a = self.attempts[(bead_id, attempt)]
+        a.stale_sessions = [s for s in a.stale_sessions if s != session_id]
+
     @event("MessageDelivered")
     def _message_delivered(self, *, bead_id: str, attempt: int) -> None:
         a = self.attempts[(bead_id, attempt)]
@@ -393,7 +426,7 @@ class Swarm(Aggregate):
 
     def attempt_of_session(self, session_id: str) -> Attempt | None:
         for a in self.attempts.values():
-            if a.session_id == session_id:
+            if a.session_id == session_id or session_id in a.stale_sessions:
                 return a
         return None
 
@@ -535,6 +568,15 @@ class Swarm(Aggregate):
     def evidence_recorded(self, a: Attempt, evidence: VerificationEvidence) -> None:
         if a.open and a.evidence is None:
             self._evidence_recorded(bead_id=a.bead_id, attempt=a.number, evidence=msgspec.to_builtins(evidence))
+
+    def handed_off(self, a: Attempt, turn_id: str, owner_file: str, handoff: dict[str, Any]) -> None:
+        if a.open and turn_id not in self.seen:
+            self._handed_off(turn_id=turn_id, bead_id=a.bead_id, attempt=a.number, owner_file=owner_file,
+                             handoff=handoff)
+
+    def stale_session_closed(self, a: Attempt, session_id: str) -> None:
+        if session_id in a.stale_sessions:
+            self._stale_session_closed(bead_id=a.bead_id, attempt=a.number, session_id=session_id)
 
     def message_delivered(self, a: Attempt) -> None:
         if a.pending_message is not None:

@@ -30,6 +30,7 @@ from autarch.contracts.events import (
     LeaseReleased,
     SwarmFinished,
     SwarmStarted,
+    WorkerHandedOff,
     WorkerJoined,
     WorkerStatusChanged,
 )
@@ -66,9 +67,12 @@ def swarm_view(swarm: Swarm, leases: list[LeaseView] | None = None) -> SwarmView
     if leases is None:
         leases = [LeaseView(pattern=p, holder=r.holder, mode=r.mode, bead_id=r.bead_id)
                   for r in swarm.leases.values() for p in r.patterns]
+    evidence = [a.evidence for _, a in sorted(swarm.attempts.items(), key=lambda kv: kv[1].claimed_at)
+                if a.evidence is not None]
     return SwarmView(epic_id=epic, mode="standalone" if swarm.mode == "standalone" else "swarm",
                      max_workers=swarm.max_workers, workers=workers, leases=leases,
-                     beads=[bead_view(b, epic) for b in swarm.beads.values()], merged=list(swarm.merged))
+                     beads=[bead_view(b, epic) for b in swarm.beads.values()], merged=list(swarm.merged),
+                     evidence=evidence, handoffs=list(swarm.handoffs))
 
 
 Rebuild = Callable[[DomainEvent], Swarm]
@@ -103,6 +107,9 @@ def swarm_to_contract(e: DomainEvent, epic_of: Callable[[str], str], at_event: R
     if isinstance(e, Swarm.EvidenceRecorded):
         return BeadEvidenceRecorded(**base, bead_id=e.bead_id,
                                     evidence=msgspec.convert(e.evidence, VerificationEvidence))
+    if isinstance(e, Swarm.HandedOff):
+        return WorkerHandedOff(**base, worker=str(e.handoff["owner_id"]).removeprefix("worker-"), bead_id=e.bead_id,
+                               owner_file=e.owner_file, handoff=dict(e.handoff))
     if isinstance(e, Swarm.LeaseConflicted):
         return LeaseConflicted(**base, holder=e.worker, bead_id=e.bead_id, files=list(e.files),
                                held_by=list(e.held_by))

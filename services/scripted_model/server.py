@@ -70,7 +70,7 @@ def _first_user_text(body: Mapping[str, Any]) -> str:
 
 
 def _recall(step: Step, body: Mapping[str, Any]) -> Step:
-    if not any(isinstance(b, TextBlock) and "{{recall:" in b.text for b in step.content):
+    if "{{recall:" not in _encode(step.content).decode():
         return step
     source = _first_user_text(body)
 
@@ -80,8 +80,23 @@ def _recall(step: Step, body: Mapping[str, Any]) -> Step:
             return "(nothing to recall)"
         return found.group(1) if found.groups() else found.group(0)
 
-    content = [msgspec.structs.replace(b, text=_RECALL.sub(fill, b.text)) if isinstance(b, TextBlock) else b
-               for b in step.content]
+    def filled(value: Any) -> Any:
+        # Tool inputs too: a call can name what only the request knows (a worker's handoff file).
+        if isinstance(value, str):
+            return _RECALL.sub(fill, value)
+        if isinstance(value, dict):
+            return {k: filled(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [filled(v) for v in value]
+        return value
+
+    content = []
+    for b in step.content:
+        if isinstance(b, TextBlock):
+            b = msgspec.structs.replace(b, text=_RECALL.sub(fill, b.text))
+        elif isinstance(b, ToolUseBlock) and isinstance(b.input, dict):
+            b = msgspec.structs.replace(b, input=filled(b.input))
+        content.append(b)
     return msgspec.structs.replace(step, content=content)
 
 

@@ -85,3 +85,29 @@ def test_a_close_without_a_failed_red_is_refused() -> None:
     assert not evidence.passed and evidence.runs[0].step == "tdd-red"
     assert "never failed" in json.loads(refusal_text(evidence))["error"]
     assert isinstance(evidence, VerificationEvidence)
+
+
+def test_after_a_compaction_a_worker_rereads_its_bead_before_editing() -> None:
+    from datetime import UTC, datetime
+
+    import msgspec
+
+    from autarch.services.agent_runner.domainmodel import Session
+
+    discipline = WorkerDiscipline(bead_id="area", verify=["true"], bead_file=".pulse/beads/area.md")
+    session = Session(session_id="5b0e7a52-3c1d-4f7e-9a61-2d8c4b9e0f13", role="pulsing", model="m", root="/wt",
+                      workflow_id=None, channel_id=None, script=None, notes=[],
+                      discipline=msgspec.to_builtins(discipline))
+    session.start_turn(turn_id="t1", index=0, text="go", notes=[], message_id=None, stage_notes=None,
+                       at=datetime.now(UTC))
+    assert not session.reread_needed
+    session.compact(turn_id="t1", through=0, context_tokens=10)
+    assert session.reread_needed
+    refused = edit_refusal(session.discipline, [], "edit_file", {"path": "shapes/area.py"}, reread_needed=True)
+    assert refused is not None and ".pulse/beads/area.md" in json.loads(refused)["error"]
+    session.record_reply(turn_id="t1", content=[{"type": "tool_use", "id": "r1", "name": "read_file",
+                                                 "input": {"path": ".pulse/beads/area.md"}}],
+                         stop_reason="tool_use", usage={}, cost_usd=0.0, model="m", ending_id=None)
+    session.complete_tool(turn_id="t1", tool_use_id="r1", name="read_file", output="# area", is_error=False,
+                          duration_ms=1.0, replayed=False)
+    assert not session.reread_needed

@@ -57,6 +57,8 @@ EXPECTED = {
     "lease:released": "[w1 AmberFalcon] released src/parser.py (done)",
     "lease:conflict": "[CopperHeron] cannot lease src/parser.py for pulse-4: held by w1 AmberFalcon",
     "bead:evidence": "bead square verification passed: verify ok",
+    "worker:handoff": "[w1 AmberFalcon] handed off summary at 67% of its context: "
+                      ".pulse/handoffs/worker-AmberFalcon.json (a fresh session resumes)",
     "mail:posted": "mail [w1 AmberFalcon → coordinator] File conflict on pulse-4",
 }
 HIDDEN = {"worker:status"}

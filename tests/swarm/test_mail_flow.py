@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import time
 from datetime import datetime
 from pathlib import Path
@@ -79,5 +80,9 @@ def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worke
         f"Completed {b}" for b in BEADS)
     done = next(m for m in mail if m["subject"] == "Completed units")
     assert "Verification: passed" in done["body_md"] and "Commit: " in done["body_md"]
+    # The mailbox replays from its own events to what the stream carried.
+    replayed = json.loads(client.system.cli("replay", wid).stdout)
+    assert [(m["message_id"], m["sender"], m["subject"]) for m in replayed["mail"]] == [
+        (m["message_id"], m["sender"], m["subject"]) for m in mail]
     loop.close()
     finish(client, wid)

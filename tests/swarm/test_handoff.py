@@ -1,0 +1,70 @@
+"""A worker that crosses 65 % of its context hands off, and a fresh session finishes the bead from the handoff."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+
+from tests.workflows.conftest import Client, approve_stages, finish, git, start
+
+from .conftest import swarm_scenario
+from .test_swarm_e2e import BEADS, _swarm_events
+
+SCHEMA = json.loads((Path(__file__).parents[2] / "docs" / "contracts" / "handoff.schema.json").read_text())
+HANDOFF_FILE = r"wrote (\.pulse/handoffs/worker-[A-Za-z0-9]+\.json)"
+
+
+def test_a_worker_past_its_context_limit_hands_off_and_a_fresh_session_finishes(
+        client: Client, model, tmp_path: Path) -> None:
+    scenario = swarm_scenario()
+    first = scenario["scripts"]["pulsing:summary"]
+    # The first reply's request already used 150k of the 200k window: after its write, the worker stops.
+    first[0]["usage"] = {"input_tokens": 150_000, "output_tokens": 50}
+    scenario["scripts"]["pulsing:summary"] = first[:1]
+    scenario["scripts"]["pulsing:summary-h1"] = [
+        # The fresh session tries to edit before reading its handoff: refused. Then it reads, and closes the bead
+        # with what the first session left in the worktree.
+        {"content": [{"type": "tool_use", "name": "write_file", "input": {
+            "reason": "Too early", "path": "shapes/summary.py", "content": "x = 1\n"}}]},
+        {"content": [{"type": "tool_use", "name": "read_file", "input": {
+            "reason": "Resume from the handoff", "path": "{{recall:" + HANDOFF_FILE + "}}"}}]},
+        {"content": [{"type": "tool_use", "name": "complete_pulse", "input": {
+            "summary": "feat(shapes): total area of shapes", "filesChanged": ["shapes/summary.py"]}}]},
+        "Bead complete.",
+    ]
+    wid, repo = start(client, model, tmp_path, scenario, branch="autarch/handoff")
+    approve_stages(client, wid)
+    view = client.wait_awaiting(wid, "review", timeout=120)
+
+    events = _swarm_events(client, wid)
+    handoffs = [e for e in events if e["type"] == "worker:handoff"]
+    assert [h["bead_id"] for h in handoffs] == ["summary"]
+    document = handoffs[0]["handoff"]
+    jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker()).validate(document)
+    assert document["payload"]["context_snapshot"]["tokens_used_pct"] >= 0.65
+    assert document["read_first"][-1] == handoffs[0]["owner_file"]
+
+    resumed = [r for r in model.requests if r.script == "summary-h1" and r.body]
+    kickoff = resumed[0].body["messages"][0]["content"][0]["text"]
+    assert "Resuming from a handoff" in kickoff and handoffs[0]["owner_file"] in kickoff
+    assert "read these first" in json.dumps(resumed[1].body["messages"][-1])  # the edit before the read
+    read = json.dumps(resumed[2].body["messages"][-1])
+    assert "schema_version" in read and "ready_to_resume" in read  # it read the handoff
+
+    # One attempt, two sessions, one commit; the coordination files stay out of it.
+    claims = [e for e in events if e["type"] == "bead:claimed" and e["bead_id"] == "summary"]
+    assert [c["attempt"] for c in claims] == [1]
+    log = git(repo, "log", "--format=%s", f"main..{view['branch']}").splitlines()
+    assert len(log) == len(BEADS) and sum(1 for s in log if s.startswith("feat(summary)")) == 1
+    tree = git(repo, "ls-tree", "-r", "--name-only", view["branch"]).split()
+    assert "shapes/summary.py" in tree and not any(p.startswith(".pulse/") for p in tree)
+
+    listed = client.http.get("/api/beads/handoffs", params={"epic_id": wid}).raise_for_status().json()
+    assert [h["owner_file"] for h in listed["handoffs"]] == [handoffs[0]["owner_file"]]
+    assert listed["documents"] == [document]
+    replayed = json.loads(client.system.cli("replay", wid).stdout)["swarm"]
+    assert replayed["handoffs"] == listed["handoffs"]
+    assert [e["bead_id"] for e in replayed["evidence"]].count("summary") == 1
+    finish(client, wid)
