@@ -134,6 +134,39 @@ def _events_operation(operation: dict[str, Any]) -> None:
     })
 
 
+_LINKS = {
+    ("/api/workflows", "post"): {"workflow_id": "$response.body#/id"},
+    ("/api/beads", "post"): {"epic_id": "$response.body#/epic_id", "bead_id": "$response.body#/id"},
+}
+"""Creating operations and, for each path parameter, where its value is in their answer: every operation that
+takes all of these parameters in its path is linked from the creation (OpenAPI links; a stateful client, such
+as schemathesis' stateful phase, follows them)."""
+
+
+def _add_links(doc: dict[str, Any]) -> None:
+    """Link each creating operation's success answer to the operations that take what it created."""
+    for (source_path, source_method), values in _LINKS.items():
+        source = doc.get("paths", {}).get(source_path, {}).get(source_method)
+        if source is None:
+            continue
+        success = next((r for status, r in source["responses"].items() if status.startswith("2")), None)
+        if success is None:
+            continue
+        links: dict[str, Any] = {}
+        for path, methods in doc["paths"].items():
+            if not all(f"{{{name}}}" in path for name in values):
+                continue
+            for operation in methods.values():
+                taken = {p["name"] for p in operation.get("parameters", []) if p.get("in") == "path"}
+                if set(values) <= taken and "operationId" in operation:
+                    links[operation["operationId"]] = {
+                        "operationId": operation["operationId"],
+                        "parameters": {f"path.{name}": value for name, value in values.items()},
+                    }
+        if links:
+            success["links"] = links
+
+
 def truthful_document(generated: dict[str, Any], app: Litestar) -> dict[str, Any]:
     """The generated document corrected (see the module's docstring); ``generated`` is left as it was."""
     doc = copy.deepcopy(generated)
@@ -194,6 +227,7 @@ def truthful_document(generated: dict[str, Any], app: Litestar) -> dict[str, Any
                     param["schema"] = {"type": "string", "pattern": CHANNEL_ID.pattern}
             if path == "/api/events":
                 _events_operation(operation)
+    _add_links(doc)
     return doc
 
 

@@ -90,3 +90,22 @@ async def test_options_allow_lists_every_method_of_the_path(gateway: Gateway):
     async with gateway.client() as http:
         reply = await http.options("/api/workflows")
     assert {m.strip() for m in reply.headers["allow"].split(",")} == {"GET", "POST", "OPTIONS"}
+
+
+async def test_creations_link_to_the_operations_that_take_what_they_created(gateway: Gateway):
+    async with gateway.client() as http:
+        schema = (await http.get("/schema/openapi.json")).json()
+    operations = {op["operationId"]: (path, method) for path, methods in schema["paths"].items()
+                  for method, op in methods.items()}
+    workflow = schema["paths"]["/api/workflows"]["post"]["responses"]["201"]["links"]
+    linked = {operations[link["operationId"]] for link in workflow.values()}
+    assert ("/api/workflows/{workflow_id}", "get") in linked
+    assert ("/api/workflows/{workflow_id}/approve", "post") in linked
+    assert all("{workflow_id}" in path for path, _ in linked)
+    assert all(link["parameters"] == {"path.workflow_id": "$response.body#/id"} for link in workflow.values())
+    bead = schema["paths"]["/api/beads"]["post"]["responses"]["201"]["links"]
+    assert {operations[link["operationId"]] for link in bead.values()} >= {
+        ("/api/beads/{epic_id}/{bead_id}", "get"), ("/api/beads/{epic_id}/{bead_id}", "patch"),
+        ("/api/beads/{epic_id}/{bead_id}/close", "post")}
+    assert all(link["parameters"] == {"path.epic_id": "$response.body#/epic_id", "path.bead_id": "$response.body#/id"}
+               for link in bead.values())
