@@ -266,9 +266,8 @@ class SwarmDriver:
         wid = str(wf.id)
         bead = swarm.beads[a.bead_id]
         if a.base_commit is None:
-            begun = await self._ask("git", "begin_bead", BeginBead(workflow_id=wid, worker=a.worker,
-                                                                   bead_id=a.bead_id, attempt=a.number), BeadBegun)
-            await self.book.change(wid, lambda s: s.begun(s.attempts[(a.bead_id, a.number)], begun.base_commit))
+            # Starting from the tip and leasing the files do not depend on each other: both at once.
+            await _all([self._begin(wid, bead, a), *([] if a.leased else [self._lease(wid, swarm, a)])])
             return None
         if not a.leased:
             return await self._lease(wid, swarm, a)
@@ -295,6 +294,16 @@ class SwarmDriver:
         if a.committed:
             return await self._merge(wid, a)
         return IDLE
+
+    async def _begin(self, wid: str, bead: Bead, a: Attempt) -> None:
+        """Reset the worker's worktree to the workflow branch tip and put the bead's card in it (to read, and to
+        read again after a compaction)."""
+        begun = await self._ask("git", "begin_bead", BeginBead(workflow_id=wid, worker=a.worker, bead_id=a.bead_id,
+                                                               attempt=a.number), BeadBegun)
+        await self._ask("git", "write_worker_files", WriteWorkerFiles(
+            workflow_id=wid, worker=a.worker, files={_card(bead.id): bead_kickoffs.bead_card(bead)}),
+            WorkerFilesWritten)
+        await self.book.change(wid, lambda s: s.begun(s.attempts[(a.bead_id, a.number)], begun.base_commit))
 
     async def _lease(self, wid: str, swarm: Swarm, a: Attempt) -> None:
         bead = swarm.beads[a.bead_id]
@@ -327,23 +336,20 @@ class SwarmDriver:
         assert worker.worktree_path is not None
         script = bead.id if a.number == 1 else f"{bead.id}-a{a.number}"
         kickoff = bead_kickoffs.bead_kickoff(wf, swarm, bead, a)
-        card = f".pulse/beads/{bead.id}.md"
-        files = {card: bead_kickoffs.bead_card(bead)}
         read_first: list[str] = []
         if a.generation:
             script += f"-h{a.generation}"
             path = owner_file(swarm, a.worker)
             handoff = next(d for d in reversed(swarm.handoff_documents) if d["owner_id"].endswith(a.worker)
                            or swarm.mode == "standalone")
-            files |= {path: json.dumps(handoff, indent=2) + "\n", MANIFEST: manifest_document(swarm.handoffs)}
+            files = {path: json.dumps(handoff, indent=2) + "\n", MANIFEST: manifest_document(swarm.handoffs)}
+            await self._ask("git", "write_worker_files",
+                            WriteWorkerFiles(workflow_id=wid, worker=a.worker, files=files), WorkerFilesWritten)
             kickoff = resume_briefing(handoff, path) + "\n" + kickoff
             read_first = [path]
-        # The bead's card (and a handoff) in the worktree, for the worker to read, and re-read after compaction.
-        await self._ask("git", "write_worker_files", WriteWorkerFiles(workflow_id=wid, worker=a.worker, files=files),
-                        WorkerFilesWritten)
         discipline = WorkerDiscipline(bead_id=bead.id, verify=list(bead.verify), testing_mode=bead.testing_mode,
                                       tdd_steps=bead.tdd_steps, read_first=read_first,
-                                      handoff_at=self.settings.handoff_threshold, bead_file=card)
+                                      handoff_at=self.settings.handoff_threshold, bead_file=_card(bead.id))
         command = StartSession(session_id=a.session_id, role="pulsing", root=worker.worktree_path,
                                kickoff=kickoff, workflow_id=wid, script=script, baselines=[], lease_holder=a.worker,
                                discipline=discipline)
@@ -617,6 +623,10 @@ class SwarmDriver:
                         session_id=a.session_id, turn_id=turn.turn_id, text="\n\n".join(turn.messages),
                         outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
                         detail=turn.outcome.detail, evidence=turn.outcome.evidence))
+
+
+def _card(bead_id: str) -> str:
+    return f".pulse/beads/{bead_id}.md"
 
 
 def _needs_step(a: Attempt) -> bool:
