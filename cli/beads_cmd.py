@@ -11,6 +11,7 @@ import argparse
 from typing import Any
 
 from .gateway_client import CliError, GatewayClient, add_connection_arguments, print_json
+from .render import printable
 from .workflow_cmd import gateway_command
 
 __all__ = ["bead_line", "ready_lines", "register"]
@@ -19,7 +20,11 @@ _STATUSES = ("open", "in_progress", "closed", "bounced")
 
 
 def bead_line(bead: dict[str, Any]) -> str:
-    """One line: id, status, who has it (attempt), its commit, its title."""
+    """One line: id, status, who has it (attempt), its commit, its title (control characters escaped)."""
+    return printable(_bead_line(bead))
+
+
+def _bead_line(bead: dict[str, Any]) -> str:
     who = f" {bead['assignee']} (attempt {bead['attempt']})" if bead.get("assignee") else ""
     commit = f" {bead['commit'][:10]}" if bead.get("commit") else ""
     deps = [d["bead_id"] for d in bead.get("dependencies", []) if d.get("type", "blocks") == "blocks"]
@@ -28,7 +33,12 @@ def bead_line(bead: dict[str, Any]) -> str:
 
 
 def show_lines(bead: dict[str, Any]) -> list[str]:
-    lines = [bead_line(bead)]
+    """Every field worth reading, one line each, control characters escaped (what people typed is shown as is)."""
+    return [printable(line) for line in _show_lines(bead)]
+
+
+def _show_lines(bead: dict[str, Any]) -> list[str]:
+    lines = [_bead_line(bead)]
     if bead.get("description"):
         lines.append(f"  {bead['description']}")
     for label, key in (("files", "files"), ("verify", "verify"), ("decisions", "decision_refs"),
@@ -51,6 +61,10 @@ def show_lines(bead: dict[str, Any]) -> list[str]:
 
 
 def ready_lines(ready: dict[str, Any]) -> list[str]:
+    return [printable(line) for line in _ready_lines(ready)]
+
+
+def _ready_lines(ready: dict[str, Any]) -> list[str]:
     if not ready.get("ready"):
         return ["no bead is ready"]
     lines = [f"{'':1} {'bead':<16} {'score':>6}  {'pagerank':>8} {'between':>7} {'blocks':>6} {'stale':>5} pri"]

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "autarch.cli.demo_cmd",
     "autarch.cli.pulse_cmd",
     "autarch.cli.beads_cmd",
+    "autarch.cli.mail_cmd",
     "autarch.cli.mcp_server",
 )
 """Modules that contribute subcommands, in the order ``--help`` lists them."""

@@ -198,3 +198,15 @@ def test_the_group_lists_its_verbs(capsys: pytest.CaptureFixture[str]) -> None:
         main(["beads", "--help"])
     out = capsys.readouterr().out
     assert all(verb in out for verb in ("list", "show", "ready", "create", "dep", "close"))
+
+
+def test_titles_and_descriptions_never_reach_the_terminal_raw():
+    from autarch.cli.beads_cmd import bead_line, ready_lines, show_lines
+
+    bead = {"id": "x", "status": "open", "title": "T\x1b[31mred\n", "attempt": 0, "dependencies": [],
+            "description": "bell\x07"}
+    assert bead_line(bead).endswith("T\\x1b[31mred\\x0a")
+    assert all("\x1b" not in line and "\x07" not in line for line in show_lines(bead))
+    ranked = {"ready": [{"bead_id": "x", "title": "a\x00b", "score": 1.0, "pagerank": 1.0, "betweenness": 0.0,
+                         "blocker_ratio": 0.0, "staleness": 0.0, "priority": 2, "on_critical_path": True}]}
+    assert "a\\x00b" in ready_lines(ranked)[1]
