@@ -90,6 +90,8 @@ async def test_wording_and_every_target_format(nc: Client, notifier_factory, cap
             first["commit_hash"]) == (session, "loop:iteration_completed", 3, 10, "CONTINUE", "abc123")
     keys = [r.headers["idempotency-key"] for r in receiver.received]
     assert len(keys) == 24 and len(set(keys)) == 24
+    # The receiver answers before the notifier records the answer: wait for the record to catch up.
+    await _wait_state(nc, session, "delivered", 24)
     record = (await deliveries(nc, session)).deliveries
     assert len(record) == 24 and {d.state for d in record} == {"delivered"}
     assert all(d.attempts == 1 and d.delivered_at is not None for d in record)
