@@ -77,6 +77,8 @@ class SwarmBook:
     writer: BatchedWriter
     epics: dict[str, str] = field(default_factory=dict)
     """Swarm aggregate id → its workflow (epic) id."""
+    active: set[str] = field(default_factory=set)
+    """Epics not finished: the ones the lease watch looks at (a finished epic holds no lease)."""
     driver: SwarmDriver | None = None
     live_leases: Callable[[str], Any] | None = None
     """Epic → the live lease table's leases (an awaitable); None when no lease table is reachable."""
@@ -90,6 +92,7 @@ class SwarmBook:
             self.epics[str(swarm.id)] = workflow_id
             if not swarm.finished:
                 unfinished.append(workflow_id)
+        self.active = set(unfinished)
         return unfinished
 
     def epic_of(self, swarm_id: str) -> str:
@@ -123,6 +126,7 @@ class SwarmBook:
                 return existing
             await self.writer.save(swarm)
             self.epics[str(swarm.id)] = swarm.workflow_id
+            self.active.add(swarm.workflow_id)
         if self.driver is not None:
             self.driver.kick(swarm.workflow_id)
         return swarm
@@ -145,6 +149,8 @@ class SwarmBook:
                 except IntegrityError:
                     log.info("epic %s changed under a command; reading it again", epic_id)
                     continue
+                if swarm.finished:
+                    self.active.discard(epic_id)
             if self.driver is not None:
                 self.driver.kick(epic_id)
             return swarm, result

@@ -502,7 +502,7 @@ class SwarmDriver:
         while True:
             try:
                 async for scope in self.leases.watch():
-                    if scope in self.book.epics.values():
+                    if scope in self.book.active:
                         self.kick(scope)
             except asyncio.CancelledError:
                 raise
@@ -517,7 +517,7 @@ class SwarmDriver:
         period = max(0.2, min(5.0, self.settings.lease_ttl / 2))
         while True:
             await asyncio.sleep(period)
-            for epic in list(self.book.epics.values()):
+            for epic in sorted(self.book.active):
                 try:
                     await self._expire(epic)
                 except Exception as exc:
@@ -593,8 +593,7 @@ class SwarmDriver:
     async def _hand_off(self, event: TurnCompleted, swarm: Swarm, a: Attempt) -> None:
         """The worker's context passed its limit: record its handoff; a fresh session resumes the attempt."""
         bead = swarm.beads[a.bead_id]
-        feature = (bead.verification_evidence or "history/feature/").split("/")[1] if (
-            bead.verification_evidence or "").startswith("history/") else "feature"
+        feature = _feature_of(bead)
         path = owner_file(swarm, a.worker)
         handoff = handoff_document(swarm, a, bead, feature=feature, tokens_used_pct=event.tokens_used_pct or 0.0,
                                    paused_at=event.occurred_at)
@@ -623,6 +622,12 @@ class SwarmDriver:
                         session_id=a.session_id, turn_id=turn.turn_id, text="\n\n".join(turn.messages),
                         outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
                         detail=turn.outcome.detail, evidence=turn.outcome.evidence))
+
+
+def _feature_of(bead: Bead) -> str:
+    """The feature a bead's evidence path names (``history/<feature>/verification/…``), for its handoff."""
+    parts = (bead.verification_evidence or "").split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "history" else "feature"
 
 
 def _card(bead_id: str) -> str:
