@@ -69,7 +69,7 @@ from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
 from .state import HaltDetails, PulseRun, QueuedMessage
-from .stepping import TURN_ACK_WAIT, Stepper, turn_consumer
+from .stepping import TURN_ACK_WAIT, Stepper, ask_service, turn_consumer
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -276,12 +276,7 @@ class WorkflowDriver:
     # --- actions ---------------------------------------------------------------------------------------
 
     async def _ask(self, service: str, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
-        # Every request here is idempotent (deterministic session, message and pulse ids; git recognises a
-        # repeated checkpoint), so one whose service instance was killed mid-request is sent again as soon as
-        # that is noticed, and a timeout is simply retried by the advance loop.
-        timeout = self.settings.git_request_timeout if service == "git" else self.settings.request_timeout
-        return await request(self.nc, subjects.request(service, verb), payload, reply, timeout=timeout,
-                             retry_unavailable=2.0, idempotent=True)
+        return await ask_service(self.nc, self.settings, service, verb, payload, reply)
 
     async def open_session(self, workflow_id: str, step: str) -> None:
         """Open the session of a stage step (a pulse's session is assigned with its run: ``start_pulse``)."""

@@ -54,7 +54,7 @@ from . import loop_signals
 from .loop_book import LoopBook
 from .loop_context import build_context, estimate_tokens
 from .loop_model import Iteration, LoopSession
-from .stepping import TURN_ACK_WAIT, Stepper, turn_consumer
+from .stepping import TURN_ACK_WAIT, Stepper, ask_service, turn_consumer
 
 __all__ = ["LoopDriver", "next_step"]
 
@@ -190,9 +190,7 @@ class LoopDriver:
         await self.book.change(session_id, record)
 
     async def _ask(self, service: str, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
-        timeout = self.settings.git_request_timeout if service == "git" else self.settings.request_timeout
-        return await request(self.nc, subjects.request(service, verb), payload, reply, timeout=timeout,
-                             retry_unavailable=2.0, idempotent=True)
+        return await ask_service(self.nc, self.settings, service, verb, payload, reply)
 
     async def _ask_memory(self, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
         # No retries: without a reachable indexer the iteration goes on without the turn memory.

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client
@@ -25,9 +25,11 @@ from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
+from autarch.runtime.requests import request
 from autarch.runtime.retry import DRIVER_STEP
+from autarch.runtime.settings import OrchestratorSettings
 
-__all__ = ["TURN_ACK_WAIT", "Stepper", "turn_consumer"]
+__all__ = ["TURN_ACK_WAIT", "Stepper", "ask_service", "turn_consumer"]
 
 _RETRIED = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CONFLICT}
 """A service restarting, or a session still finishing its turn: worth asking again shortly."""
@@ -149,3 +151,19 @@ def turn_consumer(nc: Client, *, durable: str, on_turn: Callable[[TurnCompleted]
                                 max_ack_pending=256, deliver_policy=api.DeliverPolicy.ALL,
                                 filter_subject=subjects.event("*", "turn", "*", "completed"))
     return PullConsumer(nc, stream=subjects.EVENTS_STREAM, config=config, handle=handle)
+
+
+T = TypeVar("T")
+
+
+async def ask_service(nc: Client, settings: OrchestratorSettings, service: str, verb: str, payload: msgspec.Struct,
+                      reply: type[T]) -> T:
+    """A driver's request to another service.
+
+    Every request the drivers make is idempotent (deterministic session, message, pulse and attempt ids; git
+    recognises a repeated checkpoint or merge), so one whose service instance was killed mid-request is sent again
+    as soon as that is noticed, and a timeout is simply retried by the driver's next pass.
+    """
+    timeout = settings.git_request_timeout if service == "git" else settings.request_timeout
+    return await request(nc, subjects.request(service, verb), payload, reply, timeout=timeout,
+                         retry_unavailable=2.0, idempotent=True)

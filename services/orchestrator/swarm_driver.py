@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from nats.aio.client import Client
 
-from autarch.contracts import subjects
 from autarch.contracts.agents import (
     GetSession,
     SendMessage,
@@ -54,7 +53,6 @@ from autarch.contracts.events import TurnCompleted
 from autarch.contracts.mail import COORDINATOR
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.leases import patterns_overlap
-from autarch.runtime.requests import request
 from autarch.runtime.settings import OrchestratorSettings
 
 from . import bead_kickoffs
@@ -62,6 +60,7 @@ from .bead_plan import auto_workers, bead_dicts, plan_feature
 from .evidence import evidence_markdown
 from .handoffs import MANIFEST, handoff_document, manifest_document, owner_file, resume_briefing
 from .state import HaltDetails
+from .stepping import ask_service
 from .swarm_book import SwarmBook, ranked
 from .swarm_model import Attempt, Bead, Swarm
 
@@ -145,9 +144,7 @@ class SwarmDriver:
     # --- requests --------------------------------------------------------------------------------------
 
     async def _ask(self, service: str, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
-        timeout = self.settings.git_request_timeout if service == "git" else self.settings.request_timeout
-        return await request(self.nc, subjects.request(service, verb), payload, reply, timeout=timeout,
-                             retry_unavailable=2.0, idempotent=True)
+        return await ask_service(self.nc, self.settings, service, verb, payload, reply)
 
     # --- one pass ---------------------------------------------------------------------------------------
 
