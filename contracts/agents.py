@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 Text = Annotated[str, Meta(min_length=1)]
-SessionId = Annotated[str, Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+SessionId = Annotated[str, Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
 
 
 # --- block tool arguments (seed 004) --------------------------------------------------------------

@@ -34,7 +34,7 @@ __all__ = [
     "WriteWorkerFiles",
 ]
 
-Identifier = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+Identifier = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$(?!\n)")]
 """Workflow ids, worker names and bead ids: safe in a branch name and a directory name."""
 Attempt = Annotated[int, msgspec.Meta(ge=1)]
 
@@ -81,7 +81,7 @@ class CommitBead(Command, kw_only=True):
     attempt: Attempt
     summary: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
     body: Annotated[str, msgspec.Meta(max_length=20_000)] = ""
-    files: dict[Annotated[str, msgspec.Meta(pattern=r"^(?!/)(?!.*(^|/)\.\.(/|$)).{1,512}$")], str] = {}
+    files: dict[Annotated[str, msgspec.Meta(pattern=r"^(?!/)(?!.*(^|/)\.\.(/|$)).{1,512}$(?!\n)")], str] = {}
     """Files written into the worktree just before the commit, path (relative) → content: the bead's
     verification evidence goes into its own commit this way."""
 
@@ -139,7 +139,7 @@ class WriteWorkerFiles(Command, kw_only=True):
 
     workflow_id: Identifier
     worker: Identifier
-    files: dict[Annotated[str, msgspec.Meta(pattern=r"^\.pulse/(?!.*(^|/)\.\.(/|$)).{1,500}$")], str]
+    files: dict[Annotated[str, msgspec.Meta(pattern=r"^\.pulse/(?!.*(^|/)\.\.(/|$)).{1,500}$(?!\n)")], str]
 
 
 class WorkerFilesWritten(Reply, kw_only=True):

@@ -57,9 +57,9 @@ __all__ = [
     "WorkerView",
 ]
 
-BEAD_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+BEAD_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$(?!\n)"
 BeadId = Annotated[str, msgspec.Meta(pattern=BEAD_ID)]
-EpicId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+EpicId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
 # Titles, descriptions and reasons reach agents and terminals: the HTTP API's text rules (contracts/http.py).
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
 Text = Annotated[str, msgspec.Meta(max_length=100_000, pattern=CLEAN_TEXT)]

@@ -72,13 +72,13 @@ class GitErrorCode:
 AbsolutePath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, pattern=r"^/")]
 # Syntax beyond length is checked by the service, which answers ``invalid_branch_name``.
 BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-Identifier = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")]
+Identifier = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$(?!\n)")]
 """Workflow and pulse ids: used in branch names, directory names and worktree ids."""
-RepositoryId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$")]
-ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$")]
+RepositoryId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$(?!\n)")]
+ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$(?!\n)")]
 COMMIT_TYPES = ("feat", "fix", "docs", "style", "refactor", "perf", "test", "chore", "build", "ci")
 """Seed 004's Conventional Commit types, the only ones a pulse's commit subject may start with."""
-CONVENTIONAL_SUBJECT = rf"^(?:{'|'.join(COMMIT_TYPES)})(\([^()\r\n]+\))?!?: [^\r\n]*\S[^\r\n]*$"
+CONVENTIONAL_SUBJECT = rf"^(?:{'|'.join(COMMIT_TYPES)})(\([^()\r\n]+\))?!?: [^\r\n]*\S[^\r\n]*$(?!\n)"
 """A one-line Conventional Commit subject: ``type(scope)!: description`` (scope and ``!`` optional)."""
 Summary = Annotated[
     str,
@@ -94,7 +94,7 @@ CoAuthor = Annotated[
     str,
     msgspec.Meta(
         max_length=300,
-        pattern=r"^[^<>\r\n]*[^<>\s][^<>\r\n]* <[^<>\s]+>$",
+        pattern=r"^[^<>\r\n]*[^<>\s][^<>\r\n]* <[^<>\s]+>$(?!\n)",
         description="'Name <email>', written as a Co-authored-by trailer.",
     ),
 ]

@@ -25,14 +25,16 @@ __all__ = [
 # Control characters reach terminals raw (ANSI escapes, NUL): refused at the door. C0 and C1 both, since
 # \x9b is a CSI of its own in some terminals. Each pattern is unambiguous (a run of blanks, then one
 # non-blank character, then anything allowed), so matching is linear even on 100 000 characters.
-TITLE = r"^[^\S\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+# Patterns that refuse newlines end in ``$(?!\n)``: Python's ``$`` (msgspec, jsonschema) also matches before a
+# final newline, ECMAScript's does not; the lookahead makes both refuse ``"title\n"``.
+TITLE = r"^[^\S\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$(?!\n)"
 """One line with at least one visible character and no control character."""
 TEXT = (r"^[^\S\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f]"
-        r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$")
+        r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$(?!\n)")
 """Free text with at least one visible character; tab, newline and carriage return are the only controls."""
-CLEAN_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+CLEAN_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$(?!\n)"
 """Free text that may be empty (a description), with no control character but tab, newline and carriage return."""
-BRANCH_NAME = r"^[^\x00-\x20\x7f~^:?*\[\\/.-][^\x00-\x20\x7f~^:?*\[\\]*$"
+BRANCH_NAME = r"^[^\x00-\x20\x7f~^:?*\[\\/.-][^\x00-\x20\x7f~^:?*\[\\]*$(?!\n)"
 """What a pattern can say of git's ref-format rules (the gateway checks the rest: ``..``, ``.lock``, ``@{``, …)."""
 
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
@@ -40,7 +42,7 @@ Text = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=TEX
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000, pattern=TEXT)]
 Branch = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=BRANCH_NAME)]
 
-SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
 
 
 class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -48,7 +50,7 @@ class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
 
     title: Title
     request: Text
-    repo: Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00]*$")]
+    repo: Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00]*$(?!\n)")]
     """The top of a git work tree with at least one commit (absolute, or relative to the gateway's working
     directory); not ``/`` nor Autarch's data dir."""
     base_branch: Branch = "main"
@@ -56,7 +58,7 @@ class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     branch: Branch | None = None
     """The workflow branch to create (default ``autarch/<first 8 characters of the workflow id>``): a valid
     git branch name, not the base branch."""
-    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$(?!\n)")] | None = None
     """Scenario selector for the scripted model (tests and the demo); ignored by real models."""
 
 
@@ -69,7 +71,7 @@ class ChannelSessionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     """The first question."""
     session_id: SessionId | None = None
     """Chosen by the client to make a retry safe (default: a new id)."""
-    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$(?!\n)")] | None = None
 
 
 class SessionMessageBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -40,7 +40,7 @@ PROJECT_SCOPE = "project"
 DEFAULT_MAX_RESULTS = 10
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
-ProjectId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,79}$")]
+ProjectId = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9_-]{0,79}$(?!\n)")]
 CommitIsh = Annotated[str, msgspec.Meta(min_length=1, max_length=250)]
 SearchQuery = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
 PatternWeight = Annotated[str, msgspec.Meta(min_length=3, max_length=1000)]

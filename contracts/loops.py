@@ -59,17 +59,17 @@ with tools; ``hybrid``: both; ``none``: neither."""
 CreatedBy = Literal["api", "cli", "mcp"]
 NotifyKind = Literal["webhook", "slack", "discord", "telegram"]
 
-SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
 # Names, goals and messages reach agents and terminals: visible text, no control character (contracts/http.py).
 ProjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
-ProjectPath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, pattern=r"^/[^\x00-\x1f\x7f-\x9f]*$")]
+ProjectPath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, pattern=r"^/[^\x00-\x1f\x7f-\x9f]*$(?!\n)")]
 Goal = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=TEXT)]
 MaxIterations = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 """The orchestrator also refuses more than its ``loop_max_iterations_limit`` setting."""
-BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")]
+BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$(?!\n)")]
 TurnId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Message = Annotated[str, msgspec.Meta(max_length=100_000)]
-Script = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+Script = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$(?!\n)")]
 TokenBudget = Annotated[int, msgspec.Meta(ge=1)]
 CostBudget = Annotated[float, msgspec.Meta(gt=0)]
 

@@ -61,7 +61,7 @@ MAIL_VERBS = (SEND_MAIL_VERB, REPLY_MAIL_VERB, FETCH_INBOX_VERB, FETCH_TOPIC_VER
               PENDING_MAIL_VERB, MARK_DELIVERED_VERB)
 """Orchestrator verbs (``autarch.svc.orchestrator.<verb>``)."""
 
-AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$",
+AgentName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$(?!\n)",
                                         description="A registered agent name (a NATS subject token)")]
 """A worker's registered name (``AmberFalcon``) or ``coordinator``: it is a token of the notice subject."""
 # Mail is shown to agents and people (terminals): the HTTP API's text rules (contracts/http.py).

@@ -45,7 +45,7 @@ NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Request = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
 BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250)]
-WorkflowId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
+WorkflowId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
 
 
 class CreateWorkflow(Command, kw_only=True):
@@ -60,7 +60,7 @@ class CreateWorkflow(Command, kw_only=True):
     base_branch: BranchName = "main"
     branch: BranchName | None = None
     """The workflow branch the pulses commit to (default ``autarch/<first 8 characters of the id>``)."""
-    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+    script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$(?!\n)")] | None = None
     """Scenario selector handed to the scripted model (tests, demo); ignored by real models."""
 
 

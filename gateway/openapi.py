@@ -30,7 +30,7 @@ from .params import CHANNEL_ID
 
 __all__ = ["allowed_methods", "complete_allow_header", "make_document_true", "truthful_document"]
 
-UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$"
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$(?!\n)"
 """What the gateway takes as an id (hyphens optional, any case); anything else names nothing (404)."""
 
 _UUID_PARAMS = {"workflow_id", "session_id"}
@@ -125,7 +125,7 @@ def _events_operation(operation: dict[str, Any]) -> None:
         "name": "Last-Event-ID", "in": "header", "required": False,
         "description": "Resume right after this stream sequence (wins over `since`); what an EventSource sends "
                        "when it reconnects. ASCII digits, at most the stream's last sequence (else 400).",
-        "schema": {"type": "string", "pattern": r"^[0-9]{1,19}$", "maxLength": 19},
+        "schema": {"type": "string", "pattern": r"^[0-9]{1,19}$(?!\n)", "maxLength": 19},
     })
     params.append({
         "name": "access_token", "in": "query", "required": False,

@@ -26,7 +26,7 @@ __all__ = [
     "resolve_repo",
 ]
 
-CHANNEL_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+CHANNEL_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$(?!\n)")
 """A channel id: 1 to 100 letters, digits, ``_``, ``.`` or ``-``."""
 
 _WHEN = {

@@ -64,7 +64,7 @@ __all__ = [
 BUCKET = "AUTARCH_LEASES"
 _SUBJECT_PREFIX = f"$KV.{BUCKET}."
 _WRONG_LAST_SEQUENCE = (10071, 10164)
-_SCOPE = re.compile(r"^[-_=.A-Za-z0-9]+$")
+_SCOPE = re.compile(r"^[-_=.A-Za-z0-9]+\Z")
 T = TypeVar("T")
 
 

@@ -55,7 +55,7 @@ def next_stage(stage: str, path: str | None) -> Stage:
     return _FULL_NEXT[stage]
 
 
-_PULSE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,55}$")
+_PULSE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,55}\Z")
 
 
 def validate_plan(pulses: list[dict[str, Any]]) -> None:

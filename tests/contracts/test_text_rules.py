@@ -75,3 +75,36 @@ def test_the_published_schemas_state_the_rule_as_a_pattern():
         schema = components[kind.__name__]["properties"][field]
         options = [schema, *schema.get("anyOf", [])]
         assert any(o.get("pattern") in (TITLE, TEXT, CLEAN_TEXT) for o in options), (kind.__name__, field, schema)
+
+
+@pytest.mark.parametrize(("kind", "base", "field"), [
+    (StartLoopBody, START, "projectName"),
+    (CreateBeadBody, {"epic_id": EPIC}, "title"),
+    (EditBeadBody, {}, "title"),
+    (SendMail, MAIL, "subject"),
+    (SendMail, MAIL, "sender_name"),
+], ids=lambda c: getattr(c, "__name__", None))
+def test_a_one_line_field_refuses_a_final_newline(kind: type, base: dict[str, Any], field: str):
+    # Python's ``$`` also matches just before a final newline; a title ending in one would reach terminals.
+    assert _decode(kind, base, field, "Amber")
+    with pytest.raises(msgspec.ValidationError):
+        _decode(kind, base, field, "Amber\n")
+
+
+def _patterns(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+        return found + [p for value in node.values() for p in _patterns(value)]
+    if isinstance(node, list):
+        return [p for value in node for p in _patterns(value)]
+    return []
+
+
+def test_every_published_anchored_pattern_means_the_same_in_python_and_ecmascript():
+    """An anchored pattern ends ``$(?!\\n)``, so a validator with either regex dialect refuses a final newline."""
+    from pathlib import Path
+
+    schemas = Path(__file__).parents[2] / "docs" / "contracts" / "schemas"
+    loose = sorted({p for path in schemas.glob("*.json") for p in _patterns(msgspec.json.decode(path.read_bytes()))
+                    if p.endswith("$")})
+    assert loose == []

@@ -236,6 +236,7 @@ async def test_create_sends_every_field_and_answers_201(gateway: Gateway, beads:
     {"epic_id": EPIC, "title": "   "},
     {"epic_id": EPIC, "title": "red \x1b[31m"},
     {"epic_id": EPIC, "title": "two\nlines"},
+    {"epic_id": EPIC, "title": "final newline\n"},  # Python's ``$`` matches before it: the pattern says (?!\n)
     {"epic_id": EPIC, "title": "x", "description": "nul \x00"},
 ])
 async def test_a_bad_create_body_is_400_and_sends_nothing(gateway: Gateway, beads: StandInBeads,
