@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -123,6 +124,9 @@ class TypedService:
                 description=self.description or None,
                 queue_group=self.queue_group or self.name,
                 stats_handler=self._stats,
+                # The host lets a readiness probe in this container tell its own instance from the others
+                # (runtime/probe.py): every instance answers the same $SRV.PING.<name>.
+                metadata={"host": socket.gethostname()},
             ),
         )
         # Answering "which requests do you hold?" from the start: a request taken before the first question
