@@ -7,7 +7,8 @@ workflow branch, switch HEAD, delete the pulse branch, reset. The other by the s
 the git command line:
 ``git add -A``, ``git commit``, ``git update-ref``, ``git symbolic-ref``, ``git branch -D``,
 ``git reset --hard``. Preparing each round (starting the pulse, editing files) is not timed.
-The last line printed is JSON with both medians and their ratio (goal: within 2x of git).
+The repository is packed first (``git gc``), as a clone is, and neither side runs an automatic
+gc. The last line printed is JSON with both medians and their ratio (goal: at most 1.2x git).
 
     .venv/bin/python tests/benchmarks/git_ops.py [--files 10000] [--changed 50] [--rounds 7]
 """
@@ -38,6 +39,12 @@ GIT_ENV = {
     "GIT_COMMITTER_EMAIL": "autarch@localhost",
     "GIT_CONFIG_NOSYSTEM": "1",
     "GIT_CONFIG_GLOBAL": "/dev/null",
+    # No automatic gc: a commit over 10,000 loose objects would start a detached `git gc --auto`
+    # that packs (and prunes) the store while the copy below reads it, and competes for the CPU
+    # during the timed rounds. dulwich never runs one, so neither side does.
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "gc.auto",
+    "GIT_CONFIG_VALUE_0": "0",
 }
 
 
@@ -61,6 +68,7 @@ def make_repository(root: Path, files: int) -> list[str]:
         paths.append(path)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "initial")
+    git(root, "gc", "-q")  # packed, as a cloned repository is
     return paths
 
 
@@ -161,7 +169,7 @@ def main() -> None:
                     "autarch_cpu_ms": round(ours_cpu_ms, 1),
                     "git_cli_cpu_ms": round(git_cpu_ms, 1),
                     "cpu_ratio": round(ours_cpu_ms / git_cpu_ms, 2),
-                    "goal_ratio": 2.0,
+                    "goal_ratio": 1.2,
                 }
             )
         )
