@@ -6,6 +6,11 @@ times faster, which the checkpoint → reset path needs to stay within reach of 
 line. Versions 2 and 3 are read and written; version 4 (path-compressed, written only when a
 repository asks for it) is read through dulwich. Extensions (cache-tree, untracked cache, …)
 are dropped on write: they describe the entries they were written with and git rebuilds them.
+
+The index a checkpoint reads is nearly always the one this process wrote at the end of the
+previous pulse: :data:`PARSED` keeps the entries of the last index written or read per file,
+keyed by its checksum, so reading it again costs one read and one SHA-1 of the file (which is
+checked on every read) instead of building 10,000 entries.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -20,10 +26,12 @@ from typing import NamedTuple
 __all__ = [
     "EXT_INTENT_TO_ADD",
     "EXT_SKIP_WORKTREE",
+    "PARSED",
     "IndexContents",
     "IndexEntry",
     "IndexFormatError",
     "IndexLocked",
+    "ParsedIndexCache",
     "entry_from_stat",
     "read_index",
     "write_index",
@@ -103,6 +111,44 @@ def entry_from_stat(st: os.stat_result, *, sha: bytes, mode: int, ext_flags: int
     )
 
 
+class ParsedIndexCache:
+    """The entries of the index this process last wrote or read, per index file, with its checksum.
+
+    A hit needs the file's checksum (verified against its content on every read) to be the one
+    remembered: the same checksum is the same bytes, hence the same entries. Callers get their
+    own ``entries`` dict and ``conflicted`` set; the entries (immutable tuples) and ``raw`` are shared.
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._items: dict[str, IndexContents] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, path: Path, contents: IndexContents) -> None:
+        with self._lock:
+            self._items.pop(str(path), None)
+            self._items[str(path)] = contents
+            while len(self._items) > self._size:
+                self._items.pop(next(iter(self._items)))
+
+    def lookup(self, path: Path, checksum: bytes, mtime: tuple[int, int]) -> IndexContents | None:
+        with self._lock:
+            hit = self._items.get(str(path))
+        if hit is None or hit.checksum != checksum:
+            return None
+        return IndexContents(
+            entries=dict(hit.entries), mtime=mtime, checksum=checksum, conflicted=set(hit.conflicted), raw=hit.raw
+        )
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+PARSED = ParsedIndexCache()
+"""Process-wide: operations on different repositories run in parallel threads."""
+
+
 def read_index(path: Path) -> IndexContents:
     """Read ``path``; a missing file is an empty index."""
     try:
@@ -125,6 +171,9 @@ def read_index(path: Path) -> IndexContents:
         return _read_v4(path, mtime, checksum)
     if version not in (2, 3):
         raise IndexFormatError(f"{path}: unsupported index version {version}")
+    cacheable = checksum != b"\0" * 20  # index.skipHash: no checksum to recognise the content by
+    if cacheable and (known := PARSED.lookup(path, checksum, mtime)) is not None:
+        return known
     entries: dict[bytes, IndexEntry] = {}
     conflicted: set[bytes] = set()
     raw: dict[bytes, bytes] = {}
@@ -158,7 +207,12 @@ def read_index(path: Path) -> IndexContents:
     _check_extensions(path, data, offset, end)
     for name in conflicted:
         entries.pop(name, None)
-    return IndexContents(entries=entries, mtime=mtime, checksum=checksum, conflicted=conflicted, raw=raw)
+    contents = IndexContents(entries=entries, mtime=mtime, checksum=checksum, conflicted=conflicted, raw=raw)
+    if cacheable:
+        PARSED.remember(
+            path, IndexContents(entries=dict(entries), checksum=checksum, conflicted=set(conflicted), raw=raw)
+        )
+    return contents
 
 
 def _check_extensions(path: Path, data: bytes, offset: int, end: int) -> None:
@@ -194,11 +248,11 @@ def _read_v4(path: Path, mtime: tuple[int, int], checksum: bytes) -> IndexConten
 def write_index(path: Path, entries: dict[bytes, IndexEntry], *, unchanged_from: IndexContents | None = None) -> bytes:
     """Write ``entries`` (sorted, version 2 or 3 as git would) under git's lock; return the checksum.
 
-    Entries that are the very objects read into ``unchanged_from`` are copied as stored.
+    Entries that are the very objects read into ``unchanged_from`` are copied as stored. What
+    was written is remembered (:data:`PARSED`) for the next read of ``path``.
     """
     version = 3 if any(e.ext_flags for e in entries.values()) else 2
-    parts = [_HEADER.pack(b"DIRC", version, len(entries))]
-    append = parts.append
+    raw: dict[bytes, bytes] = {}
     pack_entry = _ENTRY.pack
     old_get = unchanged_from.entries.get if unchanged_from is not None else {}.get
     raw_get = unchanged_from.raw.get if unchanged_from is not None else {}.get
@@ -206,21 +260,25 @@ def write_index(path: Path, entries: dict[bytes, IndexEntry], *, unchanged_from:
         e = entries[name]
         stored = raw_get(name)
         if stored is not None and old_get(name) is e:
-            append(stored)
+            raw[name] = stored
             continue
         flags = min(len(name), _NAME_MASK)
         fixed = 62
         if e.ext_flags:
             flags |= _FLAG_EXTENDED
             fixed = 64
-        append(pack_entry(*e[:10], e.sha, flags))
+        packed = pack_entry(*e[:10], e.sha, flags)
         if e.ext_flags:
-            append(_EXT.pack(e.ext_flags))
-        append(name)
-        append(b"\0" * (((fixed + len(name) + 8) & ~7) - fixed - len(name)))
-    body = b"".join(parts)
+            packed += _EXT.pack(e.ext_flags)
+        raw[name] = packed + name + b"\0" * (((fixed + len(name) + 8) & ~7) - fixed - len(name))
+    body = _HEADER.pack(b"DIRC", version, len(entries)) + b"".join(raw.values())
     checksum = hashlib.sha1(body).digest()
-    write_locked(path, body + checksum)
+    try:
+        write_locked(path, body + checksum)
+    except BaseException:
+        PARSED.remember(path, IndexContents())  # what is on disk now is unknown: parse it next time
+        raise
+    PARSED.remember(path, IndexContents(entries=dict(entries), checksum=checksum, raw=raw))
     return checksum
 
 

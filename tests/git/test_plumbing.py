@@ -14,7 +14,7 @@ from autarch.contracts.git import CheckpointPulse, CreateWorkflowBranch, Registe
 from autarch.runtime.settings import load_settings
 from autarch.services.git.commits import Identity
 from autarch.services.git.engine import GitEngine
-from autarch.services.git.index_file import IndexFormatError, read_index, write_index
+from autarch.services.git.index_file import PARSED, IndexFormatError, read_index, write_index
 from autarch.services.git.refs import BranchNameError, pulse_branch_name, validate_branch_name
 from autarch.services.git.service import identity_from_settings
 from autarch.services.git.snapshots import leaves, scan_worktree
@@ -81,6 +81,35 @@ def test_index_codec_round_trips_what_git_wrote(tmp_path: Path):
     trees = build_trees(leaves(contents.entries))
     assert trees.root.decode() == git(repo, "rev-parse", "HEAD^{tree}")
     fsck(repo)
+
+
+def test_a_remembered_index_is_read_as_the_file_on_disk_says(tmp_path: Path):
+    repo = _repo_with_files(tmp_path / "r")
+    index_path = repo / ".git" / "index"
+    contents = read_index(index_path)
+    write_index(index_path, contents.entries)  # remembered for the next read
+    remembered = read_index(index_path)
+    PARSED.clear()
+    parsed = read_index(index_path)
+    assert remembered.entries == parsed.entries == contents.entries
+    assert remembered.raw == parsed.raw and remembered.checksum == parsed.checksum
+    # A reader's changes to its entries do not leak into the next read.
+    remembered.entries.clear()
+    assert read_index(index_path).entries == contents.entries
+
+    # git rewrites the index behind our back: its content is read, not what was remembered.
+    (repo / "d0" / "sub0" / "f0.txt").write_text("changed by git\n")
+    git(repo, "add", "d0/sub0/f0.txt")
+    entry = read_index(index_path).entries[b"d0/sub0/f0.txt"]
+    assert entry.sha.hex() == git(repo, "rev-parse", ":d0/sub0/f0.txt")
+
+    # A damaged file is refused even while its previous content is remembered.
+    write_index(index_path, read_index(index_path).entries)
+    data = bytearray(index_path.read_bytes())
+    data[100] ^= 0xFF
+    index_path.write_bytes(bytes(data))
+    with pytest.raises(IndexFormatError, match="checksum"):
+        read_index(index_path)
 
 
 def test_index_with_extended_flags_is_read_and_written(tmp_path: Path):
@@ -181,3 +210,4 @@ def test_updating_trees_equals_building_them_anew():
         fresh = build_trees(after)
         assert updated.ids == fresh.ids and updated.raw == fresh.raw
         assert {d: c for d, c in updated.listing.items()} == fresh.listing
+
