@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["EmbeddedNats", "NatsServerNotFound", "die_with_parent", "find_nats_server", "free_port"]
+__all__ = ["ClusterNode", "EmbeddedNats", "NatsServerNotFound", "die_with_parent", "find_nats_server", "free_port",
+           "local_cluster"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -72,18 +73,47 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def render_config(*, port: int, store_dir: Path, monitor_port: int | None = None) -> str:
-    """The embedded server's config (also shipped as ``infra/nats/embedded.conf``)."""
+@dataclass(frozen=True)
+class ClusterNode:
+    """Where one node of a local JetStream cluster sits among its peers (``autarch up --cluster``)."""
+
+    name: str
+    """``server_name``: unique in the cluster (JetStream's Raft groups name their peers by it)."""
+    cluster_port: int
+    """Loopback port of this node's cluster (route) listener."""
+    peer_ports: tuple[int, ...]
+    """Cluster ports of every node, this one's included (a node ignores the route to itself)."""
+
+
+def render_config(*, port: int, store_dir: Path, monitor_port: int | None = None,
+                  cluster: ClusterNode | None = None) -> str:
+    """The embedded server's config (also shipped as ``infra/nats/embedded.conf``).
+
+    With ``cluster``, a node of a loopback JetStream cluster: every write is fsynced before it is acknowledged
+    (``sync_interval: always``), so an event a relay saw acknowledged survives the node's power loss too.
+    """
+    what = f"node {cluster.name} of a local cluster" if cluster else "the embedded single-node server"
     lines = [
-        "# Written by autarch: the embedded single-node server.",
+        f"# Written by autarch: {what}.",
         'host: "127.0.0.1"',
         f"port: {port}",
         "jetstream {",
         f'  store_dir: "{store_dir}"',
         "  max_memory_store: 256MB",
+        *(["  sync_interval: always"] if cluster else []),
         "}",
         "max_payload: 8MB",
     ]
+    if cluster:
+        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in cluster.peer_ports)
+        lines += [
+            f"server_name: {cluster.name}",
+            "cluster {",
+            "  name: autarch-local",
+            f"  listen: 127.0.0.1:{cluster.cluster_port}",
+            f"  routes: [{routes}]",
+            "}",
+        ]
     if monitor_port:
         lines.append(f"http: 127.0.0.1:{monitor_port}")
     return "\n".join(lines) + "\n"
@@ -102,6 +132,8 @@ class EmbeddedNats:
     """What the kernel sends the server when its parent dies (``autarch up`` uses SIGKILL)."""
     started_at: float = 0.0
     """``time.monotonic()`` of the last start."""
+    cluster: ClusterNode | None = None
+    """This server's place in a local cluster; None: a single node."""
 
     @property
     def url(self) -> str:
@@ -111,7 +143,7 @@ class EmbeddedNats:
         """Start the process (same port, same store: a restart keeps the JetStream data)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "nats.conf"
-        conf.write_text(render_config(port=self.port, store_dir=self.data_dir / "jetstream"))
+        conf.write_text(render_config(port=self.port, store_dir=self.data_dir / "jetstream", cluster=self.cluster))
         with open(self.data_dir / "nats-server.log", "ab") as log:
             self.process = subprocess.Popen(
                 [find_nats_server(), "-c", str(conf)],
@@ -216,3 +248,33 @@ class EmbeddedNats:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+def local_cluster(data_dir: Path, *, nodes: int = 3, ports: list[int] | None = None,
+                  parent_death_signal: int = signal.SIGTERM) -> list[EmbeddedNats]:
+    """``nodes`` servers forming one JetStream cluster on loopback, each with its own store under ``data_dir``.
+
+    ``ports`` are their client ports (free ones when not given). Not started: start each (in any order; a node
+    keeps dialling its peers' routes until they listen).
+    """
+    if nodes < 1:
+        raise ValueError(f"a cluster needs at least one node, got {nodes}")
+    client_ports = list(ports) if ports else []
+    taken = set(client_ports)
+    while len(client_ports) < nodes:
+        port = free_port()
+        if port not in taken:
+            client_ports.append(port)
+            taken.add(port)
+    cluster_ports: list[int] = []
+    while len(cluster_ports) < nodes:
+        port = free_port()
+        if port not in taken:
+            cluster_ports.append(port)
+            taken.add(port)
+    return [
+        EmbeddedNats(data_dir / f"nats-{i + 1}", port=client_ports[i], parent_death_signal=parent_death_signal,
+                     cluster=ClusterNode(name=f"autarch-nats-{i + 1}", cluster_port=cluster_ports[i],
+                                         peer_ports=tuple(cluster_ports)))
+        for i in range(nodes)
+    ]

@@ -7,6 +7,8 @@ crash between publish and position save republishes a few events on restart, and
 drops them as duplicates (``duplicate_window`` in the stream config). A crash before publish
 loses nothing: the events are in the store and the position was not advanced.
 
+Several processes writing one store run one relay at a time between them: see ``relay_leader.py``.
+
 ``<store>`` names the store itself (the id of its first aggregate), so a fresh store on a
 stream that outlived an older one never has its events dropped as the older one's duplicates.
 """
@@ -77,6 +79,8 @@ class EventRelay:
         self._wake.set()
 
     def start(self) -> None:
+        # (Re)started: read the position again, another relay of this store may have moved it meanwhile.
+        self._stopping, self._published = False, None
         self._task = asyncio.create_task(self._run(), name=self.name)
 
     async def stop(self, *, timeout: float = 15.0) -> None:
@@ -122,7 +126,11 @@ class EventRelay:
     async def _publish_woken(self) -> int:
         # Clear before reading: a wake() that lands while we read is then never lost.
         self._wake.clear()
-        return await self.publish_pending()
+        try:
+            return await self.publish_pending()
+        except Exception:
+            self._published = None  # a failed round (another relay's tracking write won, say): read it again
+            raise
 
     async def _pause(self, delay: float) -> None:
         with contextlib.suppress(TimeoutError):

@@ -71,6 +71,13 @@ class CommonSettings(msgspec.Struct, kw_only=True):
     """Seconds JetStream remembers ``Nats-Msg-Id`` values: a relay restarted within it never publishes twice."""
     lease_ttl: float = 30.0
     """Seconds a swarm worker's file lease lives without renewal: a worker that dies loses its files this long after."""
+    instance: str = ""
+    """This process's name among several instances of its service (``autarch up --cluster`` sets it, e.g.
+    ``orchestrator-2``); empty: the only instance. A stateful service with a name runs only while it holds its
+    service's leader lease (see ``runtime/standby.py``); the others wait as hot standbys."""
+    leader_ttl: float = 5.0
+    """Seconds a leader lease (a stateful service's, a relay's) lives without renewal: how long a standby waits to
+    take over from a leader killed without releasing it."""
 
     def __post_init__(self) -> None:
         _check_port("nats_port", self.nats_port)
@@ -78,6 +85,8 @@ class CommonSettings(msgspec.Struct, kw_only=True):
             raise SettingsError(f"request_timeout must be positive, got {self.request_timeout}")
         if self.lease_ttl <= 0:
             raise SettingsError(f"lease_ttl must be positive, got {self.lease_ttl}")
+        if self.leader_ttl <= 0:
+            raise SettingsError(f"leader_ttl must be positive, got {self.leader_ttl}")
 
     @property
     def data_path(self) -> Path:

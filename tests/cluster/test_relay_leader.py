@@ -1,0 +1,107 @@
+"""Two writers on one PostgreSQL store, each with its own relay: one relays at a time, nothing doubled or skipped.
+
+Runs when a PostgreSQL server answers (see ``tests/conftest.py``); skipped, saying so, otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from autarch.contracts.workflows import CreateWorkflow
+from autarch.runtime.eventstore import event_store_env
+from autarch.runtime.relay import EventRelay
+from autarch.runtime.relay_leader import LeadingRelay, store_key
+from autarch.runtime.settings import Settings
+from autarch.services.orchestrator.application import WorkflowApplication
+from autarch.services.orchestrator.contract_events import to_contract
+
+from ..conftest import postgres_dsn
+from .stream_check import relayed_ids
+
+DSN = postgres_dsn()
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(DSN is None, reason="no PostgreSQL server answers (set AUTARCH_TEST_POSTGRES_URL); skipped"),
+]
+
+
+@pytest.fixture
+def pg_env(data_dir, monkeypatch):
+    import psycopg
+
+    monkeypatch.delenv("PERSISTENCE_MODULE", raising=False)
+    schema = f"autarch_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    yield event_store_env(Settings(data_dir=str(data_dir), postgres_url=f"{DSN}?schema={schema}"), "orchestrator")
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+async def _writer(app: WorkflowApplication, relay: LeadingRelay, count: int, tag: str) -> list[str]:
+    ids = []
+    for i in range(count):
+        command = CreateWorkflow(workflow_id=str(uuid.uuid4()), title=f"{tag} {i}", request="r", repo="/r")
+        workflow, _ = app.new_workflow(command)
+        await asyncio.to_thread(app.save, workflow)
+        relay.wake()
+        ids.append(command.workflow_id)
+        await asyncio.sleep(0.005)
+    return ids
+
+
+async def test_two_writers_one_relay_at_a_time_nothing_doubled_or_skipped(nc, pg_env):
+    apps = [WorkflowApplication(env=pg_env), WorkflowApplication(env=pg_env)]
+    relays = [
+        await LeadingRelay.open(EventRelay(app=app, nc=nc, to_contract=to_contract, poll_interval=0.1), nc,
+                                store=store_key(pg_env), holder=f"writer-{i}", ttl=1.0)
+        for i, app in enumerate(apps)
+    ]
+    leaders_seen: list[int] = []
+    dead: list[LeadingRelay] = []
+
+    async def watch() -> None:
+        while True:
+            leaders_seen.append(sum(r.leading for r in relays if r not in dead))
+            await asyncio.sleep(0.01)
+
+    for relay in relays:
+        relay.start()
+    watcher = asyncio.create_task(watch())
+    try:
+        writes = [asyncio.create_task(_writer(app, relay, 80, f"w{i}")) for i, (app, relay) in
+                  enumerate(zip(apps, relays, strict=True))]
+        await asyncio.sleep(0.3)
+        # The leader dies as if SIGKILLed: its relay stops mid-work and its lease is never released.
+        leader = next(r for r in relays if r.leading)
+        assert leader._task is not None and leader.relay._task is not None
+        leader._task.cancel()
+        leader.relay._task.cancel()
+        await asyncio.gather(leader._task, leader.relay._task, return_exceptions=True)
+        leader._task = leader.relay._task = None
+        dead.append(leader)
+        await asyncio.gather(*writes)
+        survivor = next(r for r in relays if r is not leader)
+        for _ in range(100):  # the survivor takes over after the dead leader's TTL and catches up
+            if survivor.leading and survivor.relay.position() == apps[0].recorder.max_notification_id():
+                break
+            await asyncio.sleep(0.1)
+        assert survivor.leading
+    finally:
+        watcher.cancel()
+        for relay in relays:
+            if relay not in dead:
+                await relay.stop()
+    stored = apps[0].recorder.select_notifications(start=1, limit=10_000)
+    store_id = stored[0].originator_id.hex[:12]
+    on_stream = await relayed_ids(nc, f"orchestrator:{store_id}:")
+    expected = {f"orchestrator:{store_id}:{n.id}" for n in stored}
+    assert len(stored) >= 160
+    assert set(on_stream) == expected, "an event of the store is missing from the stream (or one is foreign)"
+    assert max(on_stream.values()) == 1, "an event is on the stream twice"
+    assert max(leaders_seen) == 1, "two relays led at once"
+    for app in apps:
+        app.close()
