@@ -20,7 +20,15 @@ from .index_file import IndexEntry, entry_from_stat, read_index, write_index
 from .snapshots import Snapshot, leaves, scan_worktree
 from .trees import MODE_GITLINK, MODE_SYMLINK, TREE_CACHE, Leaf, TreeSet, build_trees, diff_trees, update_trees
 
-__all__ = ["ResetResult", "UnsafePath", "commit_tree_id", "reset_worktree", "snapshot_trees", "tracked_state"]
+__all__ = [
+    "ResetResult",
+    "UnsafePath",
+    "commit_tree_id",
+    "index_trees",
+    "reset_worktree",
+    "snapshot_trees",
+    "tracked_state",
+]
 
 
 class UnsafePath(ValueError):
@@ -59,6 +67,14 @@ def snapshot_trees(index_path: Path, snapshot: Snapshot) -> TreeSet:
     return update_trees(cached, changes)
 
 
+def index_trees(index_path: Path, snapshot: Snapshot) -> TreeSet | None:
+    """The trees of the index ``snapshot`` was taken against, when this process still holds them."""
+    index = snapshot.index
+    if index is None or not any(index.checksum):
+        return None
+    return TREE_CACHE.lookup(index_path, index.checksum)
+
+
 def tracked_state(root: Path, index_path: Path, *, filemode: bool = True) -> tuple[Snapshot, TreeSet]:
     """The tracked content of a worktree (``git add -u`` without writing) and its trees."""
     snapshot = scan_worktree(root, read_index(index_path), include_untracked=False, filemode=filemode)
@@ -86,7 +102,7 @@ def reset_worktree(
     """
     snapshot, trees = current or tracked_state(root, index_path, filemode=filemode)
     entries = dict(snapshot.entries)
-    changes = list(diff_trees(store, trees, target_tree))
+    changes = list(diff_trees(store, trees, target_tree, known=index_trees(index_path, snapshot)))
     root_b = os.fsencode(root)
     removed = written = 0
     # Removals first: a file may have to make way for a directory of the same name.

@@ -30,7 +30,7 @@ from autarch.contracts.git import (
     RecoveryCheckpointed,
 )
 
-from .checkout import commit_tree_id, reset_worktree, snapshot_trees
+from .checkout import commit_tree_id, index_trees, reset_worktree, snapshot_trees
 from .commits import Identity, checkpoint_message, make_commit, recovery_message
 from .faults import FaultInjector
 from .index_file import IndexEntry, read_index
@@ -77,7 +77,13 @@ def store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes,
     differing: set[bytes] = set()
     paths = sorted(
         path.decode(errors="surrogateescape")
-        for path, _, _ in diff_trees(ws.objects, trees, commit_tree_id(ws.objects, base), differing=differing)
+        for path, _, _ in diff_trees(
+            ws.objects,
+            trees,
+            commit_tree_id(ws.objects, base),
+            differing=differing,
+            known=index_trees(ws.index_path, snapshot),
+        )
     )
     if paths:
         writer = LooseObjectWriter(ws.objects.path)

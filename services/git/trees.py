@@ -116,16 +116,19 @@ def diff_trees(
     stored_root: bytes | None,
     *,
     differing: set[bytes] | None = None,
+    known: TreeSet | None = None,
 ) -> Iterator[tuple[bytes, Leaf | None, Leaf | None]]:
     """Yield ``(path, ours, theirs)`` for each leaf that differs between ``trees`` and a stored tree.
 
     ``ours`` is the in-memory side, ``theirs`` the stored tree (hex id, or None for the empty
     tree); either is None where the path is absent. Subtrees with equal ids are skipped.
     ``differing`` collects the in-memory directories whose tree is not the stored one: the only
-    trees that may need storing.
+    trees that may need storing. ``known`` is a tree set already in memory (the index's, before
+    the changes in ``trees``): a stored tree with the id it has at the same path is read from it
+    rather than from the object store (ids name content, so the listing is the same).
     """
     stored = bytes.fromhex(stored_root.decode()) if stored_root else None
-    yield from _diff_dir(store, trees, b"", trees.ids[b""], stored, differing)
+    yield from _diff_dir(store, trees, b"", trees.ids[b""], stored, differing, known)
 
 
 def _stored_listing(store: BaseObjectStore, tree_id: bytes | None) -> dict[bytes, Leaf]:
@@ -144,13 +147,17 @@ def _diff_dir(
     ours_id: bytes | None,
     theirs_id: bytes | None,
     differing: set[bytes] | None,
+    known: TreeSet | None,
 ) -> Iterator[tuple[bytes, Leaf | None, Leaf | None]]:
     if ours_id == theirs_id:
         return
     if differing is not None and ours_id is not None:
         differing.add(directory)
     ours = trees.listing.get(directory, {}) if ours_id is not None else {}
-    theirs = _stored_listing(store, theirs_id)
+    if known is not None and theirs_id is not None and known.ids.get(directory) == theirs_id:
+        theirs = known.listing[directory]
+    else:
+        theirs = _stored_listing(store, theirs_id)
     prefix = directory + b"/" if directory else b""
     for name in sorted(ours.keys() | theirs.keys()):
         mine, other = ours.get(name), theirs.get(name)
@@ -161,7 +168,7 @@ def _diff_dir(
         other_tree = other is not None and other[0] == MODE_TREE
         if mine_tree or other_tree:
             yield from _diff_dir(
-                store, trees, path, mine[1] if mine_tree else None, other[1] if other_tree else None, differing
+                store, trees, path, mine[1] if mine_tree else None, other[1] if other_tree else None, differing, known
             )
         # A leaf on one side facing a tree (or nothing) on the other is a change of its own.
         leaf_mine = mine if not mine_tree else None

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from dulwich.repo import Repo
 
 from autarch.contracts.git import CheckpointPulse, CreateWorkflowBranch, RegisterRepository, StartPulse
 from autarch.runtime.settings import load_settings
@@ -18,7 +19,7 @@ from autarch.services.git.index_file import PARSED, IndexFormatError, read_index
 from autarch.services.git.refs import BranchNameError, pulse_branch_name, validate_branch_name
 from autarch.services.git.service import identity_from_settings
 from autarch.services.git.snapshots import leaves, scan_worktree
-from autarch.services.git.trees import build_trees, update_trees
+from autarch.services.git.trees import build_trees, diff_trees, update_trees
 
 from .gitcli import GIT_ENV, fsck, git, make_user_repo
 
@@ -211,3 +212,46 @@ def test_updating_trees_equals_building_them_anew():
         assert updated.ids == fresh.ids and updated.raw == fresh.raw
         assert {d: c for d, c in updated.listing.items()} == fresh.listing
 
+
+class _CountingStore:
+    """A real object store that counts the objects read from it."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+        self.reads = 0
+
+    def __getitem__(self, sha: bytes):
+        self.reads += 1
+        return self.store[sha]
+
+
+def test_trees_in_memory_stand_in_for_stored_ones_only_where_ids_match(tmp_path: Path):
+    repo = _repo_with_files(tmp_path / "r")
+    first = git(repo, "rev-parse", "HEAD^{tree}")
+    for name in ("d0/sub0/f0.txt", "d2/sub2/f2.txt"):
+        (repo / name).write_text("second\n")
+    (repo / "d3" / "new").mkdir()
+    (repo / "d3" / "new" / "n.txt").write_text("new\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "second")
+    second = git(repo, "rev-parse", "HEAD^{tree}")
+    index = read_index(repo / ".git" / "index")
+    known = build_trees(leaves(index.entries))  # the trees of the second commit
+    assert known.root.decode() == second
+    ours = update_trees(known, {b"d0/sub1/f4.txt": None, b"d1/x.txt": (0o100644, b"\1" * 20)})
+
+    def diff(stored: str, known_trees):
+        store = _CountingStore(Repo(str(repo)).object_store)
+        result = list(diff_trees(store, ours, stored.encode(), known=known_trees))
+        return result, store.reads
+
+    for stored in (second, first):
+        with_known, reads_with = diff(stored, known)
+        without, reads_without = diff(stored, None)
+        assert with_known == without
+        assert reads_without > 0
+        if stored == second:
+            assert reads_with == 0  # every tree on the changed paths was in memory
+    # Trees of another commit are used only where their ids match the stored ones.
+    assert diff(first, known)[0] == diff(first, build_trees({}))[0]
+    assert {p for p, _, _ in diff(first, known)[0]} >= {b"d0/sub1/f4.txt", b"d1/x.txt", b"d3/new/n.txt"}
