@@ -39,6 +39,7 @@ from .params import bad_request, resolve_repo
 from .pulse_routes import PULSE_ROUTES
 from .session_routes import SESSION_ROUTES
 from .sse import end_streams_on_signals, event_stream
+from .strict_body import strict_body
 from .workflow_routes import WORKFLOW_ROUTES
 
 __all__ = ["create_app"]
@@ -175,7 +176,7 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
             create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
             *SESSION_ROUTES, *PULSE_ROUTES, *BEAD_ROUTES, *MAIL_ROUTES, events, healthz,
         ],
-        guards=[token_guard(token)],
+        guards=[token_guard(token), strict_body],
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[complete_allow_header],
         lifespan=[nats_connection],

@@ -29,14 +29,11 @@ from autarch.contracts.agents import (
     GetSession,
     PlannedPulse,
     SendMessage,
-    SessionStopped,
     SessionView,
     StartSession,
-    StopSession,
     TurnAccepted,
     TurnView,
 )
-from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.git import (
     CheckpointPulse,
@@ -69,7 +66,7 @@ from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
 from .state import HaltDetails, PulseRun, QueuedMessage
-from .stepping import TURN_ACK_WAIT, Stepper, ask_service, turn_consumer
+from .stepping import TURN_ACK_WAIT, Stepper, ask_service, stop_agent_session, turn_consumer
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -329,14 +326,8 @@ class WorkflowDriver:
         """Close the session of a step that is over (the runner emits ``session:completed``); idempotent."""
         wf = await self.orch.read(workflow_id)
         reason = close_reason(wf, step)
-        try:
-            # Closing also cancels a turn still running (a preflight abandoned at its timeout).
-            await self._ask("agent_runner", "stop_session",
-                            StopSession(session_id=wf.sessions[step].session_id, reason=reason, close=True),
-                            SessionStopped)
-        except RemoteError as exc:
-            if exc.code != ErrorCode.NOT_FOUND:  # the runner never opened it: nothing to close
-                raise
+        # Closing also cancels a turn still running (a preflight abandoned at its timeout).
+        await stop_agent_session(self.nc, self.settings, wf.sessions[step].session_id, reason, close=True)
 
         def record(w: Workflow) -> None:
             if not w.sessions[step].closed:
@@ -519,8 +510,7 @@ class WorkflowDriver:
             wf, _ = await self.orch.change(workflow_id, record)
             session_id = wf.sessions[step].session_id if step in wf.sessions else None
             if session_id is not None:
-                await self._ask("agent_runner", "stop_session", StopSession(session_id=session_id, reason=reason),
-                                SessionStopped)
+                await stop_agent_session(self.nc, self.settings, session_id, reason)
         self.kick(workflow_id)
         return wf
 

@@ -26,13 +26,10 @@ from nats.aio.client import Client
 from autarch.contracts import subjects
 from autarch.contracts.agents import (
     GetSession,
-    SessionStopped,
     SessionView,
     StartSession,
-    StopSession,
     TurnAccepted,
 )
-from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.git import (
     CheckpointPulse,
@@ -54,7 +51,7 @@ from . import loop_signals
 from .loop_book import LoopBook
 from .loop_context import build_context, estimate_tokens
 from .loop_model import Iteration, LoopSession
-from .stepping import TURN_ACK_WAIT, Stepper, ask_service, turn_consumer
+from .stepping import TURN_ACK_WAIT, Stepper, ask_service, stop_agent_session, turn_consumer
 
 __all__ = ["LoopDriver", "next_step"]
 
@@ -273,13 +270,7 @@ class LoopDriver:
                  ended.signal, commit, session.status)
 
     async def close_agent(self, session_id: str, it: Iteration) -> None:
-        try:
-            await self._ask("agent_runner", "stop_session",
-                            StopSession(session_id=it.agent_session_id, reason="iteration over", close=True),
-                            SessionStopped)
-        except RemoteError as exc:
-            if exc.code != ErrorCode.NOT_FOUND:
-                raise
+        await stop_agent_session(self.nc, self.settings, it.agent_session_id, "iteration over", close=True)
         await self.book.change(session_id, lambda s: None if s.iteration(it.number).session_closed
                                else s.iteration_session_closed(number=it.number))
 
@@ -355,8 +346,7 @@ class LoopDriver:
         async with self._locks[session_id]:
             session, running = await self.book.change(session_id, lambda s: s.abort(reason))
             if running is not None and running.kickoff_turn_id is not None:
-                await self._ask("agent_runner", "stop_session",
-                                StopSession(session_id=running.agent_session_id, reason=reason), SessionStopped)
+                await stop_agent_session(self.nc, self.settings, running.agent_session_id, reason)
         self.kick(session_id)
         return session
 
@@ -387,8 +377,6 @@ class LoopDriver:
                 anchor_hint_next=None, anchor_hint_reason=None, tokens_used=0, cost_usd=0.0)
                 if s.iteration(number).ending is None and not s.iteration(number).over else False)
             if recorded and session.iteration(number).kickoff_turn_id is not None:
-                await self._ask("agent_runner", "stop_session",
-                                StopSession(session_id=session.iteration(number).agent_session_id, reason=reason),
-                                SessionStopped)
+                await stop_agent_session(self.nc, self.settings, session.iteration(number).agent_session_id, reason)
         self.kick(session_id)
 

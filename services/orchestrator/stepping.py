@@ -21,6 +21,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from autarch.contracts import subjects
+from autarch.contracts.agents import SessionStopped, StopSession
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.runtime.errors import RemoteError, ServiceFailure
@@ -29,7 +30,7 @@ from autarch.runtime.requests import request
 from autarch.runtime.retry import DRIVER_STEP
 from autarch.runtime.settings import OrchestratorSettings
 
-__all__ = ["TURN_ACK_WAIT", "Stepper", "ask_service", "turn_consumer"]
+__all__ = ["TURN_ACK_WAIT", "Stepper", "ask_service", "stop_agent_session", "turn_consumer"]
 
 _RETRIED = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CONFLICT}
 """A service restarting, or a session still finishing its turn: worth asking again shortly."""
@@ -167,3 +168,18 @@ async def ask_service(nc: Client, settings: OrchestratorSettings, service: str, 
     timeout = settings.git_request_timeout if service == "git" else settings.request_timeout
     return await request(nc, subjects.request(service, verb), payload, reply, timeout=timeout,
                          retry_unavailable=2.0, idempotent=True)
+
+
+async def stop_agent_session(nc: Client, settings: OrchestratorSettings, session_id: str, reason: str, *,
+                             close: bool = False) -> None:
+    """Cancel the session's running turn (and with ``close``, end the session).
+
+    A session the runner does not know was never opened (a step stopped before its session started), so there
+    is nothing to stop: that is not an error for whoever stops it.
+    """
+    try:
+        await ask_service(nc, settings, "agent_runner", "stop_session",
+                          StopSession(session_id=session_id, reason=reason, close=close), SessionStopped)
+    except RemoteError as exc:
+        if exc.code != ErrorCode.NOT_FOUND:
+            raise

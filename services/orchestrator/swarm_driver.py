@@ -25,10 +25,8 @@ from nats.aio.client import Client
 from autarch.contracts.agents import (
     GetSession,
     SendMessage,
-    SessionStopped,
     SessionView,
     StartSession,
-    StopSession,
     TurnAccepted,
 )
 from autarch.contracts.bead_git import (
@@ -48,7 +46,6 @@ from autarch.contracts.bead_git import (
     WriteWorkerFiles,
 )
 from autarch.contracts.beads import ConflictRecord, WorkerDiscipline
-from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.mail import COORDINATOR
 from autarch.runtime.errors import RemoteError
@@ -60,7 +57,7 @@ from .bead_plan import auto_workers, bead_dicts, plan_feature
 from .evidence import evidence_markdown
 from .handoffs import MANIFEST, handoff_document, manifest_document, owner_file, resume_briefing
 from .state import HaltDetails
-from .stepping import ask_service
+from .stepping import ask_service, stop_agent_session
 from .swarm_book import SwarmBook, ranked
 from .swarm_model import Attempt, Bead, Swarm
 
@@ -386,22 +383,11 @@ class SwarmDriver:
 
     async def _close_stale(self, wid: str, a: Attempt, session_id: str) -> None:
         """Close a session a handoff left behind (its turn ended; the attempt goes on in a fresh one)."""
-        try:
-            await self._ask("agent_runner", "stop_session",
-                            StopSession(session_id=session_id, reason="handed off", close=True), SessionStopped)
-        except RemoteError as exc:
-            if exc.code != ErrorCode.NOT_FOUND:
-                raise
+        await stop_agent_session(self.nc, self.settings, session_id, "handed off", close=True)
         await self.book.change(wid, lambda s: s.stale_session_closed(s.attempts[(a.bead_id, a.number)], session_id))
 
     async def _close_session(self, wid: str, a: Attempt) -> None:
-        try:
-            await self._ask("agent_runner", "stop_session",
-                            StopSession(session_id=a.session_id, reason=a.end_reason or "bead attempt over",
-                                        close=True), SessionStopped)
-        except RemoteError as exc:
-            if exc.code != ErrorCode.NOT_FOUND:
-                raise
+        await stop_agent_session(self.nc, self.settings, a.session_id, a.end_reason or "bead attempt over", close=True)
         await self.book.change(wid, lambda s: s.session_closed(s.attempts[(a.bead_id, a.number)]))
 
     async def _wind_up(self, wid: str, swarm: Swarm) -> None:

@@ -19,4 +19,6 @@ def model() -> Iterator[ScriptedModelServer]:
 
 @pytest.fixture(scope="package")
 def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
-    yield from scripted_system(tmp_path_factory, model, "api", AUTARCH_REQUEST_TIMEOUT="5")
+    # Every service, as the issue asks: a route whose work needs the indexer (a loop anchor) must meet it.
+    yield from scripted_system(tmp_path_factory, model, "api", AUTARCH_REQUEST_TIMEOUT="5",
+                               services="orchestrator,tools,git,indexer,agent_runner,notifier")

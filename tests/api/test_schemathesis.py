@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from autarch.services.scripted_model import ScriptedModelServer
 from tests.e2e.conftest import System
+from tests.workflows.conftest import Client, demo_scenario, start
 
 pytestmark = pytest.mark.slow
 
@@ -25,10 +27,17 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 MAX_EXAMPLES = int(os.environ.get("AUTARCH_FUZZ_EXAMPLES", "8"))
 
 
-def test_schemathesis_finds_no_disagreement(system: System, tmp_path: Path):
+def test_schemathesis_finds_no_disagreement(system: System, model: ScriptedModelServer, tmp_path: Path):
     st = shutil.which("st", path=str(Path(sys.executable).parent))
     if st is None:
         pytest.skip("schemathesis is not installed (pip install -e '.[dev]')")
+    # A real workflow waiting at its scope card, and its agent session: the fuzzer's identifiers name them
+    # (schemathesis.toml), so the routes that take one reach the services' own logic, not only their 404s.
+    client = Client(system)
+    workflow_id, _ = start(client, model, tmp_path, demo_scenario(), title="fuzzed")
+    client.wait_awaiting(workflow_id, "scoping")
+    sessions = client.http.get("/api/sessions", params={"workflow": workflow_id}).json()["items"]
+    session_id = sessions[0]["session_id"]
     command = [
         st, "--config-file", str(CONFIG), "run", f"{system.url}/schema/openapi.json",
         "-H", f"Authorization: Bearer {system.token}",
@@ -40,7 +49,8 @@ def test_schemathesis_finds_no_disagreement(system: System, tmp_path: Path):
         "--generation-deterministic",
         "--seed", "16",
     ]
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "", "NO_COLOR": "1", "COLUMNS": "160"}
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": "", "NO_COLOR": "1", "COLUMNS": "160",
+           "AUTARCH_FUZZ_WORKFLOW": workflow_id, "AUTARCH_FUZZ_SESSION": session_id}
     run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
     report = run.stdout[-20_000:] + run.stderr[-5_000:]
     assert run.returncode == 0, report

@@ -105,6 +105,23 @@ async def test_feedback_is_visible_text(gateway: Gateway, feedback):
     assert_bad(reply, "feedback")
 
 
+SESSION = "11111111-1111-4111-8111-111111111111"
+
+
+@pytest.mark.parametrize(("path", "payload", "field"), [
+    (f"/api/sessions/{SESSION}/stop", {"close": 0}, "close"),
+    (f"/api/sessions/{SESSION}/stop", {"close": "true"}, "close"),
+    ("/api/pulse/start", {"projectName": "shop", "projectPath": "/r/shop", "goal": "g", "maxIterations": "10"},
+     "maxIterations"),
+    ("/api/beads", {"epic_id": SESSION, "title": "x", "priority": "1"}, "priority"),
+])
+async def test_a_body_of_the_wrong_json_type_is_refused_not_coerced(gateway: Gateway, path, payload, field):
+    # Litestar alone would convert 0 to false and "10" to 10; the document says these are wrong types.
+    async with gateway.client() as http:
+        reply = await http.post(path, json=payload)
+    assert_bad(reply, field)
+
+
 @pytest.mark.parametrize("path", ["/api/workflows", "/api/workflows/11111111-1111-4111-8111-111111111111/approve",
                                   "/api/workflows/11111111-1111-4111-8111-111111111111/request-changes",
                                   "/api/pulse/start", "/api/beads"])
