@@ -51,6 +51,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
     print(f"Autarch starting: services {', '.join(services)} + gateway", flush=True)
     print(f"  API      http://{settings.host}:{settings.port}  (OpenAPI at /schema, health at /healthz)", flush=True)
+    print(f"  UI       http://{settings.host}:{settings.port}/  (sign in with `autarch ui`)", flush=True)
     print(f"  token    {settings.token_path}  (send 'Authorization: Bearer <token>')", flush=True)
     print(f"  data     {settings.data_path}", flush=True)
     print(f"  NATS     {settings.effective_nats_url}{'' if settings.nats_url else ' (embedded)'}", flush=True)

@@ -40,6 +40,8 @@ from .pulse_routes import PULSE_ROUTES
 from .session_routes import SESSION_ROUTES
 from .sse import end_streams_on_signals, event_stream
 from .strict_body import strict_body
+from .ui.pages import UI_ROUTES
+from .ui.signin import LoginLinks
 from .workflow_routes import WORKFLOW_ROUTES
 
 __all__ = ["create_app"]
@@ -174,13 +176,14 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
     return make_document_true(Litestar(
         route_handlers=[
             create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
-            *SESSION_ROUTES, *PULSE_ROUTES, *BEAD_ROUTES, *MAIL_ROUTES, events, healthz,
+            *SESSION_ROUTES, *PULSE_ROUTES, *BEAD_ROUTES, *MAIL_ROUTES, events, healthz, *UI_ROUTES,
         ],
         guards=[token_guard(token), strict_body],
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[complete_allow_header],
         lifespan=[nats_connection],
-        state=State({"settings": settings, "expected_services": expected_services}),
+        state=State({"settings": settings, "expected_services": expected_services, "ui_token": token,
+                     "ui_login_links": LoginLinks()}),
         openapi_config=OpenAPIConfig(
             title="Autarch",
             version="0.1.0",

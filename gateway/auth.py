@@ -1,21 +1,28 @@
-"""Bearer-token auth for every route except the health check."""
+"""Who may call the gateway: the bearer token, or a browser signed in with a session cookie.
+
+Every route except the health check (and the UI's public pages) needs one of them. A request authenticated
+by the cookie that changes state must also carry its session's CSRF token (:mod:`.ui.signin`).
+"""
 
 from __future__ import annotations
 
 import hmac
 
 from litestar.connection import ASGIConnection
-from litestar.exceptions import NotAuthorizedException
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers import BaseRouteHandler
+
+from .ui.signin import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE, csrf_ok, session_of
 
 __all__ = ["NO_AUTH", "token_guard"]
 
 NO_AUTH = {"no_auth": True}
-"""Put in a handler's ``opt`` to make it public (``/healthz`` only)."""
+"""Put in a handler's ``opt`` to make it public (``/healthz``, the UI's pages which check the cookie themselves)."""
 
 
 def token_guard(token: str):
-    """A guard accepting ``Authorization: Bearer <token>`` (or ``?access_token=`` for EventSource clients)."""
+    """A guard accepting ``Authorization: Bearer <token>`` (or ``?access_token=`` for EventSource clients), or
+    the UI's session cookie (with the CSRF token on state-changing requests)."""
     expected = token.encode()
 
     def guard(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
@@ -24,6 +31,14 @@ def token_guard(token: str):
         header = connection.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not given:
+            sid = session_of(token, connection.cookies.get(SESSION_COOKIE))
+            if sid is not None:
+                # A cookie rides along with any request the browser makes, another site's form included: only
+                # a page of ours knows the session's CSRF token.
+                if connection.scope["method"] not in SAFE_METHODS and not csrf_ok(
+                        token, sid, connection.headers.get(CSRF_HEADER)):
+                    raise PermissionDeniedException(f"missing or wrong {CSRF_HEADER} header for a signed-in browser")
+                return
             # Browsers' EventSource cannot set headers; the SSE endpoint also takes the token as a query parameter.
             given = connection.query_params.get("access_token", "") if handler.opt.get("query_token") else ""
         if not given:

@@ -42,8 +42,8 @@ def _validation(_: Request, exc: ValidationException) -> Response[ErrorReply]:
 
 
 def _http(_: Request, exc: HTTPException) -> Response[ErrorReply]:
-    code = {400: ErrorCode.BAD_REQUEST, 401: "unauthorized", 404: ErrorCode.NOT_FOUND, 405: "method_not_allowed",
-            413: "too_large"}
+    code = {400: ErrorCode.BAD_REQUEST, 401: "unauthorized", 403: "forbidden", 404: ErrorCode.NOT_FOUND,
+            405: "method_not_allowed", 413: "too_large"}
     reply = ErrorReply(code=code.get(exc.status_code, "http_error"), message=str(exc.detail))
     # The exception's headers are part of the answer: 405 carries ``Allow`` (RFC 9110 §15.5.6).
     headers = dict(exc.headers or {})

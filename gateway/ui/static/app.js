@@ -1,0 +1,699 @@
+// Autarch UI: renders the state the page was served with, then follows /api/events from the sequence read
+// before that state. Every read and action after the first paint goes through the public JSON API.
+// Text from agents and users only ever becomes DOM text (never HTML), so a card cannot inject markup.
+
+const STATE = JSON.parse(document.getElementById("state").textContent);
+const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+const MAIN = document.getElementById("main");
+const STAGES = ["scoping", "research", "planning", "execution", "review"];
+const RECORDED = [
+  "workflow:created", "workflow:approval_needed", "workflow:stage_changed", "workflow:changes_requested",
+  "workflow:completed", "workflow:error", "workflow:note_taken", "workflow:baseline_recorded",
+  "workflow:review_comment_added", "workflow:session_assigned", "workflow:halted", "workflow:resumed",
+  "workflow:abandoned", "preflight:started", "preflight:completed", "pulse:started", "pulse:completion_rejected",
+  "pulse:completed", "session:started", "session:completed", "session:error", "turn:started",
+  "turn:tool_started", "turn:tool_completed", "turn:completed", "swarm:started", "swarm:finished",
+  "bead:created", "bead:updated", "bead:claimed", "bead:closed", "bead:bounced", "bead:reopened", "bead:evidence",
+  "worker:joined", "worker:status", "worker:handoff", "lease:granted", "lease:released", "lease:conflict",
+  "mail:posted",
+];
+const DELTAS = ["turn:message_delta", "turn:thought_delta"];
+
+// What tests and the benchmark read: the last event applied and when each reached the DOM.
+const probe = (window.autarch = { lastId: STATE.since, applied: 0, timings: [] });
+
+// --- small DOM helpers -------------------------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "class") node.className = value;
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const human = (key) => key.replace(/([a-z])([A-Z])/g, "$1 $2").replace(/_/g, " ").replace(/^./, (c) => c.toUpperCase());
+const money = (usd) => `$${(usd || 0).toFixed(usd >= 1 ? 2 : 4)}`;
+const when = (iso) => (iso ? new Date(iso).toLocaleString() : "");
+const short = (text, n = 80) => (text && text.length > n ? text.slice(0, n - 1) + "…" : text || "");
+const badge = (status) => h("span", { class: `badge s-${status}` }, String(status).replace(/_/g, " "));
+const pretty = (value) => (typeof value === "string" ? value : JSON.stringify(value, null, 2));
+
+function stageOf(wf) {
+  if (wf.stage === "done") return { k: 5, label: "done" };
+  const i = STAGES.indexOf(wf.stage);
+  return { k: i + 1, label: wf.stage };
+}
+
+// --- the API, with the session cookie and the CSRF token ---------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body && body.message ? body.message : `HTTP ${status}`);
+    this.status = status;
+    this.code = body && body.code;
+  }
+}
+
+async function api(method, path, body) {
+  const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+  if (method !== "GET") init.headers["X-CSRF-Token"] = CSRF;
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const reply = await fetch(path, init);
+  const data = reply.headers.get("content-type")?.includes("json") ? await reply.json() : null;
+  if (!reply.ok) throw new ApiError(reply.status, data);
+  return data;
+}
+
+// A button that calls the API, disables itself meanwhile, and shows the error next to it.
+function action(label, run, cls = "") {
+  const alert = h("span", { role: "alert", class: "error" });
+  const button = h("button", { type: "button", class: cls }, label);
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    alert.textContent = "";
+    try {
+      await run();
+    } catch (err) {
+      alert.textContent = err.message;
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return [button, alert];
+}
+
+// --- the live stream ---------------------------------------------------------------------------------------
+
+function follow(query, onRecorded, onDelta) {
+  const live = document.getElementById("live");
+  let source = null;
+  const open = () => {
+    // since = the last event applied; an EventSource reconnecting by itself sends Last-Event-ID, which wins.
+    source = new EventSource(`/api/events?${query}&since=${probe.lastId}`);
+    source.addEventListener("open", () => { live.textContent = "live"; live.className = "live on"; });
+    source.addEventListener("error", () => {
+      live.textContent = "reconnecting…";
+      live.className = "live off";
+      if (source.readyState === EventSource.CLOSED) setTimeout(open, 1000);
+    });
+    for (const type of RECORDED) {
+      source.addEventListener(type, (e) => {
+        const id = Number(e.lastEventId);
+        if (!(id > probe.lastId)) return; // already applied (the page's own state, or a replay)
+        probe.lastId = id;
+        probe.applied += 1;
+        document.body.dataset.lastEvent = String(id);
+        onRecorded(type, JSON.parse(e.data), id);
+      });
+    }
+    if (onDelta) for (const type of DELTAS) source.addEventListener(type, (e) => onDelta(type, JSON.parse(e.data)));
+  };
+  open();
+}
+
+function debounce(fn, ms) {
+  let timer = null;
+  let pending = [];
+  return (item) => {
+    if (item !== undefined) pending.push(item);
+    clearTimeout(timer);
+    timer = setTimeout(() => { const items = pending; pending = []; fn(items); }, ms);
+  };
+}
+
+// Re-rendering a panel must not lose what someone is typing in it, nor their focus.
+function keepInputs(container, render) {
+  const values = {};
+  for (const field of container.querySelectorAll("textarea[id], input[type=text][id]")) values[field.id] = field.value;
+  const opened = {};
+  for (const box of container.querySelectorAll("details.keep[id]")) opened[box.id] = box.open;
+  const focused = document.activeElement && container.contains(document.activeElement) ? document.activeElement.id : null;
+  render();
+  for (const [id, open] of Object.entries(opened)) {
+    const box = document.getElementById(id);
+    if (box) box.open = open;
+  }
+  for (const [id, value] of Object.entries(values)) {
+    const field = document.getElementById(id);
+    if (field && value) field.value = value;
+  }
+  if (focused) document.getElementById(focused)?.focus();
+}
+
+// --- workflows list ----------------------------------------------------------------------------------------
+
+function workflowsPage() {
+  let workflows = STATE.workflows;
+  let costs = STATE.costs;
+  const body = h("tbody");
+  const count = h("span", { class: "muted" });
+  const renderRows = () => {
+    body.replaceChildren(...[...workflows].reverse().map((wf) => {
+      const { k, label } = stageOf(wf);
+      const pulses = wf.pulses_count ? ` · pulses ${wf.pulses_succeeded}/${wf.pulses_count}` : "";
+      return h("tr", { "data-workflow": wf.id },
+        h("td", {}, h("a", { href: `/workflows/${wf.id}` }, wf.title), h("div", { class: "muted mono hide-narrow" }, wf.repo)),
+        h("td", {}, label),
+        h("td", {}, badge(wf.status)),
+        h("td", {}, `${k}/5${pulses}`),
+        h("td", { class: "hide-narrow" }, money(costs[wf.id])),
+        h("td", { class: "hide-narrow" }, when(wf.updated_at)));
+    }));
+    count.textContent = `${workflows.length} workflow${workflows.length === 1 ? "" : "s"}`;
+  };
+  const refresh = debounce(async () => {
+    const [list, sessions] = await Promise.all([api("GET", "/api/workflows?limit=10000"), api("GET", "/api/sessions")]);
+    workflows = list.items;
+    costs = {};
+    for (const s of sessions.items) if (s.workflow_id) costs[s.workflow_id] = (costs[s.workflow_id] || 0) + s.cost_usd;
+    renderRows();
+    stamp();
+  }, 150);
+  let stampIds = [];
+  const stamp = () => { for (const [id, type, at] of stampIds) probe.timings.push([id, type, at, Date.now()]); stampIds = []; };
+
+  const alert = h("p", { role: "alert", class: "error" });
+  const form = h("form", { class: "panel", id: "start-form" },
+    h("h2", {}, "Start a workflow"),
+    h("label", { for: "wf-title" }, "Title"), h("input", { type: "text", id: "wf-title", name: "title", required: true, maxlength: 200 }),
+    h("label", { for: "wf-request" }, "Request"), h("textarea", { id: "wf-request", name: "request", required: true }),
+    h("label", { for: "wf-repo" }, "Repository (a path on the gateway's machine)"),
+    h("input", { type: "text", id: "wf-repo", name: "repo", required: true, placeholder: STATE.cwd }),
+    h("label", { for: "wf-base" }, "Base branch"), h("input", { type: "text", id: "wf-base", name: "base_branch", value: "main" }),
+    h("details", {}, h("summary", {}, "More"),
+      h("label", { for: "wf-script" }, "Scripted-model scenario (tests and demos; real models ignore it)"),
+      h("input", { type: "text", id: "wf-script", name: "script" })),
+    h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Start"), alert));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const data = Object.fromEntries(new FormData(form).entries());
+    if (!data.script) delete data.script;
+    if (!data.base_branch) delete data.base_branch;
+    const button = form.querySelector("button[type=submit]");
+    button.disabled = true;
+    alert.textContent = "";
+    try {
+      const wf = await api("POST", "/api/workflows", data);
+      location.assign(`/workflows/${wf.id}`);
+    } catch (err) {
+      alert.textContent = err.message;
+      button.disabled = false;
+    }
+  });
+
+  MAIN.replaceChildren(
+    h("h1", {}, "Workflows ", count),
+    h("div", { class: "panel" }, h("table", {},
+      h("thead", {}, h("tr", {}, h("th", {}, "Workflow"), h("th", {}, "Stage"), h("th", {}, "Status"),
+        h("th", {}, "Progress"), h("th", { class: "hide-narrow" }, "Cost"), h("th", { class: "hide-narrow" }, "Updated"))),
+      body)),
+    form);
+  renderRows();
+  follow("deltas=false", (type, event, id) => {
+    if (type.startsWith("workflow:") || type.startsWith("pulse:") || type === "turn:completed") {
+      stampIds.push([id, type, event.occurred_at]);
+      refresh();
+    }
+  });
+}
+
+// --- cards -------------------------------------------------------------------------------------------------
+
+function value(v) {
+  if (v === null || v === undefined || v === "" || (Array.isArray(v) && v.length === 0)) return null;
+  if (Array.isArray(v)) {
+    if (v.every((x) => typeof x !== "object" || x === null)) return h("ul", {}, v.map((x) => h("li", {}, String(x))));
+    return h("div", {}, v.map((x) => h("div", { class: "sub" }, value(x))));
+  }
+  if (typeof v === "object") {
+    const entries = Object.entries(v).map(([k, x]) => [k, value(x)]).filter(([, x]) => x !== null);
+    return h("dl", {}, entries.map(([k, x]) => [h("dt", {}, human(k)), h("dd", {}, x)]));
+  }
+  if (typeof v === "string") return h("div", { class: "msg" }, v);
+  return h("span", {}, String(v));
+}
+
+function reviewComment(c) {
+  const where = c.file_path ? `${c.file_path}${c.start_line ? `:${c.start_line}${c.end_line && c.end_line !== c.start_line ? `-${c.end_line}` : ""}` : ""}` : "";
+  return h("div", { class: "comment", "data-comment": c.comment_id },
+    h("strong", {}, `${c.severity} · ${c.category}`), where ? [" ", h("span", { class: "mono" }, where)] : null,
+    h("div", {}, c.description));
+}
+
+const CARD_STAGE = { scope: "scoping", research: "research", plan: "planning", review: "review" };
+
+function cardView(name, card, wf, cards, onChange) {
+  const stage = CARD_STAGE[name];
+  const awaiting = wf.awaiting_approval && wf.stage === stage;
+  let content;
+  if (name === "review") {
+    content = h("div", {},
+      card.recommendation ? h("p", {}, h("strong", {}, "Recommendation: "), card.recommendation) : null,
+      card.summary ? h("div", { class: "msg" }, card.summary) : null,
+      h("h3", {}, `Comments (${card.comments.length})`), card.comments.map(reviewComment));
+  } else {
+    content = value(card);
+  }
+  const section = h("details", { class: "panel card", id: `card-${name}`, open: awaiting || null },
+    h("summary", {}, h("strong", {}, human(name)), " ", awaiting ? badge("awaiting_approval") : null),
+    content);
+  if (awaiting) section.append(approvalForm(name, card, wf, onChange));
+  return section;
+}
+
+function approvalForm(name, card, wf, onChange) {
+  const form = h("div", { class: "approval" });
+  let path = null;
+  if (name === "scope") {
+    const recommended = card.recommended_path || "full";
+    path = recommended;
+    form.append(h("fieldset", {}, h("legend", {}, "Path"),
+      ["quick", "full"].map((choice) => h("label", { class: "inline" },
+        h("input", { type: "radio", name: "path", value: choice, checked: choice === recommended || null,
+          onchange: () => { path = choice; } }),
+        choice === "quick" ? "Quick: one pulse from the scope" : "Full: research and plan first",
+        choice === recommended ? h("span", { class: "muted" }, " (recommended)") : null))));
+  }
+  const feedback = h("textarea", { id: `feedback-${name}` });
+  form.append(
+    h("div", { class: "row" }, ...action("Approve", async () => {
+      onChange(await api("POST", `/api/workflows/${wf.id}/approve`, path ? { path } : undefined));
+    }, "primary")),
+    h("details", { class: "changes keep", id: `changes-${name}` }, h("summary", {}, "Request changes"),
+      h("label", { for: feedback.id }, "What should change"), feedback,
+      h("div", { class: "row" }, ...action("Send feedback", async () => {
+        onChange(await api("POST", `/api/workflows/${wf.id}/request-changes`, { feedback: feedback.value }));
+      }))));
+  return form;
+}
+
+// --- halts -------------------------------------------------------------------------------------------------
+
+function haltPanel(wf, onChange) {
+  const halt = wf.halt;
+  const panel = h("section", { class: "panel halt", id: "halt", "aria-labelledby": "halt-title" },
+    h("h2", { id: "halt-title" }, "Halted: ", human(halt.reason)),
+    h("div", { class: "msg" }, halt.message),
+    halt.pulse_id ? h("p", { class: "muted" }, `Pulse ${halt.pulse_id}`) : null);
+  const post = (verb, body) => async () => onChange(await api("POST", `/api/workflows/${wf.id}/${verb}`, body()));
+  const message = (label) => {
+    const box = h("textarea", { id: `halt-message-${halt.reason}` });
+    panel.append(h("label", { for: box.id }, label), box);
+    return () => (box.value.trim() ? { message: box.value } : undefined);
+  };
+  if (halt.reason === "questions") {
+    const questions = halt.details.questions || [];
+    const readers = questions.map((q, i) => {
+      const id = `answer-${i}`;
+      const block = h("fieldset", { class: "sub" }, h("legend", {}, q.prompt));
+      panel.append(block);
+      if (q.type === "single_select" || q.type === "multi_select") {
+        const kind = q.type === "single_select" ? "radio" : "checkbox";
+        block.append(...(q.options || []).map((option, j) => h("label", { class: "inline" },
+          h("input", { type: kind, name: id, value: option, id: `${id}-${j}` }), option)));
+        return () => [...block.querySelectorAll("input:checked")].map((x) => x.value).join(", ");
+      }
+      const box = h("textarea", { id, "aria-label": q.prompt });
+      if (q.type === "ranked") box.value = (q.options || []).join("\n");
+      block.append(box);
+      return () => box.value;
+    });
+    panel.append(h("div", { class: "row" }, ...action("Send answers", post("answers", () => ({ answers: readers.map((r) => r()) })), "primary")));
+  } else if (halt.reason === "extension_requested") {
+    if (Object.keys(halt.details).length) panel.append(value(halt.details));
+    const read = message("Message to the agent (optional)");
+    panel.append(h("div", { class: "row" }, ...action("Approve extension", post("extension/approve", read), "primary")));
+  } else {
+    if (Object.keys(halt.details).length) panel.append(value(halt.details));
+    const read = message("Guidance for the agent (optional)");
+    panel.append(h("div", { class: "row" }, ...action("Resume", post("resume", read), "primary")));
+  }
+  return panel;
+}
+
+// --- diffs with the review's comments ----------------------------------------------------------------------
+
+function parseDiff(text) {
+  const files = [];
+  let file = null;
+  let oldNo = 0;
+  let newNo = 0;
+  for (const line of text.split("\n")) {
+    if (line.startsWith("diff --git ")) {
+      const m = / b\/(.*)$/.exec(line);
+      file = { path: m ? m[1] : line.slice(11), lines: [] };
+      files.push(file);
+    } else if (!file) {
+      continue;
+    } else if (line.startsWith("+++ ")) {
+      if (line !== "+++ /dev/null") file.path = line.replace(/^\+\+\+ b\//, "");
+    } else if (line.startsWith("--- ") || line.startsWith("index ") || line.startsWith("new file") ||
+               line.startsWith("deleted file") || line.startsWith("similarity") || line.startsWith("rename ")) {
+      continue;
+    } else if (line.startsWith("@@")) {
+      const m = /@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@/.exec(line);
+      if (m) { oldNo = Number(m[1]); newNo = Number(m[2]); }
+      file.lines.push({ kind: "hunk", text: line });
+    } else if (line.startsWith("+")) {
+      file.lines.push({ kind: "add", text: line.slice(1), newNo: newNo++ });
+    } else if (line.startsWith("-")) {
+      file.lines.push({ kind: "del", text: line.slice(1), oldNo: oldNo++ });
+    } else if (line.startsWith(" ")) {
+      file.lines.push({ kind: "ctx", text: line.slice(1), oldNo: oldNo++, newNo: newNo++ });
+    } else if (line.startsWith("\\")) {
+      file.lines.push({ kind: "hunk", text: line });
+    }
+  }
+  return files;
+}
+
+function diffView(text, comments, heading) {
+  const files = parseDiff(text);
+  const placed = new Set();
+  const sections = files.map((file) => {
+    const mine = comments.filter((c) => c.file_path === file.path);
+    const rows = [];
+    for (const line of file.lines) {
+      if (line.kind === "hunk") {
+        rows.push(h("tr", { class: "hunk" }, h("td", { class: "n" }), h("td", { class: "n" }), h("td", { class: "c" }, line.text)));
+        continue;
+      }
+      const sign = line.kind === "add" ? "+" : line.kind === "del" ? "-" : " ";
+      rows.push(h("tr", { class: line.kind }, h("td", { class: "n" }, line.oldNo ?? ""), h("td", { class: "n" }, line.newNo ?? ""),
+        h("td", { class: "c" }, sign + line.text)));
+      if (line.newNo === undefined) continue;
+      for (const c of mine) {
+        if (!placed.has(c.comment_id) && c.start_line && (c.end_line || c.start_line) === line.newNo) {
+          placed.add(c.comment_id);
+          rows.push(h("tr", { class: "note" }, h("td", { colspan: 3 }, reviewComment(c))));
+        }
+      }
+    }
+    // File comments, and line comments on lines the diff does not show, head the file.
+    const top = mine.filter((c) => !placed.has(c.comment_id));
+    top.forEach((c) => placed.add(c.comment_id));
+    return h("section", { class: "file", "data-file": file.path }, h("h3", {}, file.path), top.map(reviewComment),
+      h("table", {}, h("tbody", {}, rows)));
+  });
+  const rest = comments.filter((c) => !placed.has(c.comment_id));
+  return h("div", { class: "diff", id: "diff-view" }, h("h3", {}, heading),
+    files.length ? null : h("p", { class: "muted" }, "No changes."),
+    sections,
+    rest.length ? [h("h3", {}, "Other comments"), rest.map(reviewComment)] : null);
+}
+
+async function fetchDiff(path) {
+  let text = "";
+  let offset = 0;
+  for (;;) {
+    const page = await api("GET", `${path}?offset=${offset}&limit=1000000`);
+    text += page.diff;
+    if (page.next_offset === null || page.next_offset === undefined) return { text, ref: page.ref };
+    offset = page.next_offset;
+  }
+}
+
+// --- the agent stream --------------------------------------------------------------------------------------
+
+class AgentStream {
+  constructor(sessions, hidden) {
+    this.roles = {};
+    this.turns = new Map(); // turn id → its element
+    this.counted = new Set(); // turns whose tokens and cost are in the totals
+    this.totals = { input: 0, output: 0, cost: 0 };
+    this.list = h("div", { class: "stream", id: "stream", "aria-live": "off" });
+    this.summary = h("span", { id: "usage" });
+    if (hidden) this.list.append(h("p", { class: "muted" }, `${hidden} earlier turns are not shown (GET /api/sessions/{id} has them).`));
+    const turns = [];
+    for (const s of sessions) {
+      this.roles[s.session_id] = s.role;
+      this.totals.input += s.usage.input_tokens + s.usage.cache_read_input_tokens + s.usage.cache_creation_input_tokens;
+      this.totals.output += s.usage.output_tokens;
+      this.totals.cost += s.cost_usd;
+      for (const t of s.turns) turns.push([s, t]);
+    }
+    turns.sort((a, b) => (a[1].started_at < b[1].started_at ? -1 : 1));
+    for (const [s, t] of turns) this.renderTurn(s.session_id, t);
+    this.showTotals();
+  }
+
+  showTotals() {
+    this.summary.textContent = `${this.totals.input.toLocaleString()} tokens in · ${this.totals.output.toLocaleString()} out · ${money(this.totals.cost)}`;
+  }
+
+  turnBox(sessionId, turnId, index, userText, running) {
+    let box = this.turns.get(turnId);
+    if (box) {
+      // A delta can come before its turn's turn:started (they travel apart): that event completes the box.
+      if (userText && !box.querySelector(".prompt")) {
+        box.querySelector(".label").textContent = `${this.roles[sessionId] || "agent"} · turn ${index + 1}`;
+        box.querySelector("header").after(this.prompt(userText));
+      }
+      return box;
+    }
+    const role = this.roles[sessionId] || "agent";
+    box = h("article", { class: `turn${running ? " running" : ""}`, id: `turn-${turnId}`, "data-session": sessionId },
+      h("header", {}, h("span", { class: "label" }, userText ? `${role} · turn ${index + 1}` : role),
+        h("span", { class: "state" }, running ? " · working…" : "")),
+      userText ? this.prompt(userText) : null,
+      h("div", { class: "body" }), h("footer", { class: "muted" }));
+    this.turns.set(turnId, box);
+    this.stick(() => this.list.append(box));
+    return box;
+  }
+
+  stick(change) {
+    const atEnd = this.list.scrollHeight - this.list.scrollTop - this.list.clientHeight < 40;
+    change();
+    if (atEnd) this.list.scrollTop = this.list.scrollHeight;
+  }
+
+  renderTurn(sessionId, turn) {
+    const box = this.turnBox(sessionId, turn.turn_id, turn.index, turn.user_text, !turn.outcome);
+    const body = box.querySelector(".body");
+    const steps = new Set([...turn.thoughts.map((t) => t.step), ...turn.tool_calls.map((c) => c.step)]);
+    turn.messages.forEach((_, i) => steps.add(i));
+    for (const step of [...steps].sort((a, b) => a - b)) {
+      for (const t of turn.thoughts.filter((x) => x.step === step)) body.append(this.thought(t.text));
+      if (turn.messages[step]) body.append(h("div", { class: "msg", id: `msg-${turn.turn_id}-${step}` }, turn.messages[step]));
+      for (const c of turn.tool_calls.filter((x) => x.step === step)) {
+        body.append(this.tool(c.tool_use_id, c.name, c.input, c.output, c.is_error, c.duration_ms));
+      }
+    }
+    if (turn.outcome) this.finish(box, turn.outcome.kind, turn.usage, turn.cost_usd);
+    this.counted.add(turn.turn_id);
+  }
+
+  prompt(text) {
+    return h("details", { class: "thought prompt" }, h("summary", {}, "Prompt"), h("div", { class: "msg" }, text));
+  }
+
+  thought(text) {
+    return h("details", { class: "thought" }, h("summary", {}, "Thinking"), h("div", { class: "msg" }, text));
+  }
+
+  tool(id, name, input, output, isError, ms) {
+    // Tool-use ids are the model's: unique within a turn, not necessarily beyond it.
+    const node = h("details", { class: `tool${isError ? " is-error" : ""}`, "data-tool": id, "data-name": name },
+      h("summary", {}, "⚙ ", h("strong", {}, name), " ", h("span", { class: "mono" }, short(JSON.stringify(input), 90))),
+      h("div", { class: "muted" }, "Arguments"), h("pre", {}, pretty(input)),
+      h("div", { class: "result" }, output === null || output === undefined ? h("p", { class: "muted" }, "running…")
+        : [h("div", { class: "muted" }, `Result${ms ? ` (${Math.round(ms)} ms)` : ""}`), h("pre", {}, output)]));
+    return node;
+  }
+
+  finish(box, outcome, usage, cost) {
+    box.classList.remove("running");
+    box.querySelector(".state").textContent = "";
+    const tokens = usage ? `${(usage.input_tokens + (usage.cache_read_input_tokens || 0) + (usage.cache_creation_input_tokens || 0)).toLocaleString()} in · ${usage.output_tokens.toLocaleString()} out · ` : "";
+    box.querySelector("footer").textContent = `${outcome} · ${tokens}${money(cost)}`;
+  }
+
+  onEvent(type, e) {
+    if (type === "session:started") this.roles[e.session_id] = e.role;
+    else if (type === "turn:started") this.turnBox(e.session_id, e.turn_id, e.index, e.text, true);
+    else if (type === "turn:tool_started") {
+      const box = this.turnBox(e.session_id, e.turn_id, 0, "", true);
+      if (!box.querySelector(`[data-tool="${CSS.escape(e.tool_use_id)}"]`)) {
+        this.stick(() => box.querySelector(".body").append(this.tool(e.tool_use_id, e.tool, e.input, null, false, 0)));
+      }
+    } else if (type === "turn:tool_completed") {
+      const node = this.turns.get(e.turn_id)?.querySelector(`[data-tool="${CSS.escape(e.tool_use_id)}"]`);
+      if (node) {
+        node.classList.toggle("is-error", e.is_error);
+        node.querySelector(".result").replaceChildren(h("div", { class: "muted" }, `Result (${Math.round(e.duration_ms)} ms)`), h("pre", {}, e.output));
+      }
+    } else if (type === "turn:completed") {
+      const box = this.turnBox(e.session_id, e.turn_id, 0, "", false);
+      const body = box.querySelector(".body");
+      // Deltas may have been dropped or never seen (a reload): the completed turn's text is the whole of it.
+      if (e.text && !body.querySelector(".msg")) this.stick(() => body.append(h("div", { class: "msg" }, e.text)));
+      if (e.thoughts && !body.querySelector("details.thought")) body.prepend(this.thought(e.thoughts));
+      // A block tool (submit a card, complete a pulse) ends the turn: it has no tool events of its own.
+      if (e.outcome === "block" && e.tool && !body.querySelector(`[data-name="${CSS.escape(e.tool)}"]`)) {
+        this.stick(() => body.append(this.tool(`block-${e.turn_id}`, e.tool, e.arguments || {}, "(ends the turn)", false, 0)));
+      }
+      const usage = { input_tokens: e.input_tokens, output_tokens: e.output_tokens,
+        cache_read_input_tokens: e.cache_read_input_tokens, cache_creation_input_tokens: e.cache_creation_input_tokens };
+      this.finish(box, e.outcome, usage, e.cost_usd);
+      if (!this.counted.has(e.turn_id)) {
+        this.counted.add(e.turn_id);
+        this.totals.input += e.input_tokens + e.cache_read_input_tokens + e.cache_creation_input_tokens;
+        this.totals.output += e.output_tokens;
+        this.totals.cost += e.cost_usd;
+        this.showTotals();
+      }
+    }
+  }
+
+  onDelta(type, d) {
+    const box = this.turns.get(d.turn_id) || this.turnBox(d.session_id, d.turn_id, 0, "", true);
+    if (!box.classList.contains("running")) return; // the completed turn already has its full text
+    const body = box.querySelector(".body");
+    if (type === "turn:thought_delta") {
+      let node = document.getElementById(`think-${d.turn_id}-${d.step}`);
+      if (!node) {
+        node = this.thought("");
+        node.id = `think-${d.turn_id}-${d.step}`;
+        body.append(node);
+      }
+      const text = node.querySelector(".msg");
+      text.textContent = d.restart ? d.text : text.textContent + d.text;
+      return;
+    }
+    let node = document.getElementById(`msg-${d.turn_id}-${d.step}`);
+    if (!node) {
+      node = h("div", { class: "msg", id: `msg-${d.turn_id}-${d.step}` });
+      this.stick(() => body.append(node));
+    }
+    this.stick(() => { node.textContent = d.restart ? d.text : node.textContent + d.text; });
+  }
+}
+
+// --- workflow page -----------------------------------------------------------------------------------------
+
+function workflowPage() {
+  let wf = STATE.workflow;
+  let cards = STATE.artifacts;
+  let diffShown = null; // {path, heading} of the diff on screen
+  const agents = new AgentStream(STATE.sessions, STATE.hidden_turns);
+  const head = h("div", { id: "head" });
+  const panel = h("div", { id: "panel" });
+  const diffBox = h("div", { id: "diff" });
+
+  const onChange = (view) => { wf = view; refresh(); paint(); };
+
+  const showDiff = async (path, heading) => {
+    diffShown = { path, heading };
+    diffBox.replaceChildren(h("p", { class: "muted" }, "Loading the diff…"));
+    try {
+      const { text, ref } = await fetchDiff(path);
+      const stats = ref ? ` (${ref.files_changed} files, +${ref.insertions} −${ref.deletions})` : "";
+      diffBox.replaceChildren(diffView(text, cards.review ? cards.review.comments : [], heading + stats));
+    } catch (err) {
+      diffBox.replaceChildren(h("p", { class: "error", role: "alert" }, err.message));
+    }
+  };
+
+  const paintHead = () => {
+    const { k, label } = stageOf(wf);
+    const track = h("ol", { class: "track", "aria-label": `Stage ${k} of 5: ${label}` }, STAGES.map((stage, i) => {
+      const skipped = wf.path === "quick" && (stage === "research" || stage === "planning");
+      const cls = wf.stage === "done" || i < k - 1 ? "done" : i === k - 1 ? "current" : "";
+      return h("li", { class: `${cls}${skipped ? " skipped" : ""}`, "aria-current": cls === "current" ? "step" : null }, human(stage));
+    }));
+    const stop = wf.status === "active" && !wf.awaiting_approval
+      ? action("Stop", async () => onChange(await api("POST", `/api/workflows/${wf.id}/stop`, {})), "danger") : [];
+    head.replaceChildren(...[
+      h("h1", {}, wf.title, " ", badge(wf.status)),
+      h("p", { class: "muted" }, h("span", { id: "stage-k" }, `Stage ${k}/5 · ${label}`), wf.path ? ` · ${wf.path} path` : "",
+        " · ", agents.summary, " · ", h("span", { class: "mono" }, wf.repo), wf.branch ? [" · ", h("span", { class: "mono" }, wf.branch)] : null),
+      track, h("details", { class: "keep", id: "request" }, h("summary", {}, "Request"), h("div", { class: "msg" }, wf.request)),
+      stop.length ? h("div", { class: "row" }, ...stop) : null,
+      wf.last_error ? h("p", { class: "error" }, wf.last_error) : null].filter(Boolean));
+  };
+
+  const paintPanel = () => keepInputs(panel, () => {
+    const parts = [];
+    if (wf.status === "halted" && wf.halt) parts.push(haltPanel(wf, onChange));
+    if (wf.status === "abandoned") parts.push(h("p", { class: "panel error" }, "This workflow was abandoned."));
+    if (wf.status === "done") parts.push(h("p", { class: "panel" }, "Done: the review was approved."));
+    for (const name of ["scope", "research", "plan", "review"]) {
+      if (cards[name]) parts.push(cardView(name, cards[name], wf, cards, onChange));
+    }
+    if (cards.feedback && cards.feedback.length) {
+      parts.push(h("details", { class: "panel" }, h("summary", {}, `Feedback sent (${cards.feedback.length})`),
+        cards.feedback.map((f) => h("div", { class: "sub" }, h("strong", {}, human(f.stage)), h("div", { class: "msg" }, f.feedback)))));
+    }
+    if (cards.preflight) {
+      parts.push(h("details", { class: "panel" }, h("summary", {}, "Preflight ", badge(cards.preflight.status)), value(cards.preflight)));
+    }
+    if (cards.pulse_runs && cards.pulse_runs.length) {
+      parts.push(h("section", { class: "panel", id: "pulses" }, h("h2", {}, "Pulses"), h("table", {},
+        h("thead", {}, h("tr", {}, h("th", {}, "Pulse"), h("th", {}, "Status"), h("th", {}, "Commit"), h("th", { class: "hide-narrow" }, "Files"), h("th", {}, ""))),
+        h("tbody", {}, cards.pulse_runs.map((run) => h("tr", { "data-pulse": run.id },
+          h("td", {}, h("strong", {}, run.id), " ", run.title || "", run.description ? h("div", { class: "muted msg" }, short(run.description, 300)) : null),
+          h("td", {}, badge(run.status)),
+          h("td", { class: "mono" }, run.checkpoint_commit ? run.checkpoint_commit.slice(0, 10) : ""),
+          h("td", { class: "hide-narrow mono" }, (run.files_changed || []).join(", ")),
+          h("td", {}, run.checkpoint_commit || run.diff_artifact_id
+            ? h("button", { type: "button", onclick: () => showDiff(`/api/workflows/${wf.id}/pulses/${run.id}/diff`, `Pulse ${run.id}`) }, "Diff")
+            : null)))))));
+    }
+    if (wf.branch) {
+      parts.push(h("section", { class: "panel", id: "changes" }, h("h2", {}, "Changes"),
+        h("div", { class: "row" }, h("button", { type: "button", id: "show-branch-diff",
+          onclick: () => showDiff(`/api/workflows/${wf.id}/diff`, `Branch ${wf.branch} against ${wf.base_branch}`) }, "Branch diff")),
+        diffBox));
+    }
+    if (cards.notes && cards.notes.length) {
+      parts.push(h("details", { class: "panel" }, h("summary", {}, `Notes (${cards.notes.length})`),
+        cards.notes.map((n) => h("div", { class: "sub" }, h("strong", {}, human(n.stage)), h("div", { class: "msg" }, n.note)))));
+    }
+    panel.replaceChildren(...parts);
+  });
+
+  const paint = () => { paintHead(); paintPanel(); };
+  let stampIds = [];
+  const refresh = debounce(async () => {
+    [wf, cards] = await Promise.all([api("GET", `/api/workflows/${wf.id}`), api("GET", `/api/workflows/${wf.id}/artifacts`)]);
+    paint();
+    // At review, the diff with the review's comments is what is being approved: show it unasked.
+    if (wf.branch && (!diffShown && wf.stage === "review" || diffShown && diffShown.path.endsWith("/diff") && !diffShown.path.includes("/pulses/"))) {
+      await showDiff(`/api/workflows/${wf.id}/diff`, `Branch ${wf.branch} against ${wf.base_branch}`);
+    }
+    for (const [id, type, at] of stampIds) probe.timings.push([id, type, at, Date.now()]);
+    stampIds = [];
+  }, 60);
+
+  MAIN.replaceChildren(head, h("div", { class: "layout" }, panel,
+    h("section", { class: "panel", "aria-labelledby": "agents-title" }, h("h2", { id: "agents-title" }, "Agents"), agents.list)));
+  paint();
+  if (wf.branch && wf.stage === "review") showDiff(`/api/workflows/${wf.id}/diff`, `Branch ${wf.branch} against ${wf.base_branch}`);
+
+  follow(`workflow=${wf.id}`, (type, event, id) => {
+    if (type.startsWith("turn:") || type.startsWith("session:")) {
+      agents.onEvent(type, event);
+      if (type === "turn:completed") paintHead();
+      probe.timings.push([id, type, event.occurred_at, Date.now()]);
+    } else {
+      stampIds.push([id, type, event.occurred_at]);
+      refresh();
+    }
+  }, (type, delta) => agents.onDelta(type, delta));
+}
+
+if (STATE.page === "workflows") workflowsPage();
+else if (STATE.page === "workflow") workflowPage();
+else MAIN.replaceChildren(h("h1", {}, "Not found"), h("p", {}, `There is no ${STATE.what}.`), h("p", {}, h("a", { href: "/" }, "All workflows")));
