@@ -3,7 +3,9 @@
 A container's readiness probe (Kubernetes ``exec``, compose ``healthcheck``). Every instance of a service
 answers the same ``$SRV.PING.<name>``, so by default the probe waits for the answer of an instance on this
 host (each instance names its host in its ``nats.micro`` metadata): a pod whose own process is not serving
-is not ready even while its siblings are. ``--any`` accepts any instance (a check from outside the pods).
+is not ready even while its siblings are. ``--any`` accepts any instance (a check from outside the pods), and
+so does a named instance (the ``instance`` setting): of a stateful service's named instances only the leader
+serves, and a hot standby is ready while its service is served by another (``runtime/standby.py``).
 
 Exit status: 0 answered, 1 no (matching) instance answered in time, 2 NATS could not be reached or the
 arguments are wrong. One line on stderr says which.
@@ -107,19 +109,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe: --timeout must be positive, got {args.timeout}", file=sys.stderr)
         return _UNREACHABLE
     try:
-        url = args.nats_url or load_settings().effective_nats_url
+        settings = load_settings()
     except SettingsError as exc:
         print(f"probe: {exc}", file=sys.stderr)
         return _UNREACHABLE
+    url = args.nats_url or settings.effective_nats_url
+    accept_any = args.any or bool(getattr(settings, "instance", ""))
     host = socket.gethostname()
     try:
-        result = asyncio.run(probe(url, args.service, host=host, timeout=args.timeout, accept_any=args.any))
+        result = asyncio.run(probe(url, args.service, host=host, timeout=args.timeout, accept_any=accept_any))
     except (NatsError, OSError, TimeoutError) as exc:
         print(f"probe: NATS at {url} unreachable: {exc or type(exc).__name__}", file=sys.stderr)
         return _UNREACHABLE
-    if result.local or (args.any and result.instances):
+    if result.local or (accept_any and result.instances):
         return _ANSWERED
-    where = "" if args.any else f" on host {host}"
+    where = "" if accept_any else f" on host {host}"
     print(f"probe: no instance of {args.service}{where} answered in {args.timeout:g}s "
           f"({result.instances} elsewhere)", file=sys.stderr)
     return _SILENT

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -11,9 +12,10 @@ from autarch.runtime.micro import TypedService
 from autarch.runtime.probe import probe
 
 
-def _run_probe(*args: str) -> subprocess.CompletedProcess[str]:
+def _run_probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("AUTARCH_")}
     return subprocess.run([sys.executable, "-m", "autarch.runtime.probe", *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env={**environ, **(env or {})})
 
 
 async def test_probe_is_ready_only_while_a_local_instance_answers(nats_server, nc):
@@ -59,3 +61,19 @@ def test_unreachable_nats_and_unknown_services_are_status_2():
     unknown = _run_probe("toolz", "--nats-url", f"nats://127.0.0.1:{port}")
     assert unknown.returncode == 2
     assert "unknown service 'toolz'" in unknown.stderr
+
+
+async def test_a_named_instance_is_ready_while_another_instance_serves(nats_server, nc, monkeypatch):
+    # The serving instance runs on "another pod"; this host's process is a hot standby (runtime/standby.py).
+    monkeypatch.setattr(socket, "gethostname", lambda: "leader-pod")
+    service = TypedService(nc, name="orchestrator")
+    await service.start()
+    monkeypatch.undo()
+    try:
+        unnamed = await asyncio.to_thread(_run_probe, "orchestrator", "--nats-url", nats_server.url, "--timeout", "0.5")
+        assert unnamed.returncode == 1  # an unnamed instance must answer itself
+        standby = await asyncio.to_thread(_run_probe, "orchestrator", "--nats-url", nats_server.url,
+                                          env={"AUTARCH_INSTANCE": "orchestrator-2"})
+        assert standby.returncode == 0, standby.stderr
+    finally:
+        await service.stop()
