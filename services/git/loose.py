@@ -8,6 +8,7 @@ same bytes, and the rename is atomic.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import zlib
@@ -21,6 +22,7 @@ class LooseObjectWriter:
 
     def __init__(self, objects_dir: str | os.PathLike[str]) -> None:
         self.root = Path(objects_dir)
+        self._root = os.fspath(objects_dir)  # paths joined as strings: pathlib costs more than the write
         # One listing instead of a failing mkdir per object (each costs a journal round on ext4).
         self._fanout: set[str] = {name for name in os.listdir(self.root) if len(name) == 2}
         self.written = 0
@@ -32,16 +34,18 @@ class LooseObjectWriter:
         next ``gc`` drops the duplicate.
         """
         hex_id = sha.hex()
-        directory = self.root / hex_id[:2]
-        target = directory / hex_id[2:]
-        if hex_id[:2] not in self._fanout:
-            directory.mkdir(exist_ok=True)
-            self._fanout.add(hex_id[:2])
-        elif target.exists():
+        fanout = hex_id[:2]
+        directory = f"{self._root}/{fanout}"
+        target = f"{directory}/{hex_id[2:]}"
+        if fanout not in self._fanout:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(directory)
+            self._fanout.add(fanout)
+        elif os.path.exists(target):
             return
         # git's core.looseCompression default: 1, the fastest level.
         data = zlib.compress(b"%s %d\0" % (type_name, len(body)) + body, 1)
-        tmp = directory / f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}"
+        tmp = f"{directory}/tmp_obj_{os.getpid()}_{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -108,9 +108,12 @@ class _Scan:
         self.snapshot = Snapshot(entries=self.entries, index=index)
         # Unmerged paths count as changed: their worktree file is the resolution.
         self.unmerged = index.conflicted
+        # Each file's directory first (a set comprehension over 10,000 paths), then the ancestors of
+        # the few distinct directories.
+        parents = {path.rpartition(b"/")[0] for path in self.old}
+        parents.update(path.rpartition(b"/")[0] for path in index.conflicted)
         self.tracked_dirs: set[bytes] = set()
-        for path in list(self.old) + list(index.conflicted):
-            directory = path.rpartition(b"/")[0]
+        for directory in parents:
             while directory and directory not in self.tracked_dirs:
                 self.tracked_dirs.add(directory)
                 directory = directory.rpartition(b"/")[0]
@@ -148,8 +151,10 @@ class _Scan:
                         self._add(path, item, None)
                     continue
                 seen_add(path)
-                if entry.ext_flags:
-                    if entry.ext_flags & EXT_SKIP_WORKTREE:
+                # One unpacking instead of a named-field lookup per comparison (a third of the cost).
+                e_cs, e_cn, e_ms, e_mn, _dev, e_ino, e_mode, _uid, _gid, e_size, _sha, e_ext = entry
+                if e_ext:
+                    if e_ext & EXT_SKIP_WORKTREE:
                         continue
                     self._add(path, item, entry)  # intent-to-add: nothing staged yet
                     continue
@@ -165,16 +170,16 @@ class _Scan:
                 mtime_ns = st.st_mtime_ns
                 ctime_ns = st.st_ctime_ns
                 if (
-                    entry.size == st.st_size & _U32
-                    and entry.mtime_ns == mtime_ns % _NS
-                    and entry.mode == mode
-                    and entry.mtime_s == (mtime_ns // _NS) & _U32
-                    and entry.ctime_ns == ctime_ns % _NS
-                    and entry.ctime_s == (ctime_ns // _NS) & _U32
-                    and entry.ino == st.st_ino & _U32
+                    e_size == st.st_size & _U32
+                    and e_mn == mtime_ns % _NS
+                    and e_mode == mode
+                    and e_ms == (mtime_ns // _NS) & _U32
+                    and e_cn == ctime_ns % _NS
+                    and e_cs == (ctime_ns // _NS) & _U32
+                    and e_ino == st.st_ino & _U32
                     # Racily clean: written in the same clock tick as the index, the stat data
                     # cannot tell a later same-size write apart, so the content is checked.
-                    and (entry.mtime_s < racy_s or (entry.mtime_s == racy_s and entry.mtime_ns < racy_ns))
+                    and (e_ms < racy_s or (e_ms == racy_s and e_mn < racy_ns))
                 ):
                     continue
                 self._add(path, item, entry, st=st, mode=mode)

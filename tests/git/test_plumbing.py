@@ -15,7 +15,7 @@ from autarch.contracts.git import CheckpointPulse, CreateWorkflowBranch, Registe
 from autarch.runtime.settings import load_settings
 from autarch.services.git.commits import Identity
 from autarch.services.git.engine import GitEngine
-from autarch.services.git.index_file import PARSED, IndexFormatError, read_index, write_index
+from autarch.services.git.index_file import PARSED, IndexFormatError, entry_from_stat, read_index, write_index
 from autarch.services.git.refs import BranchNameError, pulse_branch_name, validate_branch_name
 from autarch.services.git.service import identity_from_settings
 from autarch.services.git.snapshots import leaves, scan_worktree
@@ -111,6 +111,34 @@ def test_a_remembered_index_is_read_as_the_file_on_disk_says(tmp_path: Path):
     index_path.write_bytes(bytes(data))
     with pytest.raises(IndexFormatError, match="checksum"):
         read_index(index_path)
+
+
+def test_an_index_written_over_a_remembered_one_is_in_git_order(tmp_path: Path):
+    repo = _repo_with_files(tmp_path / "r")
+    index_path = repo / ".git" / "index"
+    write_index(index_path, read_index(index_path).entries)
+    remembered = read_index(index_path)
+    # The same paths, one with new content: written in the remembered order.
+    changed = repo / "d1" / "sub1" / "f1.txt"
+    changed.write_text("new content\n")
+    sha = git(repo, "hash-object", "-w", "d1/sub1/f1.txt")
+    entries = dict(remembered.entries)
+    entries[b"d1/sub1/f1.txt"] = entry_from_stat(os.lstat(changed), sha=bytes.fromhex(sha), mode=0o100644)
+    write_index(index_path, entries, unchanged_from=remembered)
+    assert git(repo, "rev-parse", ":d1/sub1/f1.txt") == sha
+    assert git(repo, "status", "--porcelain") == "M  d1/sub1/f1.txt"
+    # A path added and one removed: sorted again (ls-files lists entries in the file's order).
+    remembered = read_index(index_path)
+    entries = dict(remembered.entries)
+    (repo / "d0" / "a.txt").write_text("added\n")
+    sha = git(repo, "hash-object", "-w", "d0/a.txt")
+    entries[b"d0/a.txt"] = entry_from_stat(os.lstat(repo / "d0" / "a.txt"), sha=bytes.fromhex(sha), mode=0o100644)
+    del entries[b"exec.sh"]
+    write_index(index_path, entries, unchanged_from=remembered)
+    listed = git(repo, "ls-files").splitlines()
+    assert listed == sorted(p.decode() for p in entries) and "d0/a.txt" in listed and "exec.sh" not in listed
+    status = git(repo, "status", "--porcelain").splitlines()
+    assert "A  d0/a.txt" in status and "D  exec.sh" in status
 
 
 def test_index_with_extended_flags_is_read_and_written(tmp_path: Path):
