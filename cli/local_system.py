@@ -56,6 +56,25 @@ def pid_alive(pid: int) -> bool:
         return not Path("/proc").is_dir()
 
 
+def _free_run(count: int) -> int:
+    """The first of ``count`` consecutive loopback ports that nothing listens on right now."""
+    import socket
+
+    from autarch.runtime.natsserver import free_port
+
+    while True:
+        first = free_port()
+        if first + count > 65535:
+            continue
+        try:
+            for port in range(first + 1, first + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+
+
 @dataclass
 class LocalSystem:
     """``autarch up --services …`` as a subprocess on free ports, with its own data directory."""
@@ -66,6 +85,12 @@ class LocalSystem:
     services: tuple[str, ...] = ()
     """The services to run; empty: every service ``autarch up`` knows."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    cluster: int = 0
+    """NATS nodes of a local cluster (``autarch up --cluster``); 0: the embedded single server."""
+    instances: int = 0
+    """Processes of every service and gateway (``--instances``); 0: ``autarch up``'s default."""
+    postgres_url: str | None = None
+    """PostgreSQL event stores (required with ``cluster``)."""
     port: int = 0
     nats_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
@@ -73,12 +98,10 @@ class LocalSystem:
     """The supervisor's children and nats-server, as ``run.json`` listed them once healthy."""
 
     def __post_init__(self) -> None:
-        from autarch.runtime.natsserver import free_port
-
-        self.port = self.port or free_port()
-        self.nats_port = self.nats_port or free_port()
-        while self.nats_port == self.port:
-            self.nats_port = free_port()
+        gateways, nodes = max(1, self.instances or (2 if self.cluster else 1)), max(1, self.cluster)
+        self.port = self.port or _free_run(gateways)
+        while not self.nats_port or (self.nats_port < self.port + gateways and self.port < self.nats_port + nodes):
+            self.nats_port = _free_run(nodes)
 
     @property
     def url(self) -> str:
@@ -107,6 +130,8 @@ class LocalSystem:
             AUTARCH_ANTHROPIC_BASE_URL=self.model_url, AUTARCH_ANTHROPIC_API_KEY="scripted",
             AUTARCH_REQUEST_TIMEOUT="30", AUTARCH_SSE_KEEPALIVE=f"{SSE_KEEPALIVE:g}", PYTHONUNBUFFERED="1",
         )
+        if self.postgres_url:
+            env["AUTARCH_POSTGRES_URL"] = self.postgres_url
         env.update(self.extra_env)
         return env
 
@@ -116,6 +141,10 @@ class LocalSystem:
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         services = ["--services", ",".join(self.services)] if self.services else []
+        if self.cluster:
+            services += ["--cluster", str(self.cluster)]
+        if self.instances:
+            services += ["--instances", str(self.instances)]
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autarch.cli.main", "up", *services],
@@ -148,7 +177,8 @@ class LocalSystem:
 
     def _run_pids(self) -> list[int]:
         info = self.run_info() or {}
-        return [p for p in [info.get("nats_pid"), *(info.get("children") or {}).values()] if p]
+        pids = [info.get("nats_pid"), *(info.get("nats_pids") or []), *(info.get("children") or {}).values()]
+        return [p for p in pids if p]
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

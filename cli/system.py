@@ -21,6 +21,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         "data_dir": getattr(args, "data_dir", None),
         "port": getattr(args, "port", None),
         "nats_url": getattr(args, "nats", None),
+        "postgres_url": getattr(args, "postgres_url", None),
     }
     try:
         return load_settings(overrides)
@@ -49,16 +50,42 @@ def cmd_up(args: argparse.Namespace) -> int:
     if unknown:
         print(f"autarch up: unknown or uninstalled services: {', '.join(unknown)}", file=sys.stderr)
         return 2
-    print(f"Autarch starting: services {', '.join(services)} + gateway", flush=True)
+    cluster = args.cluster or 0
+    if cluster < 0 or (args.instances is not None and args.instances < 1):
+        print("autarch up: --cluster must be 1 or more nodes and --instances 1 or more", file=sys.stderr)
+        return 2
+    instances = args.instances or (2 if cluster else 1)
+    if cluster and (settings.nats_url or not settings.postgres_url):
+        print("autarch up: --cluster runs its own NATS nodes (no --nats) and needs PostgreSQL event stores: "
+              "--postgres-url postgresql://user@host:5432/db?schema=NAME (or AUTARCH_POSTGRES_URL)", file=sys.stderr)
+        return 2
+    if cluster:
+        nodes = ",".join(str(settings.nats_port + i) for i in range(cluster))
+        print(f"Autarch starting a local cluster: {cluster} NATS nodes (ports {nodes}), {instances} instances of "
+              f"{', '.join(services)} and the gateway (ports {settings.port}..{settings.port + instances - 1})",
+              flush=True)
+        print(f"  stores   {_store_line(settings.postgres_url or '')}", flush=True)
+    else:
+        print(f"Autarch starting: services {', '.join(services)} + gateway", flush=True)
     print(f"  API      http://{settings.host}:{settings.port}  (OpenAPI at /schema, health at /healthz)", flush=True)
     print(f"  UI       http://{settings.host}:{settings.port}/  (sign in with `autarch ui`)", flush=True)
     print(f"  token    {settings.token_path}  (send 'Authorization: Bearer <token>')", flush=True)
     print(f"  data     {settings.data_path}", flush=True)
-    print(f"  NATS     {settings.effective_nats_url}{'' if settings.nats_url else ' (embedded)'}", flush=True)
+    if not cluster:
+        print(f"  NATS     {settings.effective_nats_url}{'' if settings.nats_url else ' (embedded)'}", flush=True)
     print("  stop     Ctrl-C", flush=True)
     if "agent_runner" in services:
         print(f"  model    {_model_line(settings)}", flush=True)
-    return asyncio.run(Supervisor(settings, services=services).run())
+    return asyncio.run(Supervisor(settings, services=services, cluster=cluster, instances=instances).run())
+
+
+def _store_line(url: str) -> str:
+    """The PostgreSQL URL without its password."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    host = f"{parsed.hostname}:{parsed.port or 5432}"
+    return parsed._replace(netloc=f"{parsed.username + '@' if parsed.username else ''}{host}").geturl()
 
 
 def _model_line(settings: Settings) -> str:
@@ -229,6 +256,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up = sub.add_parser("up", help="start NATS, every service and the gateway on this machine")
     _common(up, port=True)
     up.add_argument("--services", help="comma-separated subset of services to run (default: all installed)")
+    up.add_argument("--cluster", type=int, metavar="N",
+                    help="scale-out on this machine: N NATS nodes in one JetStream cluster (3 for replicas 3), "
+                         "PostgreSQL event stores, several instances of every service")
+    up.add_argument("--instances", type=int, metavar="M",
+                    help="processes of every service and of the gateway (default 2 with --cluster, else 1)")
+    up.add_argument("--postgres-url", metavar="URL",
+                    help="PostgreSQL event stores, postgresql://user@host:5432/db[?schema=NAME] "
+                         "(env AUTARCH_POSTGRES_URL)")
     up.set_defaults(handler=cmd_up)
 
     status = sub.add_parser("status", help="show each service and its health")

@@ -9,6 +9,13 @@ without that cleanup (SIGKILL, a crash), the kernel SIGKILLs every child (PR_SET
 no process is orphaned. SIGKILL, not SIGTERM: with nobody left to escalate, a graceful stop that
 waits on something (a client's open SSE stream held the gateway) would never end; and a SIGKILL
 loses nothing (event stores are transactional, relays publish again, JetStream recovers its store).
+
+``cluster`` > 0 runs the local scale-out shape instead (``autarch up --cluster N``): N nats-servers forming one
+JetStream cluster on loopback (client ports ``nats_port`` … ``nats_port + N - 1``, the event stream with
+min(N, 3) replicas, every write fsynced), event stores in PostgreSQL (``postgres_url``; a ``?schema=`` that does
+not exist yet is created), and ``instances`` processes of every service and of the gateway (gateway ``i`` on
+``port + i - 1``). Each service process is named ``<service>-<i>`` (its ``instance`` setting): stateless
+services share their queue groups, stateful ones run as hot standbys (``runtime/standby.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .natsserver import EmbeddedNats, die_with_parent
+from .natsserver import EmbeddedNats, die_with_parent, local_cluster
 from .retry import SUPERVISOR_RESTART, Backoff
 from .settings import Settings
 
@@ -119,8 +126,14 @@ class Supervisor:
     """Waits before restarting a child (or nats-server) that exited, growing while it keeps exiting."""
     stable_after: float = 30.0
     """Seconds up after which a child's next exit is a new failure: its backoff starts again from the first."""
+    cluster: int = 0
+    """nats-servers of a local JetStream cluster to run (0: one embedded server, or ``nats_url``'s)."""
+    instances: int = 1
+    """Processes of every service and of the gateway (more than 1 names them ``<service>-<i>``)."""
     children: dict[str, Child] = field(default_factory=dict)
     nats: EmbeddedNats | None = None
+    nodes: list[EmbeddedNats] = field(default_factory=list)
+    """The local cluster's servers (``cluster`` > 0)."""
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -128,10 +141,18 @@ class Supervisor:
         """``<data dir>/run.json``: the supervisor's and children's pids (read by ``autarch status``)."""
         return self.settings.data_path / "run.json"
 
+    @property
+    def nats_url(self) -> str:
+        if self.nodes:
+            return ",".join(node.url for node in self.nodes)
+        return self.settings.effective_nats_url
+
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.settings.to_env())
-        env["AUTARCH_NATS_URL"] = self.settings.effective_nats_url
+        env["AUTARCH_NATS_URL"] = self.nats_url
+        if self.nodes:
+            env["AUTARCH_STREAM_REPLICAS"] = str(min(3, len(self.nodes)))
         env["AUTARCH_EXPECTED_SERVICES"] = ",".join(self.services)
         env["PYTHONUNBUFFERED"] = "1"
         return env
@@ -139,8 +160,9 @@ class Supervisor:
     def _write_run_file(self) -> None:
         info = {
             "pid": os.getpid(),
-            "nats_url": self.settings.effective_nats_url,
+            "nats_url": self.nats_url,
             "nats_pid": self.nats.process.pid if self.nats and self.nats.process else None,
+            "nats_pids": [node.process.pid if node.process else None for node in self.nodes],
             "gateway_url": f"http://{self.settings.host}:{self.settings.port}",
             "children": {name: child.pid for name, child in self.children.items()},
         }
@@ -153,7 +175,9 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
-        if self.settings.nats_url is None:
+        if self.cluster > 0:
+            await self._start_cluster()
+        elif self.settings.nats_url is None:
             self.nats = EmbeddedNats(self.settings.data_path / "nats", port=self.settings.nats_port,
                                      parent_death_signal=signal.SIGKILL)
             # In this (main) thread: the server's parent-death signal is tied to the thread that forks it.
@@ -161,10 +185,17 @@ class Supervisor:
             log.info("embedded nats-server on %s (JetStream in %s)", self.nats.url, self.nats.data_dir)
         env = self._child_env()
         py = sys.executable
+        many = self.instances > 1
         for name in self.services:
-            self.children[name] = Child(name, [py, "-m", f"autarch.services.{name}"], env)
+            for i in range(1, self.instances + 1):
+                label = f"{name}-{i}" if many else name
+                child_env = {**env, "AUTARCH_INSTANCE": label} if many else env
+                self.children[label] = Child(label, [py, "-m", f"autarch.services.{name}"], child_env)
         if self.gateway:
-            self.children["gateway"] = Child("gateway", [py, "-m", "autarch.gateway"], env)
+            for i in range(1, self.instances + 1):
+                label = f"gateway-{i}" if many else "gateway"
+                child_env = {**env, "AUTARCH_PORT": str(self.settings.port + i - 1)} if many else env
+                self.children[label] = Child(label, [py, "-m", "autarch.gateway"], child_env)
         try:
             for child in self.children.values():
                 await child.spawn()
@@ -172,6 +203,7 @@ class Supervisor:
             watchers = [asyncio.create_task(self._watch(child)) for child in self.children.values()]
             if self.nats is not None:
                 watchers.append(asyncio.create_task(self._watch_nats(self.nats)))
+            watchers += [asyncio.create_task(self._watch_nats(node)) for node in self.nodes]
             await self._stop.wait()
             log.info("stopping")
             for task in watchers:
@@ -183,8 +215,26 @@ class Supervisor:
                 await child.terminate(self.grace)
             if self.nats is not None:
                 self.nats.stop()
+            for node in self.nodes:
+                node.stop()
             self.run_file.unlink(missing_ok=True)
         return 0
+
+    async def _start_cluster(self) -> None:
+        """Start the cluster's nodes, create the PostgreSQL schema, and wait until the replicated stream exists."""
+        from .cluster import ensure_postgres_schema, wait_for_stream
+
+        if not self.settings.postgres_url:
+            raise ValueError("a local cluster keeps its event stores in PostgreSQL: set postgres_url")
+        ports = [self.settings.nats_port + i for i in range(self.cluster)]
+        self.nodes = local_cluster(self.settings.data_path / "nats-cluster", nodes=self.cluster, ports=ports,
+                                   parent_death_signal=signal.SIGKILL)
+        for node in self.nodes:
+            node.start()  # in this (main) thread, as for the single server
+        log.info("local NATS cluster on %s (JetStream in %s)", self.nats_url, self.nodes[0].data_dir.parent)
+        await asyncio.to_thread(ensure_postgres_schema, self.settings.postgres_url)
+        await wait_for_stream(self.nats_url, replicas=min(3, self.cluster),
+                              duplicate_window=self.settings.duplicate_window)
 
     async def _watch(self, child: Child) -> None:
         delays = self.backoff.delays()

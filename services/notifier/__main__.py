@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from autarch.runtime.process import run_service
+from autarch.runtime.standby import exclusive
 
 from .service import start
 
 
 def main() -> None:
-    run_service("notifier", start)
+    run_service("notifier", exclusive("notifier", start))
 
 
 if __name__ == "__main__":

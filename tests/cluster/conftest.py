@@ -1,0 +1,170 @@
+"""The local cluster shape (``autarch up --cluster 3 --instances 2``) with the scripted model, on its own
+PostgreSQL schema. Runs when a PostgreSQL server answers (``tests/conftest.py``); skipped, saying so, otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import nats
+import pytest
+
+from autarch.contracts import subjects
+from autarch.runtime.natsserver import free_port
+from autarch.services.scripted_model import ScriptedModelServer
+from tests.conftest import postgres_dsn
+from tests.e2e.conftest import System
+
+__all__ = ["ClusterSystem", "leader_of", "stream_leader"]
+
+NODES, INSTANCES = 3, 2
+
+
+def free_run(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports."""
+    while True:
+        first = free_port()
+        try:
+            for port in range(first + 1, first + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+
+
+@dataclass
+class ClusterSystem(System):
+    """``autarch up --cluster 3 --instances 2`` as a process tree, its stores in ``postgres_url``."""
+
+    postgres_url: str = ""
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "AUTARCH_POSTGRES_URL": self.postgres_url}
+
+    def start(self, timeout: float = 120) -> ClusterSystem:
+        self.log = self.data_dir.parent / f"up-{time.monotonic_ns()}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autarch.cli.main", "up", "--services", self.services, "--cluster", str(NODES),
+                 "--instances", str(INSTANCES)],
+                env=self.env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"autarch up --cluster exited early:\n{self.log.read_text()[-5000:]}")
+            try:
+                ready = all(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1, trust_env=False).status_code == 200
+                            for port in (self.port, self.port + INSTANCES - 1))
+            except httpx.HTTPError:
+                ready = False
+            if ready:
+                return self
+            time.sleep(0.2)
+        raise RuntimeError(f"cluster not ready within {timeout}s:\n{self.log.read_text()[-5000:]}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        info = self.run_info()
+        pids = [*(info.get("nats_pids") or []), *(info.get("children") or {}).values()]
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        for pid in pids:  # nothing may outlive the run
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    @property
+    def nats_url(self) -> str:
+        return str(self.run_info()["nats_url"])
+
+    def kill(self, child: str) -> int:
+        """SIGKILL the child ``child`` (``orchestrator-2``, …, or ``nats-<i>`` for node i); its pid."""
+        info = self.run_info()
+        pid = info["nats_pids"][int(child.split("-")[1]) - 1] if child.startswith("nats-") else info["children"][child]
+        os.kill(pid, signal.SIGKILL)
+        return int(pid)
+
+
+async def _leader_of(url: str, service: str) -> str | None:
+    nc = await nats.connect(url.split(","), connect_timeout=2)
+    try:
+        kv = await nc.jetstream().key_value("AUTARCH_LEADERS")
+        entry = await kv.get(f"service.{service}")
+        return json.loads(entry.value)["holder"] if entry.value else None
+    finally:
+        await nc.close()
+
+
+def leader_of(system: ClusterSystem, service: str) -> str | None:
+    """The instance (``orchestrator-1``, …) holding ``service``'s lease."""
+    return asyncio.run(_leader_of(system.nats_url, service))
+
+
+async def _stream_leader(url: str) -> tuple[str, int]:
+    nc = await nats.connect(url.split(","), connect_timeout=2)
+    try:
+        info = await nc.jetstream().stream_info(subjects.EVENTS_STREAM)
+        assert info.cluster is not None and info.cluster.leader is not None
+        return info.cluster.leader, info.config.num_replicas or 1
+    finally:
+        await nc.close()
+
+
+def stream_leader(system: ClusterSystem) -> tuple[str, int]:
+    """The event stream's leader node (``autarch-nats-2``) and its replica count."""
+    return asyncio.run(_stream_leader(system.nats_url))
+
+
+DSN = postgres_dsn()
+
+
+@pytest.fixture(scope="package")
+def postgres_url() -> Iterator[str]:
+    if DSN is None:
+        pytest.skip("no PostgreSQL server answers (set AUTARCH_TEST_POSTGRES_URL); the cluster tests need one")
+    import psycopg
+
+    schema = f"autarch_cluster_{uuid.uuid4().hex[:10]}"
+    yield f"{DSN}?schema={schema}"  # autarch up --cluster creates it
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="package")
+def model() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer("demo") as server:
+        yield server
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer,
+            postgres_url: str) -> Iterator[ClusterSystem]:
+    data = tmp_path_factory.mktemp("cluster") / "data"
+    data.mkdir()
+    env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
+           "AUTARCH_REQUEST_TIMEOUT": "5", "AUTARCH_GIT_REQUEST_TIMEOUT": "10", "AUTARCH_LEADER_TTL": "3"}
+    system = ClusterSystem(data_dir=data, port=free_run(INSTANCES), nats_port=free_run(NODES),
+                           services="orchestrator,tools,git,agent_runner", extra_env=env, postgres_url=postgres_url)
+    system.start()
+    yield system
+    system.stop()
