@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+from . import sqlite_store
 from .settings import CommonSettings, SettingsError
 
 __all__ = ["describe_store", "event_store_env"]
@@ -48,9 +49,11 @@ def event_store_env(settings: CommonSettings, service: str) -> dict[str, str]:
     path = Path(settings.data_path) / service
     path.mkdir(parents=True, exist_ok=True)
     return {
-        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        # eventsourcing's SQLite at synchronous=NORMAL, its log synced by the relay before it publishes.
+        "PERSISTENCE_MODULE": sqlite_store.MODULE,
         "SQLITE_DBNAME": str(path / "events.sqlite"),
         "SQLITE_LOCK_TIMEOUT": "10",
+        sqlite_store.SYNCHRONOUS_ENV: settings.sqlite_synchronous,
     }
 
 

@@ -30,6 +30,7 @@ from autarch.contracts.base import encode
 from autarch.contracts.events import Event, event_subject
 
 from .retry import RELAY_PUBLISH, retry
+from .sqlite_store import make_durable
 
 __all__ = ["EventRelay"]
 
@@ -149,6 +150,9 @@ class EventRelay:
         )
         if not notifications:
             return 0
+        # An SQLite store commits without fsync (runtime/sqlite_store.py): put the batch on disk before anyone
+        # can see it on the stream, so the stream never holds an event the store could lose.
+        await asyncio.to_thread(make_durable, self.app)
         if self._store_id is None:
             first = await asyncio.to_thread(self.app.recorder.select_notifications, start=1, limit=1)
             self._store_id = first[0].originator_id.hex[:12]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
@@ -69,6 +69,10 @@ class CommonSettings(msgspec.Struct, kw_only=True):
     """Replicas of the ``AUTARCH_EVENTS`` stream (3 on a three-node JetStream cluster)."""
     duplicate_window: float = 3600.0
     """Seconds JetStream remembers ``Nats-Msg-Id`` values: a relay restarted within it never publishes twice."""
+    sqlite_synchronous: Literal["normal", "full"] = "normal"
+    """SQLite event stores: ``normal`` commits without waiting for the disk (a commit survives any process crash)
+    and the relay syncs the log once per batch before publishing, so nothing on the stream can be lost; ``full``
+    also waits for the disk at every commit (survives power loss before the relay's sync; about five times slower)."""
     lease_ttl: float = 30.0
     """Seconds a swarm worker's file lease lives without renewal: a worker that dies loses its files this long after."""
     instance: str = ""
@@ -188,8 +192,6 @@ class AgentRunnerSettings(CommonSettings, kw_only=True):
     """Context window of the models; unset uses each model's own (from the price table)."""
     compaction_threshold: float = 0.8
     """Fraction of the context window above which older turns are replaced by a digest in requests."""
-    agent_store_synchronous: str = "NORMAL"
-    """SQLite ``synchronous`` of the runner's store: NORMAL survives a killed process; FULL also a power cut."""
 
 
 class ToolsSettings(CommonSettings, kw_only=True):

@@ -30,6 +30,7 @@ from autarch.contracts.agents import (
     StopSession,
     TurnAccepted,
 )
+from autarch.runtime import sqlite_store
 from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env
@@ -38,7 +39,7 @@ from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import AgentRunnerSettings, narrow
 
 from .agents import AgentConfig, AgentRegistry
-from .application import SYNCHRONOUS_ENV, SessionApplication
+from .application import SessionApplication
 from .budget import WorkflowBudget
 from .contract_events import ContractMapper
 from .domainmodel import Session
@@ -267,12 +268,12 @@ async def open_runner(
 ) -> tuple[AgentRunner, Callable[[], Awaitable[None]]]:
     """:func:`start`, also handing back the runner itself (for benchmarks and in-process tests)."""
     settings = narrow(settings, AgentRunnerSettings)
-    env = {**event_store_env(settings, "agent_runner"), SYNCHRONOUS_ENV: settings.agent_store_synchronous}
+    env = event_store_env(settings, "agent_runner")
     app = SessionApplication(env=env)
     log.info("event store: %s", describe_store(env))
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
     model = model or ModelClient(settings=settings)
-    inline = env.get("PERSISTENCE_MODULE") == "eventsourcing.sqlite" and settings.agent_store_synchronous != "FULL"
+    inline = env.get("PERSISTENCE_MODULE") == sqlite_store.MODULE and settings.sqlite_synchronous != "full"
     relay_box: list[PacedRelay] = []
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
                          after_save=lambda session: relay_box[0].saved(session))

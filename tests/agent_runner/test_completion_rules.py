@@ -20,8 +20,10 @@ from autarch.contracts.agents import (
 )
 from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
+from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
+from autarch.runtime.sqlite_store import SYNCHRONOUS_ENV
 from autarch.services.agent_runner.agents import AgentRegistry
-from autarch.services.agent_runner.application import SYNCHRONOUS_ENV, SessionApplication
+from autarch.services.agent_runner.application import SessionApplication
 from autarch.services.agent_runner.baselines import error_lines, explained_by_baselines, matches
 from autarch.services.agent_runner.blocks import classify
 from autarch.services.agent_runner.completion import unresolved_failures
@@ -202,7 +204,7 @@ def test_a_failed_command_is_explained_only_when_every_error_line_is_a_baseline(
 
 def test_a_session_recorded_before_baselines_existed_still_loads(tmp_path):
     db = tmp_path / "events.sqlite"
-    env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(db), SYNCHRONOUS_ENV: "NORMAL"}
+    env = {"PERSISTENCE_MODULE": SQLITE_MODULE, "SQLITE_DBNAME": str(db), SYNCHRONOUS_ENV: "NORMAL"}
     app = SessionApplication(env=env)
     session = Session(session_id=str(uuid.uuid4()), role="pulsing", model="m", root="/repo", workflow_id="wf",
                       channel_id=None, script=None, notes=["n"])

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from autarch.services.agent_runner.application import SYNCHRONOUS_ENV, SessionApplication
+from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
+from autarch.runtime.sqlite_store import SYNCHRONOUS_ENV
+from autarch.services.agent_runner.application import SessionApplication
 from autarch.services.agent_runner.compaction import KEEP_RECENT_STEPS, elision_point
 from autarch.services.agent_runner.transcript import build_messages
 from autarch.services.scripted_model.protocol import validate_request
@@ -65,7 +67,7 @@ def test_a_turn_over_the_threshold_elides_its_older_long_results_and_keeps_the_t
 
 
 def test_elision_is_recorded_so_a_rebuilt_session_sends_the_same_request(tmp_path):
-    app = SessionApplication(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+    app = SessionApplication(env={"PERSISTENCE_MODULE": SQLITE_MODULE,
                                   "SQLITE_DBNAME": str(tmp_path / "e.sqlite"), SYNCHRONOUS_ENV: "NORMAL"})
     try:
         session, turn_id = _long_turn(5)

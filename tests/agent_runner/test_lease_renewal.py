@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from autarch.runtime.leases import LeaseGrant, LeaseRefusal, LeaseTable
-from autarch.services.agent_runner.application import SYNCHRONOUS_ENV, SessionApplication
+from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
+from autarch.runtime.sqlite_store import SYNCHRONOUS_ENV
+from autarch.services.agent_runner.application import SessionApplication
 from autarch.services.agent_runner.domainmodel import Session
 from autarch.services.agent_runner.service import open_runner
 from autarch.services.scripted_model import ScriptedModelServer
@@ -92,7 +94,7 @@ async def test_the_lease_holder_survives_a_runner_restart(nc, data_dir: Path, mo
 
 def test_a_session_recorded_before_lease_holders_existed_still_loads(tmp_path: Path) -> None:
     db = tmp_path / "events.sqlite"
-    env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(db), SYNCHRONOUS_ENV: "NORMAL"}
+    env = {"PERSISTENCE_MODULE": SQLITE_MODULE, "SQLITE_DBNAME": str(db), SYNCHRONOUS_ENV: "NORMAL"}
     app = SessionApplication(env=env)
     session = Session(session_id=str(uuid.uuid4()), role="pulsing", model="m", root="/repo", workflow_id="wf",
                       channel_id=None, script=None, notes=[], lease_holder="w1")

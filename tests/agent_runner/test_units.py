@@ -13,8 +13,10 @@ import msgspec
 from autarch.contracts.agents import TurnUsage
 from autarch.contracts.tool_catalog import ROLES
 from autarch.runtime.settings import Settings
+from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
+from autarch.runtime.sqlite_store import SYNCHRONOUS_ENV
 from autarch.services.agent_runner.agents import AgentRegistry, parse_models
-from autarch.services.agent_runner.application import SYNCHRONOUS_ENV, SessionApplication
+from autarch.services.agent_runner.application import SessionApplication
 from autarch.services.agent_runner.blocks import classify
 from autarch.services.agent_runner.compaction import compaction_point
 from autarch.services.agent_runner.domainmodel import Session
@@ -262,7 +264,7 @@ def test_complete_pulse_is_rejected_while_failures_remain_and_the_escape_hatch_o
 
 def test_a_session_rebuilt_from_the_store_is_the_same_session(tmp_path):
     env = {
-        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "PERSISTENCE_MODULE": SQLITE_MODULE,
         "SQLITE_DBNAME": str(tmp_path / "e.sqlite"),
         SYNCHRONOUS_ENV: "NORMAL",
     }

@@ -44,8 +44,10 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def new_app(path: Path) -> WorkflowApplication:
-    return WorkflowApplication(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)})
+def new_app(path: Path, synchronous: str = "normal") -> WorkflowApplication:
+    """The embedded default's store (``runtime/sqlite_store.py``) at the given ``sqlite_synchronous``."""
+    return WorkflowApplication(env={"PERSISTENCE_MODULE": "autarch.runtime.sqlite_store", "SQLITE_DBNAME": str(path),
+                                    "SQLITE_SYNCHRONOUS": synchronous})
 
 
 def create(app: WorkflowApplication, i: int):
@@ -53,8 +55,8 @@ def create(app: WorkflowApplication, i: int):
     return wf
 
 
-def bench_appends(tmp: Path, n: int) -> dict:
-    app = new_app(tmp / "appends.sqlite")
+def bench_appends(tmp: Path, n: int, synchronous: str = "normal") -> dict:
+    app = new_app(tmp / f"appends-{synchronous}.sqlite", synchronous)
     times = []
     start = time.perf_counter()
     for i in range(n):
@@ -130,6 +132,13 @@ async def bench_relay(tmp: Path, n: int) -> dict:
 async def bench_http_to_sse(tmp: Path, n: int) -> dict:
     data = tmp / "system"
     data.mkdir()
+    # A workflow's repository must be a git work tree with a commit (checked at the door).
+    repo = tmp / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("bench\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "initial"]):
+        subprocess.run([*git, *args], check=True)
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTARCH_")}
     env.update(AUTARCH_DATA_DIR=str(data), AUTARCH_PORT=str(port), AUTARCH_NATS_PORT=str(free_port()))
@@ -163,7 +172,7 @@ async def bench_http_to_sse(tmp: Path, n: int) -> dict:
             for i in range(n):
                 t = time.perf_counter()
                 r = await client.post(f"{url}/api/workflows", headers=headers,
-                                      json={"title": f"b{i}", "request": "r", "repo": str(tmp)})
+                                      json={"title": f"b{i}", "request": "r", "repo": str(repo)})
                 wid = r.json()["id"]
                 while wid not in received:
                     await asyncio.sleep(0.0005)
@@ -182,10 +191,14 @@ def main() -> None:
     parser.add_argument("--relay", type=int, default=500, help="events timed through the relay")
     parser.add_argument("--http", type=int, default=300, help="creates timed from HTTP to SSE")
     args = parser.parse_args()
-    figures: dict[str, object] = {"store": "sqlite (WAL)", "machine_cores": os.cpu_count()}
+    figures: dict[str, object] = {"store": "sqlite (WAL, synchronous=normal, relay syncs before publishing)",
+                                  "machine_cores": os.cpu_count()}
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         figures.update(bench_appends(tmp, args.events))
+        # The same appends with an fsync per commit (sqlite_synchronous = "full"), for comparison.
+        full = bench_appends(tmp, args.events, "full")
+        figures["append_median_ms_sync_full"] = full["append_median_ms"]
         print(f"appends: {figures}", file=sys.stderr)
         figures.update(bench_replay(tmp, args.replay_events))
         figures.update(asyncio.run(bench_relay(tmp, args.relay)))

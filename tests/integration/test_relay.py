@@ -19,7 +19,8 @@ class Crash(Exception):
 
 
 def _app(path) -> WorkflowApplication:
-    return WorkflowApplication(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)})
+    # The embedded default's store: commits without fsync, the relay syncing the log before it publishes.
+    return WorkflowApplication(env={"PERSISTENCE_MODULE": "autarch.runtime.sqlite_store", "SQLITE_DBNAME": str(path)})
 
 
 def _record(app: WorkflowApplication, n: int) -> list[str]:

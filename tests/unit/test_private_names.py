@@ -35,17 +35,18 @@ def test_re_parser_for_the_grep_literal_prefilter():
 
 
 def test_eventsourcing_pool_hook_for_the_sqlite_synchronous_pragma(tmp_path):
-    # services/agent_runner/application.py: eventsourcing runs nothing public on each new connection.
+    # runtime/sqlite_store.py: eventsourcing runs nothing public on each new connection.
     from eventsourcing.sqlite import SQLiteConnectionPool
 
-    from autarch.services.agent_runner.application import SYNCHRONOUS_ENV, SessionApplication
+    from autarch.runtime.sqlite_store import MODULE, SYNCHRONOUS_ENV
+    from autarch.services.agent_runner.application import SessionApplication
 
     assert callable(getattr(SQLiteConnectionPool, "_create_connection", None)), (
-        "eventsourcing's SQLiteConnectionPool._create_connection moved: agent_store_synchronous can no longer be "
-        "applied; update _set_synchronous in services/agent_runner/application.py (and the pin in pyproject.toml)"
+        "eventsourcing's SQLiteConnectionPool._create_connection moved: sqlite_synchronous can no longer be "
+        "applied; update Factory in runtime/sqlite_store.py (and the pin in pyproject.toml)"
     )
-    env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(tmp_path / "s.sqlite")}
-    for level, expected in (("NORMAL", 1), ("OFF", 0), ("", 2)):  # "": SQLite's default, FULL
+    env = {"PERSISTENCE_MODULE": MODULE, "SQLITE_DBNAME": str(tmp_path / "s.sqlite")}
+    for level, expected in (("NORMAL", 1), ("OFF", 0), ("FULL", 2), ("", 1)):  # "": our default, NORMAL
         app = SessionApplication(env={**env, SYNCHRONOUS_ENV: level})
         try:
             with app.factory.datastore.transaction(commit=False) as cursor:  # type: ignore[attr-defined]

@@ -64,8 +64,9 @@ def test_bad_values_name_the_setting(tmp_path, toml, env, message):
 def test_event_store_defaults_to_sqlite_in_the_data_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("PERSISTENCE_MODULE", raising=False)
     env = event_store_env(load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path)}), "orchestrator")
-    assert env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite"
+    assert env["PERSISTENCE_MODULE"] == "autarch.runtime.sqlite_store"
     assert env["SQLITE_DBNAME"] == str(tmp_path / "orchestrator" / "events.sqlite")
+    assert env["SQLITE_SYNCHRONOUS"] == "normal"  # commits without fsync; the relay syncs before publishing
 
 
 def test_postgres_url_is_translated_to_eventsourcing_settings(tmp_path, monkeypatch):
