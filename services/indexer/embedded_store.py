@@ -316,19 +316,50 @@ class EmbeddedStore(IndexStore):
             if len(matrix.ids) == 0 or not terms:
                 return []
             mask = matrix.scope_mask(blobs)
-            postings = []
-            for term in dict.fromkeys(terms):
-                rows = self._db.execute("SELECT chunk, tf FROM postings WHERE term = ?", (term,)).fetchall()
-                if not rows:
-                    continue
-                data = np.asarray(rows, dtype=np.int64)
-                positions = np.searchsorted(matrix.ids, data[:, 0])
-                positions = np.minimum(positions, len(matrix.ids) - 1)
-                ours = matrix.ids[positions] == data[:, 0]
-                postings.append((positions[ours], data[ours, 1]))
-            scores = bm25_scores(postings, lengths=matrix.lengths, in_scope=mask)
+            scores = bm25_scores(self._postings(matrix, terms), lengths=matrix.lengths, in_scope=mask)
             rows_ = top_rows(scores, limit, mask)
             return self._hits(matrix, rows_, scores[rows_])
+
+    def file_lexical_search(
+        self, project: str, *, blobs: frozenset[str], terms: Sequence[str], limit: int
+    ) -> list[ChunkHit]:
+        # Exact: a blob is one BM25 document whose term counts and length are its chunks' sums.
+        with self._lock:
+            matrix = self._matrix(project)
+            if len(matrix.ids) == 0 or not terms:
+                return []
+            mask = matrix.scope_mask(blobs)
+            postings = self._postings(matrix, terms)
+            n_blobs = len(matrix.blob_index)
+            of_row = matrix.blob_of_row
+            blob_lengths = np.bincount(of_row[mask], weights=matrix.lengths[mask], minlength=n_blobs)
+            blob_postings = []
+            for rows, tfs in postings:
+                keep = mask[rows]
+                counts = np.bincount(of_row[rows[keep]], weights=tfs[keep], minlength=n_blobs)
+                present = np.flatnonzero(counts)
+                blob_postings.append((present, counts[present]))
+            blob_scores = bm25_scores(blob_postings, lengths=blob_lengths, in_scope=blob_lengths > 0)
+            chunk_scores = bm25_scores(postings, lengths=matrix.lengths, in_scope=mask)
+            best_rows = []
+            for blob in top_rows(blob_scores, limit):
+                rows = np.flatnonzero(of_row == blob)
+                best_rows.append(int(rows[np.argmax(chunk_scores[rows])]))
+            return self._hits(matrix, best_rows, blob_scores[of_row[best_rows]])
+
+    def _postings(self, matrix: _Matrix, terms: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each term's postings as (matrix rows, term frequencies)."""
+        postings = []
+        for term in dict.fromkeys(terms):
+            rows = self._db.execute("SELECT chunk, tf FROM postings WHERE term = ?", (term,)).fetchall()
+            if not rows:
+                continue
+            data = np.asarray(rows, dtype=np.int64)
+            positions = np.searchsorted(matrix.ids, data[:, 0])
+            positions = np.minimum(positions, len(matrix.ids) - 1)
+            ours = matrix.ids[positions] == data[:, 0]
+            postings.append((positions[ours], data[ours, 1]))
+        return postings
 
     def _hits(self, matrix: _Matrix, rows: Sequence[int], scores: np.ndarray) -> list[ChunkHit]:
         if not len(rows):

@@ -31,6 +31,7 @@ from autarch.runtime.settings import IndexerSettings
 from .chunking import Chunk, chunk_file
 from .embeddings import Embedder, load_embedder
 from .errors import IndexerError
+from .file_ranking import files_in_order, fuse_files
 from .fusion import reciprocal_rank_fusion
 from .lexical import query_terms, tokenize
 from .pattern_weights import parse_pattern_weights, weight_for
@@ -64,6 +65,8 @@ EMBED_BATCH = 64
 """Chunks per embedding call: large enough for the model to batch, small enough for steady progress."""
 CANDIDATES = 60
 """How many chunks each retriever contributes to fusion (at least; more for large ``maxResults``)."""
+FILE_CANDIDATES = 30
+"""How many files whole-file BM25 contributes to the file fusion."""
 SNIPPET_MAX_LINES = 60
 SNIPPET_MAX_CHARS = 4000
 
@@ -78,9 +81,18 @@ class Ranking:
     dense_weight: float = 1.0
     path_weight: float = 0.5
     """Weight of the list ranking candidates by query terms in their file path."""
-    rrf_k: int = 20
+    rrf_k: int = 10
     """Smaller than the classic 60: the head of each list is where the answer usually is."""
-    per_file: int = 2
+    file_chunk_weight: float = 1.0
+    """File fusion (file_ranking.py): weight of the files' order by their best fused chunk,"""
+    file_lexical_weight: float = 1.0
+    """of BM25 over whole files,"""
+    file_dense_weight: float = 1.0
+    """and of the files' chunk nearest to the query."""
+    file_rrf_k: int = 20
+    test_factor: float = 0.6
+    """A test file's score is scaled by this unless the query is about tests."""
+    per_file: int = 1
     """At most this many chunks of one file before chunks of other files (0: no limit): an agent
     asking where something lives is served better by ten files than by ten chunks of one."""
 
@@ -526,6 +538,7 @@ class Indexer:
         rankings: list[list[tuple[str, int]]] = []
         fusion_weights: list[float] = []
         hits: dict[tuple[str, int], ChunkHit] = {}
+        dense: list[ChunkHit] = []
         if mode in ("hybrid", "lexical"):
             lexical = self.store.lexical_search(ref.project, blobs=blobs, terms=query_terms(query), limit=limit)
             rankings.append(_keys(lexical, hits))
@@ -538,26 +551,70 @@ class Indexer:
         if mode == "hybrid" and hits and self.ranking.path_weight:
             rankings.append(_path_ranking(query, hits, paths_of))
             fusion_weights.append(self.ranking.path_weight)
-        results: list[SearchResult] = []
         fused = reciprocal_rank_fusion(rankings, weights=fusion_weights, k=self.ranking.rrf_k)
-        for key, score in fused:
-            hit = hits[key]
-            for path in paths_of.get(hit.blob_id, ()):
-                factor = weight_for(path, weights)
-                results.append(
-                    SearchResult(
-                        file_path=path,
-                        start_line=hit.start_line,
-                        end_line=hit.end_line,
-                        snippet=_snippet(hit.text),
-                        score=round(score, 4),
-                        adjusted_score=round(score * factor, 4),
-                    )
+        if mode == "hybrid" and fused:
+            scored = self._rank_files(query, fused, hits, dense, paths_of, project=ref.project, blobs=blobs)
+        else:
+            scored = [(hits[key], path, score) for key, score in fused for path in paths_of.get(key[0], ())]
+        results: list[SearchResult] = []
+        for hit, path, score in scored:
+            factor = weight_for(path, weights)
+            results.append(
+                SearchResult(
+                    file_path=path,
+                    start_line=hit.start_line,
+                    end_line=hit.end_line,
+                    snippet=_snippet(hit.text),
+                    score=round(score, 4),
+                    adjusted_score=round(score * factor, 4),
                 )
+            )
         results.sort(key=lambda r: (-r.adjusted_score, -r.score, r.file_path, r.start_line))
         if self.ranking.per_file:
             results = _diversify(results, self.ranking.per_file)
         return SearchResults(results=results[: request.max_results], project=ref.project, scope=ref.scope)
+
+
+    def _rank_files(
+        self,
+        query: str,
+        fused: list[tuple[tuple[str, int], float]],
+        hits: dict[tuple[str, int], ChunkHit],
+        dense: Sequence[ChunkHit],
+        paths_of: dict[str, list[str]],
+        *,
+        project: str,
+        blobs: frozenset[str],
+    ) -> list[tuple[ChunkHit, str, float]]:
+        """``(chunk, path, score)`` for the fused chunks (and the best chunk of files only whole-file BM25
+        found): a file's best chunk scores the file's fused score, its other chunks that scaled by how
+        far below its best they fused (see file_ranking.py)."""
+        terms = query_terms(query)
+        whole_files = self.store.file_lexical_search(project, blobs=blobs, terms=terms, limit=FILE_CANDIDATES)
+        ranking = self.ranking
+        file_score = fuse_files(
+            [
+                files_in_order((key[0] for key, _ in fused), paths_of),
+                files_in_order((hit.blob_id for hit in whole_files), paths_of),
+                files_in_order((hit.blob_id for hit in dense), paths_of),
+            ],
+            weights=[ranking.file_chunk_weight, ranking.file_lexical_weight, ranking.file_dense_weight],
+            k=ranking.file_rrf_k,
+            test_factor=ranking.test_factor,
+            asks_about_tests="test" in terms,
+        )
+        best: dict[str, float] = {}
+        scored = []
+        for key, score in fused:
+            for path in paths_of.get(key[0], ()):
+                top = best.setdefault(path, score)
+                scored.append((hits[key], path, file_score[path] * score / top))
+        for hit in whole_files:
+            for path in paths_of.get(hit.blob_id, ()):
+                if path not in best:
+                    best[path] = hit.score
+                    scored.append((hit, path, file_score[path]))
+        return scored
 
 
 def _keys(hits: Sequence[ChunkHit], into: dict[tuple[str, int], ChunkHit]) -> list[tuple[str, int]]:

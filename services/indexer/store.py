@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -136,6 +136,26 @@ class IndexStore(ABC):
         self, project: str, *, blobs: frozenset[str], terms: Sequence[str], limit: int
     ) -> list[ChunkHit]:
         """Chunks of ``blobs`` ranked by BM25 over the index terms of :func:`~.lexical.tokenize`, best first."""
+
+    def file_lexical_search(
+        self, project: str, *, blobs: frozenset[str], terms: Sequence[str], limit: int
+    ) -> list[ChunkHit]:
+        """Blobs of ``blobs`` ranked by BM25 over their whole text, best first: one hit per blob, its
+        best-matching chunk, with the blob's score.
+
+        A file answers a question its chunks answer only together (the cookie parser in one function,
+        the cookie class in another). This default approximates the file's score by the sum of its
+        chunks' scores in a deep chunk search; a store that can aggregate term counts per blob does
+        it exactly.
+        """
+        hits = self.lexical_search(project, blobs=blobs, terms=terms, limit=limit * 10)
+        best: dict[str, ChunkHit] = {}
+        totals: dict[str, float] = {}
+        for hit in hits:
+            best.setdefault(hit.blob_id, hit)
+            totals[hit.blob_id] = totals.get(hit.blob_id, 0.0) + hit.score
+        ranked = sorted(totals, key=lambda blob: -totals[blob])[:limit]
+        return [replace(best[blob], score=totals[blob]) for blob in ranked]
 
     @abstractmethod
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,21 @@ def test_index_and_search_a_project(indexer: Indexer, repo: Path) -> None:
     assert _files(indexer, query="dispatch a request to its route handler", root=str(repo))[0] == "web/router.js"
     status = indexer.status(root=str(repo))
     assert status.project == result.project and [s.state for s in status.scopes] == ["ready"]
+
+
+def test_search_ranks_files_the_code_before_its_tests(indexer: Indexer, repo: Path) -> None:
+    indexer.index_project(str(repo))
+    results = indexer.search(SemanticSearch(query="verify_password hash comparison", root=str(repo))).results
+    paths = [r.file_path for r in results]
+    assert paths[0] == "app/auth.py" and "tests/test_auth.py" in paths
+    assert paths.index("app/auth.py") < paths.index("tests/test_auth.py")
+    # One chunk per file first: app/auth.py has three chunks, the others follow its first.
+    distinct = len(set(paths))
+    assert len(set(paths[:distinct])) == distinct
+    assert all(r.score >= later.score for r, later in pairwise(results[:distinct]))
+    # Asked about tests, the test file is not held back.
+    about_tests = _files(indexer, query="tests of verify_password", root=str(repo))
+    assert about_tests[0] == "tests/test_auth.py"
 
 
 def test_pattern_weights_boost_penalize_and_exclude(indexer: Indexer, repo: Path) -> None:

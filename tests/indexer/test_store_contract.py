@@ -123,3 +123,23 @@ def test_prune_drops_only_blobs_no_scope_uses(store: IndexStore) -> None:
     assert store.known_blobs("p1", ["keep", "gone"]) == {"keep": 1}
     assert store.lexical_search("p1", blobs=frozenset({"gone", "keep"}), terms=["orphan"], limit=5) == []
     assert store.dense_search("p1", blobs=frozenset({"gone", "keep"}), vector=_vector(1), limit=5)[0].blob_id == "keep"
+
+
+def test_whole_file_search_ranks_a_file_whose_chunks_share_the_words(store: IndexStore) -> None:
+    # b1 holds both words of the question, in two chunks; b2 has one chunk with one word, b3 neither.
+    store.add_blobs(
+        "p1",
+        [
+            _blob("b1", ("cookie header parsing", 0), ("signature check with the secret", 1), ("unrelated", 2)),
+            _blob("b2", ("cookie jar", 0)),
+            _blob("b3", ("template loader", 1)),
+        ],
+    )
+    everything = frozenset({"b1", "b2", "b3"})
+    files = store.file_lexical_search("p1", blobs=everything, terms=query_terms("cookie signature"), limit=5)
+    assert [h.blob_id for h in files] == ["b1", "b2"]
+    assert files[0].score > files[1].score > 0
+    assert files[0].seq in (0, 1) and files[0].text in ("cookie header parsing", "signature check with the secret")
+    scoped = store.file_lexical_search("p1", blobs=frozenset({"b2", "b3"}), terms=query_terms("cookie"), limit=5)
+    assert [h.blob_id for h in scoped] == ["b2"]
+    assert store.file_lexical_search("p1", blobs=everything, terms=[], limit=5) == []
