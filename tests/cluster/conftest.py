@@ -12,8 +12,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 import nats
 import pytest
@@ -27,6 +28,7 @@ from tests.e2e.conftest import System
 __all__ = ["ClusterSystem", "leader_of", "stream_leader"]
 
 NODES, INSTANCES = 3, 2
+T = TypeVar("T")
 
 
 def free_run(count: int) -> int:
@@ -115,9 +117,21 @@ async def _leader_of(url: str, service: str) -> str | None:
         await nc.close()
 
 
+def _patiently(ask: Callable[[], Awaitable[T]], what: str, timeout: float = 30) -> T:
+    """``ask()`` retried while the cluster recovers from a killed node (its stream leaders being elected)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return asyncio.run(ask())
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: no answer within {timeout:g}s ({exc!r})") from exc
+            time.sleep(0.5)
+
+
 def leader_of(system: ClusterSystem, service: str) -> str | None:
     """The instance (``orchestrator-1``, …) holding ``service``'s lease."""
-    return asyncio.run(_leader_of(system.nats_url, service))
+    return _patiently(lambda: _leader_of(system.nats_url, service), f"the {service} lease")
 
 
 async def _stream_leader(url: str) -> tuple[str, int]:
@@ -132,7 +146,7 @@ async def _stream_leader(url: str) -> tuple[str, int]:
 
 def stream_leader(system: ClusterSystem) -> tuple[str, int]:
     """The event stream's leader node (``autarch-nats-2``) and its replica count."""
-    return asyncio.run(_stream_leader(system.nats_url))
+    return _patiently(lambda: _stream_leader(system.nats_url), "the stream's leader")
 
 
 DSN = postgres_dsn()

@@ -1,0 +1,82 @@
+"""Twenty demo workflows on the local cluster while, at chosen moments, the event stream's leader node, the leading
+orchestrator and agent runner (the processes holding the PostgreSQL store's connections), an instance of tools
+and of git and a gateway are SIGKILLed. Every workflow ends with the commits of an undisturbed run, its events once
+each on its SSE stream, its log replaying to its live state; and both stores match the stream: every event
+exactly once, nothing foreign."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from autarch.services.scripted_model import ScriptedModelServer
+from tests.workflow_faults.harness import BRANCH, Approver, assert_same_result, reference, run_to_done
+from tests.workflows.conftest import Client, demo_scenario, make_repo
+
+from .conftest import ClusterSystem, leader_of, stream_leader
+from .test_local_cluster import stores_match_stream
+
+pytestmark = pytest.mark.slow
+
+WORKFLOWS = 20
+PAST_PLANNING = ("execution", "review", "done")
+
+
+def _past_planning(approver: Approver) -> int:
+    return sum(1 for view in list(approver.views.values()) if view["stage"] in PAST_PLANNING)
+
+
+def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSystem, model: ScriptedModelServer,
+                                                           tmp_path) -> None:
+    scenario = demo_scenario()
+    model.use(scenario)
+    client = Client(cluster)
+    try:
+        control_repo = make_repo(tmp_path / "control", scenario["files"])
+        started = time.monotonic()
+        control = client.create(control_repo, branch=BRANCH)
+        ref = reference(control_repo, run_to_done(client, [control], timeout=120, started=started)[control])
+
+        repos = [make_repo(tmp_path / f"wf-{i:02d}", scenario["files"]) for i in range(WORKFLOWS)]
+        started = time.monotonic()
+        ids = [client.create(repo, branch=BRANCH) for repo in repos]
+        killed: list[tuple[str, int]] = []
+
+        def nats_leader() -> list[str]:
+            node, _ = stream_leader(cluster)
+            return [f"nats-{node.rsplit('-', 1)[1]}"]
+
+        def leader(service: str) -> list[str]:
+            return [leader_of(cluster, service) or f"{service}-1"]
+
+        plan = [
+            (1, nats_leader),  # the stream's leader node, while relays publish
+            (4, lambda: leader("orchestrator")),
+            (8, lambda: leader("agent_runner")),
+            (12, lambda: ["tools-1", "git-2", "gateway-2"]),
+        ]
+
+        def killer(approver: Approver) -> None:
+            for threshold, victims in plan:
+                while _past_planning(approver) < threshold:
+                    if approver.stop.is_set():
+                        return
+                    time.sleep(0.05)
+                for victim in victims():
+                    killed.append((victim, _past_planning(approver)))
+                    cluster.kill(victim)
+                time.sleep(1.0)  # one fault at a time: the next lands on a system already recovering
+
+        seconds = run_to_done(client, ids, timeout=300, started=started, killer=killer)
+        victims = [name for name, _ in killed]
+        assert len(victims) == 6, f"not every kill happened during the run: {killed}"
+        assert [name.rsplit("-", 1)[0] for name in victims[1:]] == ["orchestrator", "agent_runner", "tools", "git",
+                                                                      "gateway"]
+        for repo, wid in zip(repos, ids, strict=True):
+            assert_same_result(client, repo, wid, ref)
+        print(f"{WORKFLOWS} workflows with kills {killed}: slowest {max(seconds.values()):.1f}s, "
+              f"control {ref.seconds:.1f}s")
+    finally:
+        client.http.close()
+    stores_match_stream(cluster)
