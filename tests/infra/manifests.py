@@ -70,6 +70,14 @@ def image_requirements(extras: list[str]) -> list[str]:
     return module.requirements(ROOT / "pyproject.toml", extras)
 
 
+def hot_standby_services() -> frozenset[str]:
+    """The services that run as one leader and hot standbys when named (their ``__main__`` wraps ``exclusive``)."""
+    return frozenset(
+        service for service in SERVICES
+        if "exclusive(" in (ROOT / "services" / service / "__main__.py").read_text()
+    )
+
+
 def setting_of(variable: str) -> str | None:
     """The setting an environment variable sets, or None when it sets none."""
     if variable.startswith("AUTARCH_") and variable[len("AUTARCH_"):].lower() in SETTING_NAMES:

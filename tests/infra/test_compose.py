@@ -17,6 +17,7 @@ from .manifests import (
     INFRA,
     PRODUCT,
     SDK_VARIABLES,
+    hot_standby_services,
     image_requirements,
     module_exists,
     module_of,
@@ -126,3 +127,12 @@ def test_repositories_and_worktrees_are_shared_at_the_same_paths():
 def test_the_image_extras_exist(service: str):
     extras = [e for e in SERVICES[service]["build"]["args"]["EXTRAS"].split(",") if e]
     assert image_requirements(extras)  # SystemExit on an unknown extra
+
+
+@pytest.mark.parametrize("service", sorted(hot_standby_services()))
+def test_a_stateful_service_runs_once_unnamed(service: str):
+    # Compose gives every replica one environment, so replicas could not have instance names of their own, and
+    # two with one name would both lead (a restarted slot takes its lease back at once). One instance, restarted
+    # by the engine; several on one machine is `autarch up --cluster`.
+    assert SERVICES[service].get("deploy", {}).get("replicas", 1) == 1
+    assert "AUTARCH_INSTANCE" not in _environment(service)

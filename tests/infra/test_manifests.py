@@ -24,6 +24,7 @@ from .manifests import (
     PRODUCT,
     SDK_VARIABLES,
     WORKLOAD_KINDS,
+    hot_standby_services,
     k8s_documents,
     module_of,
     pod_spec,
@@ -75,6 +76,8 @@ def _environment(service: str) -> dict[str, str]:
         elif "secretKeyRef" in var.get("valueFrom", {}):
             key = var["valueFrom"]["secretKeyRef"]["key"]
             env[var["name"]] = "postgresql://autarch:pw@db:5432/autarch" if key == "postgres-url" else "stand-in"
+        elif "fieldRef" in var.get("valueFrom", {}):
+            env[var["name"]] = f"{workload_name(service)}-5d8f9c-x2k4q"  # what metadata.name gives a pod
     return env
 
 
@@ -197,10 +200,13 @@ def test_repositories_and_worktrees_are_one_shared_volume_at_the_same_paths_ever
     assert not "/srv/autarch/repos".startswith(DATA_DIR + "/")
 
 
-@pytest.mark.parametrize("service", TOUCHES_REPOSITORIES)
+@pytest.mark.parametrize("service", PRODUCT)
 def test_the_shared_directories_are_made_before_they_are_mounted(service: str):
     spec = pod_spec(_workload(service))
     sub_paths = {m["subPath"] for m in _mounts(service).values() if m["name"] == "work"}
+    if not sub_paths:
+        assert "initContainers" not in spec
+        return
     (init,) = spec["initContainers"]
     (mount,) = init["volumeMounts"]
     assert mount["name"] == "work" and "subPath" not in mount
@@ -221,6 +227,26 @@ def test_a_service_with_a_volume_of_its_own_runs_once_and_is_replaced_not_double
         # A rolling update would start the new pod beside the old one: two owners, or a volume held twice.
         assert workload["spec"]["replicas"] == 1
         assert workload["spec"]["strategy"] == {"type": "Recreate"}
+
+
+@pytest.mark.parametrize("service", sorted(hot_standby_services()))
+def test_a_stateful_service_runs_a_leader_and_a_hot_standby_named_by_their_pods(service: str):
+    workload = _workload(service)
+    assert workload["spec"]["replicas"] >= 2
+    (instance,) = [v for v in _container(service)["env"] if v["name"] == "AUTARCH_INSTANCE"]
+    # Unique per pod, and the same after a container restart: the restarted leader takes its lease back at once.
+    assert instance["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # Whatever state it keeps in files is on the shared volume, where the standby finds it on another machine.
+    for path, mount in _mounts(service).items():
+        if path.startswith(DATA_DIR + "/") and mount["name"] != "tmp":
+            assert mount["name"] == "work", f"{service}: {path} is not on the shared volume"
+    assert all(v.get("persistentVolumeClaim", {}).get("claimName", WORK_CLAIM) == WORK_CLAIM
+               for v in _volumes(service).values())
+
+
+@pytest.mark.parametrize("service", ["indexer", "notifier"])
+def test_the_index_and_the_outbox_live_on_the_shared_volume(service: str):
+    assert _mounts(service)[f"{DATA_DIR}/{service}"]["subPath"] == service
 
 
 def test_nats_is_a_three_node_jetstream_cluster_every_service_can_reach():
