@@ -30,6 +30,18 @@ def _settings(args: argparse.Namespace) -> Settings:
         raise SystemExit(2) from None
 
 
+def _running_cluster(settings: Settings) -> Settings:
+    """``settings`` pointed at every node of the local cluster ``autarch up --cluster`` runs from this data dir
+    (listed in its ``run.json``), so that a client reaches the cluster while any one node lives."""
+    if settings.nats_url is not None:
+        return settings
+    try:
+        url = json.loads((settings.data_path / "run.json").read_text()).get("nats_url") or ""
+    except (OSError, ValueError):
+        return settings
+    return msgspec.structs.replace(settings, nats_url=url) if "," in url else settings
+
+
 def _common(parser: argparse.ArgumentParser, *, port: bool = False) -> None:
     parser.add_argument("--data-dir", help="data directory (env AUTARCH_DATA_DIR; default ~/.local/share/autarch)")
     parser.add_argument("--nats", metavar="URL", help="use this NATS server instead of the embedded one")
@@ -167,7 +179,7 @@ async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
 def cmd_status(args: argparse.Namespace) -> int:
     from autarch.runtime.supervisor import AVAILABLE_SERVICES
 
-    settings = _settings(args)
+    settings = _running_cluster(_settings(args))
     result = asyncio.run(_status(settings, list(AVAILABLE_SERVICES)))
     run_file = settings.data_path / "run.json"
     if run_file.exists():
@@ -221,7 +233,7 @@ async def _tail(settings: Settings, workflow: str | None, since: int | None, lim
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = _running_cluster(_settings(args))
     try:
         asyncio.run(_tail(settings, args.workflow, args.since, args.limit))
     except KeyboardInterrupt:

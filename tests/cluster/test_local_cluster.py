@@ -45,6 +45,7 @@ def test_the_cluster_shape(cluster: ClusterSystem) -> None:
         assert "sync_interval: always" in conf and "cluster {" in conf
     # Stateless services answer from both instances; a stateful one from its leader only.
     status = json.loads(cluster.cli("status", "--json").stdout)
+    assert status["nats"] is True and "," in status["supervisor"]["nats_url"]
     assert status["services"]["tools"]["instances"] == 2
     assert status["services"]["git"]["instances"] == 2
     assert status["services"]["orchestrator"]["instances"] == 1
