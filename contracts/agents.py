@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from .base import Command, Query, Reply
+from .base import UUID_PATTERN, Command, Query, Reply
 from .beads import VerificationEvidence, WorkerDiscipline
 from .git import COMMIT_TYPES
 from .tool_args import ToolArgs
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 Text = Annotated[str, Meta(min_length=1)]
-SessionId = Annotated[str, Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
+SessionId = Annotated[str, Meta(pattern=UUID_PATTERN)]
 
 
 # --- block tool arguments (seed 004) --------------------------------------------------------------

@@ -6,7 +6,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ["Command", "Contract", "Query", "Reply", "decoder_for", "encode"]
+__all__ = ["UUID_PATTERN", "Command", "Contract", "Query", "Reply", "decoder_for", "encode"]
+
+UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)"
+"""A canonical (lower-case, hyphenated) UUID; ``(?!\n)`` so Python's ``$`` refuses a final newline too."""
 
 T = TypeVar("T")
 

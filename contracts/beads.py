@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .base import Command, Query, Reply
+from .base import UUID_PATTERN, Command, Query, Reply
 from .http import CLEAN_TEXT, TITLE, Reason
 
 __all__ = [
@@ -59,7 +59,7 @@ __all__ = [
 
 BEAD_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$(?!\n)"
 BeadId = Annotated[str, msgspec.Meta(pattern=BEAD_ID)]
-EpicId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
+EpicId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
 # Titles, descriptions and reasons reach agents and terminals: the HTTP API's text rules (contracts/http.py).
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
 Text = Annotated[str, msgspec.Meta(max_length=100_000, pattern=CLEAN_TEXT)]

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .base import Command
+from .base import UUID_PATTERN, Command
 from .http import Reason
 from .http import Text as VisibleText
 
@@ -32,7 +32,7 @@ __all__ = [
     "StopWorkflow",
 ]
 
-WorkflowId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
+WorkflowId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
 
 PulseStatus = Literal["proposed", "running", "succeeded", "failed", "stopped"]

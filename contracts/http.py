@@ -6,6 +6,8 @@ from typing import Annotated
 
 import msgspec
 
+from .base import UUID_PATTERN
+
 __all__ = [
     "BRANCH_NAME",
     "CLEAN_TEXT",
@@ -42,7 +44,7 @@ Text = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=TEX
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000, pattern=TEXT)]
 Branch = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=BRANCH_NAME)]
 
-SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
+SessionId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
 
 
 class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from .base import Command, Query, Reply
+from .base import UUID_PATTERN, Command, Query, Reply
 from .http import TEXT, TITLE, Reason
 from .http import Text as VisibleText
 
@@ -59,7 +59,7 @@ with tools; ``hybrid``: both; ``none``: neither."""
 CreatedBy = Literal["api", "cli", "mcp"]
 NotifyKind = Literal["webhook", "slack", "discord", "telegram"]
 
-SessionId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
+SessionId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
 # Names, goals and messages reach agents and terminals: visible text, no control character (contracts/http.py).
 ProjectName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
 ProjectPath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, pattern=r"^/[^\x00-\x1f\x7f-\x9f]*$(?!\n)")]

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from .agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
-from .base import Command, Query, Reply
+from .base import UUID_PATTERN, Command, Query, Reply
 from .beads import SwarmView
 from .execution import HaltView, PreflightView, PulseRunView
 from .http import Text
@@ -45,7 +45,7 @@ NonEmpty = Annotated[str, msgspec.Meta(min_length=1)]
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Request = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
 BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250)]
-WorkflowId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)")]
+WorkflowId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
 
 
 class CreateWorkflow(Command, kw_only=True):
