@@ -22,6 +22,7 @@ __all__ = [
     "held",
     "mail",
     "request",
+    "service_of",
     "workflow_events",
 ]
 
@@ -137,6 +138,14 @@ def held(service: str) -> str:
 def request(service: str, verb: str) -> str:
     """Subject of one request endpoint, e.g. ``autarch.svc.orchestrator.create_workflow``."""
     return f"{REQUEST_PREFIX}.{service}.{verb}"
+
+
+def service_of(subject: str) -> str | None:
+    """The service a request subject names (``autarch.svc.<service>.<verb>``); None for any other subject."""
+    prefix = f"{REQUEST_PREFIX}."
+    if not subject.startswith(prefix):
+        return None
+    return subject[len(prefix):].split(".", 1)[0] or None
 
 
 def event(workflow_id: str, aggregate_kind: str, aggregate_id: str, name: str) -> str:

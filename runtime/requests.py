@@ -21,6 +21,7 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 from .errors import RemoteError
 from .liveness import REQUEST_ID_HEADER, InstanceWatch, watch_for
 from .retry import REQUEST_UNAVAILABLE, retry
+from .service_gate import gate_for
 
 __all__ = ["request"]
 
@@ -29,7 +30,6 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 _error_decoder = decoder_for(ErrorReply)
-_REQUEST_PREFIX = subjects.REQUEST_PREFIX + "."
 MAX_LOST = 3
 """Times an idempotent request is sent again after its instance went away before it gives up: a request
 that kills every instance it reaches (a poison request) must not crash-loop its service for ever."""
@@ -62,10 +62,14 @@ async def request(
     """
     data = encode(payload)
     watch: InstanceWatch | None = None
+    name = service or subjects.service_of(subject)
     if idempotent:
-        name = service or _service_of(subject)
         watch = watch_for(nc, name) if name else None
     loop = asyncio.get_running_loop()
+    gate = gate_for(nc)
+    if name and retry_unavailable > 0 and gate.is_down(name):
+        # Known to have no instance: wait on the shared probe rather than send into the void ourselves.
+        await gate.until_up(name, timeout=retry_unavailable)
     lost = 0
     while True:
         try:
@@ -75,6 +79,8 @@ async def request(
                 log_level=logging.DEBUG,
             )
         except NoRespondersError:
+            if name:
+                gate.mark_down(name)
             raise RemoteError(
                 ErrorReply(code=ErrorCode.UNAVAILABLE, message=f"no service answers on {subject}"), subject=subject
             ) from None
@@ -96,13 +102,6 @@ async def request(
                     MAX_LOST)
         # The service may be restarting: it gets the same grace as a first sending would (a new deadline).
     return _decode(msg, subject, reply_type)
-
-
-def _service_of(subject: str) -> str | None:
-    if not subject.startswith(_REQUEST_PREFIX):
-        return None
-    name = subject[len(_REQUEST_PREFIX):].split(".", 1)[0]
-    return name or None
 
 
 async def _send(nc: Client, subject: str, data: bytes, timeout: float, watch: InstanceWatch | None) -> Msg | None:

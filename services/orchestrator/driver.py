@@ -59,6 +59,7 @@ from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
+from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
 
 from . import controls, kickoffs
@@ -189,7 +190,7 @@ class WorkflowDriver:
         self._turns: PullConsumer | None = None
         """The pull consumer of turn events."""
         self._watchdog: asyncio.Task[None] | None = None
-        self.steps = Stepper(kind="workflow", advance=self._advance, fail=self._fail, log=log)
+        self.steps = Stepper(kind="workflow", advance=self._advance, fail=self._fail, log=log, gate=gate_for(nc))
         self.swarm: SwarmDriver | None = None
         """Runs the execution of bead plans (seed 002) with parallel workers."""
 

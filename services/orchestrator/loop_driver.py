@@ -45,6 +45,7 @@ from autarch.contracts.turns import RecordTurns, TurnRecord, TurnsRecorded
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
+from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
 
 from . import loop_signals
@@ -103,7 +104,7 @@ class LoopDriver:
         self._turns: PullConsumer | None = None
         self._consumer: asyncio.Task[None] | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        self.steps = Stepper(kind="loop", advance=self._advance, fail=self._block, log=log)
+        self.steps = Stepper(kind="loop", advance=self._advance, fail=self._block, log=log, gate=gate_for(nc))
 
     # --- running -------------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
 from autarch.runtime.retry import DRIVER_STEP
+from autarch.runtime.service_gate import ServiceGate
 from autarch.runtime.settings import OrchestratorSettings
 
 __all__ = ["TURN_ACK_WAIT", "Stepper", "ask_service", "stop_agent_session", "turn_consumer"]
@@ -40,8 +41,11 @@ class Stepper:
     """Advances keys, one pass per key at a time, with background work that ends with it."""
 
     def __init__(self, *, kind: str, advance: Callable[[str], Awaitable[None]],
-                 fail: Callable[[str, str], Awaitable[None]], log: logging.Logger) -> None:
+                 fail: Callable[[str, str], Awaitable[None]], log: logging.Logger,
+                 gate: ServiceGate | None = None) -> None:
         self.kind = kind
+        self._gate = gate
+        """Services known to have no instance: a key waiting for one waits here, at no cost, until it is back."""
         """What a key names, for log lines (``workflow``, ``loop``)."""
         self._advance = advance
         self._fail = fail
@@ -98,10 +102,16 @@ class Stepper:
                     if exc.code not in _RETRIED:
                         await self._fail(key, f"{exc.subject}: {exc.code}: {exc.message}")
                         continue
-                    self._log.info("%s %s waits for %s (%s); retrying in %.1fs", self.kind, key, exc.subject,
-                                   exc.code, delay)
-                    await asyncio.sleep(delay)
-                    delay = next(waits)
+                    service = subjects.service_of(exc.subject)
+                    if self._gate is not None and service and self._gate.is_down(service):
+                        # Nobody serves it: wait for the gate's one probe instead of every key polling.
+                        self._log.info("%s %s waits for %s to come back", self.kind, key, service)
+                        await self._gate.until_up(service)
+                    else:
+                        self._log.info("%s %s waits for %s (%s); retrying in %.1fs", self.kind, key, exc.subject,
+                                       exc.code, delay)
+                        await asyncio.sleep(delay)
+                        delay = next(waits)
                     self._again.add(key)
                 except ServiceFailure as exc:
                     self._log.warning("%s %s: %s", self.kind, key, exc)
