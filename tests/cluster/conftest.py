@@ -25,7 +25,7 @@ from autarch.services.scripted_model import ScriptedModelServer
 from tests.conftest import postgres_dsn
 from tests.e2e.conftest import System
 
-__all__ = ["ClusterSystem", "leader_of", "stream_leader"]
+__all__ = ["ClusterSystem", "drop_postgres_connections", "leader_of", "stream_leader"]
 
 NODES, INSTANCES = 3, 2
 T = TypeVar("T")
@@ -105,6 +105,24 @@ class ClusterSystem(System):
         pid = info["nats_pids"][int(child.split("-")[1]) - 1] if child.startswith("nats-") else info["children"][child]
         os.kill(pid, signal.SIGKILL)
         return int(pid)
+
+
+def drop_postgres_connections(system: ClusterSystem, child: str) -> int:
+    """Terminate, on the server's side, every PostgreSQL connection the child ``child`` holds; how many."""
+    import re
+
+    import psycopg
+
+    pid = system.run_info()["children"][child]
+    sockets = subprocess.run(["ss", "-Htnp", "dport = :5432"], capture_output=True, text=True).stdout
+    ports = [int(m.group(1)) for line in sockets.splitlines() if f"pid={pid}," in line
+             for m in [re.search(r"127\.0\.0\.1:(\d+)\s+127\.0\.0\.1:5432", line)] if m]
+    if not ports:
+        return 0
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        rows = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE client_port = ANY(%s) "
+                            "AND client_addr = '127.0.0.1'", (ports,)).fetchall()
+    return sum(1 for (done,) in rows if done)
 
 
 async def _leader_of(url: str, service: str) -> str | None:

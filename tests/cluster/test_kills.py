@@ -1,8 +1,8 @@
-"""Twenty demo workflows on the local cluster while, at chosen moments, the event stream's leader node, the leading
-orchestrator and agent runner (the processes holding the PostgreSQL store's connections), an instance of tools
-and of git and a gateway are SIGKILLed. Every workflow ends with the commits of an undisturbed run, its events once
-each on its SSE stream, its log replaying to its live state; and both stores match the stream: every event
-exactly once, nothing foreign."""
+"""Twenty demo workflows on the local cluster while, at chosen moments, the event stream's leader node is SIGKILLed,
+the PostgreSQL connections of the leading orchestrator and agent runner are cut by the server, and then those
+leaders (the processes holding the store's connections), an instance of tools and of git and a gateway are
+SIGKILLed. Every workflow ends with the commits of an undisturbed run, its events once each on its SSE stream, its
+log replaying to its live state; and both stores match the stream: every event exactly once, nothing foreign."""
 
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ from autarch.services.scripted_model import ScriptedModelServer
 from tests.workflow_faults.harness import BRANCH, Approver, assert_same_result, reference, run_to_done
 from tests.workflows.conftest import Client, demo_scenario, make_repo
 
-from .conftest import ClusterSystem, leader_of, stream_leader
+from .conftest import ClusterSystem, drop_postgres_connections, leader_of, stream_leader
 from .test_local_cluster import stores_match_stream
 
 pytestmark = pytest.mark.slow
 
 WORKFLOWS = 20
-PAST_PLANNING = ("execution", "review", "done")
+STAGES = ("scoping", "research", "planning", "execution", "review", "done")
 
 
-def _past_planning(approver: Approver) -> int:
-    return sum(1 for view in list(approver.views.values()) if view["stage"] in PAST_PLANNING)
+def _progress(approver: Approver) -> int:
+    """Stages reached, summed over the workflows (0 at the start, 5 * WORKFLOWS when all are done): a moment in
+    the run that the kills are aimed at."""
+    return sum(STAGES.index(view["stage"]) for view in list(approver.views.values()) if view["stage"] in STAGES)
 
 
 def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSystem, model: ScriptedModelServer,
@@ -50,33 +52,43 @@ def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSyste
         def leader(service: str) -> list[str]:
             return [leader_of(cluster, service) or f"{service}-1"]
 
+        def drop_connections() -> list[str]:
+            # The leaders' PostgreSQL connections cut by the server, the processes left running.
+            for service in ("orchestrator", "agent_runner"):
+                holder = leader(service)[0]
+                dropped.append((holder, drop_postgres_connections(cluster, holder)))
+            return []
+
+        dropped: list[tuple[str, int]] = []
         plan = [
-            (1, nats_leader),  # the stream's leader node, while relays publish
-            (4, lambda: leader("orchestrator")),
-            (8, lambda: leader("agent_runner")),
-            (12, lambda: ["tools-1", "git-2", "gateway-2"]),
+            (10, nats_leader),  # the stream's leader node, while relays publish
+            (20, drop_connections),
+            (35, lambda: leader("orchestrator")),
+            (50, lambda: leader("agent_runner")),
+            (65, lambda: ["tools-1", "git-2", "gateway-2"]),
         ]
 
         def killer(approver: Approver) -> None:
             for threshold, victims in plan:
-                while _past_planning(approver) < threshold:
+                while _progress(approver) < threshold:
                     if approver.stop.is_set():
                         return
                     time.sleep(0.05)
                 for victim in victims():
-                    killed.append((victim, _past_planning(approver)))
+                    killed.append((victim, _progress(approver)))
                     cluster.kill(victim)
                 time.sleep(1.0)  # one fault at a time: the next lands on a system already recovering
 
         seconds = run_to_done(client, ids, timeout=300, started=started, killer=killer)
         victims = [name for name, _ in killed]
         assert len(victims) == 6, f"not every kill happened during the run: {killed}"
+        assert len(dropped) == 2 and all(count > 0 for _, count in dropped), dropped
         assert [name.rsplit("-", 1)[0] for name in victims[1:]] == ["orchestrator", "agent_runner", "tools", "git",
                                                                       "gateway"]
         for repo, wid in zip(repos, ids, strict=True):
             assert_same_result(client, repo, wid, ref)
-        print(f"{WORKFLOWS} workflows with kills {killed}: slowest {max(seconds.values()):.1f}s, "
-              f"control {ref.seconds:.1f}s")
+        print(f"{WORKFLOWS} workflows with kills {killed}, connections dropped {dropped}: "
+              f"slowest {max(seconds.values()):.1f}s, control {ref.seconds:.1f}s")
     finally:
         client.http.close()
     stores_match_stream(cluster)
