@@ -340,11 +340,18 @@ class EmbeddedStore(IndexStore):
                 present = np.flatnonzero(counts)
                 blob_postings.append((present, counts[present]))
             blob_scores = bm25_scores(blob_postings, lengths=blob_lengths, in_scope=blob_lengths > 0)
+            top = top_rows(blob_scores, limit)
+            if not len(top):
+                return []
+            # Each top blob's best chunk, in one pass: its rows ordered by (blob's rank, chunk score).
+            rank_of = np.full(n_blobs, -1, dtype=np.int64)
+            rank_of[top] = np.arange(len(top))
+            rows = np.flatnonzero(rank_of[of_row] >= 0)
             chunk_scores = bm25_scores(postings, lengths=matrix.lengths, in_scope=mask)
-            best_rows = []
-            for blob in top_rows(blob_scores, limit):
-                rows = np.flatnonzero(of_row == blob)
-                best_rows.append(int(rows[np.argmax(chunk_scores[rows])]))
+            rows = rows[np.lexsort((-chunk_scores[rows], rank_of[of_row[rows]]))]
+            first = np.ones(len(rows), dtype=bool)
+            first[1:] = of_row[rows[1:]] != of_row[rows[:-1]]
+            best_rows = rows[first].tolist()
             return self._hits(matrix, best_rows, blob_scores[of_row[best_rows]])
 
     def _postings(self, matrix: _Matrix, terms: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
