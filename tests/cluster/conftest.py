@@ -25,7 +25,7 @@ from autarch.services.scripted_model import ScriptedModelServer
 from tests.conftest import postgres_dsn
 from tests.e2e.conftest import System
 
-__all__ = ["ClusterSystem", "drop_postgres_connections", "leader_of", "stream_leader"]
+__all__ = ["ClusterSystem", "drop_postgres_connections", "leader_of", "stream_leader", "wait_replicas_current"]
 
 NODES, INSTANCES = 3, 2
 T = TypeVar("T")
@@ -160,6 +160,26 @@ async def _stream_leader(url: str) -> tuple[str, int]:
         return info.cluster.leader, info.config.num_replicas or 1
     finally:
         await nc.close()
+
+
+async def _replicas_current(url: str) -> bool:
+    nc = await nats.connect(url.split(","), connect_timeout=2)
+    try:
+        info = await nc.jetstream().stream_info(subjects.EVENTS_STREAM)
+        peers = (info.cluster.replicas or []) if info.cluster else []
+        return info.cluster is not None and info.cluster.leader is not None and len(peers) == 2 and all(
+            peer.current and not peer.offline for peer in peers)
+    finally:
+        await nc.close()
+
+
+def wait_replicas_current(system: ClusterSystem, timeout: float = 30) -> None:
+    """Wait until the event stream has a leader and both other replicas are online and caught up."""
+    deadline = time.monotonic() + timeout
+    while not _patiently(lambda: _replicas_current(system.nats_url), "the stream's replicas"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the stream's replicas did not catch up within {timeout:g}s")
+        time.sleep(0.5)
 
 
 def stream_leader(system: ClusterSystem) -> tuple[str, int]:

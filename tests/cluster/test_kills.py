@@ -14,7 +14,7 @@ from autarch.services.scripted_model import ScriptedModelServer
 from tests.workflow_faults.harness import BRANCH, Approver, assert_same_result, reference, run_to_done
 from tests.workflows.conftest import Client, demo_scenario, make_repo
 
-from .conftest import ClusterSystem, drop_postgres_connections, leader_of, stream_leader
+from .conftest import ClusterSystem, drop_postgres_connections, leader_of, stream_leader, wait_replicas_current
 from .test_local_cluster import stores_match_stream
 
 pytestmark = pytest.mark.slow
@@ -87,6 +87,7 @@ def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSyste
                                                                       "gateway"]
         for repo, wid in zip(repos, ids, strict=True):
             assert_same_result(client, repo, wid, ref)
+        wait_replicas_current(cluster)  # the killed node was restarted and caught up with its peers
         print(f"{WORKFLOWS} workflows with kills {killed}, connections dropped {dropped}: "
               f"slowest {max(seconds.values()):.1f}s, control {ref.seconds:.1f}s")
     finally:
