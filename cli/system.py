@@ -88,7 +88,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     print("  stop     Ctrl-C", flush=True)
     if "agent_runner" in services:
         print(f"  model    {_model_line(settings)}", flush=True)
-    return asyncio.run(Supervisor(settings, services=services, cluster=cluster, instances=instances).run())
+    try:
+        return asyncio.run(Supervisor(settings, services=services, cluster=cluster, instances=instances).run())
+    except (RuntimeError, ValueError) as exc:
+        if not cluster:
+            raise
+        print(f"autarch up: the local cluster did not start: {exc}", file=sys.stderr)
+        return 1
 
 
 def _store_line(url: str) -> str:

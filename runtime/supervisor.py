@@ -229,12 +229,20 @@ class Supervisor:
         ports = [self.settings.nats_port + i for i in range(self.cluster)]
         self.nodes = local_cluster(self.settings.data_path / "nats-cluster", nodes=self.cluster, ports=ports,
                                    parent_death_signal=signal.SIGKILL)
-        for node in self.nodes:
-            node.start()  # in this (main) thread, as for the single server
-        log.info("local NATS cluster on %s (JetStream in %s)", self.nats_url, self.nodes[0].data_dir.parent)
-        await asyncio.to_thread(ensure_postgres_schema, self.settings.postgres_url)
-        await wait_for_stream(self.nats_url, replicas=min(3, self.cluster),
-                              duplicate_window=self.settings.duplicate_window)
+        try:
+            for node in self.nodes:
+                node.start()  # in this (main) thread, as for the single server
+            log.info("local NATS cluster on %s (JetStream in %s)", self.nats_url, self.nodes[0].data_dir.parent)
+            try:
+                await asyncio.to_thread(ensure_postgres_schema, self.settings.postgres_url)
+            except Exception as exc:
+                raise RuntimeError(f"PostgreSQL at postgres_url is not usable: {exc}") from exc
+            await wait_for_stream(self.nats_url, replicas=min(3, self.cluster),
+                                  duplicate_window=self.settings.duplicate_window)
+        except BaseException:
+            for node in self.nodes:  # nothing left running when the cluster cannot start
+                node.stop()
+            raise
 
     async def _watch(self, child: Child) -> None:
         delays = self.backoff.delays()
