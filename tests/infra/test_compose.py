@@ -1,15 +1,19 @@
 """infra/compose.yaml: every service, real settings, names that resolve, one view of the repositories.
 
-``docker compose config`` is not available on the build machines, so the file's structure is checked here:
-PyYAML resolves the anchors and ``<<`` merges the way compose does.
+``docker compose config`` is not available on the build machines: the file is checked against the Compose
+Specification by the ``compose_spec`` crate's parser (key names, value types and variants, secret references),
+and its meaning for Autarch by the structural checks below (PyYAML resolves anchors and ``<<`` merges as compose
+does).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 import yaml
+from compose_spec import PyCompose
 
 from autarch.runtime.settings import SECRET_SETTINGS, load_settings
 
@@ -25,7 +29,8 @@ from .manifests import (
     workload_name,
 )
 
-COMPOSE = yaml.safe_load((INFRA / "compose.yaml").read_text())
+TEXT = (INFRA / "compose.yaml").read_text()
+COMPOSE = yaml.safe_load(TEXT)
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 INFRASTRUCTURE = {"autarch-nats-1", "autarch-nats-2", "autarch-nats-3", "postgres"}
 REPOS = "/srv/autarch/repos"
@@ -44,6 +49,29 @@ def _mounts(service: str) -> dict[str, str]:
         source, target, *_ = entry.split(":")
         found[target] = source
     return found
+
+
+def _parsed(text: str) -> PyCompose:
+    # Through JSON: the parser takes no YAML merge keys (`<<`), which PyYAML resolves as compose does.
+    compose = PyCompose.from_json(json.dumps(yaml.safe_load(text)))
+    compose.validate()
+    return compose
+
+
+def test_the_file_follows_the_compose_specification():
+    assert set(_parsed(TEXT).service_names()) == set(SERVICES)
+
+
+@pytest.mark.parametrize(("original", "mistake"), [
+    ("    environment:\n      <<: *env\n      AUTARCH_HOST", "    enviroment:\n      <<: *env\n      AUTARCH_HOST"),
+    ("condition: service_healthy", "condition: service_healty"),
+    ("{source: token,", "{source: tokn,"),
+    ("restart: unless-stopped\n  security_opt", "restart: sometimes\n  security_opt"),
+], ids=["misspelt key", "unknown condition", "undeclared secret", "unknown restart policy"])
+def test_the_specification_check_catches_mistakes(original: str, mistake: str):
+    assert original in TEXT
+    with pytest.raises(ValueError):
+        _parsed(TEXT.replace(original, mistake, 1))
 
 
 def test_every_service_of_the_product_and_nothing_unknown():
