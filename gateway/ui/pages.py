@@ -62,6 +62,9 @@ _HEADERS = {
 TURNS_SHOWN = 40
 """Turns of a workflow's agents the page carries at first (the newest); the API has the rest."""
 
+TOOL_CALLS_SHOWN = 200
+"""Tool calls the page carries at first, the newest, across those turns (one turn may make thousands)."""
+
 _OUTPUT_SHOWN = 4000
 """Characters of a tool call's output a page carries (the session API has it all)."""
 
@@ -170,23 +173,32 @@ async def workflows_page(request: Request, state: State) -> Response[str]:
 
 
 def _trim_turns(sessions: list[SessionView]) -> tuple[list[dict[str, Any]], int]:
-    """The sessions with only the newest turns and shortened outputs, and how many turns were left out."""
+    """The sessions with only the newest turns and tool calls and shortened outputs, and how many turns were
+    left out (a turn that lost tool calls says how many in ``hidden_tool_calls``)."""
     turns = sorted(((s, t) for s in sessions for t in s.turns), key=lambda st: st[1].started_at)
     kept = {id(t) for _, t in turns[-TURNS_SHOWN:]}
+    calls_left: dict[int, int] = {}
+    budget = TOOL_CALLS_SHOWN
+    for _, turn in reversed(turns[-TURNS_SHOWN:]):
+        calls_left[id(turn)] = min(budget, len(turn.tool_calls))
+        budget -= calls_left[id(turn)]
     shown = []
     for session in sessions:
-        view = _plain(session)
+        view = msgspec.structs.asdict(session)
         view["turns"] = []
         for turn in session.turns:
             if id(turn) not in kept:
                 continue
-            plain = _plain(turn)
+            room = calls_left[id(turn)]
+            plain = _plain(msgspec.structs.replace(turn, tool_calls=turn.tool_calls[len(turn.tool_calls) - room:]
+                                                   if room else []))
+            plain["hidden_tool_calls"] = len(turn.tool_calls) - room
             for call in plain["tool_calls"]:
                 output = call.get("output")
                 if isinstance(output, str) and len(output) > _OUTPUT_SHOWN:
                     call["output"] = output[:_OUTPUT_SHOWN] + f"\n… ({len(output) - _OUTPUT_SHOWN} more characters)"
             view["turns"].append(plain)
-        shown.append(view)
+        shown.append(_plain(view))
     return shown, max(0, len(turns) - TURNS_SHOWN)
 
 

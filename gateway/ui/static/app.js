@@ -482,6 +482,7 @@ class AgentStream {
   renderTurn(sessionId, turn) {
     const box = this.turnBox(sessionId, turn.turn_id, turn.index, turn.user_text, !turn.outcome);
     const body = box.querySelector(".body");
+    if (turn.hidden_tool_calls) body.append(h("p", { class: "muted" }, `${turn.hidden_tool_calls} earlier tool calls of this turn are not shown.`));
     const steps = new Set([...turn.thoughts.map((t) => t.step), ...turn.tool_calls.map((c) => c.step)]);
     turn.messages.forEach((_, i) => steps.add(i));
     for (const step of [...steps].sort((a, b) => a - b)) {
