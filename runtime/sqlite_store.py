@@ -14,13 +14,16 @@ Select it with ``PERSISTENCE_MODULE=autarch.runtime.sqlite_store`` (what :mod:`.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 # Imported as a module: eventsourcing finds the factory as the one factory class among this module's names.
 from eventsourcing import sqlite as es_sqlite
 from eventsourcing.application import Application
+from eventsourcing.persistence import StoredEvent
 
-__all__ = ["MODULE", "SYNCHRONOUS_ENV", "Factory", "make_durable"]
+__all__ = ["MODULE", "SYNCHRONOUS_ENV", "ApplicationRecorder", "Factory", "make_durable"]
 
 MODULE = "autarch.runtime.sqlite_store"
 """The ``PERSISTENCE_MODULE`` naming this store."""
@@ -29,8 +32,42 @@ SYNCHRONOUS_ENV = "SQLITE_SYNCHRONOUS"
 MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
+class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
+    """eventsourcing's recorder, reading one aggregate's events faster.
+
+    Every row of an aggregate has the same originator id: it is converted to a UUID once, not once per
+    event (with 100,000 events that conversion was a fifth of a replay), and rows are read as plain tuples.
+    """
+
+    def select_events(self, originator_id: UUID | str, *, gt: int | None = None, lte: int | None = None,
+                      desc: bool = False, limit: int | None = None) -> Sequence[StoredEvent]:
+        statement = f"SELECT originator_version, topic, state FROM {self.events_table_name} WHERE originator_id=? "
+        key = originator_id.hex if isinstance(originator_id, UUID) else originator_id
+        params: list[Any] = [key]
+        if gt is not None:
+            statement += "AND originator_version>? "
+            params.append(gt)
+        if lte is not None:
+            statement += "AND originator_version<=? "
+            params.append(lte)
+        statement += "ORDER BY originator_version " + ("DESC " if desc else "ASC ")
+        if limit is not None:
+            statement += "LIMIT ? "
+            params.append(limit)
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(statement, params)
+            rows = c.fetchall()
+        if not rows:
+            return []
+        oid = self.convert_originator_id(key)
+        return [StoredEvent(originator_id=oid, originator_version=version, topic=topic, state=state)
+                for version, topic, state in rows]
+
+
 class Factory(es_sqlite.SQLiteFactory):
     """eventsourcing's SQLite factory, its connections opened at the chosen ``synchronous`` level."""
+
+    application_recorder_class = ApplicationRecorder
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 
-from autarch.runtime.aggregates import created_ids, project, topic_of
+from autarch.runtime.aggregates import created_ids, load, topic_of
 
 from .domainmodel import Session
 
@@ -26,7 +26,7 @@ class SessionApplication(Application[UUID]):
 
     def get_session(self, session_id: str) -> Session:
         """Rebuild one session from its events."""
-        return self.repository.get(UUID(session_id), projector_func=project)
+        return load(self, UUID(session_id))
 
     def session_ids(self) -> Iterator[str]:
         """Every recorded session id, in creation order, read from the notification log."""

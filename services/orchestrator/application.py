@@ -8,7 +8,7 @@ from uuid import UUID
 from eventsourcing.application import AggregateNotFoundError, Application
 
 from autarch.contracts.workflows import CreateWorkflow
-from autarch.runtime.aggregates import created_ids, project, topic_of
+from autarch.runtime.aggregates import created_ids, load, topic_of
 
 from .domainmodel import Workflow
 from .loop_model import LoopSession
@@ -52,7 +52,7 @@ class WorkflowApplication(Application[UUID]):
 
     def get_workflow(self, workflow_id: str, *, version: int | None = None) -> Workflow:
         """Rebuild one workflow from its events (only its first ``version`` events when given)."""
-        workflow = self.repository.get(UUID(workflow_id), version=version, projector_func=project)
+        workflow = load(self, UUID(workflow_id), version=version)
         if not isinstance(workflow, Workflow):  # a loop session's id: the same store holds both
             raise AggregateNotFoundError(workflow_id)
         return workflow
@@ -63,7 +63,7 @@ class WorkflowApplication(Application[UUID]):
 
     def get_loop(self, session_id: str, *, version: int | None = None) -> LoopSession:
         """Rebuild one loop session from its events (only its first ``version`` events when given)."""
-        session = self.repository.get(UUID(session_id), version=version, projector_func=project)
+        session = load(self, UUID(session_id), version=version)
         if not isinstance(session, LoopSession):
             raise AggregateNotFoundError(session_id)
         return session
@@ -74,13 +74,13 @@ class WorkflowApplication(Application[UUID]):
 
     def get_swarm(self, workflow_id: str, *, version: int | None = None) -> Swarm:
         """The epic of one workflow rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
-        swarm = self.repository.get(swarm_id_for(workflow_id), version=version, projector_func=project)
+        swarm = load(self, swarm_id_for(workflow_id), version=version)
         if not isinstance(swarm, Swarm):
             raise AggregateNotFoundError(workflow_id)
         return swarm
 
     def swarm_at(self, swarm_id: UUID, version: int) -> Swarm:
-        swarm = self.repository.get(swarm_id, version=version, projector_func=project)
+        swarm = load(self, swarm_id, version=version)
         assert isinstance(swarm, Swarm)
         return swarm
 
@@ -91,13 +91,13 @@ class WorkflowApplication(Application[UUID]):
 
     def get_mailbox(self, epic_id: str, *, version: int | None = None) -> Mailbox:
         """The coordination mail of one epic rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
-        mailbox = self.repository.get(mailbox_id_for(epic_id), version=version, projector_func=project)
+        mailbox = load(self, mailbox_id_for(epic_id), version=version)
         if not isinstance(mailbox, Mailbox):
             raise AggregateNotFoundError(epic_id)
         return mailbox
 
     def get_swarm_by_id(self, swarm_id: str) -> Swarm:
-        swarm = self.repository.get(UUID(swarm_id), projector_func=project)
+        swarm = load(self, UUID(swarm_id))
         assert isinstance(swarm, Swarm)
         return swarm
 

@@ -54,3 +54,18 @@ def test_eventsourcing_pool_hook_for_the_sqlite_synchronous_pragma(tmp_path):
                 assert cursor.fetchone()[0] == expected, f"PRAGMA synchronous is not applied for {level!r}"
         finally:
             app.close()
+
+
+def test_eventsourcing_decorated_funcs_for_the_fast_replay():
+    # runtime/aggregates.py load(): an @event method's event is replayed by calling the method directly.
+    import eventsourcing.domain as domain
+
+    from autarch.services.orchestrator.domainmodel import Workflow
+
+    funcs = getattr(domain, "decorated_funcs", None)
+    assert isinstance(funcs, dict), (
+        "eventsourcing.domain.decorated_funcs moved: load() in runtime/aggregates.py can no longer find the "
+        "@event methods; update it (and the pin in pyproject.toml)"
+    )
+    assert funcs.get(Workflow.ErrorRecorded) is not None, "decorated_funcs no longer maps event classes to methods"
+    assert hasattr(domain, "DecoratedFuncCaller"), "eventsourcing.domain.DecoratedFuncCaller moved: update load()"
