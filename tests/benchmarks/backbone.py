@@ -91,15 +91,18 @@ def bench_replay(tmp: Path, n: int) -> dict:
                 wf.record_error(stage="scoping", message="x" * 40)
                 recorded += 1
             app.save(wf)
-        runs = []
-        for _ in range(3 if target <= 1000 else 1):
-            t = time.perf_counter()
+        runs, cpu = [], []
+        for _ in range(5 if target <= 1000 else 3):
+            t, c = time.perf_counter(), time.process_time()
             rebuilt = app.get_workflow(str(wf.id))
             runs.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
             assert rebuilt.version == target
         best = min(runs)
         results[f"replay_{target}_ms"] = round(best * 1000, 2)
         results[f"replay_{target}_events_per_s"] = round(target / best)
+        # CPU time too: on a machine busy with other work, wall time measures the neighbours as well.
+        results[f"replay_{target}_cpu_events_per_s"] = round(target / min(cpu))
     app.close()
     return results
 
