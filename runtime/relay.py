@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from eventsourcing.application import Application
 from eventsourcing.domain import DomainEvent
-from eventsourcing.persistence import Tracking, TrackingRecorder
+from eventsourcing.persistence import Notification, Tracking, TrackingRecorder
 from nats.aio.client import Client
 
 from autarch.contracts.base import encode
@@ -139,20 +139,24 @@ class EventRelay:
         if self._stopping:
             raise _Stopped
 
+    def _read_durable(self, start: int) -> list[Notification]:
+        """The next batch, on disk: read and synced in one trip to a worker thread (one hop, not two)."""
+        notifications = self.app.recorder.select_notifications(start=start, limit=self.batch)
+        if notifications:
+            # An SQLite store commits without fsync (runtime/sqlite_store.py): the batch goes to disk before
+            # anyone can see it on the stream, so the stream never holds an event the store could lose.
+            make_durable(self.app)
+        return list(notifications)
+
     async def publish_pending(self) -> int:
         """Publish one batch of unpublished notifications; returns how many were read."""
         recorder = self._recorder()
         if self._published is None:
             self._published = recorder.max_tracking_id(self.name) or 0
         start = self._published + 1
-        notifications = await asyncio.to_thread(
-            self.app.recorder.select_notifications, start=start, limit=self.batch
-        )
+        notifications = await asyncio.to_thread(self._read_durable, start)
         if not notifications:
             return 0
-        # An SQLite store commits without fsync (runtime/sqlite_store.py): put the batch on disk before anyone
-        # can see it on the stream, so the stream never holds an event the store could lose.
-        await asyncio.to_thread(make_durable, self.app)
         if self._store_id is None:
             first = await asyncio.to_thread(self.app.recorder.select_notifications, start=1, limit=1)
             self._store_id = first[0].originator_id.hex[:12]
