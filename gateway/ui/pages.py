@@ -85,7 +85,8 @@ def _page(title: str, body_class: str, data: dict[str, Any], *, csrf: str, statu
 <script type="module" src="/ui/static/app.js"></script>
 </head><body class="{body_class}">
 <header class="top"><a href="/" class="brand">Autarch</a><nav><a href="/">Workflows</a>
-</nav><span id="live" class="live" role="status" aria-live="polite">connecting…</span>
+<a href="/channels">Channels</a><a href="/loops">Loops</a></nav>
+<span id="live" class="live" role="status" aria-live="polite">connecting…</span>
 </header>
 <main id="main" tabindex="-1"><noscript>This page needs JavaScript.</noscript></main>
 <script type="application/json" id="state">{blob}</script>
@@ -236,8 +237,51 @@ async def workflow_page(request: Request, state: State, workflow_id: FromPath[st
     return _page(view.title, "workflow", data, csrf=csrf)
 
 
+@get("/loops", **_PAGE)
+async def loops_page(request: Request, state: State) -> Response[str]:
+    """Loop sessions: the script reads them from ``/api/pulse`` (after the sequence given here)."""
+    sid = _sid(request, state)
+    if sid is None:
+        return _signed_out()
+    return _page("Loops", "loops", {"page": "loops", "since": await _last_sequence(state)},
+                 csrf=csrf_token(_token(state), sid))
+
+
+@get("/channels", **_PAGE)
+async def channels_page(request: Request, state: State) -> Response[str]:
+    """Discussions: a form to open one in a channel, and the discussion sessions so far."""
+    sid = _sid(request, state)
+    if sid is None:
+        return _signed_out()
+    _, summaries = await _costs(state)
+    discussions = [s for s in summaries if s["role"] == "discussion"]
+    return _page("Channels", "channels", {"page": "channels", "sessions": discussions, "cwd": str(Path.cwd())},
+                 csrf=csrf_token(_token(state), sid))
+
+
+@get("/sessions/{session_id:str}", **_PAGE)
+async def session_page(request: Request, state: State, session_id: FromPath[str]) -> Response[str]:
+    """One discussion as a chat: its turns so far, then the stream; the next message from a form."""
+    sid = _sid(request, state)
+    if sid is None:
+        return _signed_out()
+    csrf = csrf_token(_token(state), sid)
+    since = await _last_sequence(state)
+    try:
+        session = await ask_service(state, "agent_runner", "get_session", GetSession(session_id=session_id),
+                                    SessionView, idempotent=True)
+    except RemoteError as exc:
+        if exc.code not in ("not_found", "bad_request"):
+            raise
+        return _page("Not found", "missing", {"page": "missing", "what": f"session {session_id}"}, csrf=csrf,
+                     status=404)
+    shown, hidden = _trim_turns([session])
+    return _page(f"Discussion {session.channel_id or ''}", "session",
+                 {"page": "session", "since": since, "sessions": shown, "hidden_turns": hidden}, csrf=csrf)
+
+
 UI_ROUTES = [
-    login, logout, workflows_page, workflow_page,
+    login, logout, workflows_page, workflow_page, loops_page, channels_page, session_page,
     create_static_files_router(path="/ui/static", directories=[STATIC], include_in_schema=False, opt=NO_AUTH,
                                name="ui-static"),
 ]

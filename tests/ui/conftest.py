@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,8 +21,11 @@ from tests.e2e.conftest import System
 from tests.workflows.conftest import Client, scripted_system
 
 CHROMIUM = os.environ.get("AUTARCH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
-"""Where the screenshots of docs/ui.md are written."""
+DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "ui"
+SHOTS = DOCS_SHOTS if os.environ.get("AUTARCH_UI_SCREENSHOTS") == "docs" else \
+    Path(tempfile.gettempdir()) / "autarch-ui-screenshots"
+"""Where the screenshots are written: docs/ui (those of docs/ui.md) with ``AUTARCH_UI_SCREENSHOTS=docs``, else a
+temporary folder, so an ordinary test run leaves the working tree as it was."""
 
 
 def chromium_path() -> str:
@@ -79,6 +83,10 @@ def page(browser, system: System):
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     page.set_default_timeout(30_000)
+    # A script error is a failure of the page: collected here, checked when the test ends.
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(login_link(system))
     yield page
     context.close()
+    assert not errors, errors

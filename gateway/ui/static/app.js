@@ -15,9 +15,11 @@ const RECORDED = [
   "turn:tool_started", "turn:tool_completed", "turn:completed", "swarm:started", "swarm:finished",
   "bead:created", "bead:updated", "bead:claimed", "bead:closed", "bead:bounced", "bead:reopened", "bead:evidence",
   "worker:joined", "worker:status", "worker:handoff", "lease:granted", "lease:released", "lease:conflict",
-  "mail:posted",
+  "mail:posted", "loop:started", "loop:iteration_started", "loop:iteration_completed", "loop:paused",
+  "loop:resumed", "loop:completed", "loop:blocked", "loop:failed", "loop:aborted",
 ];
 const DELTAS = ["turn:message_delta", "turn:thought_delta"];
+const TOOL_CALLS_SHOWN = 200; // as the server's first page: the newest of a turn (the session API has all)
 
 // What tests and the benchmark read: the last event applied and when each reached the DOM.
 const probe = (window.autarch = { lastId: STATE.since, applied: 0, timings: [] });
@@ -492,8 +494,29 @@ class AgentStream {
         body.append(this.tool(c.tool_use_id, c.name, c.input, c.output, c.is_error, c.duration_ms));
       }
     }
-    if (turn.outcome) this.finish(box, turn.outcome.kind, turn.usage, turn.cost_usd);
-    this.counted.add(turn.turn_id);
+    if (turn.outcome) {
+      this.finish(box, turn.outcome.kind, turn.usage, turn.cost_usd);
+      this.counted.add(turn.turn_id);
+    }
+  }
+
+  // Live events of one turn arrive by two roads (text deltas at once, tool calls once recorded), so their
+  // order on screen can differ from the model's: once the turn is over, its recorded form replaces them.
+  async settle(sessionId, turnId) {
+    let session;
+    try {
+      session = await api("GET", `/api/sessions/${sessionId}`);
+    } catch {
+      return; // the live rendering stays
+    }
+    const turn = session.turns.find((t) => t.turn_id === turnId);
+    const box = this.turns.get(turnId);
+    if (!turn || !box || !turn.outcome) return;
+    const keep = TOOL_CALLS_SHOWN;
+    const hidden = Math.max(0, turn.tool_calls.length - keep);
+    const trimmed = { ...turn, tool_calls: turn.tool_calls.slice(hidden), hidden_tool_calls: hidden };
+    box.querySelector(".body").replaceChildren();
+    this.renderTurn(sessionId, trimmed);
   }
 
   prompt(text) {
@@ -530,8 +553,14 @@ class AgentStream {
         this.stick(() => box.querySelector(".body").append(this.tool(e.tool_use_id, e.tool, e.input, null, false, 0)));
       }
     } else if (type === "turn:tool_completed") {
-      const node = this.turns.get(e.turn_id)?.querySelector(`[data-tool="${CSS.escape(e.tool_use_id)}"]`);
-      if (node) {
+      const box = this.turnBox(e.session_id, e.turn_id, 0, "", true);
+      let node = box.querySelector(`[data-tool="${CSS.escape(e.tool_use_id)}"]`);
+      if (!node) {
+        // Read-only calls made together record only their completion: its arguments come with the turn's end.
+        node = this.tool(e.tool_use_id, e.tool, {}, null, false, 0);
+        this.stick(() => box.querySelector(".body").append(node));
+      }
+      {
         node.classList.toggle("is-error", e.is_error);
         node.querySelector(".result").replaceChildren(h("div", { class: "muted" }, `Result (${Math.round(e.duration_ms)} ms)`), h("pre", {}, e.output));
       }
@@ -548,6 +577,7 @@ class AgentStream {
       const usage = { input_tokens: e.input_tokens, output_tokens: e.output_tokens,
         cache_read_input_tokens: e.cache_read_input_tokens, cache_creation_input_tokens: e.cache_creation_input_tokens };
       this.finish(box, e.outcome, usage, e.cost_usd);
+      this.settle(e.session_id, e.turn_id);
       if (!this.counted.has(e.turn_id)) {
         this.counted.add(e.turn_id);
         this.totals.input += e.input_tokens + e.cache_read_input_tokens + e.cache_creation_input_tokens;
@@ -580,6 +610,132 @@ class AgentStream {
     }
     this.stick(() => { node.textContent = d.restart ? d.text : node.textContent + d.text; });
   }
+}
+
+// --- a swarm's bead board --------------------------------------------------------------------------------
+
+const BEAD_COLUMNS = ["open", "in_progress", "bounced", "closed"];
+
+function beadBoard(swarm) {
+  const onPath = new Set(swarm.critical_path || []);
+  const column = (status) => h("div", { class: "column", "data-status": status },
+    h("h3", {}, `${human(status)} (${swarm.beads.filter((b) => b.status === status).length})`),
+    swarm.beads.filter((b) => b.status === status).map((b) => h("div", { class: "sub bead", "data-bead": b.id },
+      h("strong", { class: "mono" }, b.id), " ", b.title,
+      onPath.has(b.id) ? h("span", { class: "badge s-halted" }, "critical path") : null,
+      b.assignee ? h("div", { class: "muted" }, `${b.assignee}${b.attempt > 1 ? ` · attempt ${b.attempt}` : ""}`) : null,
+      b.files && b.files.length ? h("div", { class: "mono muted" }, b.files.join(", ")) : null,
+      b.bounce_reason ? h("div", { class: "error" }, b.bounce_reason) : null)));
+  return h("section", { class: "panel", id: "beads" },
+    h("h2", {}, `Beads · ${swarm.mode}, up to ${swarm.max_workers} workers`),
+    h("div", { class: "columns" }, BEAD_COLUMNS.map(column)),
+    h("h3", {}, "Workers"),
+    swarm.workers.length ? h("table", {}, h("tbody", {}, swarm.workers.map((w) => h("tr", { "data-worker": w.name },
+      h("td", {}, h("strong", {}, w.name), w.nickname ? ` (${w.nickname})` : ""), h("td", {}, badge(w.status)),
+      h("td", { class: "mono" }, w.bead_id || ""), h("td", { class: "muted" }, `${w.beads_closed} closed`))))) : h("p", { class: "muted" }, "None yet."),
+    h("h3", {}, "Leases"),
+    swarm.leases.length ? h("table", {}, h("tbody", {}, swarm.leases.map((l) => h("tr", {},
+      h("td", { class: "mono" }, l.pattern), h("td", {}, l.holder), h("td", {}, l.mode), h("td", { class: "mono" }, l.bead_id || ""),
+      h("td", { class: "muted" }, `until ${when(l.expires_at)}`))))) : h("p", { class: "muted" }, "None held."),
+    swarm.merged.length ? h("p", {}, "Landed: ", h("span", { class: "mono" }, swarm.merged.join(" → "))) : null);
+}
+
+// --- loop sessions -----------------------------------------------------------------------------------------
+
+function loopsPage() {
+  const list = h("div", { id: "loops" });
+  const open = new Set();
+  const paint = async () => {
+    const loops = (await api("GET", "/api/pulse?limit=1000")).items;
+    const views = await Promise.all(loops.filter((l) => open.has(l.id)).map((l) => api("GET", `/api/pulse/${l.id}`)));
+    const byId = Object.fromEntries(views.map((v) => [v.id, v]));
+    list.replaceChildren(...(loops.length ? [...loops].reverse().map((l) => loopView(l, byId[l.id], open, paint))
+      : [h("p", { class: "muted" }, "No loop sessions yet: start one with autarch pulse start, or the API (POST /api/pulse/start).")]));
+  };
+  MAIN.replaceChildren(h("h1", {}, "Loop sessions"), list);
+  paint();
+  const refresh = debounce(paint, 150);
+  follow("deltas=false", (type) => { if (type.startsWith("loop:")) refresh(); });
+}
+
+function loopView(loop, view, open, repaint) {
+  const box = h("details", { class: "panel loop", "data-loop": loop.id, open: view ? true : null },
+    h("summary", {}, h("strong", {}, loop.project_name), " ", badge(loop.status), " ",
+      `iteration ${loop.current_iteration}/${loop.max_iterations}`, loop.last_signal ? ` · ${loop.last_signal}` : "",
+      ` · ${loop.total_commits} commits`),
+    h("div", { class: "msg" }, loop.goal));
+  box.addEventListener("toggle", () => {
+    if (box.open && !open.has(loop.id)) { open.add(loop.id); repaint(); }
+    if (!box.open) open.delete(loop.id);
+  });
+  if (!view) return box;
+  box.append(h("p", { class: "muted" }, h("span", { class: "mono" }, view.branch_name), ` · ${view.total_tokens_used.toLocaleString()} tokens · ${money(view.total_cost_usd)}`,
+    view.status_reason ? ` · ${view.status_reason}` : ""));
+  if (view.progress_log.length) {
+    box.append(h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "#"), h("th", {}, "Signal"), h("th", {}, "Summary"), h("th", {}, "Commit"))),
+      h("tbody", {}, view.progress_log.map((p) => h("tr", {}, h("td", {}, p.iteration), h("td", {}, p.signal),
+        h("td", { class: "msg" }, p.summary), h("td", { class: "mono" }, p.commit_hash ? p.commit_hash.slice(0, 10) : ""))))));
+  }
+  const post = (verb, body) => async () => { await api("POST", `/api/pulse/${loop.id}/${verb}`, body); repaint(); };
+  const message = h("textarea", { id: `loop-message-${loop.id}` });
+  if (view.status === "running" && !view.pause_requested) box.append(h("div", { class: "row" }, ...action("Pause", post("pause"))));
+  if (view.status === "paused" || view.status === "blocked") {
+    box.append(h("label", { for: message.id }, "Message for the next iteration (optional)"), message,
+      h("div", { class: "row" }, ...action("Resume", async () => post("resume", message.value.trim() ? { message: message.value } : undefined)(), "primary")));
+  }
+  if (["running", "paused", "blocked"].includes(view.status)) {
+    box.append(h("div", { class: "row" }, ...action("Abort", post("abort", { reason: "aborted from the web UI" }), "danger")));
+  }
+  return box;
+}
+
+// --- discussion channels -----------------------------------------------------------------------------------
+
+function channelsPage() {
+  const alert = h("p", { role: "alert", class: "error" });
+  const form = h("form", { class: "panel", id: "channel-form" },
+    h("h2", {}, "Start a discussion"),
+    h("label", { for: "ch-channel" }, "Channel"), h("input", { type: "text", id: "ch-channel", name: "channel", value: "general", required: true, pattern: "[A-Za-z0-9_.\\-]{1,100}" }),
+    h("label", { for: "ch-repo" }, "Repository (a path on the gateway's machine)"), h("input", { type: "text", id: "ch-repo", name: "repo", required: true, placeholder: STATE.cwd }),
+    h("label", { for: "ch-message" }, "Message"), h("textarea", { id: "ch-message", name: "message", required: true }),
+    h("div", { class: "row" }, h("button", { type: "submit", class: "primary" }, "Start"), alert));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const data = Object.fromEntries(new FormData(form).entries());
+    try {
+      const turn = await api("POST", `/api/channels/${encodeURIComponent(data.channel)}/session`, { repo: data.repo, message: data.message });
+      location.assign(`/sessions/${turn.session_id}`);
+    } catch (err) {
+      alert.textContent = err.message;
+    }
+  });
+  MAIN.replaceChildren(h("h1", {}, "Channels"), form, h("section", { class: "panel" }, h("h2", {}, "Discussions"),
+    STATE.sessions.length ? h("ul", {}, STATE.sessions.map((s) => h("li", {}, h("a", { href: `/sessions/${s.session_id}` }, s.session_id.slice(0, 8)),
+      ` · ${s.status} · ${s.turns} turns · ${money(s.cost_usd)}`))) : h("p", { class: "muted" }, "None yet.")));
+}
+
+function sessionPage() {
+  const session = STATE.sessions[0];
+  const agents = new AgentStream(STATE.sessions, STATE.hidden_turns);
+  const text = h("textarea", { id: "chat-message" });
+  const status = h("span", { id: "chat-status", class: "muted" }, session.status);
+  const send = action("Send", async () => {
+    if (!text.value.trim()) return;
+    await api("POST", `/api/sessions/${session.session_id}/message`, { text: text.value });
+    text.value = "";
+  }, "primary");
+  MAIN.replaceChildren(
+    h("h1", {}, `#${session.channel_id || "discussion"} `, status),
+    h("p", { class: "muted" }, h("span", { class: "mono" }, session.root), " · ", agents.summary),
+    h("section", { class: "panel chat" }, agents.list,
+      h("label", { for: text.id }, "Message"), text, h("div", { class: "row" }, ...send)));
+  follow("deltas=true", (type, event) => {
+    if (event.session_id !== session.session_id) return;
+    agents.onEvent(type, event);
+    if (type === "turn:started") status.textContent = "running";
+    if (type === "turn:completed") status.textContent = "idle";
+    if (type === "session:completed") status.textContent = "closed";
+  }, (type, delta) => { if (delta.session_id === session.session_id) agents.onDelta(type, delta); });
 }
 
 // --- workflow page -----------------------------------------------------------------------------------------
@@ -665,6 +821,18 @@ function workflowPage() {
     panel.replaceChildren(...parts);
   });
 
+  // A swarm's bead board, once the workflow has an epic (404 no_epic until then, or never).
+  const board = h("div", { id: "board" });
+  let swarmSeen = false;
+  const paintBoard = async () => {
+    if (!wf.branch) return;
+    try {
+      board.replaceChildren(beadBoard(await api("GET", `/api/beads/swarm?epic_id=${wf.id}`)));
+      swarmSeen = true;
+    } catch (err) {
+      if (err.status !== 404) board.replaceChildren(h("p", { class: "error" }, err.message));
+    }
+  };
   const paint = () => { paintHead(); paintPanel(); };
   let stampIds = [];
   const refresh = debounce(async () => {
@@ -678,13 +846,18 @@ function workflowPage() {
     stampIds = [];
   }, 60);
 
-  MAIN.replaceChildren(head, h("div", { class: "layout" }, panel,
+  MAIN.replaceChildren(head, board, h("div", { class: "layout" }, panel,
     h("section", { class: "panel", "aria-labelledby": "agents-title" }, h("h2", { id: "agents-title" }, "Agents"), agents.list)));
   paint();
   if (wf.branch && wf.stage === "review") showDiff(`/api/workflows/${wf.id}/diff`, `Branch ${wf.branch} against ${wf.base_branch}`);
 
+  paintBoard();
+  const boardRefresh = debounce(paintBoard, 150);
   follow(`workflow=${wf.id}`, (type, event, id) => {
-    if (type.startsWith("turn:") || type.startsWith("session:")) {
+    if (/^(bead|worker|lease|swarm):/.test(type)) {
+      boardRefresh();
+      probe.timings.push([id, type, event.occurred_at, Date.now()]);
+    } else if (type.startsWith("turn:") || type.startsWith("session:")) {
       agents.onEvent(type, event);
       if (type === "turn:completed") paintHead();
       probe.timings.push([id, type, event.occurred_at, Date.now()]);
@@ -697,4 +870,7 @@ function workflowPage() {
 
 if (STATE.page === "workflows") workflowsPage();
 else if (STATE.page === "workflow") workflowPage();
+else if (STATE.page === "loops") loopsPage();
+else if (STATE.page === "channels") channelsPage();
+else if (STATE.page === "session") sessionPage();
 else MAIN.replaceChildren(h("h1", {}, "Not found"), h("p", {}, `There is no ${STATE.what}.`), h("p", {}, h("a", { href: "/" }, "All workflows")));
