@@ -273,7 +273,7 @@ async def open_runner(
     log.info("event store: %s", describe_store(env))
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
     model = model or ModelClient(settings=settings)
-    inline = env.get("PERSISTENCE_MODULE") == sqlite_store.MODULE and settings.sqlite_synchronous != "full"
+    inline = sqlite_store.commits_inline(env)
     relay_box: list[PacedRelay] = []
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
                          after_save=lambda session: relay_box[0].saved(session))

@@ -24,6 +24,7 @@ from autarch.contracts.workflows import (
     WorkflowList,
     WorkflowView,
 )
+from autarch.runtime import sqlite_store
 from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env
@@ -86,7 +87,9 @@ class Orchestrator:
     async def create_workflow(self, command: CreateWorkflow) -> WorkflowView:
         async with self._mailboxes[command.workflow_id]:
             try:
-                workflow, is_new = await asyncio.to_thread(self.app.new_workflow, command)
+                # An embedded store answers this read faster than a worker thread could be reached.
+                workflow, is_new = (self.app.new_workflow(command) if self.writer.inline
+                                    else await asyncio.to_thread(self.app.new_workflow, command))
             except ValueError as exc:
                 raise ServiceFailure.conflict(str(exc), workflow_id=command.workflow_id) from None
             if is_new:
@@ -180,7 +183,7 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
         return to_contract(domain_event)
 
     relay = EventRelay(app=app, nc=nc, to_contract=wire)
-    writer = BatchedWriter(app=app, after_save=relay.wake)
+    writer = BatchedWriter(app=app, after_save=relay.wake, inline=sqlite_store.commits_inline(env))
     orchestrator = Orchestrator(app=app, writer=writer)
     book = LoopBook(app=app, writer=writer, nc=nc, settings=settings)
     orchestrator.loops = book

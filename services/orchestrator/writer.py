@@ -25,6 +25,9 @@ class BatchedWriter:
     after_save: Callable[[], None] | None = None
     """Called after every successful transaction (wakes the relay)."""
     max_batch: int = 256
+    inline: bool = False
+    """Commit on the event loop instead of a worker thread (an embedded store's commit is cheaper than the trip:
+    ``runtime.sqlite_store.commits_inline``)."""
     _queue: asyncio.Queue[tuple[list[Any], asyncio.Future[None]]] = field(default_factory=asyncio.Queue)
     _task: asyncio.Task[None] | None = None
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -67,16 +70,22 @@ class BatchedWriter:
             finally:
                 self._idle.set()
 
+    async def _save(self, *events: Any) -> None:
+        if self.inline:
+            self.app.save(*events)
+        else:
+            await asyncio.to_thread(self.app.save, *events)
+
     async def _commit(self, batch: list[tuple[list[Any], asyncio.Future[None]]]) -> None:
         try:
-            await asyncio.to_thread(self.app.save, *(e for events, _ in batch for e in events))
+            await self._save(*(e for events, _ in batch for e in events))
             outcomes: list[BaseException | None] = [None] * len(batch)
         except Exception:
             # One bad aggregate must not fail its neighbours: retry them one by one.
             outcomes = []
             for events, _ in batch:
                 try:
-                    await asyncio.to_thread(self.app.save, *events)
+                    await self._save(*events)
                     outcomes.append(None)
                 except Exception as exc:
                     outcomes.append(exc)
