@@ -9,6 +9,8 @@ from tests.workflows.conftest import make_repo
 
 
 def test_the_login_link_signs_a_browser_in_once_with_an_httponly_cookie(browser, system) -> None:
+    # `autarch up` said where the UI is.
+    assert f"UI       {system.url}/  (sign in with `autarch ui`)" in system.log.read_text()
     context = browser.new_context()
     page = context.new_page()
     link = login_link(system)

@@ -136,3 +136,38 @@ def test_a_reload_mid_stream_loses_and_repeats_nothing(page: Page, system, model
     assert page.locator("article.turn.running").count() == 0
     # The slow reply's text is there once, whole.
     assert page.locator(".msg", has_text="Checking the change once more.").count() == 1
+
+
+def test_an_extension_approved_and_a_stopped_pulse_resumed_from_the_browser(
+        page: Page, system, model, client: Client, tmp_path: Path) -> None:
+    s = scenarios.pulse_asks_for_an_extension()
+    model.use(s)
+    wid = client.create(make_repo(tmp_path / "repo", s["files"]))
+    page.goto(f"{system.url}/workflows/{wid}")
+    for card in ("scope", "research", "plan"):
+        _approve(page, card)
+    halt = page.locator("#halt")
+    expect(halt).to_contain_text("Extension requested", timeout=60_000)
+    halt.get_by_label("Message to the agent").fill("Take the time you need.")
+    halt.get_by_role("button", name="Approve extension").click()
+    expect(page.locator("#card-review").get_by_role("button", name="Approve")).to_be_visible(timeout=120_000)
+    assert client.get(wid)["status"] == "awaiting_approval"
+
+    # A pulse stopped with the Stop button halts with the reason; Resume (with guidance) runs it again.
+    s = scenarios.slow_pulse()
+    model.use(s)
+    wid = client.create(make_repo(tmp_path / "slow", s["files"]))
+    page.goto(f"{system.url}/workflows/{wid}")
+    for card in ("scope", "research", "plan"):
+        _approve(page, card)
+    expect(page.locator(".turn.running .msg", has_text="Thinking about the verification")).to_be_visible(
+        timeout=60_000)
+    page.get_by_role("button", name="Stop").click()
+    expect(halt).to_contain_text("Halted: Stopped", timeout=30_000)
+    halt.get_by_label("Guidance for the agent").fill("Finish the edit, then complete the pulse.")
+    halt.get_by_role("button", name="Resume").click()
+    expect(halt).to_have_count(0, timeout=30_000)
+    view = client.get(wid)
+    assert view["status"] != "halted"
+    runs = client.artifacts(wid)["pulse_runs"]
+    assert runs[0]["status"] == "stopped" and len(runs) >= 2
