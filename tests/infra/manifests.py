@@ -8,6 +8,7 @@ calls recorded instead of performed (Starlark is a subset of Python's syntax, an
 from __future__ import annotations
 
 import importlib.util
+import re
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,59 @@ def run_tiltfile(environ: dict[str, str] | None = None) -> TiltRun:
     }
     source = (ROOT / "Tiltfile").read_text()
     exec(compile(source, str(ROOT / "Tiltfile"), "exec"), namespace)
+    return run
+
+
+_STARLARK_PRELUDE = """
+CALLS = []
+def _thaw(value):
+    if type(value) == "dict":
+        return {k: _thaw(v) for k, v in value.items()}
+    if type(value) == "list":
+        return [_thaw(v) for v in value]
+    return value
+def docker_build(ref, context, **kwargs):
+    CALLS.append(["docker_build", ref, context, kwargs])
+def k8s_yaml(source):
+    CALLS.append(["k8s_yaml", source])
+def k8s_resource(workload = "", **kwargs):
+    CALLS.append(["k8s_resource", workload, kwargs])
+def read_yaml_stream(path):
+    return _thaw(YAML_FILES[path])
+def encode_yaml(obj):
+    return [obj]
+def encode_yaml_stream(objs):
+    return objs
+def os_getenv(key, default = ""):
+    return ENVIRON.get(key, default)
+"""
+"""Tilt's built-ins as Starlark functions recording their calls (values read in are thawed: Tilt hands out
+mutable ones, and the Tiltfile edits them)."""
+
+
+def run_tiltfile_in_starlark(environ: dict[str, str] | None = None) -> TiltRun:
+    """Evaluate the Tiltfile with starlark-go, the interpreter Tilt embeds, in Tilt's dialect (reassigned
+    globals and top-level loops allowed); the same recording as :func:`run_tiltfile`."""
+    from starlark_go import Starlark, configure_starlark
+
+    configure_starlark(allow_global_reassign=True, allow_recursion=True, allow_set=True)
+    source = (ROOT / "Tiltfile").read_text()
+    paths = sorted(set(re.findall(r"read_yaml_stream\('([^']+)'\)", source)))
+    interpreter = Starlark()
+    interpreter.set(
+        ENVIRON=environ or {},
+        YAML_FILES={p: [doc for doc in yaml.safe_load_all((ROOT / p).read_text()) if doc] for p in paths},
+    )
+    # `os` is a module in Tilt, which plain Starlark lacks: its one function used here becomes a global.
+    interpreter.exec(_STARLARK_PRELUDE + source.replace("os.getenv(", "os_getenv("), filename="Tiltfile")
+    run = TiltRun()
+    for call in interpreter.eval("CALLS"):
+        if call[0] == "docker_build":
+            run.builds.append({"ref": call[1], "context": call[2], **call[3]})
+        elif call[0] == "k8s_yaml":
+            run.objects.extend(call[1])
+        else:
+            run.resources.append({"workload": call[1], **call[2]})
     return run
 
 

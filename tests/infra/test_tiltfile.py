@@ -16,6 +16,7 @@ from .manifests import (
     image_requirements,
     pod_spec,
     run_tiltfile,
+    run_tiltfile_in_starlark,
     selector_matches,
     workload_name,
 )
@@ -31,6 +32,29 @@ def _images_used() -> set[str]:
         spec = pod_spec(workload)
         images |= {c["image"] for c in spec["containers"] + spec.get("initContainers", [])}
     return images
+
+
+def test_the_tiltfile_is_starlark_and_does_there_what_it_does_here():
+    # The checks below evaluate the Tiltfile as Python; Starlark refuses some Python (f-strings, while loops,
+    # `is`, classes…), so it also runs in starlark-go and must make the very same calls.
+    for environ in ({}, {"ANTHROPIC_API_KEY": "sk-test"}):
+        in_starlark = run_tiltfile_in_starlark(environ)
+        in_python = run_tiltfile(environ)
+        assert in_starlark.builds == in_python.builds
+        assert in_starlark.resources == in_python.resources
+        assert in_starlark.objects == in_python.objects
+
+
+def test_the_starlark_check_refuses_python_that_tilt_would_refuse(tmp_path, monkeypatch):
+    from starlark_go.errors import StarlarkError
+
+    from . import manifests
+
+    tiltfile = tmp_path / "Tiltfile"
+    tiltfile.write_text("name = f'autarch-{1}'\n")
+    monkeypatch.setattr(manifests, "ROOT", tmp_path)
+    with pytest.raises(StarlarkError):
+        manifests.run_tiltfile_in_starlark()
 
 
 def test_what_tilt_applies_is_valid_for_the_kubernetes_api():
