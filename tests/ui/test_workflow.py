@@ -171,3 +171,37 @@ def test_an_extension_approved_and_a_stopped_pulse_resumed_from_the_browser(
     assert view["status"] != "halted"
     runs = client.artifacts(wid)["pulse_runs"]
     assert runs[0]["status"] == "stopped" and len(runs) >= 2
+
+
+def test_a_lost_network_mid_stream_loses_and_repeats_nothing(page: Page, system, model, client: Client,
+                                                             tmp_path: Path) -> None:
+    s = scenarios.base()
+    model.use(s)
+    wid = client.create(make_repo(tmp_path / "repo", s["files"]))
+    page.goto(f"{system.url}/workflows/{wid}")
+    _approve(page, "scope")
+    # Offline while research runs: the connection drops (an emulated offline browser keeps open connections
+    # open, so the page is told to drop it as a lost network would) and cannot come back; events go on being
+    # recorded without the page.
+    page.context.set_offline(True)
+    page.evaluate("window.autarch.disconnect()")
+    expect(page.locator("#live")).to_have_text("reconnecting…")
+    client.wait_awaiting(wid, "research")
+    page.context.set_offline(False)
+    expect(page.locator("#live")).to_have_text("live", timeout=30_000)
+    expect(page.locator("#card-research").get_by_role("button", name="Approve")).to_be_visible(timeout=30_000)
+
+    # Every event recorded while offline reached the page once: each turn and tool call once, each turn ended.
+    applied = page.evaluate("window.autarch.timings.map(t => t[0])")
+    assert len(applied) == len(set(applied))
+    sessions = client.http.get("/api/sessions", params={"workflow": wid}).json()["items"]
+    turns, calls = [], []
+    for summary in sessions:
+        session = client.http.get(f"/api/sessions/{summary['session_id']}").json()
+        turns += [t["turn_id"] for t in session["turns"]]
+        calls += [f'{t["turn_id"]}/{c["name"]}' for t in session["turns"] for c in t["tool_calls"]]
+    expect(page.locator("article.turn")).to_have_count(len(turns))
+    shown = page.locator("details.tool").evaluate_all(
+        "els => els.map(e => e.closest('article').id.slice(5) + '/' + e.dataset.name)")
+    assert sorted(shown) == sorted(calls)
+    assert page.locator("article.turn.running").count() == 0

@@ -122,15 +122,39 @@ function follow(query, onRecorded, onDelta) {
     if (onDelta) for (const type of DELTAS) source.addEventListener(type, (e) => onDelta(type, JSON.parse(e.data)));
   };
   open();
+  // What a dropped connection does, on demand (tests): close, then reopen after the last event applied.
+  probe.disconnect = () => {
+    source.close();
+    live.textContent = "reconnecting…";
+    live.className = "live off";
+    setTimeout(open, 1000);
+  };
 }
 
+// Runs ``fn`` once things settle; a failed run (the network is away) is tried again until one succeeds.
 function debounce(fn, ms) {
   let timer = null;
   let pending = [];
+  const run = async () => {
+    const items = pending;
+    pending = [];
+    try {
+      await fn(items);
+      const live = document.getElementById("live");
+      if (live.textContent.endsWith("retrying…")) { live.textContent = "live"; live.className = "live on"; }
+    } catch (err) {
+      pending = items.concat(pending);
+      const live = document.getElementById("live");
+      live.textContent = `${err.message}: retrying…`;
+      live.className = "live off";
+      clearTimeout(timer);
+      timer = setTimeout(run, 2000);
+    }
+  };
   return (item) => {
     if (item !== undefined) pending.push(item);
     clearTimeout(timer);
-    timer = setTimeout(() => { const items = pending; pending = []; fn(items); }, ms);
+    timer = setTimeout(run, ms);
   };
 }
 
@@ -653,8 +677,8 @@ function loopsPage() {
       : [h("p", { class: "muted" }, "No loop sessions yet: start one with autarch pulse start, or the API (POST /api/pulse/start).")]));
   };
   MAIN.replaceChildren(h("h1", {}, "Loop sessions"), list);
-  paint();
   const refresh = debounce(paint, 150);
+  refresh();
   follow("deltas=false", (type) => { if (type.startsWith("loop:")) refresh(); });
 }
 
@@ -830,7 +854,7 @@ function workflowPage() {
       board.replaceChildren(beadBoard(await api("GET", `/api/beads/swarm?epic_id=${wf.id}`)));
       swarmSeen = true;
     } catch (err) {
-      if (err.status !== 404) board.replaceChildren(h("p", { class: "error" }, err.message));
+      if (err.status && err.status !== 404) board.replaceChildren(h("p", { class: "error" }, err.message));
     }
   };
   const paint = () => { paintHead(); paintPanel(); };
