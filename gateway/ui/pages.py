@@ -87,6 +87,7 @@ def _page(title: str, body_class: str, data: dict[str, Any], *, csrf: str, statu
 <header class="top"><a href="/" class="brand">Autarch</a><nav><a href="/">Workflows</a>
 <a href="/channels">Channels</a><a href="/loops">Loops</a></nav>
 <span id="live" class="live" role="status" aria-live="polite">connecting…</span>
+<button type="button" id="signout">Sign out</button>
 </header>
 <main id="main" tabindex="-1"><noscript>This page needs JavaScript.</noscript></main>
 <script type="application/json" id="state">{blob}</script>

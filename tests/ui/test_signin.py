@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+from playwright.sync_api import expect
 
 from tests.ui.conftest import login_link
 from tests.workflows.conftest import make_repo
@@ -31,6 +32,11 @@ def test_the_login_link_signs_a_browser_in_once_with_an_httponly_cookie(browser,
     assert "already used" in again.locator("#signin-reason").inner_text()
     assert not [c for c in other.cookies() if c["name"] == "autarch_session"]
     other.close()
+
+    # Signing out forgets the cookie: the next page asks to sign in again.
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#signin-reason")).to_be_visible()
+    assert not [c for c in context.cookies() if c["name"] == "autarch_session"]
     context.close()
 
 

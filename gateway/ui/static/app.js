@@ -892,6 +892,11 @@ function workflowPage() {
   }, (type, delta) => agents.onDelta(type, delta));
 }
 
+document.getElementById("signout").addEventListener("click", async () => {
+  await fetch("/ui/logout", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": CSRF } });
+  location.assign("/");
+});
+
 if (STATE.page === "workflows") workflowsPage();
 else if (STATE.page === "workflow") workflowPage();
 else if (STATE.page === "loops") loopsPage();
