@@ -120,17 +120,28 @@ class LeaderLease:
             await self.kv.delete(self.key, last=revision)
 
     async def keep(self, on_lost: Callable[[], Awaitable[None] | None]) -> None:
-        """Renew until cancelled; when the lease is lost, call ``on_lost`` once and return."""
+        """Renew until cancelled; when the lease is lost, call ``on_lost`` once and return.
+
+        The step-down deadline is kept by the clock, not by attempts: a renewal that hangs (a JetStream request
+        waits seconds for a stream with no leader) is cut off when the deadline comes, and the lease counts as
+        lost then, before a contender may take it.
+        """
+        pause = self.ttl / 3
         while True:
-            await asyncio.sleep(self.ttl / 3)
+            await asyncio.sleep(pause)
+            remaining = self.renewed_at + self.ttl * GIVE_UP - time.monotonic()
             try:
-                if not await self.renew():
+                if remaining <= 0:
+                    raise TimeoutError
+                if not await asyncio.wait_for(self.renew(), remaining):
                     break
+                pause = self.ttl / 3
             except Exception as exc:  # NATS away or a stream leader election: retry until the margin is spent
-                log.warning("%s: renewal failed: %s", self.key, exc)
-                if time.monotonic() - self.renewed_at > self.ttl * GIVE_UP:
+                if time.monotonic() - self.renewed_at >= self.ttl * GIVE_UP:
                     self._mark_lost(f"no renewal for {self.ttl * GIVE_UP:.1f}s")
                     break
+                log.warning("%s: renewal failed: %r", self.key, exc)
+                pause = self.ttl / 10  # try again soon: the deadline is near
         outcome = on_lost()
         if outcome is not None:
             await outcome

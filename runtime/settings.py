@@ -79,9 +79,10 @@ class CommonSettings(msgspec.Struct, kw_only=True):
     """This process's name among several instances of its service (``autarch up --cluster`` sets it, e.g.
     ``orchestrator-2``); empty: the only instance. A stateful service with a name runs only while it holds its
     service's leader lease (see ``runtime/standby.py``); the others wait as hot standbys."""
-    leader_ttl: float = 5.0
+    leader_ttl: float = 15.0
     """Seconds a leader lease (a stateful service's, a relay's) lives without renewal: how long a standby waits to
-    take over from a leader killed without releasing it."""
+    take over from a leader killed without releasing it. A leader steps down after 80 % of it without a renewal, so
+    it must outlast a JetStream leader election after a NATS node dies (measured up to ~7 s on a loaded 2-core box)."""
 
     def __post_init__(self) -> None:
         _check_port("nats_port", self.nats_port)

@@ -38,9 +38,9 @@ def exclusive(name: str, start: Starter) -> Starter:
     async def guarded(nc: Client, settings: Any) -> Callable[[], Awaitable[None]]:
         if not settings.instance:
             return await start(nc, settings)
-        kv = await open_leaders(nc, replicas=settings.stream_replicas)
-        lease = LeaderLease(kv=kv, key=f"service.{name}", holder=settings.instance, ttl=settings.leader_ttl)
         started: list[Callable[[], Awaitable[None]]] = []
+        leases: list[LeaderLease] = []
+        keepers: list[asyncio.Task[None]] = []
 
         def lost() -> None:
             log.error("%s lost the %s lease: exiting so that only the new leader acts", settings.instance, name)
@@ -48,27 +48,47 @@ def exclusive(name: str, start: Starter) -> Starter:
 
         async def lead() -> None:
             # In the background: a standby must still stop at once on SIGTERM while it waits.
-            if await lease.holder_now() not in (None, settings.instance):
+            while True:  # the bucket may be electing its leader (a NATS node just died): wait for it
+                try:
+                    kv = await open_leaders(nc, replicas=settings.stream_replicas)
+                    break
+                except Exception as exc:
+                    log.warning("%s: leader bucket unavailable (%s); retrying", settings.instance, exc)
+                    await asyncio.sleep(settings.leader_ttl / 5)
+            lease = LeaderLease(kv=kv, key=f"service.{name}", holder=settings.instance, ttl=settings.leader_ttl)
+            leases.append(lease)
+            if await _holder(lease) not in (None, settings.instance):
                 log.info("%s: standby (another instance leads %s)", settings.instance, name)
             await lease.acquire()
             log.info("%s: leads %s; starting", settings.instance, name)
+            # Renewing from now on, while the store is opened and rebuilt (which may take longer than the TTL).
+            keeper = asyncio.create_task(lease.keep(lost), name=f"keep-{name}")
+            keepers.append(keeper)
             try:
                 started.append(await start(nc, settings))
             except Exception:
                 # Nobody awaits this task: fail the process as a failed start would, and let it be restarted.
                 log.exception("%s: %s did not start", settings.instance, name)
                 os._exit(1)
-            await lease.keep(lost)
+            await keeper
 
         task = asyncio.create_task(lead(), name=f"lead-{name}")
 
         async def stop() -> None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            for running in (task, *keepers):
+                running.cancel()
+            await asyncio.gather(task, *keepers, return_exceptions=True)
             if started:
                 await started[0]()
-                await lease.release()  # a graceful stop hands over at once
+                await leases[0].release()  # a graceful stop hands over at once
 
         return stop
 
     return guarded
+
+
+async def _holder(lease: LeaderLease) -> str | None:
+    try:
+        return await lease.holder_now()
+    except Exception:  # only for the log line
+        return None

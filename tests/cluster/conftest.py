@@ -25,9 +25,11 @@ from autarch.services.scripted_model import ScriptedModelServer
 from tests.conftest import postgres_dsn
 from tests.e2e.conftest import System
 
-__all__ = ["ClusterSystem", "drop_postgres_connections", "leader_of", "stream_leader", "wait_replicas_current"]
+__all__ = ["TTL", "ClusterSystem", "drop_postgres_connections", "leader_of", "stream_leader", "wait_replicas_current"]
 
 NODES, INSTANCES = 3, 2
+TTL = 12
+"""The cluster's ``leader_ttl``: long enough to ride out a JetStream election when a node dies."""
 T = TypeVar("T")
 
 
@@ -98,6 +100,16 @@ class ClusterSystem(System):
     @property
     def nats_url(self) -> str:
         return str(self.run_info()["nats_url"])
+
+    def freeze(self, child: str, seconds: float) -> int:
+        """SIGSTOP the child ``child`` for ``seconds``, then SIGCONT it (a process paused, not dead); its pid."""
+        pid = int(self.run_info()["children"][child])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return pid
 
     def kill(self, child: str) -> int:
         """SIGKILL the child ``child`` (``orchestrator-2``, …, or ``nats-<i>`` for node i); its pid."""
@@ -214,9 +226,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer
     data = tmp_path_factory.mktemp("cluster") / "data"
     data.mkdir()
     env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
-           "AUTARCH_REQUEST_TIMEOUT": "5", "AUTARCH_GIT_REQUEST_TIMEOUT": "10", "AUTARCH_LEADER_TTL": "3"}
+           "AUTARCH_REQUEST_TIMEOUT": "5", "AUTARCH_GIT_REQUEST_TIMEOUT": "10", "AUTARCH_LEADER_TTL": str(TTL)}
     system = ClusterSystem(data_dir=data, port=free_run(INSTANCES), nats_port=free_run(NODES),
-                           services="orchestrator,tools,git,agent_runner", extra_env=env, postgres_url=postgres_url)
+                           services="orchestrator,tools,git,agent_runner,notifier", extra_env=env,
+                           postgres_url=postgres_url)
     system.start()
     yield system
     system.stop()

@@ -1,8 +1,9 @@
 """Twenty demo workflows on the local cluster while, at chosen moments, the event stream's leader node is SIGKILLed,
 the PostgreSQL connections of the leading orchestrator and agent runner are cut by the server, and then those
-leaders (the processes holding the store's connections), an instance of tools and of git and a gateway are
-SIGKILLed. Every workflow ends with the commits of an undisturbed run, its events once each on its SSE stream, its
-log replaying to its live state; and both stores match the stream: every event exactly once, nothing foreign."""
+leaders (the processes holding the store's connections), an instance of tools and of git, a gateway and the
+leading notifier are SIGKILLed. Every workflow ends with the commits of an undisturbed run, its events once each
+on its SSE stream, its log replaying to its live state; and both stores match the stream: every event exactly
+once, nothing foreign."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import time
 
 import pytest
 
+from autarch.runtime.standby import LOST_LEASE_EXIT
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.workflow_faults.harness import BRANCH, Approver, assert_same_result, reference, run_to_done
 from tests.workflows.conftest import Client, demo_scenario, make_repo
 
-from .conftest import ClusterSystem, drop_postgres_connections, leader_of, stream_leader, wait_replicas_current
+from .conftest import TTL, ClusterSystem, drop_postgres_connections, leader_of, stream_leader, wait_replicas_current
 from .test_local_cluster import stores_match_stream
 
 pytestmark = pytest.mark.slow
@@ -55,17 +57,33 @@ def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSyste
         def drop_connections() -> list[str]:
             # The leaders' PostgreSQL connections cut by the server, the processes left running.
             for service in ("orchestrator", "agent_runner"):
-                holder = leader(service)[0]
-                dropped.append((holder, drop_postgres_connections(cluster, holder)))
+                deadline = time.monotonic() + 20
+                while True:  # a leader that is just taking over may not have opened its store yet
+                    holder = leader(service)[0]
+                    count = drop_postgres_connections(cluster, holder)
+                    if count or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.5)
+                dropped.append((holder, count))
+            return []
+
+        def freeze_runner() -> list[str]:
+            # The leading runner paused past its lease (a stalled VM, a stopped container): the standby takes over,
+            # and the paused one, resumed, finds its lease gone and exits before it acts as a second leader.
+            holder = leader("agent_runner")[0]
+            frozen.append(holder)
+            cluster.freeze(holder, TTL + 3)
             return []
 
         dropped: list[tuple[str, int]] = []
+        frozen: list[str] = []
         plan = [
             (10, nats_leader),  # the stream's leader node, while relays publish
             (20, drop_connections),
             (35, lambda: leader("orchestrator")),
+            (42, freeze_runner),
             (50, lambda: leader("agent_runner")),
-            (65, lambda: ["tools-1", "git-2", "gateway-2"]),
+            (65, lambda: ["tools-1", "git-2", "gateway-2", *leader("notifier")]),
         ]
 
         def killer(approver: Approver) -> None:
@@ -81,10 +99,13 @@ def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSyste
 
         seconds = run_to_done(client, ids, timeout=300, started=started, killer=killer)
         victims = [name for name, _ in killed]
-        assert len(victims) == 6, f"not every kill happened during the run: {killed}"
+        assert len(victims) == 7, f"not every kill happened during the run: {killed}"
         assert len(dropped) == 2 and all(count > 0 for _, count in dropped), dropped
+        log = cluster.log.read_text(errors="replace") if cluster.log else ""
+        assert f"{frozen[0]} lost the agent_runner lease: exiting" in log, "the paused leader did not step down"
+        assert f"WARNING supervisor: {frozen[0]} exited with {LOST_LEASE_EXIT}" in log
         assert [name.rsplit("-", 1)[0] for name in victims[1:]] == ["orchestrator", "agent_runner", "tools", "git",
-                                                                      "gateway"]
+                                                                      "gateway", "notifier"]
         for repo, wid in zip(repos, ids, strict=True):
             assert_same_result(client, repo, wid, ref)
         wait_replicas_current(cluster)  # the killed node was restarted and caught up with its peers
