@@ -18,7 +18,7 @@ from tests.workflows.conftest import Client, demo_scenario, make_repo
 from .conftest import INSTANCES, NODES, ClusterSystem, leader_of, stream_leader
 from .stream_check import check_stores_against_stream
 
-SERVICES = ("orchestrator", "tools", "git", "agent_runner")
+SERVICES = ("orchestrator", "tools", "git", "agent_runner", "notifier")
 
 
 async def _stores_match(system: ClusterSystem) -> dict[str, int]:
@@ -31,6 +31,25 @@ async def _stores_match(system: ClusterSystem) -> dict[str, int]:
 
 def stores_match_stream(system: ClusterSystem) -> dict[str, int]:
     return asyncio.run(_stores_match(system))
+
+
+async def _requests_per_instance(system: ClusterSystem, service: str) -> list[int]:
+    """Requests each answering instance of ``service`` has handled (``$SRV.STATS``, one answer per instance)."""
+    nc = await nats.connect(system.nats_url.split(","), connect_timeout=2)
+    answers: list[int] = []
+    try:
+        async def collect(msg) -> None:  # type: ignore[no-untyped-def]
+            stats = json.loads(msg.data)
+            answers.append(sum(e.get("num_requests", 0) for e in stats.get("endpoints") or []))
+
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox, cb=collect)
+        await nc.publish(f"$SRV.STATS.{service}", b"", reply=inbox)
+        await asyncio.sleep(1.0)
+        await sub.unsubscribe()
+        return answers
+    finally:
+        await nc.close()
 
 
 def test_the_cluster_shape(cluster: ClusterSystem) -> None:
@@ -50,6 +69,7 @@ def test_the_cluster_shape(cluster: ClusterSystem) -> None:
     assert status["services"]["git"]["instances"] == 2
     assert status["services"]["orchestrator"]["instances"] == 1
     assert status["services"]["agent_runner"]["instances"] == 1
+    assert status["services"]["notifier"]["instances"] == 1
     assert leader_of(cluster, "orchestrator") in ("orchestrator-1", "orchestrator-2")
     # Both gateways serve the API.
     for port in (cluster.port, cluster.port + 1):
@@ -77,3 +97,7 @@ def test_a_workflow_completes_on_the_cluster(cluster: ClusterSystem, model: Scri
         second.http.close()
     counts = stores_match_stream(cluster)
     assert counts["orchestrator"] > 0 and counts["agent_runner"] > 0
+    # The stateless services' queue groups spread one workflow's requests over both instances.
+    for service in ("tools", "git"):
+        handled = asyncio.run(_requests_per_instance(cluster, service))
+        assert len(handled) == 2 and all(n > 0 for n in handled), f"{service}: requests per instance {handled}"
