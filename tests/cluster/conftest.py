@@ -20,7 +20,7 @@ import nats
 import pytest
 
 from autarch.contracts import subjects
-from autarch.runtime.natsserver import free_port
+from autarch.runtime.natsserver import die_with_parent, free_port
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.conftest import postgres_dsn
 from tests.e2e.conftest import System
@@ -62,9 +62,19 @@ class ClusterSystem(System):
                 [sys.executable, "-m", "autarch.cli.main", "up", "--services", self.services, "--cluster", str(NODES),
                  "--instances", str(INSTANCES)],
                 env=self.env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                # Stopped by the kernel too, with everything it started, should the test process die first.
+                start_new_session=True, preexec_fn=die_with_parent,
             )
+        try:
+            return self._wait_ready(timeout)
+        except BaseException:
+            self.stop()  # a cluster that never got ready must not outlive the test
+            raise
+
+    def _wait_ready(self, timeout: float) -> ClusterSystem:
         import httpx
 
+        assert self.proc is not None and self.log is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -82,7 +92,10 @@ class ClusterSystem(System):
     def stop(self) -> None:
         if self.proc is None:
             return
-        info = self.run_info()
+        try:
+            info = self.run_info()
+        except (OSError, ValueError):
+            info = {}
         pids = [*(info.get("nats_pids") or []), *(info.get("children") or {}).values()]
         self.proc.send_signal(signal.SIGTERM)
         try:
