@@ -1,9 +1,10 @@
 """The agent runner service: session endpoints on NATS, one task per running turn, resumption, the relay.
 
-One embedded instance owns every session: on start it rebuilds them all from the store and resumes
-each turn that was in progress. Scaling out needs a lease per session (for example a JetStream KV
-entry with a TTL, renewed while a turn runs) so that exactly one instance drives a session; requests
-for a session would then be routed to its owner. Until then, run one agent_runner.
+One instance owns every session: on start it rebuilds them all from the store and resumes each turn
+that was in progress. Several instances (``autarch up --cluster``) run as hot standbys: only the holder
+of the service's leader lease starts (``runtime/standby.py``), and a standby that takes over does exactly
+this rebuild. Running turns on several instances at once would need a lease per session and requests
+routed to its owner.
 """
 
 from __future__ import annotations
