@@ -89,6 +89,10 @@ class EmbeddedStore(IndexStore):
         self._db.executescript(_SCHEMA)
         self._lock = threading.RLock()
         self._matrices: dict[str, _Matrix] = {}
+        # The last query's postings: a search reads them twice (chunks, then whole files). Keyed by a
+        # generation that every write bumps, so they never outlive the chunks they point into.
+        self._generation = 0
+        self._last_postings: tuple[tuple, list[tuple[np.ndarray, np.ndarray]]] | None = None
         self._pending: dict[str, list[tuple[int, str, np.ndarray, int]]] = {}
 
     # projects and scopes --------------------------------------------------------------------------
@@ -250,6 +254,7 @@ class EmbeddedStore(IndexStore):
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            self._generation += 1
             if project in self._matrices:
                 self._pending.setdefault(project, []).extend(new_rows)
 
@@ -291,6 +296,7 @@ class EmbeddedStore(IndexStore):
                 self._db.execute("ROLLBACK")
                 raise
             if orphans:
+                self._generation += 1
                 self._matrices.pop(project, None)
                 self._pending.pop(project, None)
             return len(orphans)
@@ -356,6 +362,9 @@ class EmbeddedStore(IndexStore):
 
     def _postings(self, matrix: _Matrix, terms: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each term's postings as (matrix rows, term frequencies)."""
+        key = (id(matrix), len(matrix.ids), self._generation, tuple(dict.fromkeys(terms)))
+        if self._last_postings is not None and self._last_postings[0] == key:
+            return self._last_postings[1]
         postings = []
         for term in dict.fromkeys(terms):
             rows = self._db.execute("SELECT chunk, tf FROM postings WHERE term = ?", (term,)).fetchall()
@@ -366,6 +375,7 @@ class EmbeddedStore(IndexStore):
             positions = np.minimum(positions, len(matrix.ids) - 1)
             ours = matrix.ids[positions] == data[:, 0]
             postings.append((positions[ours], data[ours, 1]))
+        self._last_postings = (key, postings)
         return postings
 
     def _hits(self, matrix: _Matrix, rows: Sequence[int], scores: np.ndarray) -> list[ChunkHit]:
