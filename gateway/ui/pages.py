@@ -229,12 +229,18 @@ async def workflow_page(request: Request, state: State, workflow_id: FromPath[st
         return _page("Not found", "missing", {"page": "missing", "what": f"workflow {workflow_id}"}, csrf=csrf,
                      status=404)
     _, summaries = await _costs(state, wf)
-    sessions = await asyncio.gather(*(
+    replies = await asyncio.gather(*(
         ask_service(state, "agent_runner", "get_session", GetSession(session_id=s["session_id"]), SessionView,
-                    idempotent=True) for s in summaries))
-    shown, hidden = _trim_turns(list(sessions))
+                    idempotent=True) for s in summaries), return_exceptions=True)
+    for reply in replies:
+        if isinstance(reply, BaseException) and not isinstance(reply, RemoteError):
+            raise reply
+    # The workflow and its cards are what the page is for: a session the agent runner cannot give now only
+    # leaves its turns out (the page says so).
+    sessions = [r for r in replies if isinstance(r, SessionView)]
+    shown, hidden = _trim_turns(sessions)
     data = {"page": "workflow", "since": since, "workflow": _plain(view), "artifacts": _plain(cards),
-            "sessions": shown, "hidden_turns": hidden}
+            "sessions": shown, "hidden_turns": hidden, "sessions_unavailable": len(replies) - len(sessions)}
     return _page(view.title, "workflow", data, csrf=csrf)
 
 

@@ -131,6 +131,8 @@ def main() -> int:
             # bypass_csp: the waits below are evaluated JavaScript, which the page's policy rightly refuses.
             context = browser.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
             page = context.new_page()
+            page.on("pageerror", lambda exc: note(f"page error: {exc}"))
+            page.set_default_timeout(120_000)
             page.goto(login(system, f"/workflows/{wid}"))
             opens, size = [], 0
             for _ in range(args.runs):
@@ -138,6 +140,7 @@ def main() -> int:
                 reply = page.goto(f"{system.url}/workflows/{wid}")
                 page.locator("#card-research").get_by_role("button", name="Approve").wait_for(state="visible")
                 opens.append((time.perf_counter() - began) * 1000)
+                note(f"load {len(opens)}: {opens[-1]:.0f} ms")
                 size = len(reply.body())
             print(f"open: usable after {pct(opens, 50):.0f} ms p50, {max(opens):.0f} ms max "
                   f"({args.runs} loads, page {size / 1024:.0f} KiB)")

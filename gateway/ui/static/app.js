@@ -769,6 +769,9 @@ function workflowPage() {
   let cards = STATE.artifacts;
   let diffShown = null; // {path, heading} of the diff on screen
   const agents = new AgentStream(STATE.sessions, STATE.hidden_turns);
+  if (STATE.sessions_unavailable) {
+    agents.list.prepend(h("p", { class: "error" }, `${STATE.sessions_unavailable} agent sessions could not be read just now; reload to try again.`));
+  }
   const head = h("div", { id: "head" });
   const panel = h("div", { id: "panel" });
   const diffBox = h("div", { id: "diff" });
