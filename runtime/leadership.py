@@ -97,8 +97,8 @@ class LeaderLease:
             try:
                 if await self.try_acquire():
                     return
-            except (KeyWrongLastSequenceError, TimeoutError, APIError) as exc:
-                log.debug("%s: acquire attempt failed: %s", self.key, exc)
+            except Exception as exc:  # a lost race, NATS away, the bucket electing its leader: try again
+                log.debug("%s: acquire attempt failed: %r", self.key, exc)
             await asyncio.sleep(pause)
 
     async def renew(self) -> bool:
