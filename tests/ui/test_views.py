@@ -74,3 +74,16 @@ def test_a_swarm_shows_its_bead_board(page: Page, system, model, client: Client,
     board.scroll_into_view_if_needed()
     SHOTS.mkdir(parents=True, exist_ok=True)
     board.screenshot(path=str(SHOTS / "beads.png"))
+
+
+def test_a_start_refused_by_the_gateway_says_why_and_starts_nothing(page: Page, system, client: Client,
+                                                                   tmp_path: Path) -> None:
+    before = client.http.get("/api/workflows").json()["total"]
+    page.goto(system.url + "/")
+    page.get_by_label("Title").fill("Nowhere")
+    page.get_by_label("Request").fill("Anything")
+    page.get_by_label("Repository").fill(str(tmp_path / "missing"))
+    page.get_by_role("button", name="Start").click()
+    expect(page.locator("#start-form [role=alert]")).to_contain_text("repo")
+    assert page.url == system.url + "/"
+    assert client.http.get("/api/workflows").json()["total"] == before
