@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import webbrowser
 from urllib.parse import quote
@@ -26,9 +27,19 @@ def cmd_ui(args: argparse.Namespace) -> int:
     # The link signs in once, within LOGIN_TTL seconds; printing it is as safe as the token file is.
     print(f"Autarch UI: {connection.url}/")
     print(f"  sign-in link (one use, {LOGIN_TTL // 60} minutes): {link}")
-    if not args.print_only and not webbrowser.open(link):
-        print("  (no browser found here: open the link yourself)")
+    if args.print_only:
+        return 0
+    if not _graphical() or not webbrowser.open(link):
+        print("  (no graphical browser here: open the link yourself, e.g. through an SSH tunnel to the port)")
     return 0
+
+
+def _graphical() -> bool:
+    """Whether a browser can open in a window. Without a display, Python's webbrowser falls back to a text
+    browser in this terminal (lynx, w3m), which would take over the terminal and spend the one-time link."""
+    if os.environ.get("BROWSER") or sys.platform in ("darwin", "win32"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

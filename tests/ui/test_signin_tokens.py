@@ -53,3 +53,22 @@ def test_a_cookie_names_its_session_until_it_expires_and_each_session_has_its_ow
     assert csrf_ok(TOKEN, sid, csrf_token(TOKEN, sid))
     assert not csrf_ok(TOKEN, sid, csrf_token(TOKEN, other))
     assert not csrf_ok(TOKEN, sid, None) and not csrf_ok(TOKEN, sid, "")
+
+
+def test_autarch_ui_prints_the_link_and_opens_no_text_browser_without_a_display(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
+    wid = "0e6f1c2a-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
+    result = subprocess.run([sys.executable, "-m", "autarch.cli.main", "ui", wid, "--url", "http://127.0.0.1:9",
+                             "--token-file", str(token)], env=env, capture_output=True, text=True, timeout=30,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert "no graphical browser here" in result.stdout
+    link = next(line.split(": ", 1)[1] for line in result.stdout.splitlines() if "sign-in link" in line)
+    assert parse_qs(urlparse(link).query)["next"] == [f"/workflows/{wid}"]
+    assert LoginLinks().redeem(TOKEN, *_parts(link))
