@@ -18,7 +18,7 @@ recall@10: share of a query's gold files among the files of its top 10 results, 
 MRR: 1 / rank of the first result in a gold file (0 when none is in the top 10), averaged.
 The last line printed is JSON.
 
-    .venv/bin/python tests/benchmarks/search.py [--sets falcon,tornado] [--cache-dir DIR] [--data-dir DIR]
+    .venv/bin/python tests/benchmarks/search.py [--sets falcon,tornado,aiohttp] [--cache-dir DIR] [--data-dir DIR]
 """
 
 from __future__ import annotations
@@ -156,6 +156,8 @@ def run_set(spec: dict, indexer: Indexer, repo: Path, *, misses: bool) -> dict:
     out: dict = {}
     for split in ("dev", "heldout"):
         queries = [q for q in spec["queries"] if q["split"] == split]
+        if not queries:  # a held-out-only set
+            continue
         row: dict = {"queries": len(queries)}
         for mode in MODES:
             started = time.perf_counter()
