@@ -75,3 +75,15 @@ def test_a_signed_in_browser_changes_state_only_with_its_csrf_token(system, tmp_
     # The bearer token API is unchanged: no CSRF token needed, none asked.
     with httpx.Client(base_url=system.url, headers=system.headers) as api:
         assert api.get("/api/workflows").json()["total"] == before + 1
+
+
+def test_the_pages_are_not_part_of_the_api_and_their_assets_need_no_sign_in(system) -> None:
+    with httpx.Client(base_url=system.url) as http:
+        script = http.get("/ui/static/app.js")
+        assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+        page = http.get("/")
+        assert page.status_code == 401 and "autarch ui" in page.text
+        # Scripts from the gateway only: text in a card can never run as code.
+        assert page.headers["content-security-policy"].startswith("default-src 'self'")
+        paths = http.get("/schema/openapi.json", headers=system.headers).json()["paths"]
+    assert not [p for p in paths if not p.startswith(("/api/", "/healthz"))], sorted(paths)
