@@ -87,3 +87,21 @@ def test_a_start_refused_by_the_gateway_says_why_and_starts_nothing(page: Page, 
     expect(page.locator("#start-form [role=alert]")).to_contain_text("repo")
     assert page.url == system.url + "/"
     assert client.http.get("/api/workflows").json()["total"] == before
+
+
+def test_text_from_users_and_agents_is_shown_as_text_never_as_markup(page: Page, system, model, client: Client,
+                                                                    tmp_path: Path) -> None:
+    scenario = _bundled("demo")
+    model.use(scenario)
+    title = "<img src=x onerror=\"document.title='pwned'\"> & </script><b>bold</b>"
+    wid = client.create(make_repo(tmp_path / "repo", scenario["files"]), title=title,
+                        request="<script>alert(1)</script>")
+    page.goto(f"{system.url}/workflows/{wid}")
+    expect(page.locator("h1")).to_contain_text(title)
+    assert page.locator("h1 img, h1 b, main script").count() == 0
+    page.get_by_text("Request", exact=True).click()
+    expect(page.locator("#request .msg")).to_have_text("<script>alert(1)</script>")
+    assert page.title() != "pwned"
+    page.goto(system.url + "/")
+    expect(page.locator(f"tr[data-workflow='{wid}'] a")).to_have_text(title)
+    client.post(wid, "stop", {})
