@@ -13,7 +13,11 @@ preflight, two pulses and review. It reports:
 - event → SSE latency: on one extra ``/api/events`` stream (every workflow), receive time minus the event's
   ``occurred_at`` (both wall clock on this machine), p50/p99;
 - peak memory (``VmHWM`` of ``/proc/<pid>/status``) of each service process, the gateway and nats-server, read
-  from ``<data dir>/run.json`` after the workflows ended.
+  from ``<data dir>/run.json`` after the workflows ended;
+- CPU seconds (``utime + stime`` of ``/proc/<pid>/stat``, plus the reaped children's ``cutime + cstime``, e.g.
+  git) of each of those processes and the scripted model, read at the same moment, and their sum. On a busy
+  machine wall-clock latency moves with everyone else's load; CPU time spent per run does much less, so it is
+  the figure to compare before/after a change there.
 
 Every workflow's branch is checked: its two pulse commits on top of ``main``.
 """
@@ -56,6 +60,18 @@ def peak_rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time the process (and the children it reaped) has used so far, in seconds; None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; the fields after its closing parenthesis are fixed.
+    fields = stat[stat.rindex(")") + 2:].split()
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    return round((utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK"), 2)
 
 
 def start_model(tmp: Path, scenario: str = "demo") -> tuple[subprocess.Popen[bytes], str]:
@@ -172,6 +188,14 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
         memory = {name: peak_rss_mb(pid) for name, pid in (info.get("children") or {}).items() if pid}
         if info.get("nats_pid"):
             memory["nats-server"] = peak_rss_mb(info["nats_pid"])
+        pids = {name: pid for name, pid in (info.get("children") or {}).items() if pid}
+        if info.get("nats_pid"):
+            pids["nats-server"] = info["nats_pid"]
+        pids["scripted_model"] = model.pid
+        if system.proc is not None:
+            pids["supervisor"] = system.proc.pid
+        cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        cpu["total"] = round(sum(v for v in cpu.values() if v is not None), 2)
 
         failed = {i: o for i, o in outcomes.items() if o != "completed"}
         bad_branches = []
@@ -198,6 +222,7 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
             "event_to_sse_p50_ms": round(pct(lat, 50), 2) if lat else None,
             "event_to_sse_p99_ms": round(pct(lat, 99), 2) if lat else None,
             "peak_rss_mb": memory,
+            "cpu_s": cpu,
             "store": "sqlite (embedded default)",
             "machine_cores": os.cpu_count(),
         }
