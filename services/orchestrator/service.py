@@ -37,6 +37,7 @@ from .application import WorkflowApplication
 from .contract_events import to_contract, view_of
 from .domainmodel import Workflow
 from .driver import WorkflowDriver
+from .latest import LatestWorkflows
 from .lifecycle import LifecycleError
 from .loop_book import LoopBook, register_loops
 from .loop_driver import LoopDriver
@@ -76,6 +77,11 @@ class Orchestrator:
     """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
     loops: LoopBook | None = None
     """Loop sessions (seed 001), kept in the same store; the agents' forwarded tools reach them through here."""
+    latest: LatestWorkflows = field(init=False)
+    """Each workflow's latest state, checked against the store on every :meth:`read`."""
+
+    def __post_init__(self) -> None:
+        self.latest = LatestWorkflows(self.app)
 
     def load_views(self) -> None:
         for workflow_id in self.app.workflow_ids():
@@ -94,6 +100,7 @@ class Orchestrator:
                 raise ServiceFailure.conflict(str(exc), workflow_id=command.workflow_id) from None
             if is_new:
                 await self.writer.save(workflow)
+                self.latest.keep(workflow)
             view = view_of(workflow)
             self.views[view.id] = view
         if self.driver is not None:
@@ -101,9 +108,18 @@ class Orchestrator:
         return view
 
     async def read(self, workflow_id: str) -> Workflow:
-        """The workflow rebuilt from the store; ``not_found`` for an unknown (or malformed) id."""
+        """The workflow as the store holds it; ``not_found`` for an unknown (or malformed) id.
+
+        The workflow returned is shared with every other reader: read it only (a change goes through
+        :meth:`change`, which works on its own copy).
+        """
+        canonical = _canonical(workflow_id)
         try:
-            return await asyncio.to_thread(self.app.get_workflow, _canonical(workflow_id))
+            # A kept workflow costs one indexed lookup to confirm: an embedded store answers that faster than a
+            # worker thread could be reached.
+            if self.writer.inline:
+                return self.latest.get(canonical)
+            return await asyncio.to_thread(self.latest.get, canonical)
         except AggregateNotFoundError:
             raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
 
@@ -114,7 +130,7 @@ class Orchestrator:
         """
         # One mailbox per workflow whatever the spelling of its id (the tools service forwards ids verbatim).
         async with self._mailboxes[_canonical(workflow_id)]:
-            workflow = await self.read(workflow_id)
+            workflow = self.latest.copy_for_change(await self.read(workflow_id))
             before = workflow.version
             try:
                 result = command(workflow)
@@ -123,6 +139,7 @@ class Orchestrator:
             changed = workflow.version != before
             if changed:
                 await self.writer.save(workflow)
+                self.latest.keep(workflow)
                 self.views[str(workflow.id)] = view_of(workflow)
         if changed and self.driver is not None:
             self.driver.kick(str(workflow.id))

@@ -11,7 +11,8 @@ preflight, two pulses and review. It reports:
 - total wall time (first create → last ``workflow:completed``) and per-workflow time (its create → its
   ``workflow:completed`` as received) p50/p99;
 - event → SSE latency: on one extra ``/api/events`` stream (every workflow), receive time minus the event's
-  ``occurred_at`` (both wall clock on this machine), p50/p99;
+  ``occurred_at`` (both wall clock on this machine), p50/p99, and the same by the event type's prefix
+  (``workflow``, ``turn``, ``session``, ...: which service's events lag);
 - peak memory (``VmHWM`` of ``/proc/<pid>/status``) of each service process, the gateway and nats-server, read
   from ``<data dir>/run.json`` after the workflows ended;
 - CPU seconds (``utime + stime`` of ``/proc/<pid>/stat``, plus the reaped children's ``cutime + cstime``, e.g.
@@ -104,6 +105,8 @@ class LatencyProbe(threading.Thread):
         super().__init__(daemon=True)
         self.client = client
         self.latencies_ms: list[float] = []
+        self.by_kind: dict[str, list[float]] = {}
+        """Latencies by the event type's prefix (``workflow``, ``turn``, ...): which writer the lag comes from."""
         self.connected = threading.Event()
         self.stop = threading.Event()
         self.error: BaseException | None = None
@@ -118,10 +121,13 @@ class LatencyProbe(threading.Thread):
                         if self.stop.is_set():
                             return
                         continue
-                    at = json.loads(message.data).get("occurred_at")
+                    event = json.loads(message.data)
+                    at = event.get("occurred_at")
                     if at:
                         occurred = datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
                         self.latencies_ms.append((received - occurred) * 1000)
+                        kind = str(event.get("type", "?")).split(":")[0]
+                        self.by_kind.setdefault(kind, []).append((received - occurred) * 1000)
                     if self.stop.is_set():
                         return
         except BaseException as exc:
@@ -221,6 +227,8 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
             "sse_events": len(lat),
             "event_to_sse_p50_ms": round(pct(lat, 50), 2) if lat else None,
             "event_to_sse_p99_ms": round(pct(lat, 99), 2) if lat else None,
+            "event_to_sse_by_kind": {kind: {"n": len(v), "p50_ms": round(pct(v, 50), 1), "p99_ms": round(pct(v, 99), 1)}
+                                     for kind, v in sorted(probe.by_kind.items())},
             "peak_rss_mb": memory,
             "cpu_s": cpu,
             "store": "sqlite (embedded default)",
