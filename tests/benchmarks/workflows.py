@@ -15,10 +15,11 @@ preflight, two pulses and review. It reports:
   (``workflow``, ``turn``, ``session``, ...: which service's events lag);
 - peak memory (``VmHWM`` of ``/proc/<pid>/status``) of each service process, the gateway and nats-server, read
   from ``<data dir>/run.json`` after the workflows ended;
-- CPU seconds (``utime + stime`` of ``/proc/<pid>/stat``, plus the reaped children's ``cutime + cstime``, e.g.
-  git) of each of those processes and the scripted model, read at the same moment, and their sum. On a busy
-  machine wall-clock latency moves with everyone else's load; CPU time spent per run does much less, so it is
-  the figure to compare before/after a change there.
+- CPU seconds (``utime + stime`` of ``/proc/<pid>/stat``) of each of those processes, the scripted model and
+  the supervisor, read at the same moment, and their sum; apart, the CPU seconds of the children each one
+  reaped (``cutime + cstime``: the commands the tools service ran, git's git). On a busy machine wall-clock
+  latency moves with everyone else's load; CPU time spent per run does much less, so it is the figure to
+  compare before/after a change there.
 
 Every workflow's branch is checked: its two pulse commits on top of ``main``.
 """
@@ -63,8 +64,9 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time the process (and the children it reaped) has used so far, in seconds; None when it is gone."""
+def cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """CPU time the process has used so far, and that of the children it reaped (e.g. the commands the tools
+    service ran), in seconds; None when it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -72,7 +74,8 @@ def cpu_seconds(pid: int) -> float | None:
     # The command name (field 2) may hold spaces; the fields after its closing parenthesis are fixed.
     fields = stat[stat.rindex(")") + 2:].split()
     utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
-    return round((utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK"), 2)
+    tick = os.sysconf("SC_CLK_TCK")
+    return round((utime + stime) / tick, 2), round((cutime + cstime) / tick, 2)
 
 
 def start_model(tmp: Path, scenario: str = "demo") -> tuple[subprocess.Popen[bytes], str]:
@@ -200,8 +203,10 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
         pids["scripted_model"] = model.pid
         if system.proc is not None:
             pids["supervisor"] = system.proc.pid
-        cpu = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        cpu["total"] = round(sum(v for v in cpu.values() if v is not None), 2)
+        used = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        cpu = {name: u[0] for name, u in used.items() if u is not None}
+        cpu["total"] = round(sum(cpu.values()), 2)
+        children_cpu = {name: u[1] for name, u in used.items() if u is not None and u[1]}
 
         failed = {i: o for i, o in outcomes.items() if o != "completed"}
         bad_branches = []
@@ -231,6 +236,7 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
                                      for kind, v in sorted(probe.by_kind.items())},
             "peak_rss_mb": memory,
             "cpu_s": cpu,
+            "children_cpu_s": children_cpu,
             "store": "sqlite (embedded default)",
             "machine_cores": os.cpu_count(),
         }
