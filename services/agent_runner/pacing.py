@@ -16,6 +16,9 @@ starts is chosen here. The stream lags a running turn by at most about :data:`IN
 live deltas do not go through the relay and are not delayed. Measured once, with the overhead benchmark's
 sessions alternating between this pacing and none (a change not kept in the benchmark): p50 per tool
 round trip 2.5-3.0 ms instead of 3.4-3.8 ms, most of the difference on the tool call's hop through NATS.
+
+Since then the runner runs this relay on a thread of its own (``relay_thread.py``): it no longer shares the
+runner's event loop or NATS connection, only the GIL, so the pacing still spares the tool round trips that.
 """
 
 from __future__ import annotations
@@ -59,7 +62,11 @@ class PacedRelay(EventRelay):
 
     def saved(self, session: Session) -> None:
         """``session``'s events were just committed."""
-        if session.current_turn is None or self._released:
+        self.committed(session.current_turn is not None)
+
+    def committed(self, turn_running: bool) -> None:
+        """A session's events were just committed; ``turn_running``: it runs a turn now."""
+        if not turn_running or self._released:
             self.permit()
         elif self._deadline is None:
             self._deadline = asyncio.get_running_loop().call_later(self.interval, self.permit)

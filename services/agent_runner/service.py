@@ -42,12 +42,11 @@ from autarch.runtime.settings import AgentRunnerSettings, narrow
 from .agents import AgentConfig, AgentRegistry
 from .application import SessionApplication
 from .budget import WorkflowBudget
-from .contract_events import ContractMapper
 from .domainmodel import Session
 from .lease_renewal import renewing_leases
 from .mail_push import MailPush
 from .model_client import ModelClient
-from .pacing import PacedRelay
+from .relay_thread import RelayThread
 from .tool_cancel import STOP_TURN
 from .turn_loop import RunnerDeps, TurnLoop
 from .views import status_of, summary_of, view_of
@@ -275,15 +274,16 @@ async def open_runner(
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
     model = model or ModelClient(settings=settings)
     inline = sqlite_store.commits_inline(env)
-    relay_box: list[PacedRelay] = []
+    relay_box: list[RelayThread] = []
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
                          after_save=lambda session: relay_box[0].saved(session))
-    relay = PacedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=runner.workflow_of))
+    # The relay runs on a thread of its own, where its rounds do not queue behind the turns' work (relay_thread.py).
+    relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of)
     relay_box.append(relay)
     runner.leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
     runner.deps.on_model_wait = relay.model_wait
     await asyncio.to_thread(runner.load)
-    relay.start()
+    await relay.start()
     service = TypedService(nc, name="agent_runner", description="Agent sessions: turns, tools, the model")
     service.endpoint("start_session", StartSession, runner.start_session)
     service.endpoint("send_message", SendMessage, runner.send_message)
@@ -298,13 +298,10 @@ async def open_runner(
         await service.stop()
         await runner.shutdown()
         await runner.mail.close()
-        # Stop the relay's loop first (it finishes its round in flight), then publish what is left: a last
-        # round beside the loop's own would record the same tracking position twice.
-        await relay.stop()
-        try:
-            await asyncio.wait_for(relay.publish_pending(), timeout=5)
-        except Exception as exc:
-            log.warning("relay did not finish on stop: %s", exc)
+        # The relay finishes its round in flight, then publishes what is left, on its own thread.
+        failure = await relay.stop()
+        if failure is not None:
+            log.warning("relay did not finish on stop: %s", failure)
         await model.close()
         # An EventRelay.stop() that cancels mid-round leaves its store read or tracking write running in a
         # worker thread, and closing the store under it crashes SQLite: give such a write time to finish.

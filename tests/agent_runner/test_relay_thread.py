@@ -1,0 +1,74 @@
+"""The runner's relay on its own thread: every saved event reaches the stream once, in store order, and a stop
+publishes what a running turn left waiting before the thread ends."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+from autarch.services.agent_runner.relay_thread import RelayThread
+
+from .test_pacing import Stream, _app, _session, _start_turn
+
+
+def _complete_turn(session) -> None:
+    turn = session.turns[-1]
+    session.complete_turn(turn_id=turn.turn_id, outcome={"kind": "end_turn"}, at=datetime.now(UTC), text="",
+                          thoughts="", usage={}, cost_usd=0.0, tool_calls=0, model_calls=0)
+
+
+async def test_every_saved_event_reaches_the_stream_once_and_in_order(nc, tmp_path):
+    app = _app(tmp_path / "sessions.sqlite")
+    workflow_id = str(uuid.uuid4())
+    relay = RelayThread(app=app, nc=nc, workflow_of=lambda _: workflow_id)
+    await relay.start()
+    try:
+        async with Stream(nc, workflow_id) as stream:
+            sessions = [_session(workflow_id) for _ in range(3)]
+            expected = []
+            for session in sessions:
+                app.save(session)
+                relay.saved(session)
+                expected.append("session:started")
+            # Saves from this loop interleaved across sessions, turns running and ending, as a busy runner's are.
+            for _ in range(5):
+                for session in sessions:
+                    _start_turn(session)
+                    app.save(session)
+                    relay.saved(session)
+                    relay.model_wait()
+                    expected.append("turn:started")
+                await asyncio.sleep(0)
+                for session in sessions:
+                    _complete_turn(session)
+                    app.save(session)
+                    relay.saved(session)
+                    expected.append("turn:completed")
+            got = await stream.until(len(expected), timeout=10)
+            await asyncio.sleep(0.3)  # nothing doubled arrives late
+            # The stream keeps store order: the order of the saves.
+            assert stream.names == got == expected
+    finally:
+        assert await relay.stop() is None
+    assert not relay.alive
+    assert nc.is_connected  # the relay closed its own connection, not the runner's
+
+
+async def test_stop_publishes_what_a_running_turn_left_waiting(nc, tmp_path):
+    app = _app(tmp_path / "sessions.sqlite")
+    workflow_id = str(uuid.uuid4())
+    # Paced so that nothing but the stop would publish the turn's event in this test's time.
+    relay = RelayThread(app=app, nc=nc, workflow_of=lambda _: workflow_id, interval=30.0, poll_interval=30.0)
+    await relay.start()
+    await asyncio.sleep(0.2)  # the start-up round is over
+    async with Stream(nc, workflow_id) as stream:
+        session = _session(workflow_id)
+        _start_turn(session)
+        app.save(session)
+        relay.saved(session)
+        await asyncio.sleep(0.3)
+        assert stream.names == []  # held back: a turn runs
+        assert await relay.stop() is None
+        assert await stream.until(2) == ["session:started", "turn:started"]
+    assert not relay.alive
