@@ -25,7 +25,8 @@ def token_guard(token: str):
     the UI's session cookie (with the CSRF token on state-changing requests)."""
     expected = token.encode()
 
-    def guard(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    # A coroutine: Litestar runs a plain-function guard in a worker thread, a thread hop on every request.
+    async def guard(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
         if handler.opt.get("no_auth"):
             return
         header = connection.headers.get("authorization", "")
