@@ -56,7 +56,12 @@ class BatchedWriter:
         if not events:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        await self._queue.put((events, future))
+        if self.inline and self._queue.empty() and self._idle.is_set():
+            # Nothing queued or being written: commit here rather than hand over to the writer task and back
+            # (an inline commit never yields, so nothing can slip in between and the order is kept).
+            await self._commit([(events, future)])
+        else:
+            await self._queue.put((events, future))
         await future
 
     async def _run(self) -> None:
