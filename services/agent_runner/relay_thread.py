@@ -94,7 +94,10 @@ class RelayThread:
         """Finish the round in flight, publish what is left, close the connection and end the thread.
 
         Returns why the last round failed (then what is left waits for the next start: nothing is lost), or None.
+        A second stop (a service stopped twice) finds the thread ended and does nothing.
         """
+        if not self._thread.is_alive():
+            return None
         relay, failure = self.relay, None
         if relay is not None:
             async def close() -> str | None:

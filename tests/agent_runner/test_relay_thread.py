@@ -72,3 +72,4 @@ async def test_stop_publishes_what_a_running_turn_left_waiting(nc, tmp_path):
         assert await relay.stop() is None
         assert await stream.until(2) == ["session:started", "turn:started"]
     assert not relay.alive
+    assert await relay.stop() is None  # a service stopped twice (a standby's stop after its own) stops once
