@@ -56,25 +56,6 @@ def pid_alive(pid: int) -> bool:
         return not Path("/proc").is_dir()
 
 
-def _free_run(count: int) -> int:
-    """The first of ``count`` consecutive loopback ports that nothing listens on right now."""
-    import socket
-
-    from autarch.runtime.natsserver import free_port
-
-    while True:
-        first = free_port()
-        if first + count > 65535:
-            continue
-        try:
-            for port in range(first + 1, first + count):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
-
-
 @dataclass
 class LocalSystem:
     """``autarch up --services …`` as a subprocess on free ports, with its own data directory."""
@@ -98,10 +79,12 @@ class LocalSystem:
     """The supervisor's children and nats-server, as ``run.json`` listed them once healthy."""
 
     def __post_init__(self) -> None:
+        from autarch.runtime.natsserver import free_port_run  # loaded here: the CLI's other commands skip it
+
         gateways, nodes = max(1, self.instances or (2 if self.cluster else 1)), max(1, self.cluster)
-        self.port = self.port or _free_run(gateways)
+        self.port = self.port or free_port_run(gateways)
         while not self.nats_port or (self.nats_port < self.port + gateways and self.port < self.nats_port + nodes):
-            self.nats_port = _free_run(nodes)
+            self.nats_port = free_port_run(nodes)
 
     @property
     def url(self) -> str:

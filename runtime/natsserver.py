@@ -73,6 +73,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive loopback ports that nothing listens on right now (a local cluster's
+    nodes and gateways take ``port``, ``port + 1``, …)."""
+    while True:
+        first = free_port()
+        if first + count > 65535:
+            continue
+        try:
+            for port in range(first + 1, first + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+
+
 @dataclass(frozen=True)
 class ClusterNode:
     """Where one node of a local JetStream cluster sits among its peers (``autarch up --cluster``)."""

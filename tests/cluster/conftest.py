@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import nats
 import pytest
 
 from autarch.contracts import subjects
-from autarch.runtime.natsserver import die_with_parent, free_port
+from autarch.runtime.natsserver import die_with_parent, free_port_run
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.conftest import postgres_dsn
 from tests.e2e.conftest import System
@@ -31,19 +30,6 @@ NODES, INSTANCES = 3, 2
 TTL = 12
 """The cluster's ``leader_ttl``: long enough to ride out a JetStream election when a node dies."""
 T = TypeVar("T")
-
-
-def free_run(count: int) -> int:
-    """The first of ``count`` consecutive free loopback ports."""
-    while True:
-        first = free_port()
-        try:
-            for port in range(first + 1, first + count):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return first
 
 
 @dataclass
@@ -240,7 +226,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer
     data.mkdir()
     env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
            "AUTARCH_REQUEST_TIMEOUT": "5", "AUTARCH_GIT_REQUEST_TIMEOUT": "10", "AUTARCH_LEADER_TTL": str(TTL)}
-    system = ClusterSystem(data_dir=data, port=free_run(INSTANCES), nats_port=free_run(NODES),
+    system = ClusterSystem(data_dir=data, port=free_port_run(INSTANCES), nats_port=free_port_run(NODES),
                            services="orchestrator,tools,git,agent_runner,notifier", extra_env=env,
                            postgres_url=postgres_url)
     system.start()

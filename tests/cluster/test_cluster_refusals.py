@@ -7,14 +7,13 @@ import subprocess
 import sys
 
 from autarch.cli.local_system import scrubbed_env
-
-from .conftest import free_run
+from autarch.runtime.natsserver import free_port_run
 
 
 def _up(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:
-    nats_port = free_run(3)
+    nats_port = free_port_run(3)
     env = {**scrubbed_env(), "AUTARCH_DATA_DIR": str(tmp_path / "data"), "AUTARCH_NATS_PORT": str(nats_port),
-           "AUTARCH_PORT": str(free_run(2))}
+           "AUTARCH_PORT": str(free_port_run(2))}
     done = subprocess.run([sys.executable, "-m", "autarch.cli.main", "up", *args], env=env, capture_output=True,
                           text=True, timeout=60)
     return done, nats_port
