@@ -8,21 +8,40 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
 from autarch.contracts.agents import TurnAccepted
 from autarch.runtime.bus import connect
 from autarch.runtime.errors import RemoteError
+from autarch.runtime.settings import Settings
 from autarch.runtime.standby import exclusive
 from autarch.services.agent_runner.service import start as start_runner
+from autarch.services.tools.service import start as start_tools
 from tests.agent_runner import conftest as runner_fixtures
 from tests.agent_runner.conftest import runner_settings, start_session, wait_turn
 from tests.conftest import postgres_dsn
 
-# The agent runner tests' real parts: the scripted model with their scenario, the tools service, a repository.
-scripted, tools, tools_data_dir, repo = (runner_fixtures.scripted, runner_fixtures.tools,
-                                         runner_fixtures.tools_data_dir, runner_fixtures.repo)
+# The agent runner tests' real parts: the scripted model with their scenario and a repository. Their tools service
+# is package-scoped in tests/agent_runner: imported here it would outlive this package and stay in the "tools"
+# queue group, answering later packages' calls from another store. This module starts and stops its own.
+scripted, repo = runner_fixtures.scripted, runner_fixtures.repo
+
+
+@pytest.fixture(scope="module")
+def tools_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tools-data")
+
+
+@pytest.fixture(scope="module")
+async def tools(nats_server, tools_data_dir: Path) -> AsyncIterator[Path]:
+    client = await connect(nats_server.url, name="tools")
+    stop = await start_tools(client, Settings(data_dir=str(tools_data_dir), restart_grace=0.2))
+    yield tools_data_dir
+    await stop()
+    await client.drain()
 
 DSN = postgres_dsn()
 pytestmark = [
