@@ -87,15 +87,21 @@ def tools_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tools-data")
 
 
-@pytest.fixture(scope="package")
-async def tools(nats_server, tools_data_dir: Path) -> AsyncIterator[Path]:
-    """The real tools service, in-process, shared by the tests (its store: ``<dir>/tools/sessions.sqlite3``)."""
-    client = await connect(nats_server.url, name="tools")
+async def serve_tools(nats_url: str, data_dir: Path) -> AsyncIterator[Path]:
+    """The real tools service, in-process, until the generator closes (store: ``<dir>/tools/sessions.sqlite3``)."""
+    client = await connect(nats_url, name="tools")
     # No orchestrator here: forwarded tools (take_note, the review tools) must not wait long for one.
-    stop = await start_tools(client, Settings(data_dir=str(tools_data_dir), restart_grace=0.2))
-    yield tools_data_dir
+    stop = await start_tools(client, Settings(data_dir=str(data_dir), restart_grace=0.2))
+    yield data_dir
     await stop()
     await client.drain()
+
+
+@pytest.fixture(scope="package")
+async def tools(nats_server, tools_data_dir: Path) -> AsyncIterator[Path]:
+    """The real tools service, shared by the tests of this package."""
+    async for data_dir in serve_tools(nats_server.url, tools_data_dir):
+        yield data_dir
 
 
 @pytest.fixture

@@ -16,12 +16,10 @@ import pytest
 from autarch.contracts.agents import TurnAccepted
 from autarch.runtime.bus import connect
 from autarch.runtime.errors import RemoteError
-from autarch.runtime.settings import Settings
 from autarch.runtime.standby import exclusive
 from autarch.services.agent_runner.service import start as start_runner
-from autarch.services.tools.service import start as start_tools
 from tests.agent_runner import conftest as runner_fixtures
-from tests.agent_runner.conftest import runner_settings, start_session, wait_turn
+from tests.agent_runner.conftest import runner_settings, serve_tools, start_session, wait_turn
 from tests.conftest import postgres_dsn
 
 # The agent runner tests' real parts: the scripted model with their scenario and a repository. Their tools service
@@ -37,11 +35,8 @@ def tools_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 async def tools(nats_server, tools_data_dir: Path) -> AsyncIterator[Path]:
-    client = await connect(nats_server.url, name="tools")
-    stop = await start_tools(client, Settings(data_dir=str(tools_data_dir), restart_grace=0.2))
-    yield tools_data_dir
-    await stop()
-    await client.drain()
+    async for data_dir in serve_tools(nats_server.url, tools_data_dir):
+        yield data_dir
 
 DSN = postgres_dsn()
 pytestmark = [
