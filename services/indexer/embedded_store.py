@@ -60,6 +60,24 @@ class _Matrix:
     vectors: np.ndarray
     lengths: np.ndarray
     blob_index: dict[str, int] = field(default_factory=dict)
+    centroids: np.ndarray | None = None
+    """Each blob's mean chunk vector, L2-normalised (row = blob index); computed on first use."""
+    has_chunks: np.ndarray | None = None
+    """Whether each blob has a chunk (an empty file has no centroid)."""
+
+    def blob_centroids(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.centroids is None or self.has_chunks is None:
+            sums = np.zeros((len(self.blob_index), self.vectors.shape[1]), dtype=np.float32)
+            if len(self.blob_of_row):
+                order = np.argsort(self.blob_of_row, kind="stable")
+                of_row = self.blob_of_row[order]
+                starts = np.flatnonzero(np.r_[True, of_row[1:] != of_row[:-1]])
+                sums[of_row[starts]] = np.add.reduceat(self.vectors[order], starts, axis=0)
+            norms = np.linalg.norm(sums, axis=1, keepdims=True)
+            self.has_chunks = norms[:, 0] > 0
+            norms[norms == 0] = 1.0
+            self.centroids = sums / norms
+        return self.centroids, self.has_chunks
 
     def scope_mask(self, blobs: frozenset[str]) -> np.ndarray:
         wanted = np.zeros(len(self.blob_index) + 1, dtype=bool)
@@ -360,6 +378,24 @@ class EmbeddedStore(IndexStore):
             best_rows = rows[first].tolist()
             return self._hits(matrix, best_rows, blob_scores[of_row[best_rows]])
 
+    def file_dense_search(
+        self, project: str, *, blobs: frozenset[str], vector: np.ndarray, limit: int
+    ) -> list[tuple[str, float]]:
+        with self._lock:
+            matrix = self._matrix(project)
+            if len(matrix.ids) == 0:
+                return []
+            centroids, has_chunks = matrix.blob_centroids()
+            wanted = np.asarray(sorted(i for b in blobs if (i := matrix.blob_index.get(b)) is not None), dtype=np.int64)
+            wanted = wanted[has_chunks[wanted]]
+            if not len(wanted):
+                return []
+            scores = centroids[wanted] @ np.asarray(vector, dtype=np.float32)
+            # Cosine can be negative; shift so that top_rows (positive scores only) sees every blob.
+            order = top_rows(scores + 2.0, limit)
+            names = list(matrix.blob_index)
+            return [(names[int(wanted[i])], float(scores[i])) for i in order]
+
     def _postings(self, matrix: _Matrix, terms: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each term's postings as (matrix rows, term frequencies)."""
         key = (id(matrix), len(matrix.ids), self._generation, tuple(dict.fromkeys(terms)))
@@ -426,6 +462,7 @@ class EmbeddedStore(IndexStore):
     ) -> None:
         for name in blob_names:
             matrix.blob_index.setdefault(name, len(matrix.blob_index))
+        matrix.centroids = matrix.has_chunks = None
         if not rows:
             return
         matrix.ids = np.concatenate([matrix.ids, np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))])

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from autarch.contracts import subjects
 from autarch.contracts.indexer import (
     PROJECT_SCOPE,
@@ -88,7 +90,9 @@ class Ranking:
     file_lexical_weight: float = 1.0
     """of BM25 over whole files,"""
     file_dense_weight: float = 1.0
-    """and of the files' chunk nearest to the query."""
+    """of the files' chunk nearest to the query,"""
+    file_centroid_weight: float = 0.5
+    """and of the files' mean chunk vector nearest to the query (what the whole file is about)."""
     file_rrf_k: int = 20
     test_factor: float = 0.6
     """A test file's score is scaled by this unless the query is about tests."""
@@ -539,6 +543,7 @@ class Indexer:
         fusion_weights: list[float] = []
         hits: dict[tuple[str, int], ChunkHit] = {}
         dense: list[ChunkHit] = []
+        vector = None
         if mode in ("hybrid", "lexical"):
             lexical = self.store.lexical_search(ref.project, blobs=blobs, terms=query_terms(query), limit=limit)
             rankings.append(_keys(lexical, hits))
@@ -553,7 +558,9 @@ class Indexer:
             fusion_weights.append(self.ranking.path_weight)
         fused = reciprocal_rank_fusion(rankings, weights=fusion_weights, k=self.ranking.rrf_k)
         if mode == "hybrid" and fused:
-            scored = self._rank_files(query, fused, hits, dense, paths_of, project=ref.project, blobs=blobs)
+            scored = self._rank_files(
+                query, fused, hits, dense, paths_of, project=ref.project, blobs=blobs, vector=vector
+            )
         else:
             scored = [(hits[key], path, score) for key, score in fused for path in paths_of.get(key[0], ())]
         results: list[SearchResult] = []
@@ -585,6 +592,7 @@ class Indexer:
         *,
         project: str,
         blobs: frozenset[str],
+        vector: np.ndarray | None,
     ) -> list[tuple[ChunkHit, str, float]]:
         """``(chunk, path, score)`` for the fused chunks (and the best chunk of files only whole-file BM25
         found): a file's best chunk scores the file's fused score, its other chunks that scaled by how
@@ -592,13 +600,24 @@ class Indexer:
         terms = query_terms(query)
         whole_files = self.store.file_lexical_search(project, blobs=blobs, terms=terms, limit=FILE_CANDIDATES)
         ranking = self.ranking
+        centroids = (
+            self.store.file_dense_search(project, blobs=blobs, vector=vector, limit=FILE_CANDIDATES)
+            if vector is not None and ranking.file_centroid_weight
+            else []
+        )
         file_score = fuse_files(
             [
                 files_in_order((key[0] for key, _ in fused), paths_of),
                 files_in_order((hit.blob_id for hit in whole_files), paths_of),
                 files_in_order((hit.blob_id for hit in dense), paths_of),
+                files_in_order((blob for blob, _ in centroids), paths_of),
             ],
-            weights=[ranking.file_chunk_weight, ranking.file_lexical_weight, ranking.file_dense_weight],
+            weights=[
+                ranking.file_chunk_weight,
+                ranking.file_lexical_weight,
+                ranking.file_dense_weight,
+                ranking.file_centroid_weight,
+            ],
             k=ranking.file_rrf_k,
             test_factor=ranking.test_factor,
             asks_about_tests="test" in terms,

@@ -1,12 +1,15 @@
 """Ranking files, not only chunks: an agent asking where something lives wants the right file first.
 
-The chunk retrievers (BM25, dense, path terms) are fused first. Files are then ranked by fusing three
+The chunk retrievers (BM25, dense, path terms) are fused first. Files are then ranked by fusing four
 views of each file, each a ranking by reciprocal rank:
 
 - its best fused chunk (what the chunk-level search already says);
 - BM25 over the whole file (a file answers a question its chunks answer only together: the words of a
   question are often spread over a class and the helpers beside it);
-- its chunk nearest to the query in the dense space (meaning, when the words differ).
+- its chunk nearest to the query in the dense space (meaning, when the words differ);
+- the mean of its chunks' vectors nearest to the query (at half weight): what the file as a whole is
+  about. A small file on one topic sits near it; a large file that touches the topic in one of its many
+  chunks does not, so this view lifts the module devoted to the question above the hub that mentions it.
 
 Test files are scaled down unless the question is about tests: they repeat the names and words of the
 code they exercise, so every retriever likes them, but "where is X done" means the implementation.

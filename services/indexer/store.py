@@ -157,6 +157,18 @@ class IndexStore(ABC):
         ranked = sorted(totals, key=lambda blob: -totals[blob])[:limit]
         return [replace(best[blob], score=totals[blob]) for blob in ranked]
 
+    def file_dense_search(
+        self, project: str, *, blobs: frozenset[str], vector: np.ndarray, limit: int
+    ) -> list[tuple[str, float]]:
+        """Blobs of ``blobs`` ranked by the cosine similarity of ``vector`` to the mean of their chunks'
+        vectors (the file's centroid), best first, as ``(blob id, similarity)``.
+
+        Beside a file's nearest chunk this is what the file as a whole is about: a small file on one
+        topic sits near its topic; a large file touching many topics sits near none of them. A store
+        that cannot average a blob's vectors cheaply returns nothing (the view is then left out).
+        """
+        return []
+
     @abstractmethod
     def close(self) -> None:
         """Release connections and caches."""

@@ -143,3 +143,31 @@ def test_whole_file_search_ranks_a_file_whose_chunks_share_the_words(store: Inde
     scoped = store.file_lexical_search("p1", blobs=frozenset({"b2", "b3"}), terms=query_terms("cookie"), limit=5)
     assert [h.blob_id for h in scoped] == ["b2"]
     assert store.file_lexical_search("p1", blobs=everything, terms=[], limit=5) == []
+
+
+def test_file_centroid_search_ranks_files_by_what_they_are_about_as_a_whole(tmp_path: Path) -> None:
+    # The embedded store's exact file view (the base class's default returns nothing: the view is left out).
+    store = EmbeddedStore(tmp_path / "index.sqlite", dim=DIM)
+    try:
+        # b1 is half about topic 0, half about topic 1; b2 only about topic 0; b3 about topic 2.
+        store.add_blobs(
+            "p1",
+            [
+                _blob("b1", ("open the database", 0), ("render a page", 1)),
+                _blob("b2", ("database migration", 0)),
+                _blob("b3", ("sorting helper", 2)),
+            ],
+        )
+        everything = frozenset({"b1", "b2", "b3"})
+        files = store.file_dense_search("p1", blobs=everything, vector=_vector(0), limit=5)
+        assert [blob for blob, _ in files] == ["b2", "b1", "b3"]
+        assert files[0][1] == pytest.approx(1.0, abs=1e-2) and files[1][1] == pytest.approx(2**-0.5, abs=1e-2)
+        scoped = store.file_dense_search("p1", blobs=frozenset({"b1", "b3"}), vector=_vector(0), limit=1)
+        assert [blob for blob, _ in scoped] == ["b1"]
+        # Blobs added after the first search have centroids too, and an unknown blob is no result.
+        store.add_blobs("p1", [_blob("b4", ("database pool", 0), ("connection pool", 0))])
+        ranked = store.file_dense_search("p1", blobs=everything | {"b4", "nope"}, vector=_vector(0), limit=5)
+        assert [blob for blob, _ in ranked][:2] in (["b2", "b4"], ["b4", "b2"]) and len(ranked) == 4
+        assert store.file_dense_search("p2", blobs=everything, vector=_vector(0), limit=5) == []
+    finally:
+        store.close()
