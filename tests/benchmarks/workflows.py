@@ -12,7 +12,11 @@ preflight, two pulses and review. It reports:
   ``workflow:completed`` as received) p50/p99;
 - event → SSE latency: on one extra ``/api/events`` stream (every workflow), receive time minus the event's
   ``occurred_at`` (both wall clock on this machine), p50/p99, and the same by the event type's prefix
-  (``workflow``, ``turn``, ``session``, ...: which service's events lag);
+  (``workflow``, ``turn``, ``session``, ...: which service's events lag). The stream is read by a client
+  process of its own (``--probe thread``: beside the drivers, sharing their GIL, as this script did before);
+- that latency split where JetStream stored the event (its own timestamp, read back from the stream after the
+  run): ``event_to_stream`` is the writing service's part (its commit, the relay's fsync and publish),
+  ``stream_to_sse`` the rest (NATS → gateway → the SSE client);
 - peak memory (``VmHWM`` of ``/proc/<pid>/status``) of each service process, the gateway and nats-server, read
   from ``<data dir>/run.json`` after the workflows ended;
 - CPU seconds (``utime + stime`` of ``/proc/<pid>/stat``) of each of those processes, the scripted model and
@@ -27,8 +31,11 @@ Every workflow's branch is checked: its two pulse commits on top of ``main``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import multiprocessing
 import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -36,13 +43,16 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
+import nats
 
 from autarch.cli.demo_cmd import BRANCH, SERVICES, create_workflow, demo_scenario, drive, make_sample_repo
-from autarch.cli.gateway_client import GatewayClient
+from autarch.cli.gateway_client import Connection, GatewayClient
 from autarch.cli.local_system import LocalSystem, scrubbed_env
 from autarch.cli.render import SseComment, parse_sse
+from autarch.contracts import subjects
 from autarch.runtime.natsserver import free_port
 
 COMMITS = ["test(greeter): cover the empty-name greeting", "feat(greeter): greet the world when the name is empty"]
@@ -101,44 +111,106 @@ def start_model(tmp: Path, scenario: str = "demo") -> tuple[subprocess.Popen[byt
     raise RuntimeError("scripted model did not answer /healthz")
 
 
-class LatencyProbe(threading.Thread):
-    """One ``/api/events`` stream (all workflows, new events only): receive time minus ``occurred_at``."""
+Received = tuple[str, str, str, float, float]
+"""One event as the latency stream saw it: (type, workflow_id, occurred_at as sent, occurred, received)."""
 
-    def __init__(self, client: GatewayClient) -> None:
-        super().__init__(daemon=True)
-        self.client = client
-        self.latencies_ms: list[float] = []
-        self.by_kind: dict[str, list[float]] = {}
-        """Latencies by the event type's prefix (``workflow``, ``turn``, ...): which writer the lag comes from."""
-        self.connected = threading.Event()
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
 
-    def run(self) -> None:
+def follow_latencies(client: GatewayClient, connected: Any, stop: Any) -> list[Received]:
+    """One ``/api/events`` stream (all workflows, new events only), until ``stop`` is set: each event with its
+    ``occurred_at`` and the wall-clock time it was received."""
+    seen: list[Received] = []
+    with client.events(workflow=None, since=None, deltas=False, read_timeout=30) as lines:
+        for message in parse_sse(lines):
+            received = time.time()
+            if isinstance(message, SseComment):
+                connected.set()
+            else:
+                event = json.loads(message.data)
+                at = event.get("occurred_at")
+                if at:
+                    occurred = datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
+                    seen.append((str(event.get("type", "?")), str(event.get("workflow_id")), str(at), occurred,
+                                 received))
+            if stop.is_set():
+                break
+    return seen
+
+
+async def _stored_at(nats_url: str) -> dict[tuple[str, str, str], float]:
+    """When JetStream stored each event of the stream (its own timestamp), keyed as the latency stream keys it."""
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        last = (await js.stream_info(subjects.EVENTS_STREAM)).state.last_seq
+        sub = await js.subscribe(">", stream=subjects.EVENTS_STREAM, ordered_consumer=True)
+        stored: dict[tuple[str, str, str], float] = {}
+        while last:
+            message = await sub.next_msg(timeout=10)
+            event = json.loads(message.data)
+            stored[(str(event.get("type")), str(event.get("workflow_id")), str(event.get("occurred_at")))] = (
+                message.metadata.timestamp.timestamp())
+            if message.metadata.sequence.stream >= last:
+                break
+        return stored
+    finally:
+        await nc.close()
+
+
+def _probe_process(connection: Connection, connected: Any, stop: Any, results: Any) -> None:
+    try:
+        results.put(follow_latencies(GatewayClient(connection, trust_env=False), connected, stop))
+    except BaseException as exc:
+        results.put(repr(exc))
+        connected.set()
+
+
+class LatencyProbe:
+    """The latency stream, read by a client of its own: by default a separate process, as a user's browser is,
+    so its receive times do not include waiting for this process's GIL behind the 20 driver threads (``thread``
+    measures that way, as this script did before, for comparison)."""
+
+    def __init__(self, system: LocalSystem, mode: str) -> None:
+        self.mode = mode
+        self.seen: list[Received] = []
+        self.error: str | None = None
+        if mode == "process":
+            ctx = multiprocessing.get_context("spawn")
+            self.connected, self.stop_event, self._results = ctx.Event(), ctx.Event(), ctx.Queue()
+            self._worker: Any = ctx.Process(target=_probe_process, daemon=True,
+                                            args=(system.connection(), self.connected, self.stop_event,
+                                                  self._results))
+        else:
+            self.connected, self.stop_event = threading.Event(), threading.Event()
+            self._results = queue.Queue()
+            client = system.client()
+            self._worker = threading.Thread(target=_probe_process_thread, args=(client, self), daemon=True)
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def finish(self, timeout: float) -> None:
+        """Stop after the next message (the stream's heartbeat comes every few seconds) and collect."""
+        self.stop_event.set()
         try:
-            with self.client.events(workflow=None, since=None, deltas=False, read_timeout=30) as lines:
-                for message in parse_sse(lines):
-                    received = time.time()
-                    if isinstance(message, SseComment):
-                        self.connected.set()
-                        if self.stop.is_set():
-                            return
-                        continue
-                    event = json.loads(message.data)
-                    at = event.get("occurred_at")
-                    if at:
-                        occurred = datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
-                        self.latencies_ms.append((received - occurred) * 1000)
-                        kind = str(event.get("type", "?")).split(":")[0]
-                        self.by_kind.setdefault(kind, []).append((received - occurred) * 1000)
-                    if self.stop.is_set():
-                        return
-        except BaseException as exc:
-            self.error = exc
-            self.connected.set()
+            result = self._results.get(timeout=timeout)
+        except queue.Empty:
+            self.error = "the latency stream did not finish"
+            return
+        if isinstance(result, str):
+            self.error = result
+            return
+        self.seen = result
 
 
-def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
+def _probe_process_thread(client: GatewayClient, probe: LatencyProbe) -> None:
+    try:
+        probe._results.put(follow_latencies(client, probe.connected, probe.stop_event))
+    except BaseException as exc:
+        probe._results.put(repr(exc))
+        probe.connected.set()
+
+
+def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process") -> dict:
     model, model_url = start_model(tmp)
     system = LocalSystem(tmp / "data", model_url, services=SERVICES)
     try:
@@ -152,10 +224,10 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
             make_sample_repo(repo, scenario["files"])
             repos.append(repo)
 
-        probe = LatencyProbe(system.client())
+        probe = LatencyProbe(system, probe_mode)
         probe.start()
-        if not probe.connected.wait(30) or probe.error:
-            raise RuntimeError(f"the latency stream did not connect: {probe.error!r}")
+        if not probe.connected.wait(30):
+            raise RuntimeError("the latency stream did not connect")
 
         durations: dict[int, float] = {}
         outcomes: dict[int, str] = {}
@@ -190,8 +262,10 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
         for thread in threads:
             thread.join(timeout + 60)
         wall = (max(ends) if ends else time.monotonic()) - first
-        probe.stop.set()
-        probe.join(10)
+        probe.finish(30)
+        if probe.error:
+            raise RuntimeError(f"the latency stream failed: {probe.error}")
+        stored = asyncio.run(_stored_at(f"nats://127.0.0.1:{system.nats_port}"))
 
         info = system.run_info() or {}
         memory = {name: peak_rss_mb(pid) for name, pid in (info.get("children") or {}).items() if pid}
@@ -219,7 +293,18 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
             print(f"failed workflows: {failed or 'some drivers did not finish'}", file=sys.stderr)
             print(system.log_tail(40), file=sys.stderr)
         times = list(durations.values())
-        lat = probe.latencies_ms
+        lat = [(received - occurred) * 1000 for *_, occurred, received in probe.seen]
+        by_kind: dict[str, list[float]] = {}
+        for kind, _, _, occurred, received in probe.seen:
+            by_kind.setdefault(kind.split(":")[0], []).append((received - occurred) * 1000)
+        # Where the time went: writer (store, relay) up to JetStream's store time, then stream → gateway → client.
+        to_stream, from_stream = [], []
+        to_stream_by_kind: dict[str, list[float]] = {}
+        for kind, wid, at, occurred, received in probe.seen:
+            if (kind, wid, at) in stored:
+                to_stream.append((stored[kind, wid, at] - occurred) * 1000)
+                from_stream.append((received - stored[kind, wid, at]) * 1000)
+                to_stream_by_kind.setdefault(kind.split(":")[0], []).append(to_stream[-1])
         return {
             "workflows": workflows,
             "workflows_completed": sum(1 for o in outcomes.values() if o == "completed"),
@@ -233,10 +318,17 @@ def run(tmp: Path, *, workflows: int, timeout: float) -> dict:
             "event_to_sse_p50_ms": round(pct(lat, 50), 2) if lat else None,
             "event_to_sse_p99_ms": round(pct(lat, 99), 2) if lat else None,
             "event_to_sse_by_kind": {kind: {"n": len(v), "p50_ms": round(pct(v, 50), 1), "p99_ms": round(pct(v, 99), 1)}
-                                     for kind, v in sorted(probe.by_kind.items())},
+                                     for kind, v in sorted(by_kind.items())},
+            "event_to_stream_p50_ms": round(pct(to_stream, 50), 2) if to_stream else None,
+            "event_to_stream_p99_ms": round(pct(to_stream, 99), 2) if to_stream else None,
+            "stream_to_sse_p50_ms": round(pct(from_stream, 50), 2) if from_stream else None,
+            "stream_to_sse_p99_ms": round(pct(from_stream, 99), 2) if from_stream else None,
+            "event_to_stream_by_kind": {kind: {"p50_ms": round(pct(v, 50), 1), "p99_ms": round(pct(v, 99), 1)}
+                                        for kind, v in sorted(to_stream_by_kind.items())},
             "peak_rss_mb": memory,
             "cpu_s": cpu,
             "children_cpu_s": children_cpu,
+            "latency_probe": probe_mode,
             "store": "sqlite (embedded default)",
             "machine_cores": os.cpu_count(),
         }
@@ -253,9 +345,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workflows", type=int, default=20, help="demo workflows run at once")
     parser.add_argument("--timeout", type=float, default=300, help="seconds one workflow may take")
+    parser.add_argument("--probe", choices=("process", "thread"), default="process",
+                        help="read the latency stream in a process of its own (a separate client, the default) or "
+                             "in a thread beside the drivers (how this script measured before)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="autarch-bench-") as d:
-        figures = run(Path(d), workflows=args.workflows, timeout=args.timeout)
+        figures = run(Path(d), workflows=args.workflows, timeout=args.timeout, probe_mode=args.probe)
     for key, value in figures.items():
         if isinstance(value, dict):
             print(f"{key:>22}:")
