@@ -41,6 +41,7 @@ from .session_routes import SESSION_ROUTES
 from .sse import end_streams_on_signals, event_stream
 from .strict_body import strict_body
 from .ui.pages import UI_ROUTES
+from .ui.redeemed import SharedRedemptions
 from .ui.signin import LoginLinks
 from .workflow_routes import WORKFLOW_ROUTES
 
@@ -163,6 +164,9 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
         await ensure_event_stream(
             app.state["nc"], duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas
         )
+        # A login link works once on the whole system, not once per gateway.
+        app.state["ui_login_links"] = LoginLinks(SharedRedemptions(
+            app.state["nc"], replicas=settings.stream_replicas, timeout=settings.request_timeout).claim)
         # Open SSE streams end when the server is told to stop, or its graceful shutdown would wait on them.
         app.state["stopping"] = stopping = asyncio.Event()
         undo_signals = end_streams_on_signals(stopping)
@@ -182,8 +186,7 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[complete_allow_header],
         lifespan=[nats_connection],
-        state=State({"settings": settings, "expected_services": expected_services, "ui_token": token,
-                     "ui_login_links": LoginLinks()}),
+        state=State({"settings": settings, "expected_services": expected_services, "ui_token": token}),
         openapi_config=OpenAPIConfig(
             title="Autarch",
             version="0.1.0",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from autarch.runtime.errors import RemoteError
 from ..auth import NO_AUTH
 from ..orchestrator_client import ask_orchestrator, ask_service, nc_of
 from .signin import LOGIN_PATH, SESSION_COOKIE, SESSION_TTL, LoginLinks, csrf_token, new_session, session_of
+
+log = logging.getLogger(__name__)
 
 __all__ = ["UI_ROUTES"]
 
@@ -95,7 +98,7 @@ def _page(title: str, body_class: str, data: dict[str, Any], *, csrf: str, statu
     return Response(page, media_type=MediaType.HTML, status_code=status, headers=_HEADERS)
 
 
-def _signed_out(reason: str = "") -> Response[str]:
+def _signed_out(reason: str = "", *, status_code: int = 401) -> Response[str]:
     text = html.escape(reason or "You are not signed in.")
     page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -103,7 +106,7 @@ def _signed_out(reason: str = "") -> Response[str]:
 <body class="signin"><main id="main"><h1>Autarch</h1><p id="signin-reason">{text}</p>
 <p>Run <code>autarch ui</code> on the machine that runs Autarch: it opens this page with a one-time sign-in
 link. The API keeps taking the bearer token (<code>&lt;data dir&gt;/token</code>).</p></main></body></html>"""
-    return Response(page, media_type=MediaType.HTML, status_code=401, headers=_HEADERS)
+    return Response(page, media_type=MediaType.HTML, status_code=status_code, headers=_HEADERS)
 
 
 def _sid(request: Request, state: State) -> str | None:
@@ -128,7 +131,13 @@ async def login(request: Request, state: State) -> Response[str] | Redirect:
     """Redeem a one-time link from ``autarch ui``: set the session cookie and go to the page asked for."""
     query = request.query_params
     links: LoginLinks = state["ui_login_links"]
-    if not links.redeem(_token(state), query.get("n", ""), query.get("e", ""), query.get("s", "")):
+    try:
+        redeemed = await links.redeem(_token(state), query.get("n", ""), query.get("e", ""), query.get("s", ""))
+    except Exception as exc:  # the claim shared by every gateway could not be made: never redeem without it
+        log.warning("sign-in refused: could not claim the link's nonce (%r)", exc)
+        return _signed_out("Sign-in is unavailable right now (the gateway cannot reach NATS); the link is "
+                           "still good until it expires: try it again in a moment.", status_code=503)
+    if not redeemed:
         return _signed_out("This sign-in link is expired, already used or not ours.")
     target = query.get("next", "/")
     # Only a path on this site: a link must not send the browser elsewhere.

@@ -3,7 +3,8 @@
 Everything is signed with an HMAC keyed by the gateway's bearer token, so nothing needs storing to check a
 cookie, a gateway restart keeps people signed in, and replacing the token (``<data dir>/token``) signs
 everyone out at once. Only the login link's one-time use needs memory: the nonces already redeemed, kept
-until their link would have expired anyway.
+until their link would have expired anyway, in this process and in a key-value bucket every gateway of the
+system shares (``redeemed.py``).
 
 - A **login link** (``/ui/login?n=<nonce>&e=<expiry>&s=<signature>``) is minted by ``autarch ui``, which can
   read the token file; it is valid for :data:`LOGIN_TTL` seconds and once.
@@ -21,6 +22,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlencode
 
 __all__ = [
@@ -63,14 +65,23 @@ def login_link(base_url: str, token: str, *, now: float | None = None) -> str:
 
 
 class LoginLinks:
-    """The gateway's memory of redeemed links: each works once."""
+    """The gateway's memory of redeemed links: each works once.
 
-    def __init__(self) -> None:
+    ``claim`` (``redeemed.SharedRedemptions.claim`` in a running gateway) extends "once" from this process to
+    every gateway of the system; without it only this process remembers.
+    """
+
+    def __init__(self, claim: Callable[[str], Awaitable[bool]] | None = None) -> None:
         self._used: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._claim = claim
 
-    def redeem(self, token: str, nonce: str, expiry: str, signature: str, *, now: float | None = None) -> bool:
-        """True (once) for a link this token signed that has not expired."""
+    async def redeem(self, token: str, nonce: str, expiry: str, signature: str, *, now: float | None = None) -> bool:
+        """True (once) for a link this token signed that has not expired.
+
+        Raises:
+            Exception: the shared claim could not be made (NATS away); the link stays unused, to try again.
+        """
         if not (nonce and expiry.isascii() and expiry.isdigit() and signature):
             return False
         if not hmac.compare_digest(signature.encode(), _sign(token, "login", nonce, expiry).encode()):
@@ -84,7 +95,14 @@ class LoginLinks:
             if nonce in self._used:
                 return False
             self._used[nonce] = int(expiry)
-        return True
+        if self._claim is None:
+            return True
+        try:
+            return await self._claim(nonce)
+        except BaseException:
+            with self._lock:
+                self._used.pop(nonce, None)
+            raise
 
 
 def new_session(token: str, *, now: float | None = None) -> str:

@@ -53,11 +53,8 @@ class Gateway:
         return httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=15, **kwargs)
 
 
-@pytest.fixture(scope="package")
-async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gateway]:
-    """The Litestar app under uvicorn, in this event loop (so tests must use an async HTTP client)."""
-    data = tmp_path_factory.mktemp("gateway-data")
-    settings = Settings(data_dir=str(data), nats_url=nats_server.url, request_timeout=REQUEST_TIMEOUT)
+async def serve_gateway(settings: Settings) -> AsyncIterator[Gateway]:
+    """The Litestar app under uvicorn, in this event loop, until the generator closes."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
                                            access_log=False))
@@ -67,9 +64,19 @@ async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> Asyn
         if task.done() or time.monotonic() > deadline:
             raise RuntimeError(f"gateway did not start: {task.exception() if task.done() else 'timeout'}")
         await asyncio.sleep(0.02)
+    data = Path(settings.data_dir)
     yield Gateway(url=f"http://127.0.0.1:{port}", token=(data / "token").read_text().strip(), data_dir=str(data))
     server.should_exit = True
     await task
+
+
+@pytest.fixture(scope="package")
+async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Gateway]:
+    """The Litestar app under uvicorn, in this event loop (so tests must use an async HTTP client)."""
+    data = tmp_path_factory.mktemp("gateway-data")
+    settings = Settings(data_dir=str(data), nats_url=nats_server.url, request_timeout=REQUEST_TIMEOUT)
+    async for served in serve_gateway(settings):
+        yield served
 
 
 # --- a stand-in orchestrator for the workflow controls ----------------------------------------------------

@@ -23,19 +23,19 @@ def _parts(link: str) -> tuple[str, str, str]:
     return query["n"][0], query["e"][0], query["s"][0]
 
 
-def test_a_link_works_once_within_its_time_and_only_for_its_token() -> None:
+async def test_a_link_works_once_within_its_time_and_only_for_its_token() -> None:
     links = LoginLinks()
     now = 1_000_000.0
     link = login_link("http://127.0.0.1:8765/", TOKEN, now=now)
     assert link.startswith("http://127.0.0.1:8765/ui/login?")
     nonce, expiry, signature = _parts(link)
-    assert not links.redeem("another token", nonce, expiry, signature, now=now)
-    assert not links.redeem(TOKEN, nonce, str(int(expiry) + 3600), signature, now=now)  # a longer life: forged
-    assert not links.redeem(TOKEN, nonce, expiry, signature, now=now + LOGIN_TTL + 1)  # expired
-    assert links.redeem(TOKEN, nonce, expiry, signature, now=now + 1)
-    assert not links.redeem(TOKEN, nonce, expiry, signature, now=now + 2)  # used
-    assert not links.redeem(TOKEN, "", expiry, signature, now=now)
-    assert not links.redeem(TOKEN, nonce, "²", signature, now=now)
+    assert not await links.redeem("another token", nonce, expiry, signature, now=now)
+    assert not await links.redeem(TOKEN, nonce, str(int(expiry) + 3600), signature, now=now)  # a longer life: forged
+    assert not await links.redeem(TOKEN, nonce, expiry, signature, now=now + LOGIN_TTL + 1)  # expired
+    assert await links.redeem(TOKEN, nonce, expiry, signature, now=now + 1)
+    assert not await links.redeem(TOKEN, nonce, expiry, signature, now=now + 2)  # used
+    assert not await links.redeem(TOKEN, "", expiry, signature, now=now)
+    assert not await links.redeem(TOKEN, nonce, "²", signature, now=now)
 
 
 def test_a_cookie_names_its_session_until_it_expires_and_each_session_has_its_own_csrf_token() -> None:
@@ -55,7 +55,7 @@ def test_a_cookie_names_its_session_until_it_expires_and_each_session_has_its_ow
     assert not csrf_ok(TOKEN, sid, None) and not csrf_ok(TOKEN, sid, "")
 
 
-def test_autarch_ui_prints_the_link_and_opens_no_text_browser_without_a_display(tmp_path) -> None:
+async def test_autarch_ui_prints_the_link_and_opens_no_text_browser_without_a_display(tmp_path) -> None:
     import os
     import subprocess
     import sys
@@ -71,4 +71,4 @@ def test_autarch_ui_prints_the_link_and_opens_no_text_browser_without_a_display(
     assert "no graphical browser here" in result.stdout
     link = next(line.split(": ", 1)[1] for line in result.stdout.splitlines() if "sign-in link" in line)
     assert parse_qs(urlparse(link).query)["next"] == [f"/workflows/{wid}"]
-    assert LoginLinks().redeem(TOKEN, *_parts(link))
+    assert await LoginLinks().redeem(TOKEN, *_parts(link))
