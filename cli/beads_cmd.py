@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .gateway_client import CliError, GatewayClient, add_connection_arguments, print_json
+from .gateway_client import CliError, GatewayClient, print_json
 from .render import printable
-from .workflow_cmd import gateway_command
+from .workflow_cmd import epic_verbs
 
 __all__ = ["bead_line", "ready_lines", "register"]
 
@@ -160,21 +160,12 @@ def _priority(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    beads = sub.add_parser(
-        "beads", help="an epic's beads: list, show, ranked ready work, create, depend, close (through the gateway)",
+    verb = epic_verbs(
+        sub, "beads", help_text="an epic's beads: list, show, ranked ready work, create, depend, close (through the "
+                                "gateway)",
         description="The bead graph of a bead plan's workflow (the epic id is the workflow id; a unique prefix "
                     "will do).",
     )
-    verbs = beads.add_subparsers(dest="beads_command", metavar="VERB")
-    verbs.required = True
-
-    def verb(name: str, action: Any, help_text: str) -> argparse.ArgumentParser:
-        parser = verbs.add_parser(name, help=help_text, description=help_text)
-        add_connection_arguments(parser)
-        parser.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
-        parser.add_argument("epic", metavar="EPIC", help="the workflow id (or a unique prefix)")
-        parser.set_defaults(handler=gateway_command(action))
-        return parser
 
     listing = verb("list", cmd_list, "every bead of the epic")
     listing.add_argument("--status", choices=_STATUSES, help="only beads with this status")

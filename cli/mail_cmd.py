@@ -12,9 +12,9 @@ import argparse
 from typing import Any
 from urllib.parse import quote
 
-from .gateway_client import GatewayClient, add_connection_arguments, print_json
+from .gateway_client import GatewayClient, print_json
 from .render import printable
-from .workflow_cmd import gateway_command
+from .workflow_cmd import epic_verbs
 
 __all__ = ["body_lines", "message_line", "register", "show_lines"]
 
@@ -71,21 +71,11 @@ def cmd_show(client: GatewayClient, args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``autarch mail list`` and ``autarch mail show``."""
-    mail = sub.add_parser(
-        "mail", help="an epic's coordination mail: list, show (through the gateway)",
+    verb = epic_verbs(
+        sub, "mail", help_text="an epic's coordination mail: list, show (through the gateway)",
         description="The mail between a swarm's workers and its coordinator (the epic id is the workflow id; a "
                     "unique prefix will do).",
     )
-    verbs = mail.add_subparsers(dest="mail_command", metavar="VERB")
-    verbs.required = True
-
-    def verb(name: str, action: Any, help_text: str) -> argparse.ArgumentParser:
-        parser = verbs.add_parser(name, help=help_text, description=help_text)
-        add_connection_arguments(parser)
-        parser.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
-        parser.add_argument("epic", metavar="EPIC", help="the workflow id (or a unique prefix)")
-        parser.set_defaults(handler=gateway_command(action))
-        return parser
 
     listing = verb("list", cmd_list, "the epic's messages, oldest first: id, time, sender → recipients, subject")
     listing.add_argument("--topic", metavar="T", help="only messages on this topic")

@@ -23,7 +23,8 @@ from .gateway_client import (
 )
 from .render import approval_hint, card_summary, halt_hint, printable
 
-__all__ = ["bead_rows", "describe", "epic_get", "gateway_command", "is_bead_plan", "register", "show_lines"]
+__all__ = ["bead_rows", "describe", "epic_get", "epic_verbs", "gateway_command", "is_bead_plan", "register",
+           "show_lines"]
 
 Action = Callable[[GatewayClient, argparse.Namespace], int | None]
 
@@ -40,6 +41,25 @@ def gateway_command(action: Action) -> Callable[[argparse.Namespace], int]:
             return exc.exit_code
 
     return handler
+
+
+def epic_verbs(sub: argparse._SubParsersAction, name: str, *, help_text: str,  # type: ignore[type-arg]
+               description: str) -> Callable[[str, Action, str], argparse.ArgumentParser]:
+    """Add ``autarch <name>`` and return how to add its verbs, each of which takes an epic, ``--json`` and the
+    gateway connection arguments (``autarch beads …``, ``autarch mail …``)."""
+    group = sub.add_parser(name, help=help_text, description=description)
+    verbs = group.add_subparsers(dest=f"{name}_command", metavar="VERB")
+    verbs.required = True
+
+    def verb(verb_name: str, action: Action, verb_help: str) -> argparse.ArgumentParser:
+        parser = verbs.add_parser(verb_name, help=verb_help, description=verb_help)
+        add_connection_arguments(parser)
+        parser.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
+        parser.add_argument("epic", metavar="EPIC", help="the workflow id (or a unique prefix)")
+        parser.set_defaults(handler=gateway_command(action))
+        return parser
+
+    return verb
 
 
 def _status(view: dict[str, Any]) -> str:
