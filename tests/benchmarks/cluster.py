@@ -13,9 +13,10 @@ process:
   over both gateways).
 
 For each: workflows per minute (completed / wall time from the first create to the last ``workflow:completed``)
-and event → SSE latency p50/p99 (receive time on one extra all-workflows stream minus the event's
-``occurred_at``). Every branch is checked for the demo's two commits. Needs a PostgreSQL server for the cluster
-shapes (default ``postgresql://postgres@127.0.0.1:5432/test``); without one they are reported as skipped.
+and event → SSE latency p50/p99 (receive time on one extra all-workflows stream, read by a process of its own,
+minus the event's ``occurred_at``). Every branch is checked for the demo's two commits. Needs a PostgreSQL server
+for the cluster shapes (default ``postgresql://postgres@127.0.0.1:5432/test``); without one they are reported as
+skipped.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -34,10 +34,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from autarch.cli.demo_cmd import BRANCH, SERVICES, create_workflow, demo_scenario, drive, make_sample_repo
-from autarch.cli.gateway_client import Connection, GatewayClient
-from autarch.cli.local_system import SSE_KEEPALIVE, LocalSystem
-from tests.benchmarks.workflows import COMMITS, LatencyProbe, pct, start_model
+from autarch.cli.demo_cmd import BRANCH, SERVICES
+from autarch.cli.local_system import LocalSystem
+from tests.benchmarks.workflows import COMMITS, LatencyProbe, drive_all, pct, sample_repos, start_model
 
 SHAPES: dict[str, dict[str, int]] = {
     "embedded": {},
@@ -66,49 +65,16 @@ def run_shape(tmp: Path, model_url: str, shape: dict[str, int], *, workflows: in
         begun = time.monotonic()
         system.start(timeout=180)
         startup_s = time.monotonic() - begun
-        scenario = demo_scenario()
-        repos = []
-        for i in range(workflows):
-            repo = tmp / "repos" / f"wf-{i:03d}"
-            make_sample_repo(repo, scenario["files"])
-            repos.append(repo)
-        probe = LatencyProbe(system.client())
+        repos = sample_repos(tmp, workflows)
+        probe = LatencyProbe(system, "process")
         probe.start()
-        if not probe.connected.wait(30) or probe.error:
-            raise RuntimeError(f"the latency stream did not connect: {probe.error!r}")
-        outcomes: dict[int, str] = {}
-        ends: list[float] = []
-        barrier = threading.Barrier(workflows)
-
-        def driver(i: int) -> None:
-            url = gateways[i % len(gateways)]
-            client = GatewayClient(Connection(url=url, token=system.token, sse_keepalive=SSE_KEEPALIVE), timeout=60,
-                                   trust_env=False)
-            try:
-                barrier.wait()
-                wid = create_workflow(client, repos[i], title=f"Greet the world #{i}")
-
-                def on_event(event: dict, _received: float) -> None:
-                    if event.get("type") == "workflow:completed":
-                        ends.append(time.monotonic())
-
-                outcome = drive(client, wid, timeout=timeout, alive=system.alive, on_event=on_event)
-                ok = outcome.status == "completed"
-                outcomes[i] = "completed" if ok else f"{outcome.status}: {outcome.message}"
-            except Exception as exc:
-                outcomes[i] = f"error: {exc!r}"
-            finally:
-                client.close()
-
-        threads = [threading.Thread(target=driver, args=(i,), daemon=True) for i in range(workflows)]
-        first = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout + 60)
-        wall = (max(ends) if ends else time.monotonic()) - first
-        probe.stop.set()
-        probe.join(10)
+        if not probe.connected.wait(30):
+            raise RuntimeError("the latency stream did not connect")
+        runs = drive_all(system, repos, timeout=timeout, urls=gateways)
+        outcomes, wall = runs.outcomes, runs.wall
+        probe.finish(30)
+        if probe.error:
+            raise RuntimeError(f"the latency stream failed: {probe.error}")
         completed = sum(1 for o in outcomes.values() if o == "completed")
         branches_ok = sum(
             1 for repo in repos
@@ -124,7 +90,7 @@ def run_shape(tmp: Path, model_url: str, shape: dict[str, int], *, workflows: in
             "branches_ok": branches_ok,
             "startup_s": round(startup_s, 2),
             "total_wall_s": round(wall, 2),
-            "workflows_per_min": round(len(ends) / wall * 60, 1) if wall > 0 and ends else None,
+            "workflows_per_min": round(len(runs.durations) / wall * 60, 1) if wall > 0 and runs.durations else None,
             "sse_events": len(lat),
             "event_to_sse_p50_ms": round(pct(lat, 50), 2) if lat else None,
             "event_to_sse_p99_ms": round(pct(lat, 99), 2) if lat else None,

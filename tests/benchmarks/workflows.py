@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ import nats
 
 from autarch.cli.demo_cmd import BRANCH, SERVICES, create_workflow, demo_scenario, drive, make_sample_repo
 from autarch.cli.gateway_client import Connection, GatewayClient
-from autarch.cli.local_system import LocalSystem, scrubbed_env
+from autarch.cli.local_system import SSE_KEEPALIVE, LocalSystem, scrubbed_env
 from autarch.cli.render import SseComment, parse_sse
 from autarch.contracts import subjects
 from autarch.runtime.natsserver import free_port
@@ -188,6 +189,11 @@ class LatencyProbe:
     def start(self) -> None:
         self._worker.start()
 
+    @property
+    def latencies_ms(self) -> list[float]:
+        """Receive time minus ``occurred_at`` of every event seen."""
+        return [(received - occurred) * 1000 for *_, occurred, received in self.seen]
+
     def finish(self, timeout: float) -> None:
         """Stop after the next message (the stream's heartbeat comes every few seconds) and collect."""
         self.stop_event.set()
@@ -210,6 +216,65 @@ def _probe_process_thread(client: GatewayClient, probe: LatencyProbe) -> None:
         probe.connected.set()
 
 
+def sample_repos(tmp: Path, workflows: int) -> list[Path]:
+    """One sample repository of the demo per workflow."""
+    files = demo_scenario()["files"]
+    repos = []
+    for i in range(workflows):
+        repo = tmp / "repos" / f"wf-{i:03d}"
+        make_sample_repo(repo, files)
+        repos.append(repo)
+    return repos
+
+
+@dataclass
+class Runs:
+    """What the drivers saw: each workflow's outcome and create → completed time, and the wall time of all."""
+
+    outcomes: dict[int, str] = field(default_factory=dict)
+    durations: dict[int, float] = field(default_factory=dict)
+    wall: float = 0.0
+
+
+def drive_all(system: LocalSystem, repos: list[Path], *, timeout: float, urls: list[str] | None = None) -> Runs:
+    """Create and drive one demo workflow per repository, all at once, each by its own thread and client (the
+    ``i``-th on ``urls[i % len(urls)]``, default the system's gateway), through to its end."""
+    runs, ends = Runs(), []
+    barrier = threading.Barrier(len(repos))
+
+    def driver(i: int) -> None:
+        url = urls[i % len(urls)] if urls else system.url
+        client = GatewayClient(Connection(url=url, token=system.token, sse_keepalive=SSE_KEEPALIVE), timeout=60,
+                               trust_env=False)
+        try:
+            barrier.wait()
+            begin = time.monotonic()
+            wid = create_workflow(client, repos[i], title=f"Greet the world #{i}")
+
+            def on_event(event: dict, _received: float) -> None:
+                if event.get("type") == "workflow:completed":
+                    now = time.monotonic()
+                    runs.durations[i] = now - begin
+                    ends.append(now)
+
+            outcome = drive(client, wid, timeout=timeout, alive=system.alive, on_event=on_event)
+            ok = outcome.status == "completed"
+            runs.outcomes[i] = "completed" if ok else f"{outcome.status}: {outcome.message}"
+        except Exception as exc:
+            runs.outcomes[i] = f"error: {exc!r}"
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=driver, args=(i,), daemon=True) for i in range(len(repos))]
+    first = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 60)
+    runs.wall = (max(ends) if ends else time.monotonic()) - first
+    return runs
+
+
 def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process") -> dict:
     model, model_url = start_model(tmp)
     system = LocalSystem(tmp / "data", model_url, services=SERVICES)
@@ -217,51 +282,14 @@ def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process
         started = time.monotonic()
         system.start()
         startup_s = time.monotonic() - started
-        scenario = demo_scenario()
-        repos = []
-        for i in range(workflows):
-            repo = tmp / "repos" / f"wf-{i:03d}"
-            make_sample_repo(repo, scenario["files"])
-            repos.append(repo)
-
+        repos = sample_repos(tmp, workflows)
         probe = LatencyProbe(system, probe_mode)
         probe.start()
         if not probe.connected.wait(30):
             raise RuntimeError("the latency stream did not connect")
 
-        durations: dict[int, float] = {}
-        outcomes: dict[int, str] = {}
-        ends: list[float] = []
-        barrier = threading.Barrier(workflows)
-
-        def driver(i: int) -> None:
-            client = system.client(timeout=60)
-            try:
-                barrier.wait()
-                begin = time.monotonic()
-                wid = create_workflow(client, repos[i], title=f"Greet the world #{i}")
-
-                def on_event(event: dict, _received: float) -> None:
-                    if event.get("type") == "workflow:completed":
-                        now = time.monotonic()
-                        durations[i] = now - begin
-                        ends.append(now)
-
-                outcome = drive(client, wid, timeout=timeout, alive=system.alive, on_event=on_event)
-                ok = outcome.status == "completed"
-                outcomes[i] = "completed" if ok else f"{outcome.status}: {outcome.message}"
-            except Exception as exc:
-                outcomes[i] = f"error: {exc!r}"
-            finally:
-                client.close()
-
-        threads = [threading.Thread(target=driver, args=(i,), daemon=True) for i in range(workflows)]
-        first = time.monotonic()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout + 60)
-        wall = (max(ends) if ends else time.monotonic()) - first
+        runs = drive_all(system, repos, timeout=timeout)
+        durations, outcomes, wall = runs.durations, runs.outcomes, runs.wall
         probe.finish(30)
         if probe.error:
             raise RuntimeError(f"the latency stream failed: {probe.error}")
@@ -293,7 +321,7 @@ def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process
             print(f"failed workflows: {failed or 'some drivers did not finish'}", file=sys.stderr)
             print(system.log_tail(40), file=sys.stderr)
         times = list(durations.values())
-        lat = [(received - occurred) * 1000 for *_, occurred, received in probe.seen]
+        lat = probe.latencies_ms
         by_kind: dict[str, list[float]] = {}
         for kind, _, _, occurred, received in probe.seen:
             by_kind.setdefault(kind.split(":")[0], []).append((received - occurred) * 1000)
