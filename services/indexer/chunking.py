@@ -35,8 +35,24 @@ class Chunk:
 
     @property
     def embedding_text(self) -> str:
-        """What the dense model reads: the symbol as a heading, then the code."""
-        return f"{self.symbol}\n{self.text}" if self.symbol else self.text
+        """What the dense model reads: the symbol as a heading (its name also in plain words), then the code."""
+        if not self.symbol:
+            return self.text
+        words = symbol_words(self.symbol)
+        heading = f"{self.symbol} ({words})" if words else self.symbol
+        return f"{heading}\n{self.text}"
+
+
+_NAME_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[0-9]|\b)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def symbol_words(symbol: str) -> str:
+    """The name of a chunk's symbol in lower-case words (``def Repo.get_HTTPHeader`` -> ``repo get http
+    header``), or '' when that adds nothing to the symbol (a one-word lower-case name)."""
+    _, _, name = symbol.removeprefix("async ").partition(" ")
+    words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", name) if part for w in _NAME_PART.findall(part)]
+    text = " ".join(words)
+    return "" if text == name.lower() else text
 
 
 _EXTENSIONS = {

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from autarch.services.indexer.chunking import MAX_CHUNK_LINES, WINDOW_LINES, chunk_file, language_of
+from autarch.services.indexer.chunking import (
+    MAX_CHUNK_LINES,
+    WINDOW_LINES,
+    Chunk,
+    chunk_file,
+    language_of,
+    symbol_words,
+)
 
 
 def _symbols(path: str, text: str) -> list[str]:
@@ -75,3 +82,14 @@ def test_markdown_sections_and_plain_text_windows() -> None:
     assert [(c.start_line, c.end_line) for c in chunks] == [(1, 50), (51, 100), (101, 105)]
     assert chunk_file("empty.py", "\n\n  \n") == []
     assert language_of("dir.d/file") == "text" and language_of("x.TSX") == "tsx"
+
+
+def test_the_dense_model_reads_the_symbol_name_in_plain_words() -> None:
+    assert symbol_words("class HTTPMovedPermanently") == "http moved permanently"
+    assert symbol_words("def Repo.get_HTTPHeader") == "repo get http header"
+    assert symbol_words("async def Client.__aenter__") == "client aenter"
+    # Nothing added when the name is already one plain word.
+    assert symbol_words("def head") == "" and symbol_words("section Getting started") == ""
+    chunk = Chunk(start_line=1, end_line=2, symbol="def App.add_route", text="def add_route(self):\n    pass")
+    assert chunk.embedding_text == "def App.add_route (app add route)\ndef add_route(self):\n    pass"
+    assert Chunk(start_line=1, end_line=1, symbol="", text="x = 1").embedding_text == "x = 1"
