@@ -289,6 +289,10 @@ class GitEngine:
 
     def _make_branch_and_worktree(self, repo: Repo, record: WorkflowRecord, ref: bytes) -> None:
         base_commit = record.base_commit.encode()
+        # The record, saved before this step, makes the branch this workflow's: a lock file on it now, under the
+        # repository's flock, is a writer killed while creating it (see _break_stale_locks).
+        with suppress(FileNotFoundError):
+            os.unlink(repo.refs.refpath(ref) + b".lock")
         current = read_branch(repo, ref)
         if current is None:
             created = create_branch(

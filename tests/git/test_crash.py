@@ -227,3 +227,29 @@ def test_lock_files_a_killed_writer_left_do_not_block_the_next_operations(tmp_pa
     assert git(repo, "rev-parse", "autarch/wf-1") == done.commit
     assert not list(heads.glob("*.lock")) and not (admin / "index.lock").exists()
     fsck(repo)
+
+
+def test_a_branch_creation_killed_while_it_held_the_ref_lock_is_finished_by_the_retry(tmp_path: Path, monkeypatch):
+    """Seen in the random-SIGKILL fault test: the git service died inside ``create_branch`` with
+    ``refs/heads/<branch>.lock`` taken, and every retry of ``create_workflow_branch`` failed with ``FileLocked``,
+    halting the workflow."""
+    repo = make_user_repo(tmp_path / "project")
+    engine = GitEngine(data_dir=tmp_path / "data")
+    registered = engine.register_repository(RegisterRepository(path=str(repo)))
+    heads = repo / ".git" / "refs" / "heads" / "autarch"
+    command = CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
+
+    def killed_while_creating(repo_, ref, *args, **kwargs):  # the lock is taken, then the process dies
+        heads.mkdir(parents=True, exist_ok=True)
+        (heads / "wf-1.lock").write_bytes(b"")
+        raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr("autarch.services.git.engine.create_branch", killed_while_creating)
+        with pytest.raises(Killed):
+            engine.create_workflow_branch(command)
+    view = GitEngine(data_dir=tmp_path / "data").create_workflow_branch(command)  # the retried request
+    assert git(repo, "rev-parse", "autarch/wf-1") == git(repo, "rev-parse", "main")
+    assert git(Path(view.worktree_path), "symbolic-ref", "HEAD") == "refs/heads/autarch/wf-1"
+    assert not (heads / "wf-1.lock").exists()
+    fsck(repo)
