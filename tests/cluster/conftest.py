@@ -227,7 +227,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer
     env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
            "AUTARCH_REQUEST_TIMEOUT": "5", "AUTARCH_GIT_REQUEST_TIMEOUT": "10", "AUTARCH_LEADER_TTL": str(TTL)}
     system = ClusterSystem(data_dir=data, port=free_port_run(INSTANCES), nats_port=free_port_run(NODES),
-                           services="orchestrator,tools,git,agent_runner,notifier", extra_env=env,
+                           services="orchestrator,tools,git,agent_runner,indexer,notifier", extra_env=env,
                            postgres_url=postgres_url)
     system.start()
     yield system

@@ -1,9 +1,9 @@
 """Twenty demo workflows on the local cluster while, at chosen moments, the event stream's leader node is SIGKILLed,
 the PostgreSQL connections of the leading orchestrator and agent runner are cut by the server, and then those
 leaders (the processes holding the store's connections), an instance of tools and of git, a gateway and the
-leading notifier are SIGKILLed. Every workflow ends with the commits of an undisturbed run, its events once each
-on its SSE stream, its log replaying to its live state; and both stores match the stream: every event exactly
-once, nothing foreign."""
+leading notifier and indexer are SIGKILLed. Every workflow ends with the commits of an undisturbed run, its
+events once each on its SSE stream, its log replaying to its live state; and both stores match the stream: every
+event exactly once, nothing foreign."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSyste
             (35, lambda: leader("orchestrator")),
             (42, freeze_runner),
             (50, lambda: leader("agent_runner")),
-            (65, lambda: ["tools-1", "git-2", "gateway-2", *leader("notifier")]),
+            (65, lambda: ["tools-1", "git-2", "gateway-2", *leader("notifier"), *leader("indexer")]),
         ]
 
         def killer(approver: Approver) -> None:
@@ -99,13 +99,13 @@ def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSyste
 
         seconds = run_to_done(client, ids, timeout=300, started=started, killer=killer)
         victims = [name for name, _ in killed]
-        assert len(victims) == 7, f"not every kill happened during the run: {killed}"
+        assert len(victims) == 8, f"not every kill happened during the run: {killed}"
         assert len(dropped) == 2 and all(count > 0 for _, count in dropped), dropped
         log = cluster.log.read_text(errors="replace") if cluster.log else ""
         assert f"{frozen[0]} lost the agent_runner lease: exiting" in log, "the paused leader did not step down"
         assert f"WARNING supervisor: {frozen[0]} exited with {LOST_LEASE_EXIT}" in log
         assert [name.rsplit("-", 1)[0] for name in victims[1:]] == ["orchestrator", "agent_runner", "tools", "git",
-                                                                      "gateway", "notifier"]
+                                                                      "gateway", "notifier", "indexer"]
         for repo, wid in zip(repos, ids, strict=True):
             assert_same_result(client, repo, wid, ref)
         wait_replicas_current(cluster)  # the killed node was restarted and caught up with its peers

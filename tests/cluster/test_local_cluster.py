@@ -18,7 +18,7 @@ from tests.workflows.conftest import Client, demo_scenario, make_repo
 from .conftest import INSTANCES, NODES, ClusterSystem, leader_of, stream_leader
 from .stream_check import check_stores_against_stream
 
-SERVICES = ("orchestrator", "tools", "git", "agent_runner", "notifier")
+SERVICES = ("orchestrator", "tools", "git", "agent_runner", "indexer", "notifier")
 
 
 async def _stores_match(system: ClusterSystem) -> dict[str, int]:
@@ -70,6 +70,7 @@ def test_the_cluster_shape(cluster: ClusterSystem) -> None:
     assert status["services"]["orchestrator"]["instances"] == 1
     assert status["services"]["agent_runner"]["instances"] == 1
     assert status["services"]["notifier"]["instances"] == 1
+    assert status["services"]["indexer"]["instances"] == 1
     assert leader_of(cluster, "orchestrator") in ("orchestrator-1", "orchestrator-2")
     # Both gateways serve the API.
     for port in (cluster.port, cluster.port + 1):
