@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import nats
 from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from autarch.contracts import subjects
 
-__all__ = ["close_quietly", "connect", "ensure_event_stream"]
+__all__ = ["close_quietly", "connect", "ensure_event_stream", "open_key_value"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,21 @@ async def ensure_event_stream(nc: Client, *, duplicate_window: float = 3600.0, r
     except NotFoundError:
         await js.add_stream(config)
         log.info("created stream %s", subjects.EVENTS_STREAM)
+
+
+async def open_key_value(nc: Client, bucket: str, *, replicas: int = 1, timeout: float | None = None,
+                         **config: Any) -> KeyValue:
+    """Bind to the key-value ``bucket``, creating it (file storage, one value per key, ``config``) if it is
+    missing; safe from every process at once: the loser of a creation race binds to the winner's bucket."""
+    js = nc.jetstream() if timeout is None else nc.jetstream(timeout=timeout)
+    try:
+        return await js.key_value(bucket)
+    except BucketNotFoundError:
+        try:
+            return await js.create_key_value(bucket=bucket, history=1, replicas=replicas, storage=StorageType.FILE,
+                                             **config)
+        except APIError:
+            return await js.key_value(bucket)  # another process created it first
 
 
 async def close_quietly(nc: Client, *, timeout: float = 5.0) -> None:

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.api import StorageType
-from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+
+from .bus import open_key_value
 
 __all__ = ["BUCKET", "GIVE_UP", "LeaderLease", "open_leaders"]
 
@@ -46,15 +47,7 @@ _decode = msgspec.json.Decoder(_Value).decode
 
 async def open_leaders(nc: Client, *, replicas: int = 1) -> KeyValue:
     """Bind to ``AUTARCH_LEADERS``, creating it if missing (safe from every process at once)."""
-    js = nc.jetstream()
-    try:
-        return await js.key_value(BUCKET)
-    except BucketNotFoundError:
-        try:
-            return await js.create_key_value(bucket=BUCKET, history=1, replicas=replicas, storage=StorageType.FILE,
-                                             description="Leader leases of services and relays")
-        except APIError:
-            return await js.key_value(BUCKET)  # another process created it first
+    return await open_key_value(nc, BUCKET, replicas=replicas, description="Leader leases of services and relays")
 
 
 @dataclass

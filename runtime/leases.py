@@ -40,12 +40,12 @@ from typing import Literal, TypeVar
 
 import msgspec
 from nats.aio.client import Client
-from nats.js.api import StorageType
-from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from autarch.contracts.beads import LeaseMode, LeaseView
 
+from .bus import open_key_value
 from .globs import compile_glob
 
 __all__ = [
@@ -161,16 +161,8 @@ class LeaseTable:
     @classmethod
     async def open(cls, nc: Client, *, replicas: int = 1, key_grace: float = 10.0) -> LeaseTable:
         """Bind to ``AUTARCH_LEASES``, creating it if missing (safe from every service at once)."""
-        js = nc.jetstream()
-        try:
-            kv = await js.key_value(BUCKET)
-        except BucketNotFoundError:
-            try:
-                # create_key_value sets allow_msg_ttl (per-key TTLs need nats-server 2.11+).
-                kv = await js.create_key_value(bucket=BUCKET, history=1, replicas=replicas,
-                                               storage=StorageType.FILE, description="Swarm file leases")
-            except APIError:
-                kv = await js.key_value(BUCKET)  # another process created it first
+        # create_key_value sets allow_msg_ttl (per-key TTLs need nats-server 2.11+).
+        kv = await open_key_value(nc, BUCKET, replicas=replicas, description="Swarm file leases")
         return cls(kv, nc, key_grace=key_grace)
 
     # -- verbs ----------------------------------------------------------------------------------------

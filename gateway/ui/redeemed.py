@@ -9,19 +9,17 @@ fails on the server, whichever gateway tries, so exactly one claim wins. Keys ex
 
 from __future__ import annotations
 
-import logging
 import re
 
 from nats.aio.client import Client
-from nats.js.api import StorageType
-from nats.js.errors import APIError, BucketNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
+
+from autarch.runtime.bus import open_key_value
 
 from .signin import LOGIN_TTL
 
 __all__ = ["BUCKET", "SharedRedemptions"]
-
-log = logging.getLogger(__name__)
 
 BUCKET = "AUTARCH_UI_LOGINS"
 _NONCE = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")  # what secrets.token_urlsafe gives, and a valid key
@@ -38,16 +36,9 @@ class SharedRedemptions:
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
-            js = self._nc.jetstream(timeout=self._timeout)
-            try:
-                self._kv = await js.key_value(BUCKET)
-            except BucketNotFoundError:
-                try:
-                    self._kv = await js.create_key_value(
-                        bucket=BUCKET, history=1, ttl=LOGIN_TTL + 60, replicas=self._replicas,
-                        storage=StorageType.FILE, description="Nonces of the UI login links already redeemed")
-                except APIError:
-                    self._kv = await js.key_value(BUCKET)  # another gateway created it first
+            self._kv = await open_key_value(self._nc, BUCKET, replicas=self._replicas, timeout=self._timeout,
+                                            ttl=LOGIN_TTL + 60,
+                                            description="Nonces of the UI login links already redeemed")
         return self._kv
 
     async def claim(self, nonce: str) -> bool:

@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from dulwich.repo import Repo
@@ -66,6 +66,7 @@ from .faults import FaultInjector
 from .refs import (
     BranchNameError,
     branch_ref,
+    break_ref_lock,
     clashing_ref,
     create_branch,
     delete_branch,
@@ -289,10 +290,7 @@ class GitEngine:
 
     def _make_branch_and_worktree(self, repo: Repo, record: WorkflowRecord, ref: bytes) -> None:
         base_commit = record.base_commit.encode()
-        # The record, saved before this step, makes the branch this workflow's: a lock file on it now, under the
-        # repository's flock, is a writer killed while creating it (see _break_stale_locks).
-        with suppress(FileNotFoundError):
-            os.unlink(repo.refs.refpath(ref) + b".lock")
+        break_ref_lock(repo, ref)  # the record, saved before this step, makes the branch this workflow's
         current = read_branch(repo, ref)
         if current is None:
             created = create_branch(
@@ -555,5 +553,4 @@ def _break_stale_locks(ws: Workspace) -> None:
     """
     break_stale_locks(ws.admin)
     for ref in (ws.workflow_ref, *(ws.pulse_ref(pulse_id) for pulse_id in ws.record.pulses)):
-        with suppress(FileNotFoundError):
-            os.unlink(ws.repo.refs.refpath(ref) + b".lock")
+        break_ref_lock(ws.repo, ref)

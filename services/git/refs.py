@@ -19,6 +19,7 @@ __all__ = [
     "BranchNameError",
     "RefConflict",
     "branch_ref",
+    "break_ref_lock",
     "clashing_ref",
     "create_branch",
     "delete_branch",
@@ -29,6 +30,15 @@ __all__ = [
 ]
 
 HEADS = b"refs/heads/"
+
+
+def break_ref_lock(repo: Repo, ref: bytes) -> None:
+    """Remove ``<ref>.lock``: only for a ref this service writes, under the repository's ``flock`` (a lock file
+    found then is a writer's that was killed mid-write, and would refuse every later write: ``FileLocked``)."""
+    try:
+        os.unlink(repo.refs.refpath(ref) + b".lock")
+    except FileNotFoundError:
+        pass
 PULSE_SEPARATOR = ".pulse-"
 """Pulse branches are ``<workflow branch>.pulse-<id>``: git refuses ``x/pulse-1`` beside a branch ``x``."""
 

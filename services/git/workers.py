@@ -9,7 +9,6 @@ before it moves a branch, so a repeat answers the first outcome or finishes what
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from .refs import (
     BranchNameError,
     RefConflict,
     branch_ref,
+    break_ref_lock,
     clashing_ref,
     create_branch,
     delete_branch,
@@ -101,8 +101,7 @@ def _open_worker(ws: Workspace, swarm: SwarmRecord, name: str) -> WorkerRecord:
         )
     # A lock file found under the repository lock is a killed writer's (see engine._break_stale_locks).
     break_stale_locks(admin_dir(ws.repo, worker.worktree_id))
-    with suppress(FileNotFoundError):
-        os.unlink(ws.repo.refs.refpath(branch_ref(worker.branch)) + b".lock")
+    break_ref_lock(ws.repo, branch_ref(worker.branch))
     return worker
 
 
