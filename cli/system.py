@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from autarch.runtime.settings import SECRET_SETTINGS, Settings, SettingsError, load_settings
+from autarch.runtime.settings import MAX_PARTITIONS, SECRET_SETTINGS, Settings, SettingsError, load_settings
 
 __all__ = ["register"]
 
@@ -67,6 +67,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("autarch up: --cluster must be 1 or more nodes and --instances 1 or more", file=sys.stderr)
         return 2
     instances = args.instances or (2 if cluster else 1)
+    if args.partitions is not None and not 1 <= args.partitions <= MAX_PARTITIONS:
+        print(f"autarch up: --partitions must be between 1 and {MAX_PARTITIONS}", file=sys.stderr)
+        return 2
+    # A cluster's orchestrators all work (one partition each) unless told otherwise.
+    partitions = args.partitions or (instances if cluster and settings.orchestrator_partitions == 1
+                                     else settings.orchestrator_partitions)
+    settings = msgspec.structs.replace(settings, orchestrator_partitions=partitions)
     if cluster and (settings.nats_url or not settings.postgres_url):
         print("autarch up: --cluster runs its own NATS nodes (no --nats) and needs PostgreSQL event stores: "
               "--postgres-url postgresql://user@host:5432/db?schema=NAME (or AUTARCH_POSTGRES_URL)", file=sys.stderr)
@@ -77,6 +84,8 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"{', '.join(services)} and the gateway (ports {settings.port}..{settings.port + instances - 1})",
               flush=True)
         print(f"  stores   {_store_line(settings.postgres_url or '')}", flush=True)
+    if partitions > 1:
+        print(f"  orchestrator  {partitions} partitions of the workflows, each led by one instance", flush=True)
     else:
         print(f"Autarch starting: services {', '.join(services)} + gateway", flush=True)
     print(f"  API      http://{settings.host}:{settings.port}  (OpenAPI at /schema, health at /healthz)", flush=True)
@@ -170,8 +179,10 @@ async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
     try:
         result: dict[str, Any] = {"nats": True, "services": {}}
         for name in services:
-            instances = await ping_service(nc, name, wait=0.5)
-            entry: dict[str, Any] = {"ok": instances > 0, "instances": instances}
+            # Every instance that answers within the window is counted (a status lists them all).
+            instances = await ping_service(nc, name, wait=0.5, expect=sys.maxsize)
+            needed = settings.orchestrator_partitions if name == "orchestrator" else 1
+            entry: dict[str, Any] = {"ok": instances >= needed, "instances": instances}
             if instances:
                 answers = await _instance_stats(nc, name, instances)
                 if answers:
@@ -279,6 +290,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                          "PostgreSQL event stores, several instances of every service")
     up.add_argument("--instances", type=int, metavar="M",
                     help="processes of every service and of the gateway (default 2 with --cluster, else 1)")
+    up.add_argument("--partitions", type=int, metavar="P",
+                    help="split the orchestrator's workflows into P partitions, each served by one instance at a "
+                         "time (default: --instances with --cluster, else 1; env AUTARCH_ORCHESTRATOR_PARTITIONS)")
     up.add_argument("--postgres-url", metavar="URL",
                     help="PostgreSQL event stores, postgresql://user@host:5432/db[?schema=NAME] "
                          "(env AUTARCH_POSTGRES_URL)")

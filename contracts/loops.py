@@ -255,6 +255,8 @@ class LoopSummary(msgspec.Struct, kw_only=True):
     total_commits: int
     branch_name: str
     updated_at: datetime
+    created_at: datetime
+    """When the session was started (lists are in this order)."""
 
 
 class LoopList(Reply, kw_only=True):

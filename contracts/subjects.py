@@ -1,13 +1,19 @@
 """Every NATS subject Autarch uses, defined in one place.
 
 Requests go to ``autarch.svc.<service>.<verb>`` (one ``nats.micro`` endpoint per verb, queue
-groups for load sharing). Events are published to the JetStream stream ``AUTARCH_EVENTS``
-under ``autarch.events.<workflow>.<aggregate kind>.<aggregate id>.<event name>``: a fixed
+groups for load sharing). With the orchestrator split into P partitions (``orchestrator_partitions``), its
+requests go to ``autarch.svc.orchestrator.p<k>.<verb>``, ``k`` the partition of the workflow, epic or loop
+session the request names (:func:`orchestrator_request`). Events are published to the JetStream stream
+``AUTARCH_EVENTS`` under ``autarch.events.<workflow>.<aggregate kind>.<aggregate id>.<event name>``: a fixed
 number of tokens, so ``autarch.events.<workflow>.>`` follows exactly one workflow. Live
 token deltas go over core NATS (unpersisted) under ``autarch.deltas.<workflow>.<session>``.
 """
 
 from __future__ import annotations
+
+import uuid
+import zlib
+from typing import Any
 
 __all__ = [
     "DELTAS_ALL",
@@ -21,7 +27,11 @@ __all__ = [
     "event_type_from_subject",
     "held",
     "mail",
+    "orchestrator_partition",
+    "orchestrator_request",
+    "partition_of",
     "request",
+    "routing_key",
     "service_of",
     "workflow_events",
 ]
@@ -138,6 +148,49 @@ def held(service: str) -> str:
 def request(service: str, verb: str) -> str:
     """Subject of one request endpoint, e.g. ``autarch.svc.orchestrator.create_workflow``."""
     return f"{REQUEST_PREFIX}.{service}.{verb}"
+
+
+ROUTING_FIELDS = ("workflow_id", "epic_id", "project_key", "session_id")
+"""The fields that name what an orchestrator request is about, in the order they are looked for: a workflow's
+(or loop session's) id, an epic's (a workflow's) id, a mailbox's project key (an epic's id), a loop session's id.
+Every orchestrator request carries one of them, except the lists, which are asked of every partition."""
+
+SCATTERED_VERBS = ("list_workflows", "list_loops")
+"""Orchestrator verbs that name nothing: with several partitions each one answers for its own share."""
+
+
+def routing_key(payload: Any) -> str | None:
+    """What an orchestrator request is about (see :data:`ROUTING_FIELDS`); None for a list."""
+    for name in ROUTING_FIELDS:
+        value = getattr(payload, name, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition (``0 … partitions-1``) that owns ``key``: a CRC-32 of the UUID's 16 bytes, so every spelling of
+    one id lands in the same place; a key that is no UUID (the owner then answers ``not_found``) hashes as text."""
+    if partitions <= 1:
+        return 0
+    try:
+        data = uuid.UUID(key).bytes
+    except ValueError:
+        data = key.encode("utf-8", "surrogatepass")
+    return zlib.crc32(data) % partitions
+
+
+def orchestrator_partition(verb: str, partition: int, partitions: int) -> str:
+    """Subject of ``verb`` at one orchestrator partition (``request("orchestrator", verb)`` when there is one)."""
+    if partitions <= 1:
+        return request("orchestrator", verb)
+    return f"{REQUEST_PREFIX}.orchestrator.p{partition}.{verb}"
+
+
+def orchestrator_request(verb: str, payload: Any, partitions: int) -> str:
+    """Subject of an orchestrator request: the partition owning the workflow, epic or session it names."""
+    key = routing_key(payload)
+    return orchestrator_partition(verb, 0 if key is None else partition_of(key, partitions), partitions)
 
 
 def service_of(subject: str) -> str | None:

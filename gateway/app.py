@@ -140,8 +140,11 @@ async def _last_sequence(nc: Client, timeout: float) -> int:
 
 @get("/healthz", summary="Health of NATS and every service", tags=["health"], opt=NO_AUTH)
 async def healthz(state: State) -> Response[Health]:
-    """200 when NATS and every expected service answer ``$SRV.PING``, else 503. No token needed."""
-    health = await check_health(state.get("nc"), list(state["expected_services"]))
+    """200 when NATS and every expected service answer ``$SRV.PING`` (every orchestrator partition), else 503. No
+    token needed."""
+    settings: GatewaySettings = state["settings"]
+    health = await check_health(state.get("nc"), list(state["expected_services"]),
+                                needed={"orchestrator": settings.orchestrator_partitions})
     return Response(health, status_code=200 if health.status == "ok" else 503)
 
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
+import msgspec
 from litestar.datastructures import State
 from nats.aio.client import Client
 
@@ -37,8 +38,42 @@ async def ask_service(
     A request that is not idempotent is sent once: ``timeout`` then means "maybe done", and only the
     client can tell whether to try again.
     """
+    return await _ask(state, subjects.request(service, verb), payload, reply_type, idempotent=idempotent)
+
+
+async def ask_orchestrator(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+    """Ask the orchestrator partition that owns what ``payload`` names (see :func:`ask_service`); a list is asked
+    of every partition and merged."""
     settings: GatewaySettings = state["settings"]
-    subject = subjects.request(service, verb)
+    count = settings.orchestrator_partitions
+    if count > 1 and verb in subjects.SCATTERED_VERBS:
+        return await _ask_every_partition(state, verb, payload, reply_type, count)
+    return await _ask(state, subjects.orchestrator_request(verb, payload, count), payload, reply_type,
+                      idempotent=idempotent)
+
+
+async def _ask_every_partition(state: State, verb: str, query: Any, reply_type: type, count: int) -> Any:
+    """One page of a list over every partition: each is asked for its first ``offset + limit`` items (as many as
+    a query may ask for), and the pages are merged in creation order, as one orchestrator lists them."""
+    wanted = min(query.offset + query.limit, _limit_bound(type(query)))
+    each = msgspec.structs.replace(query, offset=0, limit=wanted)
+    pages = await asyncio.gather(*(
+        _ask(state, subjects.orchestrator_partition(verb, k, count), each, reply_type, idempotent=True)
+        for k in range(count)
+    ))
+    items = sorted((item for page in pages for item in page.items), key=lambda item: (item.created_at, item.id))
+    return reply_type(items=items[query.offset: query.offset + query.limit], total=sum(p.total for p in pages))
+
+
+def _limit_bound(query_type: type) -> int:
+    field = next(f for f in msgspec.structs.fields(query_type) if f.name == "limit")
+    meta = next(m for m in getattr(field.type, "__metadata__", ()) if isinstance(m, msgspec.Meta))
+    assert meta.le is not None
+    return int(meta.le)
+
+
+async def _ask(state: State, subject: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
+    settings: GatewaySettings = state["settings"]
     loop = asyncio.get_running_loop()
     return await retry(
         lambda: nats_request(
@@ -49,8 +84,3 @@ async def ask_service(
         retry_on=lambda exc: idempotent and isinstance(exc, RemoteError) and exc.code in _RETRYABLE,
         deadline=loop.time() + 3 * settings.request_timeout, log_level=logging.DEBUG,
     )
-
-
-async def ask_orchestrator(state: State, verb: str, payload: Any, reply_type: type, *, idempotent: bool) -> Any:
-    """Ask the orchestrator (see :func:`ask_service`)."""
-    return await ask_service(state, "orchestrator", verb, payload, reply_type, idempotent=idempotent)

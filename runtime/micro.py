@@ -94,6 +94,8 @@ class TypedService:
     """One line for ``$SRV.INFO``."""
     queue_group: str | None = None
     """Queue group shared by the instances; defaults to the service name."""
+    subject_of: Callable[[str], str] | None = None
+    """A verb's subject (default ``autarch.svc.<name>.<verb>``); an orchestrator partition serves its own."""
     _endpoints: list[_Endpoint] = field(default_factory=list)
     _service: Service | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -112,8 +114,11 @@ class TypedService:
         if self._service is not None:
             raise RuntimeError("endpoints must be registered before start()")
         self._endpoints.append(
-            _Endpoint(verb, request_type, handler, subject or subjects.request(self.name, verb), concurrency)
+            _Endpoint(verb, request_type, handler, subject or self._subject(verb), concurrency)
         )
+
+    def _subject(self, verb: str) -> str:
+        return self.subject_of(verb) if self.subject_of is not None else subjects.request(self.name, verb)
 
     async def start(self) -> None:
         self._service = await add_service(

@@ -23,9 +23,11 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from .leadership import LeaderLease, open_leaders
 from .relay import EventRelay
@@ -48,7 +50,11 @@ class LeadingRelay:
 
     relay: EventRelay
     lease: LeaderLease
+    nc: Client | None = None
+    """Where wake-up pings go (None: the relay only polls for other writers' events)."""
     _task: asyncio.Task[None] | None = None
+    _wakes: Subscription | None = None
+    _pings: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
     async def open(cls, relay: EventRelay, nc: Client, *, store: str, holder: str, ttl: float,
@@ -56,14 +62,32 @@ class LeadingRelay:
         """``store``: :func:`store_key` of the relay's store; ``holder``: this process's unique name."""
         kv = await open_leaders(nc, replicas=replicas)
         lease = LeaderLease(kv=kv, key=f"relay.{relay.app.name}.{store}", holder=holder, ttl=ttl)
-        return cls(relay=relay, lease=lease)
+        leading = cls(relay=relay, lease=lease, nc=nc)
+        leading._wakes = await nc.subscribe(leading.wake_subject, cb=leading._woken)
+        return leading
+
+    @property
+    def wake_subject(self) -> str:
+        """Core-NATS subject a writer that does not lead the relay pings after saving (the lease key's tail)."""
+        return f"autarch.relay.wake.{self.lease.key.removeprefix('relay.')}"
+
+    async def _woken(self, _msg: Msg) -> None:
+        if self.lease.held:
+            self.relay.wake()
 
     @property
     def leading(self) -> bool:
         return self.lease.held
 
     def wake(self) -> None:
-        self.relay.wake()
+        """New events were saved here: wake the relay if this process leads it, else ping the one that does (which
+        would otherwise see them only at its next poll)."""
+        if self.lease.held:
+            self.relay.wake()
+        elif self.nc is not None:
+            ping = asyncio.get_running_loop().create_task(self.nc.publish(self.wake_subject, b""))
+            self._pings.add(ping)
+            ping.add_done_callback(self._pings.discard)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"leading-{self.relay.name}")
@@ -77,6 +101,10 @@ class LeadingRelay:
 
     async def stop(self) -> None:
         """Stop relaying; a leader publishes what is saved, then releases the lease to a waiting relay."""
+        if self._wakes is not None:
+            with contextlib.suppress(Exception):
+                await self._wakes.unsubscribe()
+            self._wakes = None
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

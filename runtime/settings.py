@@ -79,6 +79,10 @@ class CommonSettings(msgspec.Struct, kw_only=True):
     """This process's name among several instances of its service (``autarch up --cluster`` sets it, e.g.
     ``orchestrator-2``); empty: the only instance. A stateful service with a name runs only while it holds its
     service's leader lease (see ``runtime/standby.py``); the others wait as hot standbys."""
+    orchestrator_partitions: int = 1
+    """Partitions the orchestrator's workflows, epics and loop sessions are split into (by a hash of their id), each
+    served by the one orchestrator instance holding its lease, so several instances work at once. Every process
+    must agree on it: callers route each request to its partition (``autarch.svc.orchestrator.p<k>.<verb>``)."""
     leader_ttl: float = 15.0
     """Seconds a leader lease (a stateful service's, a relay's) lives without renewal: how long a standby waits to
     take over from a leader killed without releasing it. A leader steps down after 80 % of it without a renewal, so
@@ -92,6 +96,9 @@ class CommonSettings(msgspec.Struct, kw_only=True):
             raise SettingsError(f"lease_ttl must be positive, got {self.lease_ttl}")
         if self.leader_ttl <= 0:
             raise SettingsError(f"leader_ttl must be positive, got {self.leader_ttl}")
+        if not 1 <= self.orchestrator_partitions <= MAX_PARTITIONS:
+            raise SettingsError(f"orchestrator_partitions must be between 1 and {MAX_PARTITIONS}, "
+                                f"got {self.orchestrator_partitions}")
 
     @property
     def data_path(self) -> Path:
@@ -104,6 +111,10 @@ class CommonSettings(msgspec.Struct, kw_only=True):
     @property
     def effective_nats_url(self) -> str:
         return self.nats_url or f"nats://127.0.0.1:{self.nats_port}"
+
+
+MAX_PARTITIONS = 64
+"""Most orchestrator partitions: each is a lease, a set of endpoints and a turn consumer per instance."""
 
 
 class GatewaySettings(CommonSettings, kw_only=True):

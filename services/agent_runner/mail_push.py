@@ -68,6 +68,8 @@ class MailPush:
     nc: Any
     save: Callable[[Session], Awaitable[None]]
     timeout: float = 5.0
+    orchestrator_partitions: int = 1
+    """The orchestrator's partitions (the epic's owns its mailbox)."""
     _subs: dict[Key, Any] = field(default_factory=dict)
     _sessions: dict[Key, set[str]] = field(default_factory=dict)
     _waiting: dict[Key, bool] = field(default_factory=dict)
@@ -108,6 +110,9 @@ class MailPush:
             await sub.unsubscribe()
         self._subs.clear()
 
+    def _subject(self, verb: str, payload: Any) -> str:
+        return subjects.orchestrator_request(verb, payload, self.orchestrator_partitions)
+
     async def deliver(self, session: Session, turn: Turn) -> None:
         """Before a model call: record the worker's waiting mail in the session, then mark it delivered."""
         key = _key(session)
@@ -116,8 +121,9 @@ class MailPush:
         self._waiting[key] = False  # a notice arriving from here on is asked about at the next call
         epic, holder = key
         try:
-            pending = await request(self.nc, subjects.request("orchestrator", PENDING_MAIL_VERB),
-                                    PendingMail(epic_id=epic, agent_name=holder), MailList, timeout=self.timeout)
+            query = PendingMail(epic_id=epic, agent_name=holder)
+            pending = await request(self.nc, self._subject(PENDING_MAIL_VERB, query), query, MailList,
+                                    timeout=self.timeout)
         except Exception as exc:  # the orchestrator away for a moment: the mail waits for the next call
             log.warning("pending mail of %s in %s not read: %s", holder, epic, exc)
             self._waiting[key] = True
@@ -130,10 +136,10 @@ class MailPush:
                                  message_ids=[m.message_id for m in fresh], block=mail_block(fresh))
             await self.save(session)
         try:
-            await request(self.nc, subjects.request("orchestrator", MARK_DELIVERED_VERB),
-                          MarkDelivered(epic_id=epic, agent_name=holder, session_id=str(session.id),
-                                        message_ids=[m.message_id for m in pending.messages]),
-                          MailDelivered, timeout=self.timeout)
+            mark = MarkDelivered(epic_id=epic, agent_name=holder, session_id=str(session.id),
+                                 message_ids=[m.message_id for m in pending.messages])
+            await request(self.nc, self._subject(MARK_DELIVERED_VERB, mark), mark, MailDelivered,
+                          timeout=self.timeout)
         except Exception as exc:  # recorded in the session: a later ask finds them again and only marks them
             log.warning("mail of %s in %s recorded but not marked delivered: %s", holder, epic, exc)
             self._waiting[key] = True

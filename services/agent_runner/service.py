@@ -76,7 +76,8 @@ class AgentRunner:
         self._shutting_down = False
         self.leases: LeaseTable | None = None
         """The swarm's lease table: a turn of a lease holder's session renews the holder's leases in it."""
-        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0))
+        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0),
+                             orchestrator_partitions=settings.orchestrator_partitions)
         self.deps.before_model = self.mail.deliver
 
     # --- lifecycle -------------------------------------------------------------------------------------

@@ -66,6 +66,7 @@ from . import controls, kickoffs
 from .domainmodel import Workflow
 from .lifecycle import LifecycleError
 from .outcomes import handle_turn
+from .partition import WHOLE, Partition
 from .state import HaltDetails, PulseRun, QueuedMessage
 from .stepping import TURN_ACK_WAIT, Stepper, ask_service, stop_agent_session, turn_consumer
 from .steps import (
@@ -181,10 +182,13 @@ def _completed(workflow_id: str, session: SessionView, turn: TurnView) -> TurnCo
 class WorkflowDriver:
     """Runs every workflow's next step; one workflow's steps and turn outcomes are handled one at a time."""
 
-    def __init__(self, *, nc: Client, orchestrator: Orchestrator, settings: OrchestratorSettings) -> None:
+    def __init__(self, *, nc: Client, orchestrator: Orchestrator, settings: OrchestratorSettings,
+                 partition: Partition = WHOLE) -> None:
         self.nc = nc
         self.orch = orchestrator
         self.settings = settings
+        self.partition = partition
+        """The share of the workflows this driver moves (its turn consumer hands on only theirs)."""
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._consumer: asyncio.Task[None] | None = None
         self._turns: PullConsumer | None = None
@@ -198,7 +202,8 @@ class WorkflowDriver:
 
     async def start(self, workflow_ids: list[str]) -> None:
         """Follow turn completions and pick up every workflow where the last process left it."""
-        turns = turn_consumer(self.nc, durable=_CONSUMER, on_turn=self.on_turn, kind="workflow", log=log)
+        turns = turn_consumer(self.nc, durable=_CONSUMER + self.partition.suffix, on_turn=self.on_turn,
+                              kind="workflow", log=log, owns=self.partition.owns if self.partition.split else None)
         await turns.start()
         self._turns = turns
         self._consumer = asyncio.create_task(turns.run(), name="driver-turns")

@@ -87,8 +87,9 @@ class LoopBook:
     """Sessions that, when the views were loaded, still had work for the driver."""
     _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
 
-    def load_views(self) -> None:
-        for session_id in self.app.loop_ids():
+    def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
+        """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all)."""
+        for session_id in filter(owns, self.app.loop_ids()):
             session = self.app.get_loop(session_id)
             self._remember(session)
             if not session.finished or not session.worktree_removed:

@@ -52,6 +52,7 @@ from . import loop_signals
 from .loop_book import LoopBook
 from .loop_context import build_context, estimate_tokens
 from .loop_model import Iteration, LoopSession
+from .partition import WHOLE, Partition
 from .stepping import TURN_ACK_WAIT, Stepper, ask_service, stop_agent_session, turn_consumer
 
 __all__ = ["LoopDriver", "next_step"]
@@ -96,10 +97,13 @@ def next_step(driver: LoopDriver, session: LoopSession) -> Step | None:
 class LoopDriver:
     """Advances every loop session; one session's steps and turn outcomes are handled one at a time."""
 
-    def __init__(self, *, nc: Client, book: LoopBook, settings: OrchestratorSettings) -> None:
+    def __init__(self, *, nc: Client, book: LoopBook, settings: OrchestratorSettings,
+                 partition: Partition = WHOLE) -> None:
         self.nc = nc
         self.book = book
         self.settings = settings
+        self.partition = partition
+        """The share of the loop sessions this driver advances (its turn consumer hands on only theirs)."""
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._turns: PullConsumer | None = None
         self._consumer: asyncio.Task[None] | None = None
@@ -109,7 +113,8 @@ class LoopDriver:
     # --- running -------------------------------------------------------------------------------------
 
     async def start(self, session_ids: list[str]) -> None:
-        turns = turn_consumer(self.nc, durable=_CONSUMER, on_turn=self.on_turn, kind="loop", log=log)
+        turns = turn_consumer(self.nc, durable=_CONSUMER + self.partition.suffix, on_turn=self.on_turn,
+                              kind="loop", log=log, owns=self.partition.owns if self.partition.split else None)
         await turns.start()
         self._turns = turns
         self._consumer = asyncio.create_task(turns.run(), name="loop-turns")

@@ -64,7 +64,7 @@ def summary_of(view: LoopView) -> LoopSummary:
     return LoopSummary(id=view.id, project_name=view.project_name, goal=view.goal, status=view.status,
                        current_iteration=view.current_iteration, max_iterations=view.max_iterations,
                        last_signal=view.last_signal, total_commits=view.total_commits, branch_name=view.branch_name,
-                       updated_at=view.updated_at)
+                       updated_at=view.updated_at, created_at=view.created_at)
 
 
 Settled = Callable[[str], tuple[int, list[NotifyTarget]]]

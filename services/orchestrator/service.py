@@ -31,6 +31,7 @@ from autarch.runtime.eventstore import describe_store, event_store_env
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.relay import EventRelay
+from autarch.runtime.relay_leader import LeadingRelay, store_key
 from autarch.runtime.settings import OrchestratorSettings, narrow
 
 from .application import WorkflowApplication
@@ -45,6 +46,7 @@ from .loop_model import LoopSession
 from .loop_views import loop_to_contract
 from .mail_book import MailBook, mail_to_contract, register_mail
 from .mail_model import Mailbox
+from .partition import Partition
 from .replay import replay
 from .steps import needs_driving
 from .swarm_book import SwarmBook, register_beads
@@ -83,8 +85,9 @@ class Orchestrator:
     def __post_init__(self) -> None:
         self.latest = LatestWorkflows(self.app)
 
-    def load_views(self) -> None:
-        for workflow_id in self.app.workflow_ids():
+    def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
+        """Rebuild the views of the workflows ``owns`` (this partition's; by default all)."""
+        for workflow_id in filter(owns, self.app.workflow_ids()):
             workflow = self.app.get_workflow(workflow_id)
             self.views[workflow_id] = view_of(workflow)
             if needs_driving(workflow):
@@ -178,12 +181,15 @@ def _canonical(workflow_id: str) -> str:
         raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
 
 
-async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awaitable[None]]:
-    """Open the store, rebuild the read model, start the relay and serve the endpoints."""
+async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) -> Callable[[], Awaitable[None]]:
+    """Open the store, rebuild the read model, start the relay and serve the endpoints (of one partition: see
+    ``partition.py``; partition 0 of 1 is the whole orchestrator)."""
     settings = narrow(settings, OrchestratorSettings)
+    part = Partition(partition, settings.orchestrator_partitions)
     env = event_store_env(settings, "orchestrator")
     app = WorkflowApplication(env=env)
-    log.info("event store: %s", describe_store(env))
+    log.info("event store: %s%s", describe_store(env),
+             f" (partition {part.index} of {part.count})" if part.split else "")
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
     book: LoopBook | None = None
     beads: SwarmBook | None = None
@@ -200,7 +206,13 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
         return to_contract(domain_event)
 
     relay = EventRelay(app=app, nc=nc, to_contract=wire)
-    writer = BatchedWriter(app=app, after_save=relay.wake, inline=sqlite_store.commits_inline(env))
+    # Partitions share the store, so one relay runs between all of them (whoever holds its lease).
+    leading = (await LeadingRelay.open(relay, nc, store=store_key(env), replicas=settings.stream_replicas,
+                                       holder=f"{settings.instance or 'orchestrator'}{part.suffix}",
+                                       ttl=settings.leader_ttl)
+               if part.split else None)
+    writer = BatchedWriter(app=app, after_save=relay.wake if leading is None else leading.wake,
+                           inline=sqlite_store.commits_inline(env))
     orchestrator = Orchestrator(app=app, writer=writer)
     book = LoopBook(app=app, writer=writer, nc=nc, settings=settings)
     orchestrator.loops = book
@@ -209,14 +221,18 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
     leases = await open_leases(nc, settings)
     if leases is not None:
         beads.live_leases = leases.leases
-    await asyncio.to_thread(orchestrator.load_views)
-    await asyncio.to_thread(book.load_views)
-    unfinished_epics = await asyncio.to_thread(beads.load)
+    await asyncio.to_thread(orchestrator.load_views, part.owns)
+    await asyncio.to_thread(book.load_views, part.owns)
+    unfinished_epics = await asyncio.to_thread(beads.load, part.owns)
     log.info("rebuilt %d workflows and %d loop sessions from the event store", len(orchestrator.views),
              len(book.views))
     writer.start()
-    relay.start()
-    service = TypedService(nc, name="orchestrator", description="Workflows, pulses and their state machines")
+    if leading is None:
+        relay.start()
+    else:
+        leading.start()
+    service = TypedService(nc, name="orchestrator", description="Workflows, pulses and their state machines",
+                           subject_of=part.subject)
     service.endpoint("create_workflow", CreateWorkflow, orchestrator.create_workflow)
     service.endpoint("get_workflow", GetWorkflow, orchestrator.get_workflow)
     service.endpoint("list_workflows", ListWorkflows, orchestrator.list_workflows)
@@ -225,8 +241,8 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
     register_loops(service, book)
     register_beads(service, beads)
     register_mail(service, mail)
-    driver = WorkflowDriver(nc=nc, orchestrator=orchestrator, settings=settings)
-    loops = LoopDriver(nc=nc, book=book, settings=settings)
+    driver = WorkflowDriver(nc=nc, orchestrator=orchestrator, settings=settings, partition=part)
+    loops = LoopDriver(nc=nc, book=book, settings=settings, partition=part)
     swarms = SwarmDriver(nc=nc, book=beads, settings=settings, leases=leases)
     if settings.drive_workflows:
         orchestrator.driver = driver
@@ -247,12 +263,15 @@ async def start(nc: Client, settings: OrchestratorSettings) -> Callable[[], Awai
         await driver.stop()
         await loops.stop()
         await writer.stop()
-        await relay.stop()
-        # Publish what is already saved before leaving (what is left waits for the next start: nothing is lost).
-        try:
-            await asyncio.wait_for(relay.publish_pending(), timeout=5)
-        except Exception as exc:
-            log.warning("relay did not finish on stop: %s", exc)
+        if leading is not None:
+            await leading.stop()  # publishes what is saved when it leads, and hands the relay over
+        else:
+            await relay.stop()
+            # Publish what is already saved before leaving (what is left waits for the next start: nothing is lost).
+            try:
+                await asyncio.wait_for(relay.publish_pending(), timeout=5)
+            except Exception as exc:
+                log.warning("relay did not finish on stop: %s", exc)
         app.close()
 
     return stop

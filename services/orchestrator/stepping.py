@@ -134,9 +134,13 @@ _TURN_DECODER = msgspec.json.Decoder(TurnCompleted)
 
 
 def turn_consumer(nc: Client, *, durable: str, on_turn: Callable[[TurnCompleted], Awaitable[None]],
-                  kind: str, log: logging.Logger) -> PullConsumer:
+                  kind: str, log: logging.Logger, owns: Callable[[str], bool] | None = None) -> PullConsumer:
     """The durable consumer of every ``turn:completed`` on the stream: ``on_turn`` gets each one, and the event is
-    acknowledged once it returned (an undecodable one at once; one whose handling failed comes again)."""
+    acknowledged once it returned (an undecodable one at once; one whose handling failed comes again).
+
+    ``owns``: an orchestrator partition's test of a workflow or loop id; the turns of the others are acknowledged
+    unhandled (each partition has a durable consumer of its own, so every turn reaches its owner's).
+    """
 
     async def handle(msg: Msg) -> None:
         try:
@@ -144,6 +148,10 @@ def turn_consumer(nc: Client, *, durable: str, on_turn: Callable[[TurnCompleted]
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("%s turn consumer: undecodable event on %s: %s", kind, msg.subject, exc)
             await msg.ack()
+            return
+        if owns is not None and not owns(event.workflow_id):
+            with contextlib.suppress(Exception):
+                await msg.ack()
             return
         try:
             await on_turn(event)

@@ -84,10 +84,10 @@ class SwarmBook:
     """Epic → the live lease table's leases (an awaitable); None when no lease table is reachable."""
     _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
 
-    def load(self) -> list[str]:
-        """Remember every recorded epic; the ones not finished (for the driver)."""
+    def load(self, owns: Callable[[str], bool] = lambda _: True) -> list[str]:
+        """Remember every recorded epic ``owns`` (this partition's; by default all); the ones not finished."""
         unfinished = []
-        for workflow_id in self.app.swarm_workflow_ids():
+        for workflow_id in filter(owns, self.app.swarm_workflow_ids()):
             swarm = self.app.get_swarm(workflow_id)
             self.epics[str(swarm.id)] = workflow_id
             if not swarm.finished:

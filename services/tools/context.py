@@ -44,16 +44,20 @@ class Forwarder:
     OPTIONAL = frozenset({"indexer"})
     """Services an installation may run without: their absence is answered at once, not waited out."""
 
-    def __init__(self, nc: Client | None, *, timeout: float = 10.0, restart_grace: float = 15.0) -> None:
+    def __init__(self, nc: Client | None, *, timeout: float = 10.0, restart_grace: float = 15.0,
+                 orchestrator_partitions: int = 1) -> None:
         self.nc = nc
         self.timeout = timeout
+        self.orchestrator_partitions = orchestrator_partitions
+        """The orchestrator's partitions: a command goes to the one owning its workflow, epic or session."""
         # Every forwarded command carries an idempotency key, so asking again is safe: an owner that is
         # restarting (a crash, a deploy) answers a moment later instead of failing the agent's tool call.
         self.restart_grace = restart_grace
 
     async def send(self, service: str, verb: str, payload: Any, reply_type: type[T]) -> T:
         """The owner's typed reply; :class:`RemoteError` (``unavailable`` without a connection) otherwise."""
-        subject = subjects.request(service, verb)
+        subject = (subjects.orchestrator_request(verb, payload, self.orchestrator_partitions)
+                   if service == "orchestrator" else subjects.request(service, verb))
         if self.nc is None or not self.nc.is_connected:
             raise RemoteError(
                 ErrorReply(code=ErrorCode.UNAVAILABLE, message=f"not connected to NATS; no {service} to ask"),

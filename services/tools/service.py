@@ -85,7 +85,8 @@ def build_executor(
     return ToolExecutor(
         store=store,
         engine=GrepEngine(workers=workers),
-        forwarder=Forwarder(nc, timeout=settings.request_timeout, restart_grace=settings.restart_grace),
+        forwarder=Forwarder(nc, timeout=settings.request_timeout, restart_grace=settings.restart_grace,
+                            orchestrator_partitions=settings.orchestrator_partitions),
         settings=ToolSettings(
             exa_api_key=settings.exa_api_key,
             exa_base_url=settings.exa_base_url,

@@ -47,3 +47,11 @@ def test_an_unreachable_postgresql_stops_the_nodes_it_started(tmp_path):
     assert done.returncode == 1, done.stderr
     assert "the local cluster did not start: PostgreSQL at postgres_url is not usable" in done.stderr
     assert _nothing_listens(nats_port)
+
+
+def test_partitions_out_of_range_are_refused(tmp_path):
+    for count in ("0", "65"):
+        done, nats_port = _up(tmp_path, "--partitions", count)
+        assert done.returncode == 2, done.stderr
+        assert "--partitions must be between 1 and 64" in done.stderr
+        assert _nothing_listens(nats_port, 1)

@@ -1,6 +1,7 @@
 """Twenty demo workflows on the local cluster while, at chosen moments, the event stream's leader node is SIGKILLed,
-the PostgreSQL connections of the leading orchestrator and agent runner are cut by the server, and then those
-leaders (the processes holding the store's connections), an instance of tools and of git, a gateway and the
+the PostgreSQL connections of an orchestrator (the cluster splits the workflows in two partitions, one per
+instance) and of the leading agent runner are cut by the server, and then those processes (holding the store's
+connections), an instance of tools and of git, a gateway and the
 leading notifier and indexer are SIGKILLed. Every workflow ends with the commits of an undisturbed run, its
 events once each on its SSE stream, its log replaying to its live state; and both stores match the stream: every
 event exactly once, nothing foreign."""
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from autarch.contracts.subjects import partition_of
 from autarch.runtime.standby import LOST_LEASE_EXIT
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.workflow_faults.harness import BRANCH, Approver, assert_same_result, reference, run_to_done
@@ -45,6 +47,8 @@ def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSyste
         repos = [make_repo(tmp_path / f"wf-{i:02d}", scenario["files"]) for i in range(WORKFLOWS)]
         started = time.monotonic()
         ids = [client.create(repo, branch=BRANCH) for repo in repos]
+        owners = {partition_of(wid, 2) for wid in ids}
+        assert owners == {0, 1}, "the workflows should be spread over both orchestrator partitions"
         killed: list[tuple[str, int]] = []
 
         def nats_leader() -> list[str]:
@@ -52,7 +56,9 @@ def test_twenty_workflows_survive_kills_across_the_cluster(cluster: ClusterSyste
             return [f"nats-{node.rsplit('-', 1)[1]}"]
 
         def leader(service: str) -> list[str]:
-            return [leader_of(cluster, service) or f"{service}-1"]
+            # The orchestrator is split in two partitions, one per instance: its victim is partition 0's holder.
+            lease = "orchestrator.p0" if service == "orchestrator" else service
+            return [leader_of(cluster, lease) or f"{service}-1"]
 
         def drop_connections() -> list[str]:
             # The leaders' PostgreSQL connections cut by the server, the processes left running.

@@ -67,11 +67,13 @@ def test_the_cluster_shape(cluster: ClusterSystem) -> None:
     assert status["nats"] is True and "," in status["supervisor"]["nats_url"]
     assert status["services"]["tools"]["instances"] == 2
     assert status["services"]["git"]["instances"] == 2
-    assert status["services"]["orchestrator"]["instances"] == 1
+    # The orchestrator is split in two partitions (``--partitions`` defaults to the instances): both work.
+    assert status["services"]["orchestrator"]["instances"] == 2
     assert status["services"]["agent_runner"]["instances"] == 1
     assert status["services"]["notifier"]["instances"] == 1
     assert status["services"]["indexer"]["instances"] == 1
-    assert leader_of(cluster, "orchestrator") in ("orchestrator-1", "orchestrator-2")
+    holders = {leader_of(cluster, f"orchestrator.p{k}") for k in range(INSTANCES)}
+    assert holders == {"orchestrator-1", "orchestrator-2"}, f"one partition each, not {holders}"
     # Both gateways serve the API.
     for port in (cluster.port, cluster.port + 1):
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5, trust_env=False).status_code == 200

@@ -77,7 +77,8 @@ class StandInLoops:
         if isinstance(command, ListLoops):
             item = LoopSummary(id=KNOWN, project_name="shop", goal="Write a and b", status="running",
                                current_iteration=1, max_iterations=10, last_signal="CONTINUE", total_commits=1,
-                               branch_name="autarch/loop-7a000000", updated_at=datetime.now(UTC))
+                               branch_name="autarch/loop-7a000000", updated_at=datetime.now(UTC),
+                               created_at=datetime.now(UTC))
             return LoopList(items=[item], total=1)
         if isinstance(command, StartLoop):
             if command.goal.startswith("fail:"):

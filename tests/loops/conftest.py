@@ -67,6 +67,7 @@ class Loops:
         self.tmp = tmp
         self.loop = asyncio.new_event_loop()
         self.nc = self.loop.run_until_complete(nats.connect(f"nats://127.0.0.1:{system.nats_port}"))
+        self.partitions = int(system.extra_env.get("AUTARCH_ORCHESTRATOR_PARTITIONS", "1"))
 
     def close(self) -> None:
         self.loop.run_until_complete(self.nc.close())
@@ -76,7 +77,7 @@ class Loops:
         # Queries survive an orchestrator being killed and restarted (the fault tests do that).
         query = verb in ("get_loop", "list_loops")
         return self.loop.run_until_complete(
-            request(self.nc, subjects.request("orchestrator", verb), payload, reply, timeout=30,
+            request(self.nc, subjects.orchestrator_request(verb, payload, self.partitions), payload, reply, timeout=30,
                     idempotent=query, retry_unavailable=30.0 if query else 0.0))
 
     def ask_error(self, verb: str, payload: Any) -> RemoteError:
