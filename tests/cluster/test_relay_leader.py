@@ -105,3 +105,36 @@ async def test_two_writers_one_relay_at_a_time_nothing_doubled_or_skipped(nc, pg
     assert max(leaders_seen) == 1, "two relays led at once"
     for app in apps:
         app.close()
+
+
+async def test_a_writer_that_does_not_lead_wakes_the_leading_relay(nc, pg_env):
+    """Events saved by a writer whose relay waits go out at once, not at the leader's next poll (30 s here)."""
+    apps = [WorkflowApplication(env=pg_env), WorkflowApplication(env=pg_env)]
+    relays = [
+        await LeadingRelay.open(EventRelay(app=app, nc=nc, to_contract=to_contract, poll_interval=30), nc,
+                                store=store_key(pg_env), holder=f"writer-{i}", ttl=5.0)
+        for i, app in enumerate(apps)
+    ]
+    try:
+        for relay in relays:
+            relay.start()
+        for _ in range(100):
+            if any(r.leading for r in relays):
+                break
+            await asyncio.sleep(0.05)
+        leader = next(r for r in relays if r.leading)
+        follower = next(r for r in relays if r is not leader)
+        await asyncio.sleep(0.3)  # the leader's first round is over: it waits for a wake or its next poll
+        for i in range(3):
+            ids = await _writer(follower.relay.app, follower, 1, f"follower {i}")  # saves, then wakes
+            last = follower.relay.app.recorder.max_notification_id()
+            for _ in range(40):
+                if leader.relay.position() >= last:
+                    break
+                await asyncio.sleep(0.05)
+            assert leader.relay.position() >= last, f"the event of {ids[0]} waited for the leader's poll"
+    finally:
+        for relay in relays:
+            await relay.stop()
+        for app in apps:
+            app.close()
