@@ -9,8 +9,8 @@ process:
 - ``embedded``: ``autarch up`` as shipped (one nats-server, SQLite stores, one process per service);
 - ``cluster x1``: ``autarch up --cluster 3 --instances 1`` (three JetStream nodes, the stream replicated three
   times with ``sync_interval: always``, PostgreSQL stores in a fresh schema);
-- ``cluster x2``: the same with ``--instances 2`` (two processes of every service and gateway; drivers spread
-  over both gateways).
+- ``cluster x2``: the same with ``--instances 2`` (two processes of every service and gateway, the orchestrator
+  in two partitions so both of its instances work; drivers spread over both gateways).
 
 For each: workflows per minute (completed / wall time from the first create to the last ``workflow:completed``)
 and event → SSE latency p50/p99 (receive time on one extra all-workflows stream, read by a process of its own,
