@@ -38,6 +38,7 @@ from autarch.contracts import subjects
 from autarch.contracts.base import decoder_for, encode
 from autarch.contracts.errors import ErrorCode, ErrorReply
 
+from .cancel import cancel_and_wait
 from .errors import ServiceFailure
 from .liveness import REQUEST_ID_HEADER, HeldRequests
 
@@ -158,9 +159,7 @@ class TypedService:
             with contextlib.suppress(ConnectionClosedError):
                 await self._service.stop()
             self._service = None
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(list(self._tasks))
 
     def _stats(self, stats: EndpointStats) -> Any:
         """Put this endpoint's own counts into the stats nats.micro is about to send (``stats_handler``)."""

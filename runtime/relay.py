@@ -29,6 +29,7 @@ from nats.aio.client import Client
 from autarch.contracts.base import encode
 from autarch.contracts.events import Event, event_subject
 
+from .cancel import cancel_and_wait
 from .retry import RELAY_PUBLISH, retry
 from .sqlite_store import make_durable
 
@@ -97,8 +98,7 @@ class EventRelay:
         try:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)
         except TimeoutError:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
         self._task = None
 
     def _recorder(self) -> TrackingRecorder:

@@ -29,6 +29,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from .cancel import cancel_and_wait
 from .leadership import LeaderLease, open_leaders
 from .relay import EventRelay
 
@@ -106,8 +107,7 @@ class LeadingRelay:
                 await self._wakes.unsubscribe()
             self._wakes = None
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await cancel_and_wait([self._task])
             self._task = None
         await self.relay.stop()
         if self.lease.held:

@@ -22,6 +22,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
+from .cancel import cancel_and_wait
 from .leadership import LeaderLease, open_leaders
 from .process import Starter
 
@@ -70,9 +71,7 @@ def exclusive(name: str, start: Starter) -> Starter:
         task = asyncio.create_task(lead(), name=f"lead-{name}")
 
         async def stop() -> None:
-            for running in (task, *keepers):
-                running.cancel()
-            await asyncio.gather(task, *keepers, return_exceptions=True)
+            await cancel_and_wait([task, *keepers])
             if started:
                 await started[0]()
                 await leases[0].release()  # a graceful stop hands over at once
@@ -172,9 +171,7 @@ def partitioned(name: str, start: PartitionStarter) -> Starter:
         task = asyncio.create_task(lead(), name=f"lead-{name}-partitions")
 
         async def stop() -> None:
-            for running in (task, *runs):
-                running.cancel()
-            await asyncio.gather(task, *runs, return_exceptions=True)
+            await cancel_and_wait([task, *runs])
             for k, stop_partition in list(holding.items()):
                 await stop_partition()
                 await leases[k].release()  # a graceful stop hands over at once

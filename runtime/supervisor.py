@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cancel import cancel_and_wait
 from .natsserver import EmbeddedNats, die_with_parent, local_cluster
 from .retry import SUPERVISOR_RESTART, Backoff
 from .settings import Settings
@@ -206,9 +207,7 @@ class Supervisor:
             watchers += [asyncio.create_task(self._watch_nats(node)) for node in self.nodes]
             await self._stop.wait()
             log.info("stopping")
-            for task in watchers:
-                task.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+            await cancel_and_wait(watchers)
         finally:
             # Gateway first (no new requests), then services in reverse start order, then NATS.
             for child in reversed(list(self.children.values())):

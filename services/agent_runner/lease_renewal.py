@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.leases import LeaseTable
 
 __all__ = ["renewing_leases"]
@@ -49,5 +50,4 @@ async def renewing_leases(
     try:
         yield
     finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait([task])

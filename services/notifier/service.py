@@ -28,6 +28,7 @@ from autarch.contracts.base import decoder_for
 from autarch.contracts.events import AnyEvent, LoopEvent
 from autarch.contracts.notifications import DeliveryList, ListDeliveries
 from autarch.runtime.bus import ensure_event_stream
+from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.micro import TypedService
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.retry import Backoff
@@ -94,10 +95,7 @@ class NotifierService:
 
     async def stop(self) -> None:
         """Stop following and delivering; pending deliveries stay in the outbox for the next start."""
-        tasks = [t for t in [self._consumer_task, *self._workers.values()] if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait([self._consumer_task, *self._workers.values()])
         self._workers.clear()
         self._queues.clear()
         if self._pulls is not None:

@@ -24,6 +24,7 @@ from autarch.contracts import subjects
 from autarch.contracts.agents import SessionStopped, StopSession
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
+from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
@@ -83,10 +84,7 @@ class Stepper:
 
     async def stop(self) -> None:
         self.stopping = True
-        tasks = self.tasks()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(self.tasks())
 
     async def _passes(self, key: str) -> None:
         waits = DRIVER_STEP.delays()

@@ -48,6 +48,7 @@ from autarch.contracts.bead_git import (
 from autarch.contracts.beads import ConflictRecord, WorkerDiscipline
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.mail import COORDINATOR
+from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.leases import patterns_overlap
 from autarch.runtime.settings import OrchestratorSettings
@@ -474,8 +475,7 @@ class SwarmDriver:
         try:
             yield
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait([task])
 
     async def _follow_releases(self) -> None:
         """Kick an epic whenever its lease table changes: a release by anyone (another workflow's worker, a

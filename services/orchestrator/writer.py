@@ -11,6 +11,8 @@ from typing import Any
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate
 
+from autarch.runtime.cancel import cancel_and_wait
+
 __all__ = ["BatchedWriter"]
 
 log = logging.getLogger(__name__)
@@ -41,8 +43,7 @@ class BatchedWriter:
         if self._task is None:
             return
         await self._idle.wait()
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        await cancel_and_wait([self._task])
         self._task = None
 
     async def save(self, aggregate: Aggregate) -> None:

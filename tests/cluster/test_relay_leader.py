@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from autarch.contracts.workflows import CreateWorkflow
+from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.eventstore import event_store_env
 from autarch.runtime.relay import EventRelay
 from autarch.runtime.relay_leader import LeadingRelay, store_key
@@ -78,9 +79,7 @@ async def test_two_writers_one_relay_at_a_time_nothing_doubled_or_skipped(nc, pg
         # The leader dies as if SIGKILLed: its relay stops mid-work and its lease is never released.
         leader = next(r for r in relays if r.leading)
         assert leader._task is not None and leader.relay._task is not None
-        leader._task.cancel()
-        leader.relay._task.cancel()
-        await asyncio.gather(leader._task, leader.relay._task, return_exceptions=True)
+        await cancel_and_wait([leader._task, leader.relay._task])
         leader._task = leader.relay._task = None
         dead.append(leader)
         await asyncio.gather(*writes)
