@@ -57,7 +57,6 @@ from autarch.contracts.indexer import IndexAccepted, IndexProject, IndexWorktree
 from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import WorkflowErrorCode
 from autarch.runtime.errors import RemoteError, ServiceFailure
-from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
@@ -68,7 +67,7 @@ from .lifecycle import LifecycleError
 from .outcomes import handle_turn
 from .partition import WHOLE, Partition
 from .state import HaltDetails, PulseRun, QueuedMessage
-from .stepping import TURN_ACK_WAIT, Stepper, ask_service, stop_agent_session, turn_consumer
+from .stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -190,10 +189,9 @@ class WorkflowDriver:
         self.partition = partition
         """The share of the workflows this driver moves (its turn consumer hands on only theirs)."""
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._consumer: asyncio.Task[None] | None = None
-        self._turns: PullConsumer | None = None
-        """The pull consumer of turn events."""
-        self._watchdog: asyncio.Task[None] | None = None
+        # Looked up at each turn, not bound here: a test may put its own ``on_turn`` in.
+        self._feed = TurnFeed(nc, durable=_CONSUMER, kind="workflow", partition=partition,
+                              on_turn=lambda event: self.on_turn(event), log=log)
         self.steps = Stepper(kind="workflow", advance=self._advance, fail=self._fail, log=log, gate=gate_for(nc))
         self.swarm: SwarmDriver | None = None
         """Runs the execution of bead plans (seed 002) with parallel workers."""
@@ -202,15 +200,7 @@ class WorkflowDriver:
 
     async def start(self, workflow_ids: list[str]) -> None:
         """Follow turn completions and pick up every workflow where the last process left it."""
-        turns = turn_consumer(self.nc, durable=_CONSUMER + self.partition.suffix, on_turn=self.on_turn,
-                              kind="workflow", log=log, owns=self.partition.owns if self.partition.split else None)
-        await turns.start()
-        self._turns = turns
-        self._consumer = asyncio.create_task(turns.run(), name="driver-turns")
-        self._watchdog = asyncio.create_task(self._watch_preflights(), name="driver-preflight-watchdog")
-        for workflow_id in workflow_ids:
-            self.kick(workflow_id)
-            self.steps.in_background(self.catch_up(workflow_id))
+        await self._feed.start(self._watch_preflights(), self.steps, workflow_ids, self.kick, self.catch_up)
 
     async def catch_up(self, workflow_id: str) -> None:
         """Handle the turns of ``workflow_id``'s open sessions that ended but were never recorded here.
@@ -239,15 +229,7 @@ class WorkflowDriver:
                     await self.on_turn(_completed(workflow_id, view, turn))
 
     async def stop(self) -> None:
-        own = [t for t in (self._consumer, self._watchdog) if t is not None]
-        for task in own:
-            task.cancel()
-        await asyncio.gather(self.steps.stop(), *own, return_exceptions=True)
-        if self._turns is not None:
-            # Messages left in the subscription's queue would hold the connection's drain until it times out;
-            # they are not acked, so JetStream hands them out again.
-            await self._turns.stop()
-            self._turns = None
+        await self._feed.stop(self.steps)
 
     def kick(self, workflow_id: str) -> None:
         """Make sure ``workflow_id`` is advanced soon (coalesces kicks that come while it advances)."""

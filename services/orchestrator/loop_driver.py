@@ -43,7 +43,6 @@ from autarch.contracts.git import (
 from autarch.contracts.git import PulseStarted as GitPulseStarted
 from autarch.contracts.turns import RecordTurns, TurnRecord, TurnsRecorded
 from autarch.runtime.errors import RemoteError, ServiceFailure
-from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.requests import request
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
@@ -53,7 +52,7 @@ from .loop_book import LoopBook
 from .loop_context import build_context, estimate_tokens
 from .loop_model import Iteration, LoopSession
 from .partition import WHOLE, Partition
-from .stepping import TURN_ACK_WAIT, Stepper, ask_service, stop_agent_session, turn_consumer
+from .stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
 
 __all__ = ["LoopDriver", "next_step"]
 
@@ -105,32 +104,17 @@ class LoopDriver:
         self.partition = partition
         """The share of the loop sessions this driver advances (its turn consumer hands on only theirs)."""
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._turns: PullConsumer | None = None
-        self._consumer: asyncio.Task[None] | None = None
-        self._watchdog: asyncio.Task[None] | None = None
+        self._feed = TurnFeed(nc, durable=_CONSUMER, kind="loop", partition=partition,
+                              on_turn=lambda event: self.on_turn(event), log=log)
         self.steps = Stepper(kind="loop", advance=self._advance, fail=self._block, log=log, gate=gate_for(nc))
 
     # --- running -------------------------------------------------------------------------------------
 
     async def start(self, session_ids: list[str]) -> None:
-        turns = turn_consumer(self.nc, durable=_CONSUMER + self.partition.suffix, on_turn=self.on_turn,
-                              kind="loop", log=log, owns=self.partition.owns if self.partition.split else None)
-        await turns.start()
-        self._turns = turns
-        self._consumer = asyncio.create_task(turns.run(), name="loop-turns")
-        self._watchdog = asyncio.create_task(self._watch_time_limits(), name="loop-time-limits")
-        for session_id in session_ids:
-            self.kick(session_id)
-            self.steps.in_background(self.catch_up(session_id))
+        await self._feed.start(self._watch_time_limits(), self.steps, session_ids, self.kick, self.catch_up)
 
     async def stop(self) -> None:
-        own = [t for t in (self._consumer, self._watchdog) if t is not None]
-        for task in own:
-            task.cancel()
-        await asyncio.gather(self.steps.stop(), *own, return_exceptions=True)
-        if self._turns is not None:
-            await self._turns.stop()
-            self._turns = None
+        await self._feed.stop(self.steps)
 
     async def catch_up(self, session_id: str) -> None:
         """Record the turn of a running iteration that ended while no orchestrator was there to see it.

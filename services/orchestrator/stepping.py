@@ -32,6 +32,8 @@ from autarch.runtime.retry import DRIVER_STEP
 from autarch.runtime.service_gate import ServiceGate
 from autarch.runtime.settings import OrchestratorSettings
 
+from .partition import Partition
+
 __all__ = ["TURN_ACK_WAIT", "Stepper", "ask_service", "stop_agent_session", "turn_consumer"]
 
 _RETRIED = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CONFLICT}
@@ -168,6 +170,35 @@ def turn_consumer(nc: Client, *, durable: str, on_turn: Callable[[TurnCompleted]
                                 max_ack_pending=256, deliver_policy=api.DeliverPolicy.ALL,
                                 filter_subject=subjects.event("*", "turn", "*", "completed"))
     return PullConsumer(nc, stream=subjects.EVENTS_STREAM, config=config, handle=handle)
+
+
+class TurnFeed:
+    """What both drivers follow alike: their durable turn consumer (one per partition, handing on only the
+    partition's own turns) and their watchdog task, started with the keys a restart picks up, stopped with the
+    driver's steps."""
+
+    def __init__(self, nc: Client, *, durable: str, kind: str, partition: Partition,
+                 on_turn: Callable[[TurnCompleted], Awaitable[None]], log: logging.Logger) -> None:
+        self._consumer = turn_consumer(nc, durable=durable + partition.suffix, on_turn=on_turn, kind=kind, log=log,
+                                       owns=partition.owns if partition.split else None)
+        self._kind = kind
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self, watchdog: Coroutine[Any, Any, None], steps: Stepper, keys: list[str],
+                    kick: Callable[[str], None], catch_up: Callable[[str], Coroutine[Any, Any, None]]) -> None:
+        """Follow the turns, run ``watchdog``, and pick up each of ``keys`` where the last process left it."""
+        await self._consumer.start()
+        self._tasks = [asyncio.create_task(self._consumer.run(), name=f"{self._kind}-turns"),
+                       asyncio.create_task(watchdog, name=f"{self._kind}-watchdog")]
+        for key in keys:
+            kick(key)
+            steps.in_background(catch_up(key))
+
+    async def stop(self, steps: Stepper) -> None:
+        await asyncio.gather(steps.stop(), cancel_and_wait(self._tasks))
+        # Messages left in the subscription's queue would hold the connection's drain until it times out; they
+        # are not acked, so JetStream hands them out again.
+        await self._consumer.stop()
 
 
 T = TypeVar("T")
