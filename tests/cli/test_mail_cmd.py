@@ -9,74 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 
 import pytest
-import uvicorn
 
 from autarch.cli.main import main
 from autarch.contracts.mail import GetMail, ListMail
-from autarch.contracts.workflows import ListWorkflows, WorkflowList
-from autarch.gateway.app import create_app
-from autarch.runtime.bus import connect
-from autarch.runtime.micro import TypedService
-from autarch.runtime.natsserver import free_port
-from autarch.runtime.settings import Settings
+from tests.cli.stand_in import Cli, serve_gateway, stand_in_orchestrator
 from tests.gateway import test_mail_routes as mail_routes
-from tests.gateway.conftest import workflow_view
 from tests.gateway.test_mail_routes import EPIC, MESSAGES, VERBS, StandInMail, message
 
 
 @pytest.fixture(scope="module")
 async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[list[str]]:
     """The gateway under uvicorn; the connection arguments every command gets."""
-    data = tmp_path_factory.mktemp("mail-cli")
-    settings = Settings(data_dir=str(data), nats_url=nats_server.url, request_timeout=2.0)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert not task.done() and time.monotonic() < deadline, "the gateway did not start"
-        await asyncio.sleep(0.02)
-    yield ["--url", f"http://127.0.0.1:{port}", "--token-file", str(data / "token"), "--data-dir", str(data)]
-    server.should_exit = True
-    await task
+    async with serve_gateway(nats_server.url, tmp_path_factory.mktemp("mail-cli")) as connection:
+        yield connection
 
 
 @pytest.fixture
 async def mail(nats_server) -> AsyncIterator[StandInMail]:
     """The stand-in's mail verbs, plus ``list_workflows`` (an epic given as a prefix of its workflow id)."""
-    client = await connect(nats_server.url, name="stand-in-mail-orchestrator")
     stand_in = StandInMail()
-
-    async def workflows(_: ListWorkflows) -> WorkflowList:
-        return WorkflowList(items=[workflow_view(EPIC)], total=1)
-
-    service = TypedService(client, name="orchestrator", description="stand-in for the mail CLI tests")
-    for verb, kind in VERBS:
-        service.endpoint(verb, kind, stand_in.answer)
-    service.endpoint("list_workflows", ListWorkflows, workflows)
-    await service.start()
-    yield stand_in
-    await service.stop()
-    await client.drain()
-
-
-class Cli:
-    def __init__(self, connection: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-        self.connection = connection
-        self.capsys = capsys
-
-    async def __call__(self, *argv: str, code: int = 0) -> str:
-        """Run ``autarch …`` in a thread; assert its exit code; its stdout (stderr when it failed)."""
-        self.capsys.readouterr()
-        got = await asyncio.to_thread(main, [*argv, *self.connection])
-        out, err = self.capsys.readouterr()
-        assert got == code, f"autarch {' '.join(argv)} exited {got}\nstdout: {out}\nstderr: {err}"
-        return out if code == 0 else err
+    async with stand_in_orchestrator(nats_server.url, EPIC, VERBS, stand_in.answer, "mail"):
+        yield stand_in
 
 
 @pytest.fixture

@@ -1,0 +1,75 @@
+"""What the CLI tests against a stand-in orchestrator share (``test_beads_cmd.py``, ``test_mail_cmd.py``): the real
+gateway under uvicorn in the test's event loop, a stand-in orchestrator serving the verbs under test plus
+``list_workflows`` (an epic given as a prefix of its workflow id), and the command run in a thread (it is
+synchronous, the gateway answers in the loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from autarch.cli.main import main
+from autarch.contracts.workflows import ListWorkflows, WorkflowList
+from autarch.gateway.app import create_app
+from autarch.runtime.bus import connect
+from autarch.runtime.micro import TypedService
+from autarch.runtime.natsserver import free_port
+from autarch.runtime.settings import Settings
+from tests.gateway.conftest import workflow_view
+
+
+@contextlib.asynccontextmanager
+async def serve_gateway(nats_url: str, data: Path) -> AsyncIterator[list[str]]:
+    """The gateway under uvicorn; yields the connection arguments every command gets."""
+    settings = Settings(data_dir=str(data), nats_url=nats_url, request_timeout=2.0)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False))
+    task = asyncio.create_task(server.serve())
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert not task.done() and time.monotonic() < deadline, "the gateway did not start"
+        await asyncio.sleep(0.02)
+    yield ["--url", f"http://127.0.0.1:{port}", "--token-file", str(data / "token"), "--data-dir", str(data)]
+    server.should_exit = True
+    await task
+
+
+@contextlib.asynccontextmanager
+async def stand_in_orchestrator(nats_url: str, epic: str, verbs: Iterable[tuple[str, type]],
+                                answer: Callable[[Any], Awaitable[Any]], what: str) -> AsyncIterator[None]:
+    """An orchestrator answering ``verbs`` with ``answer`` and listing one workflow, ``epic``."""
+    client = await connect(nats_url, name=f"stand-in-{what}-orchestrator")
+
+    async def workflows(_: ListWorkflows) -> WorkflowList:
+        return WorkflowList(items=[workflow_view(epic)], total=1)
+
+    service = TypedService(client, name="orchestrator", description=f"stand-in for the {what} CLI tests")
+    for verb, kind in verbs:
+        service.endpoint(verb, kind, answer)
+    service.endpoint("list_workflows", ListWorkflows, workflows)
+    await service.start()
+    yield
+    await service.stop()
+    await client.drain()
+
+
+class Cli:
+    def __init__(self, connection: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+        self.connection = connection
+        self.capsys = capsys
+
+    async def __call__(self, *argv: str, code: int = 0) -> str:
+        """Run ``autarch …`` in a thread; assert its exit code; its stdout (stderr when it failed)."""
+        self.capsys.readouterr()
+        got = await asyncio.to_thread(main, [*argv, *self.connection])
+        out, err = self.capsys.readouterr()
+        assert got == code, f"autarch {' '.join(argv)} exited {got}\nstdout: {out}\nstderr: {err}"
+        return out if code == 0 else err
