@@ -38,7 +38,6 @@ from autarch.contracts import subjects
 from autarch.contracts.base import decoder_for, encode
 from autarch.contracts.errors import ErrorCode, ErrorReply
 
-from .cancel import cancel_and_wait
 from .errors import ServiceFailure
 from .liveness import REQUEST_ID_HEADER, HeldRequests
 
@@ -159,7 +158,11 @@ class TypedService:
             with contextlib.suppress(ConnectionClosedError):
                 await self._service.stop()
             self._service = None
-        await cancel_and_wait(list(self._tasks))
+        # Cancelled once: a handler ends by itself even if its cancellation is lost, and one that finishes a
+        # shielded store write after it must not be cut off by a second one.
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _stats(self, stats: EndpointStats) -> Any:
         """Put this endpoint's own counts into the stats nats.micro is about to send (``stats_handler``)."""
