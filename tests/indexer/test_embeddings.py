@@ -82,6 +82,17 @@ def test_static_embedder_without_a_model_says_what_it_needs(monkeypatch: pytest.
         StaticEmbedder()
 
 
+def test_static_embedder_runs_the_packaged_model() -> None:
+    """``embedding_backend=static`` without a model dir: the model of ``tokenlearn-static-model`` (the
+    ``indexer-static`` extra, part of ``all``), 64 dimensions, close texts closer than unrelated ones."""
+    embedder = StaticEmbedder()
+    assert embedder.dim == 64
+    vectors = embedder.embed(["read the configuration file", "load the config file from disk", "a zebra grazes"])
+    similarity = vectors @ vectors.T
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert similarity[0, 1] > similarity[0, 2]
+
+
 class _EmbeddingsAPI(BaseHTTPRequestHandler):
     """A stand-in for a hosted embeddings API: deterministic 4-d vectors, Bearer auth checked."""
 
