@@ -1,28 +1,22 @@
 """What the CLI tests against a stand-in orchestrator share (``test_beads_cmd.py``, ``test_mail_cmd.py``): the real
-gateway under uvicorn in the test's event loop, a stand-in orchestrator serving the verbs under test plus
-``list_workflows`` (an epic given as a prefix of its workflow id), and the command run in a thread (it is
-synchronous, the gateway answers in the loop)."""
+gateway under uvicorn in the test's event loop, and the command run in a thread (it is synchronous, the gateway
+answers in the loop). The stand-in orchestrator itself is ``tests.gateway.conftest.stand_in_orchestrator``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import uvicorn
 
 from autarch.cli.main import main
-from autarch.contracts.workflows import ListWorkflows, WorkflowList
 from autarch.gateway.app import create_app
-from autarch.runtime.bus import connect
-from autarch.runtime.micro import TypedService
 from autarch.runtime.natsserver import free_port
 from autarch.runtime.settings import Settings
-from tests.gateway.conftest import workflow_view
 
 
 @contextlib.asynccontextmanager
@@ -40,25 +34,6 @@ async def serve_gateway(nats_url: str, data: Path) -> AsyncIterator[list[str]]:
     yield ["--url", f"http://127.0.0.1:{port}", "--token-file", str(data / "token"), "--data-dir", str(data)]
     server.should_exit = True
     await task
-
-
-@contextlib.asynccontextmanager
-async def stand_in_orchestrator(nats_url: str, epic: str, verbs: Iterable[tuple[str, type]],
-                                answer: Callable[[Any], Awaitable[Any]], what: str) -> AsyncIterator[None]:
-    """An orchestrator answering ``verbs`` with ``answer`` and listing one workflow, ``epic``."""
-    client = await connect(nats_url, name=f"stand-in-{what}-orchestrator")
-
-    async def workflows(_: ListWorkflows) -> WorkflowList:
-        return WorkflowList(items=[workflow_view(epic)], total=1)
-
-    service = TypedService(client, name="orchestrator", description=f"stand-in for the {what} CLI tests")
-    for verb, kind in verbs:
-        service.endpoint(verb, kind, answer)
-    service.endpoint("list_workflows", ListWorkflows, workflows)
-    await service.start()
-    yield
-    await service.stop()
-    await client.drain()
 
 
 class Cli:

@@ -15,7 +15,8 @@ import pytest
 
 from autarch.cli.main import main
 from autarch.contracts.beads import AddDependency, CloseBead, CreateBead, GetBead, ReadyBeads
-from tests.cli.stand_in import Cli, serve_gateway, stand_in_orchestrator
+from tests.cli.stand_in import Cli, serve_gateway
+from tests.gateway.conftest import stand_in_orchestrator
 from tests.gateway.test_bead_routes import EPIC, NO_EPIC, VERBS, StandInBeads
 
 
@@ -30,7 +31,7 @@ async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> Asyn
 async def beads(nats_server) -> AsyncIterator[StandInBeads]:
     """The stand-in's bead verbs, plus ``list_workflows`` (an epic given as a prefix of its workflow id)."""
     stand_in = StandInBeads()
-    async with stand_in_orchestrator(nats_server.url, EPIC, VERBS, stand_in.answer, "bead"):
+    async with stand_in_orchestrator(nats_server.url, VERBS, stand_in.answer, "bead CLI", epic=EPIC):
         yield stand_in
 
 

@@ -15,8 +15,9 @@ import pytest
 
 from autarch.cli.main import main
 from autarch.contracts.mail import GetMail, ListMail
-from tests.cli.stand_in import Cli, serve_gateway, stand_in_orchestrator
+from tests.cli.stand_in import Cli, serve_gateway
 from tests.gateway import test_mail_routes as mail_routes
+from tests.gateway.conftest import stand_in_orchestrator
 from tests.gateway.test_mail_routes import EPIC, MESSAGES, VERBS, StandInMail, message
 
 
@@ -31,7 +32,7 @@ async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> Asyn
 async def mail(nats_server) -> AsyncIterator[StandInMail]:
     """The stand-in's mail verbs, plus ``list_workflows`` (an epic given as a prefix of its workflow id)."""
     stand_in = StandInMail()
-    async with stand_in_orchestrator(nats_server.url, EPIC, VERBS, stand_in.answer, "mail"):
+    async with stand_in_orchestrator(nats_server.url, VERBS, stand_in.answer, "mail CLI", epic=EPIC):
         yield stand_in
 
 

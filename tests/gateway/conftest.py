@@ -10,10 +10,11 @@ Everything is package-scoped: a service left running would answer another packag
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +26,7 @@ import pytest
 import uvicorn
 
 from autarch.contracts.execution import AnswerQuestions, ApproveExtension, ResumeWorkflow, StopWorkflow
-from autarch.contracts.workflows import WorkflowView
+from autarch.contracts.workflows import ListWorkflows, WorkflowList, WorkflowView
 from autarch.gateway.app import create_app
 from autarch.runtime.bus import connect
 from autarch.runtime.errors import ServiceFailure
@@ -127,18 +128,44 @@ class StandInOrchestrator:
         return workflow_view(wf, status=status)
 
 
-@pytest.fixture
-async def orchestrator(nats_server) -> AsyncIterator[StandInOrchestrator]:
-    client = await connect(nats_server.url, name="stand-in-orchestrator")
-    stand_in = StandInOrchestrator()
-    service = TypedService(client, name="orchestrator", description="stand-in for the gateway tests")
-    for verb, kind in (("stop_workflow", StopWorkflow), ("resume_workflow", ResumeWorkflow),
-                       ("approve_extension", ApproveExtension), ("answer_questions", AnswerQuestions)):
-        service.endpoint(verb, kind, stand_in.answer)
+@contextlib.asynccontextmanager
+async def stand_in_orchestrator(nats_url: str, verbs: Iterable[tuple[str, type]],
+                                answer: Callable[[Any], Awaitable[Any]], what: str, *,
+                                epic: str | None = None) -> AsyncIterator[None]:
+    """An orchestrator answering ``verbs`` with ``answer`` (which records what it was sent); with ``epic``, it
+    also lists that one workflow (the CLI finds an epic given as a prefix of its id that way)."""
+    client = await connect(nats_url, name=f"stand-in-{what}-orchestrator")
+    service = TypedService(client, name="orchestrator", description=f"stand-in for the {what} tests")
+    for verb, kind in verbs:
+        service.endpoint(verb, kind, answer)
+    if epic is not None:
+        listed = WorkflowList(items=[workflow_view(epic)], total=1)
+
+        async def workflows(_: ListWorkflows) -> WorkflowList:
+            return listed
+
+        service.endpoint("list_workflows", ListWorkflows, workflows)
     await service.start()
-    yield stand_in
+    yield
     await service.stop()
     await client.drain()
+
+
+def assert_error(reply: Any, status: int, code: str) -> dict[str, Any]:
+    """The reply is the one error shape, with this status and code, and a message."""
+    assert reply.status_code == status, reply.text
+    body = reply.json()
+    assert set(body) == {"code", "message", "details"} and body["code"] == code and body["message"]
+    return body
+
+
+@pytest.fixture
+async def orchestrator(nats_server) -> AsyncIterator[StandInOrchestrator]:
+    stand_in = StandInOrchestrator()
+    verbs = (("stop_workflow", StopWorkflow), ("resume_workflow", ResumeWorkflow),
+             ("approve_extension", ApproveExtension), ("answer_questions", AnswerQuestions))
+    async with stand_in_orchestrator(nats_server.url, verbs, stand_in.answer, "gateway"):
+        yield stand_in
 
 
 # --- the real agent runner, tools service and scripted model ----------------------------------------------

@@ -33,11 +33,9 @@ from autarch.contracts.beads import (
     SwarmView,
     WorkerView,
 )
-from autarch.runtime.bus import connect
 from autarch.runtime.errors import ServiceFailure
-from autarch.runtime.micro import TypedService
 
-from .conftest import Gateway
+from .conftest import Gateway, assert_error, stand_in_orchestrator
 
 EPIC = "7b000000-0000-4000-8000-000000000001"
 """An epic the stand-in knows."""
@@ -107,22 +105,10 @@ class StandInBeads:
 
 @pytest.fixture
 async def beads(nats_server) -> AsyncIterator[StandInBeads]:
-    client = await connect(nats_server.url, name="stand-in-bead-orchestrator")
     stand_in = StandInBeads()
-    service = TypedService(client, name="orchestrator", description="stand-in for the bead route tests")
-    for verb, kind in VERBS:
-        service.endpoint(verb, kind, stand_in.answer)
-    await service.start()
-    yield stand_in
-    await service.stop()
-    await client.drain()
+    async with stand_in_orchestrator(nats_server.url, VERBS, stand_in.answer, "bead route"):
+        yield stand_in
 
-
-def assert_error(reply: Any, status: int, code: str) -> dict[str, Any]:
-    assert reply.status_code == status, reply.text
-    body = reply.json()
-    assert set(body) == {"code", "message", "details"} and body["code"] == code and body["message"]
-    return body
 
 
 # --- reads ----------------------------------------------------------------------------------------------

@@ -17,11 +17,9 @@ import httpx
 import pytest
 
 from autarch.contracts.mail import GetMail, ListMail, MailList, MailMessage
-from autarch.runtime.bus import connect
 from autarch.runtime.errors import ServiceFailure
-from autarch.runtime.micro import TypedService
 
-from .conftest import Gateway
+from .conftest import Gateway, assert_error, stand_in_orchestrator
 
 EPIC = "6a000000-0000-4000-8000-000000000001"
 """An epic whose mailbox holds :data:`MESSAGES`."""
@@ -69,22 +67,10 @@ class StandInMail:
 
 @pytest.fixture
 async def mail(nats_server) -> AsyncIterator[StandInMail]:
-    client = await connect(nats_server.url, name="stand-in-mail-orchestrator")
     stand_in = StandInMail()
-    service = TypedService(client, name="orchestrator", description="stand-in for the mail route tests")
-    for verb, kind in VERBS:
-        service.endpoint(verb, kind, stand_in.answer)
-    await service.start()
-    yield stand_in
-    await service.stop()
-    await client.drain()
+    async with stand_in_orchestrator(nats_server.url, VERBS, stand_in.answer, "mail route"):
+        yield stand_in
 
-
-def assert_error(reply: Any, status: int, code: str) -> dict[str, Any]:
-    assert reply.status_code == status, reply.text
-    body = reply.json()
-    assert set(body) == {"code", "message", "details"} and body["code"] == code and body["message"]
-    return body
 
 
 async def test_list_sends_the_canonical_epic_and_the_filters(gateway: Gateway, mail: StandInMail):

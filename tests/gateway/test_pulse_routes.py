@@ -32,11 +32,9 @@ from autarch.contracts.loops import (
     ResumeLoop,
     StartLoop,
 )
-from autarch.runtime.bus import connect
 from autarch.runtime.errors import ServiceFailure
-from autarch.runtime.micro import TypedService
 
-from .conftest import Gateway
+from .conftest import Gateway, assert_error, stand_in_orchestrator
 from .test_events import collect
 
 KNOWN = "7a000000-0000-4000-8000-000000000001"
@@ -98,27 +96,15 @@ class StandInLoops:
 
 @pytest.fixture
 async def loops(nats_server) -> AsyncIterator[StandInLoops]:
-    client = await connect(nats_server.url, name="stand-in-loop-orchestrator")
     stand_in = StandInLoops()
-    service = TypedService(client, name="orchestrator", description="stand-in for the pulse route tests")
-    for verb, kind in (("start_loop", StartLoop), ("get_loop", GetLoop), ("list_loops", ListLoops),
-                       ("pause_loop", PauseLoop), ("resume_loop", ResumeLoop), ("abort_loop", AbortLoop)):
-        service.endpoint(verb, kind, stand_in.answer)
-    await service.start()
-    yield stand_in
-    await service.stop()
-    await client.drain()
+    verbs = (("start_loop", StartLoop), ("get_loop", GetLoop), ("list_loops", ListLoops), ("pause_loop", PauseLoop),
+             ("resume_loop", ResumeLoop), ("abort_loop", AbortLoop))
+    async with stand_in_orchestrator(nats_server.url, verbs, stand_in.answer, "pulse route"):
+        yield stand_in
 
 
 def start_body(**over: Any) -> dict[str, Any]:
     return {"projectName": "shop", "projectPath": "/r/shop", "goal": "Write a and b", **over}
-
-
-def assert_error(reply: Any, status: int, code: str) -> dict[str, Any]:
-    assert reply.status_code == status, reply.text
-    body = reply.json()
-    assert set(body) == {"code", "message", "details"} and body["code"] == code and body["message"]
-    return body
 
 
 # --- start --------------------------------------------------------------------------------------------------
