@@ -5,35 +5,22 @@ answers in the loop). The stand-in orchestrator itself is ``tests.gateway.confte
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from autarch.cli.main import main
-from autarch.gateway.app import create_app
-from autarch.runtime.natsserver import free_port
 from autarch.runtime.settings import Settings
+from tests.gateway.conftest import serve_gateway as serve_gateway_app
 
 
-@contextlib.asynccontextmanager
 async def serve_gateway(nats_url: str, data: Path) -> AsyncIterator[list[str]]:
-    """The gateway under uvicorn; yields the connection arguments every command gets."""
+    """The gateway under uvicorn (``tests.gateway.conftest.serve_gateway``); yields the connection arguments every
+    command gets."""
     settings = Settings(data_dir=str(data), nats_url=nats_url, request_timeout=2.0)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert not task.done() and time.monotonic() < deadline, "the gateway did not start"
-        await asyncio.sleep(0.02)
-    yield ["--url", f"http://127.0.0.1:{port}", "--token-file", str(data / "token"), "--data-dir", str(data)]
-    server.should_exit = True
-    await task
+    async for gateway in serve_gateway_app(settings):
+        yield ["--url", gateway.url, "--token-file", str(data / "token"), "--data-dir", str(data)]
 
 
 class Cli:

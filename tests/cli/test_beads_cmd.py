@@ -23,7 +23,7 @@ from tests.gateway.test_bead_routes import EPIC, NO_EPIC, VERBS, StandInBeads
 @pytest.fixture(scope="module")
 async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[list[str]]:
     """The gateway under uvicorn; the connection arguments every command gets."""
-    async with serve_gateway(nats_server.url, tmp_path_factory.mktemp("beads-cli")) as connection:
+    async for connection in serve_gateway(nats_server.url, tmp_path_factory.mktemp("beads-cli")):
         yield connection
 
 

@@ -24,7 +24,7 @@ from tests.gateway.test_mail_routes import EPIC, MESSAGES, VERBS, StandInMail, m
 @pytest.fixture(scope="module")
 async def gateway(nats_server, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[list[str]]:
     """The gateway under uvicorn; the connection arguments every command gets."""
-    async with serve_gateway(nats_server.url, tmp_path_factory.mktemp("mail-cli")) as connection:
+    async for connection in serve_gateway(nats_server.url, tmp_path_factory.mktemp("mail-cli")):
         yield connection
 
 
