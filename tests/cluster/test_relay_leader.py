@@ -54,13 +54,20 @@ async def _writer(app: WorkflowApplication, relay: LeadingRelay, count: int, tag
     return ids
 
 
-async def test_two_writers_one_relay_at_a_time_nothing_doubled_or_skipped(nc, pg_env):
+async def _two_writers(nc, pg_env, *, poll: float, ttl: float) -> tuple[list[WorkflowApplication],
+                                                                         list[LeadingRelay]]:
+    """Two applications on one store, each with its relay contending for the store's relay lease."""
     apps = [WorkflowApplication(env=pg_env), WorkflowApplication(env=pg_env)]
     relays = [
-        await LeadingRelay.open(EventRelay(app=app, nc=nc, to_contract=to_contract, poll_interval=0.1), nc,
-                                store=store_key(pg_env), holder=f"writer-{i}", ttl=1.0)
+        await LeadingRelay.open(EventRelay(app=app, nc=nc, to_contract=to_contract, poll_interval=poll), nc,
+                                store=store_key(pg_env), holder=f"writer-{i}", ttl=ttl)
         for i, app in enumerate(apps)
     ]
+    return apps, relays
+
+
+async def test_two_writers_one_relay_at_a_time_nothing_doubled_or_skipped(nc, pg_env):
+    apps, relays = await _two_writers(nc, pg_env, poll=0.1, ttl=1.0)
     leaders_seen: list[int] = []
     dead: list[LeadingRelay] = []
 
@@ -108,12 +115,7 @@ async def test_two_writers_one_relay_at_a_time_nothing_doubled_or_skipped(nc, pg
 
 async def test_a_writer_that_does_not_lead_wakes_the_leading_relay(nc, pg_env):
     """Events saved by a writer whose relay waits go out at once, not at the leader's next poll (30 s here)."""
-    apps = [WorkflowApplication(env=pg_env), WorkflowApplication(env=pg_env)]
-    relays = [
-        await LeadingRelay.open(EventRelay(app=app, nc=nc, to_contract=to_contract, poll_interval=30), nc,
-                                store=store_key(pg_env), holder=f"writer-{i}", ttl=5.0)
-        for i, app in enumerate(apps)
-    ]
+    apps, relays = await _two_writers(nc, pg_env, poll=30, ttl=5.0)
     try:
         for relay in relays:
             relay.start()
