@@ -34,7 +34,7 @@ from autarch.runtime.settings import OrchestratorSettings
 
 from .partition import Partition
 
-__all__ = ["TURN_ACK_WAIT", "Stepper", "ask_service", "stop_agent_session", "turn_consumer"]
+__all__ = ["TURN_ACK_WAIT", "Stepper", "TurnFeed", "ask_service", "stop_agent_session", "turn_consumer"]
 
 _RETRIED = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CONFLICT}
 """A service restarting, or a session still finishing its turn: worth asking again shortly."""
