@@ -169,7 +169,7 @@ def _totals(answers: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
-    from autarch.gateway.health import ping_service
+    from autarch.gateway.health import partitions_served, ping_service, service_up
     from autarch.runtime.bus import connect
 
     try:
@@ -180,9 +180,12 @@ async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
         result: dict[str, Any] = {"nats": True, "services": {}}
         for name in services:
             # Every instance that answers within the window is counted (a status lists them all).
-            instances = await ping_service(nc, name, wait=0.5, expect=sys.maxsize)
-            needed = settings.orchestrator_partitions if name == "orchestrator" else 1
-            entry: dict[str, Any] = {"ok": instances >= needed, "instances": instances}
+            found = await ping_service(nc, name, wait=0.5, enough=lambda _: False)
+            instances = len(found)
+            entry: dict[str, Any] = {"ok": service_up(name, found), "instances": instances}
+            count, served = partitions_served(found)
+            if count > 1:
+                entry["partitions"] = {"count": count, "served": sorted(served)}
             if instances:
                 answers = await _instance_stats(nc, name, instances)
                 if answers:
@@ -207,7 +210,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"NATS {settings.effective_nats_url}: {'up' if result['nats'] else 'DOWN ' + result.get('error', '')}")
         for name, entry in result["services"].items():
             n = entry["instances"]
-            state = f"ok ({n} instance{'s' if n != 1 else ''})" if entry["ok"] else "DOWN"
+            parts = entry.get("partitions")
+            served = f", partitions {len(parts['served'])}/{parts['count']}" if parts else ""
+            state = f"ok ({n} instance{'s' if n != 1 else ''}{served})" if entry["ok"] else f"DOWN{served}"
             extra = (
                 f"  requests {entry['requests']}, errors {entry['errors']}, avg {entry['average_ms']:.1f} ms"
                 if "requests" in entry

@@ -20,6 +20,7 @@ __all__ = [
     "EVENTS_ALL",
     "EVENTS_STREAM",
     "NO_WORKFLOW",
+    "PARTITION_METADATA",
     "SERVICES",
     "TOOLS_CANCEL_FANOUT",
     "deltas",
@@ -154,6 +155,9 @@ ROUTING_FIELDS = ("workflow_id", "epic_id", "project_key", "session_id")
 """The fields that name what an orchestrator request is about, in the order they are looked for: a workflow's
 (or loop session's) id, an epic's (a workflow's) id, a mailbox's project key (an epic's id), a loop session's id.
 Every orchestrator request carries one of them, except the lists, which are asked of every partition."""
+
+PARTITION_METADATA = "partition"
+"""``$SRV.PING``/``$SRV.INFO`` metadata key of an orchestrator instance: the partition it serves, ``"k/P"``."""
 
 SCATTERED_VERBS = ("list_workflows", "list_loops")
 """Orchestrator verbs that name nothing: with several partitions each one answers for its own share."""

@@ -142,9 +142,7 @@ async def _last_sequence(nc: Client, timeout: float) -> int:
 async def healthz(state: State) -> Response[Health]:
     """200 when NATS and every expected service answer ``$SRV.PING`` (every orchestrator partition), else 503. No
     token needed."""
-    settings: GatewaySettings = state["settings"]
-    health = await check_health(state.get("nc"), list(state["expected_services"]),
-                                needed={"orchestrator": settings.orchestrator_partitions})
+    health = await check_health(state.get("nc"), list(state["expected_services"]))
     return Response(health, status_code=200 if health.status == "ok" else 503)
 
 

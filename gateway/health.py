@@ -1,35 +1,53 @@
-"""``/healthz``: NATS and each expected service, by ``$SRV.PING``."""
+"""``/healthz``: NATS and each expected service, by ``$SRV.PING``.
+
+A service is up when one instance answers, except the orchestrator split in partitions: each of its instances
+says in its ``$SRV.PING`` metadata which partition it serves (``"partition": "k/P"``), and it is up only when
+every partition ``0 … P-1`` answers (each is served by one instance at a time, so one between two holders is
+down). The count comes from the answers, not from this process's settings, so ``autarch status`` run from any
+shell judges a cluster by what it really runs.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import json
+from collections.abc import Callable
+from typing import Any
 
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from autarch.contracts.http import Health, ServiceHealth
+from autarch.contracts.subjects import PARTITION_METADATA
 
-__all__ = ["check_health", "ping_service"]
+__all__ = ["check_health", "partitions_served", "ping_service", "service_up"]
+
+Answers = list[dict[str, Any]]
 
 
-async def ping_service(nc: Client, name: str, *, wait: float = 0.25, expect: int = 1) -> int:
-    """How many instances of ``name`` answer a ``$SRV.PING`` within ``wait`` seconds (counting stops a moment after
-    the ``expect``-th answer)."""
+async def ping_service(nc: Client, name: str, *, wait: float = 0.25,
+                       enough: Callable[[Answers], bool] | None = None) -> Answers:
+    """The ``$SRV.PING`` answers of ``name``'s instances within ``wait`` seconds; counting stops a moment after
+    ``enough`` holds of them (default: one answer; ``lambda _: False`` waits the whole window)."""
+    enough = enough or (lambda answers: len(answers) >= 1)
     inbox = nc.new_inbox()
-    answers = 0
-    got_one = asyncio.Event()
+    answers: Answers = []
+    done = asyncio.Event()
 
-    async def on_reply(_msg: object) -> None:
-        nonlocal answers
-        answers += 1
-        if answers >= expect:
-            got_one.set()
+    async def on_reply(msg: Msg) -> None:
+        try:
+            answer = json.loads(msg.data)
+        except ValueError:
+            answer = {}
+        answers.append(answer if isinstance(answer, dict) else {})
+        if enough(answers):
+            done.set()
 
     sub = await nc.subscribe(inbox, cb=on_reply)
     try:
         await nc.publish(f"$SRV.PING.{name}", b"", reply=inbox)
         try:
-            await asyncio.wait_for(got_one.wait(), wait)
+            await asyncio.wait_for(done.wait(), wait)
             await asyncio.sleep(0.02)  # let other instances' answers arrive
         except TimeoutError:
             pass
@@ -38,18 +56,37 @@ async def ping_service(nc: Client, name: str, *, wait: float = 0.25, expect: int
     return answers
 
 
-async def check_health(nc: Client | None, services: list[str], *, needed: Mapping[str, int] | None = None) -> Health:
-    """``needed``: instances a service must have answering to be ok (default 1): the orchestrator, one per
-    partition (each partition is served by one instance at a time, so a partition between two holders is down)."""
-    needed = needed or {}
+def partitions_served(answers: Answers) -> tuple[int, set[int]]:
+    """(the partition count the instances report, the partitions answering); (0, ∅) when none reports one."""
+    count, served = 0, set()
+    for answer in answers:
+        tag = (answer.get("metadata") or {}).get(PARTITION_METADATA, "")
+        index, _, total = str(tag).partition("/")
+        if index.isdigit() and total.isdigit():
+            count = max(count, int(total))
+            served.add(int(index))
+    return count, served
+
+
+def service_up(name: str, answers: Answers) -> bool:
+    """Whether ``name`` serves everything it should: an instance answers, and for a partitioned service, every
+    partition does."""
+    count, served = partitions_served(answers)
+    if count > 1:
+        return served >= set(range(count))
+    return bool(answers)
+
+
+async def check_health(nc: Client | None, services: list[str]) -> Health:
     if nc is None or not nc.is_connected:
         return Health(
             status="degraded",
             nats=False,
             services={name: ServiceHealth(ok=False, instances=0) for name in services},
         )
-    counts = await asyncio.gather(*(ping_service(nc, name, expect=needed.get(name, 1)) for name in services))
-    result = {name: ServiceHealth(ok=count >= needed.get(name, 1), instances=count)
-              for name, count in zip(services, counts, strict=True)}
+    found = await asyncio.gather(*(ping_service(nc, name, enough=lambda a, n=name: service_up(n, a))
+                                   for name in services))
+    result = {name: ServiceHealth(ok=service_up(name, answers), instances=len(answers))
+              for name, answers in zip(services, found, strict=True)}
     status = "ok" if all(s.ok for s in result.values()) else "degraded"
     return Health(status=status, nats=True, services=result)

@@ -95,6 +95,8 @@ class TypedService:
     queue_group: str | None = None
     """Queue group shared by the instances; defaults to the service name."""
     subject_of: Callable[[str], str] | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    """More ``$SRV.PING``/``$SRV.INFO`` metadata of this instance (an orchestrator's ``partition``)."""
     """A verb's subject (default ``autarch.svc.<name>.<verb>``); an orchestrator partition serves its own."""
     _endpoints: list[_Endpoint] = field(default_factory=list)
     _service: Service | None = None
@@ -131,7 +133,7 @@ class TypedService:
                 stats_handler=self._stats,
                 # The host lets a readiness probe in this container tell its own instance from the others
                 # (runtime/probe.py): every instance answers the same $SRV.PING.<name>.
-                metadata={"host": socket.gethostname()},
+                metadata={"host": socket.gethostname(), **self.metadata},
             ),
         )
         # Answering "which requests do you hold?" from the start: a request taken before the first question

@@ -15,6 +15,7 @@ from eventsourcing.domain import DomainEvent
 from nats.aio.client import Client
 
 from autarch.contracts.events import Event
+from autarch.contracts.subjects import PARTITION_METADATA
 from autarch.contracts.workflows import (
     CreateWorkflow,
     GetWorkflow,
@@ -232,7 +233,7 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     else:
         leading.start()
     service = TypedService(nc, name="orchestrator", description="Workflows, pulses and their state machines",
-                           subject_of=part.subject)
+                           subject_of=part.subject, metadata={PARTITION_METADATA: f"{part.index}/{part.count}"})
     service.endpoint("create_workflow", CreateWorkflow, orchestrator.create_workflow)
     service.endpoint("get_workflow", GetWorkflow, orchestrator.get_workflow)
     service.endpoint("list_workflows", ListWorkflows, orchestrator.list_workflows)

@@ -69,6 +69,7 @@ def test_the_cluster_shape(cluster: ClusterSystem) -> None:
     assert status["services"]["git"]["instances"] == 2
     # The orchestrator is split in two partitions (``--partitions`` defaults to the instances): both work.
     assert status["services"]["orchestrator"]["instances"] == 2
+    assert status["services"]["orchestrator"]["partitions"] == {"count": 2, "served": [0, 1]}
     assert status["services"]["agent_runner"]["instances"] == 1
     assert status["services"]["notifier"]["instances"] == 1
     assert status["services"]["indexer"]["instances"] == 1

@@ -50,9 +50,11 @@ class System:
         env.update(self.extra_env)
         return env
 
-    def cli(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "autarch.cli.main", *args], env=self.env(), capture_output=True,
-                              text=True, timeout=timeout)
+    def cli(self, *args: str, timeout: float = 30,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """``autarch …`` with this system's environment (and ``extra_env`` over it)."""
+        return subprocess.run([sys.executable, "-m", "autarch.cli.main", *args],
+                              env={**self.env(), **(extra_env or {})}, capture_output=True, text=True, timeout=timeout)
 
     def start(self, timeout: float = 30) -> System:
         self.log = self.data_dir.parent / f"up-{time.monotonic_ns()}.log"

@@ -58,6 +58,10 @@ def test_workflows_in_both_partitions_run_as_on_one_orchestrator(split: System, 
     try:
         health = client.http.get("/healthz").json()
         assert health["services"]["orchestrator"] == {"ok": True, "instances": 2}, health
+        # ``autarch status`` reads the partitions from the instances' answers, not from its own settings.
+        status = split.cli("status", "--json", extra_env={"AUTARCH_ORCHESTRATOR_PARTITIONS": "1"})
+        orchestrator = json.loads(status.stdout)["services"]["orchestrator"]
+        assert orchestrator["ok"] and orchestrator["partitions"] == {"count": 2, "served": [0, 1]}, orchestrator
 
         repos: list[Path] = []
         ids: list[str] = []

@@ -1,0 +1,30 @@
+"""How ``/healthz`` and ``autarch status`` judge a service from its ``$SRV.PING`` answers: one answer is enough,
+except for the orchestrator split in partitions, which is up only while every partition answers."""
+
+from __future__ import annotations
+
+from autarch.gateway.health import partitions_served, service_up
+
+
+def _answer(partition: str | None = None) -> dict:
+    metadata = {"host": "h"} if partition is None else {"host": "h", "partition": partition}
+    return {"type": "io.nats.micro.v1.ping_response", "name": "orchestrator", "metadata": metadata}
+
+
+def test_an_unpartitioned_service_is_up_with_one_answer() -> None:
+    assert service_up("tools", [_answer()]) and not service_up("tools", [])
+    assert service_up("orchestrator", [_answer("0/1")])
+    assert partitions_served([_answer("0/1")]) == (1, {0})
+
+
+def test_a_partitioned_orchestrator_is_up_only_with_every_partition() -> None:
+    assert service_up("orchestrator", [_answer("1/2"), _answer("0/2")])
+    assert not service_up("orchestrator", [_answer("1/2")]), "partition 0 is between two holders: down"
+    assert not service_up("orchestrator", [_answer("1/3"), _answer("0/3")])
+    assert partitions_served([_answer("2/3"), _answer("0/3"), _answer()]) == (3, {0, 2})
+
+
+def test_answers_without_readable_partitions_count_as_instances_only() -> None:
+    garbled = [_answer("x/2"), _answer("1-2"), {"metadata": None}, {}]
+    assert partitions_served(garbled) == (0, set())
+    assert service_up("orchestrator", garbled)
