@@ -84,10 +84,10 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"{', '.join(services)} and the gateway (ports {settings.port}..{settings.port + instances - 1})",
               flush=True)
         print(f"  stores   {_store_line(settings.postgres_url or '')}", flush=True)
-    if partitions > 1:
-        print(f"  orchestrator  {partitions} partitions of the workflows, each led by one instance", flush=True)
     else:
         print(f"Autarch starting: services {', '.join(services)} + gateway", flush=True)
+    if partitions > 1:
+        print(f"  orchestrator  {partitions} partitions of the workflows, each led by one instance", flush=True)
     print(f"  API      http://{settings.host}:{settings.port}  (OpenAPI at /schema, health at /healthz)", flush=True)
     print(f"  UI       http://{settings.host}:{settings.port}/  (sign in with `autarch ui`)", flush=True)
     print(f"  token    {settings.token_path}  (send 'Authorization: Bearer <token>')", flush=True)

@@ -56,6 +56,8 @@ def test_workflows_in_both_partitions_run_as_on_one_orchestrator(split: System, 
     model.use(scenario)
     client = Client(split)
     try:
+        banner = split.log.read_text() if split.log else ""
+        assert "Autarch starting: services" in banner and "orchestrator  2 partitions" in banner, banner[:800]
         health = client.http.get("/healthz").json()
         assert health["services"]["orchestrator"] == {"ok": True, "instances": 2}, health
         # ``autarch status`` reads the partitions from the instances' answers, not from its own settings.
