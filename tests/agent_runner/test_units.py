@@ -31,7 +31,9 @@ from autarch.services.scripted_model.protocol import validate_request
 REGISTRY = AgentRegistry(settings=Settings(data_dir="/tmp/unused"))
 
 
-def _events(*raw: dict[str, Any]) -> list[Any]:
+def _events(*raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events as the SDK hands them to the model client (their JSON objects), each checked against the
+    SDK's model of its type first, so the fixture is a stream the API could send."""
     kinds = {
         "message_start": t.RawMessageStartEvent,
         "content_block_start": t.RawContentBlockStartEvent,
@@ -40,7 +42,9 @@ def _events(*raw: dict[str, Any]) -> list[Any]:
         "message_delta": t.RawMessageDeltaEvent,
         "message_stop": t.RawMessageStopEvent,
     }
-    return [kinds[e["type"]].model_validate(e) for e in raw]
+    for event in raw:
+        kinds[event["type"]].model_validate(event)
+    return list(raw)
 
 
 def test_a_tool_input_that_is_not_json_is_kept_and_flagged_not_fatal():
