@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
-from autarch.runtime.process import configure_logging
+from autarch.runtime.process import configure_logging, settle_heap
 from autarch.runtime.settings import GatewaySettings, load_settings, narrow
 
 from .app import create_app
@@ -14,6 +14,7 @@ def main() -> None:
     settings = narrow(load_settings(), GatewaySettings)
     configure_logging(settings.log_level)
     app = create_app(settings)
+    settle_heap()  # the app and its routes live as long as the process: out of the collector's way
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
 
 

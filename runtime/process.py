@@ -7,6 +7,7 @@ connects the service's endpoints and returns an async ``stop`` callable.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -18,7 +19,7 @@ from nats.aio.client import Client
 from .bus import close_quietly, connect
 from .settings import CommonSettings, Settings, load_settings
 
-__all__ = ["Starter", "configure_logging", "run_service"]
+__all__ = ["Starter", "configure_logging", "run_service", "settle_heap"]
 
 Starter = Callable[[Client, Any], Awaitable[Callable[[], Awaitable[None]]]]
 """A service's ``start(nc, settings)``; ``settings`` is the service's own type (``ToolsSettings``, …)."""
@@ -31,13 +32,33 @@ def configure_logging(level: str, *, name: str | None = None) -> None:
     logging.getLogger("nats").setLevel(logging.WARNING)
 
 
+def settle_heap(*, collect: bool = True) -> None:
+    """Take what the process holds now (modules, classes, its app and state) out of the collector's sight.
+
+    Python's cyclic garbage collector stops the whole process, every thread, while it runs, and a full
+    collection walks every object that is alive. In a started service most of them are the imports and the
+    service's own long-lived state, which will never be garbage: under 20 concurrent workflows the agent
+    runner's full collections paused it for 20-80 ms at a time (its relay thread too, so the events waiting to
+    be published waited as long), the scripted model's for up to 165 ms. ``gc.freeze()`` moves everything
+    alive now to a generation the collector never walks; later collections walk only what was made since.
+
+    ``collect``: first collect what is garbage already, so it is not kept for good (a full collection: done
+    before the process serves anything, as it pauses it for as long as the ones this avoids).
+    """
+    if collect:
+        gc.collect()
+    gc.freeze()
+
+
 async def _main(name: str, start: Starter, settings: CommonSettings) -> None:
+    settle_heap()  # the imports: before the service serves anything
     nc = await connect(settings.effective_nats_url, name=f"autarch-{name}")
     stop_requested = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop_requested.set)
     stop = await start(nc, settings)
+    settle_heap(collect=False)  # what starting built, without a pause now that requests may come in
     logging.getLogger(name).info("%s ready on %s", name, settings.effective_nats_url)
     await stop_requested.wait()
     logging.getLogger(name).info("%s stopping", name)

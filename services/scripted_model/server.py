@@ -32,6 +32,8 @@ from typing import Any, Literal, Self
 import msgspec
 import uvicorn
 
+from autarch.runtime.process import settle_heap
+
 from . import protocol
 from .scenario import Failure, Scenario, Step, TextBlock, ToolUseBlock, load_scenario, parse_scenario
 
@@ -600,6 +602,7 @@ def serve(
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; a no-op handler underneath makes that
     # a clean exit (status 0) instead of death by signal. SIGINT still ends as KeyboardInterrupt.
     previous = signal.signal(signal.SIGTERM, lambda *_: None) if main_thread else None
+    settle_heap()  # a process of its own: the scenario and the imports out of the collector's way
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
