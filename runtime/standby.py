@@ -24,7 +24,7 @@ from nats.js.kv import KeyValue
 
 from .cancel import cancel_and_wait
 from .leadership import LeaderLease, open_leaders
-from .process import Starter
+from .process import Starter, settle_heap
 
 __all__ = ["LOST_LEASE_EXIT", "exclusive"]
 
@@ -62,6 +62,7 @@ def exclusive(name: str, start: Starter) -> Starter:
             keepers.append(keeper)
             try:
                 started.append(await start(nc, settings))
+                settle_heap(collect=False)  # what starting built: a standby's process froze only its imports
             except Exception:
                 # Nobody awaits this task: fail the process as a failed start would, and let it be restarted.
                 log.exception("%s: %s did not start", settings.instance, name)
@@ -141,6 +142,7 @@ def partitioned(name: str, start: PartitionStarter) -> Starter:
             runs.append(keeper)
             try:
                 holding[k] = await start(nc, settings, k)
+                settle_heap(collect=False)  # what starting this partition built (see process.settle_heap)
             except Exception:
                 log.exception("%s: %s partition %d did not start", settings.instance, name, k)
                 os._exit(1)
