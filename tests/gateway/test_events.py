@@ -217,6 +217,28 @@ async def test_each_connection_subscribes_to_deltas_and_unsubscribes_when_it_end
         await asyncio.sleep(0.05)
 
 
+async def test_events_waiting_together_go_out_in_one_write_exactly_as_one_by_one(nc: Client):
+    """A burst (twenty workflows changing stage at once) is one write, not one per event: the bytes are those
+    of each event encoded alone, in stream order, ids included, so a client cannot tell the difference."""
+    wf = new_id()
+    feed = LiveEvents(nc, workflow=wf, after=None, keepalive=30, deltas=False)
+    messages = feed.messages()
+    assert (await anext(messages)).comment == "connected"
+    try:
+        sequences = [await record(nc, wf, f"note {n}") for n in range(5)]
+        deadline = time.monotonic() + 10
+        while feed.queued < 5:
+            assert time.monotonic() < deadline, feed.queued
+            await asyncio.sleep(0.01)
+        item = await anext(messages)
+        parts = getattr(item, "messages", None)
+        assert parts is not None and [m.id for m in parts] == sequences
+        assert item.encode() == b"".join(m.encode() for m in parts)
+        assert item.encode().count(b"event: workflow:note_taken") == 5
+    finally:
+        await messages.aclose()  # type: ignore[attr-defined]
+
+
 async def test_a_slow_client_drops_deltas_but_never_a_recorded_event(nc: Client):
     """Bounded memory: with the client not reading, at most ``buffer`` messages wait; extra deltas are dropped,
     a recorded event waits for room and comes after what was queued before it."""
@@ -244,7 +266,11 @@ async def test_a_slow_client_drops_deltas_but_never_a_recorded_event(nc: Client)
         await settled(102)
         assert feed.queued == 8
 
-        got = [await anext(messages) for _ in range(10)]
+        got: list = []
+        while len(got) < 10:  # what waited goes out together, in one write (a batch), in the same order
+            item = await anext(messages)
+            got.extend(getattr(item, "messages", [item]))
+        assert len(got) == 10
         assert got[0].comment == "102 deltas dropped"
         assert [msgspec.json.decode(str(m.data), type=TurnDelta).text for m in got[1:9]] == [str(n) for n in range(8)]
         assert all(m.id is None for m in got[1:9])
