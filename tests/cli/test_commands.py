@@ -21,9 +21,16 @@ from .conftest import Cli
 pytestmark = pytest.mark.slow
 
 
+def _ctrl_c_as_from_a_terminal() -> None:
+    # A suite started in the background of a non-interactive shell (``cmd &``) runs with SIGINT ignored, and a
+    # child inherits that: Python then never raises KeyboardInterrupt. The watch must meet Ctrl-C as a user's does.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def watch(system: System, *argv: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "autarch.cli.main", "watch", *argv],
-                            env=system.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=system.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_from_a_terminal)
 
 
 def wait_output(proc: subprocess.Popen[str], seen: list[str], text: str, timeout: float = 30) -> None:
