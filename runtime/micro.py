@@ -95,9 +95,9 @@ class TypedService:
     queue_group: str | None = None
     """Queue group shared by the instances; defaults to the service name."""
     subject_of: Callable[[str], str] | None = None
+    """A verb's subject (default ``autarch.svc.<name>.<verb>``); an orchestrator partition serves its own."""
     metadata: dict[str, str] = field(default_factory=dict)
     """More ``$SRV.PING``/``$SRV.INFO`` metadata of this instance (an orchestrator's ``partition``)."""
-    """A verb's subject (default ``autarch.svc.<name>.<verb>``); an orchestrator partition serves its own."""
     _endpoints: list[_Endpoint] = field(default_factory=list)
     _service: Service | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)

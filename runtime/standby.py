@@ -62,11 +62,11 @@ def exclusive(name: str, start: Starter) -> Starter:
             keepers.append(keeper)
             try:
                 started.append(await start(nc, settings))
-                settle_heap(collect=False)  # what starting built: a standby's process froze only its imports
             except Exception:
                 # Nobody awaits this task: fail the process as a failed start would, and let it be restarted.
                 log.exception("%s: %s did not start", settings.instance, name)
                 os._exit(1)
+            settle_heap(collect=False)  # what starting built: a standby's process froze only its imports
             await keeper
 
         task = asyncio.create_task(lead(), name=f"lead-{name}")
@@ -142,10 +142,10 @@ def partitioned(name: str, start: PartitionStarter) -> Starter:
             runs.append(keeper)
             try:
                 holding[k] = await start(nc, settings, k)
-                settle_heap(collect=False)  # what starting this partition built (see process.settle_heap)
             except Exception:
                 log.exception("%s: %s partition %d did not start", settings.instance, name, k)
                 os._exit(1)
+            settle_heap(collect=False)  # what starting this partition built (see process.settle_heap)
 
         async def lead() -> None:
             kv = await _leaders(nc, settings)
