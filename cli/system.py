@@ -182,7 +182,7 @@ async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
             # Every instance that answers within the window is counted (a status lists them all).
             found = await ping_service(nc, name, wait=0.5, enough=lambda _: False)
             instances = len(found)
-            entry: dict[str, Any] = {"ok": service_up(name, found), "instances": instances}
+            entry: dict[str, Any] = {"ok": service_up(found), "instances": instances}
             count, served = partitions_served(found)
             if count > 1:
                 entry["partitions"] = {"count": count, "served": sorted(served)}

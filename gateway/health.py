@@ -68,8 +68,8 @@ def partitions_served(answers: Answers) -> tuple[int, set[int]]:
     return count, served
 
 
-def service_up(name: str, answers: Answers) -> bool:
-    """Whether ``name`` serves everything it should: an instance answers, and for a partitioned service, every
+def service_up(answers: Answers) -> bool:
+    """Whether a service serves everything it should: an instance answers, and for a partitioned service, every
     partition does."""
     count, served = partitions_served(answers)
     if count > 1:
@@ -84,9 +84,8 @@ async def check_health(nc: Client | None, services: list[str]) -> Health:
             nats=False,
             services={name: ServiceHealth(ok=False, instances=0) for name in services},
         )
-    found = await asyncio.gather(*(ping_service(nc, name, enough=lambda a, n=name: service_up(n, a))
-                                   for name in services))
-    result = {name: ServiceHealth(ok=service_up(name, answers), instances=len(answers))
+    found = await asyncio.gather(*(ping_service(nc, name, enough=service_up) for name in services))
+    result = {name: ServiceHealth(ok=service_up(answers), instances=len(answers))
               for name, answers in zip(services, found, strict=True)}
     status = "ok" if all(s.ok for s in result.values()) else "degraded"
     return Health(status=status, nats=True, services=result)

@@ -12,19 +12,19 @@ def _answer(partition: str | None = None) -> dict:
 
 
 def test_an_unpartitioned_service_is_up_with_one_answer() -> None:
-    assert service_up("tools", [_answer()]) and not service_up("tools", [])
-    assert service_up("orchestrator", [_answer("0/1")])
+    assert service_up([_answer()]) and not service_up([])
+    assert service_up([_answer("0/1")])
     assert partitions_served([_answer("0/1")]) == (1, {0})
 
 
 def test_a_partitioned_orchestrator_is_up_only_with_every_partition() -> None:
-    assert service_up("orchestrator", [_answer("1/2"), _answer("0/2")])
-    assert not service_up("orchestrator", [_answer("1/2")]), "partition 0 is between two holders: down"
-    assert not service_up("orchestrator", [_answer("1/3"), _answer("0/3")])
+    assert service_up([_answer("1/2"), _answer("0/2")])
+    assert not service_up([_answer("1/2")]), "partition 0 is between two holders: down"
+    assert not service_up([_answer("1/3"), _answer("0/3")])
     assert partitions_served([_answer("2/3"), _answer("0/3"), _answer()]) == (3, {0, 2})
 
 
 def test_answers_without_readable_partitions_count_as_instances_only() -> None:
     garbled = [_answer("x/2"), _answer("1-2"), {"metadata": None}, {}]
     assert partitions_served(garbled) == (0, set())
-    assert service_up("orchestrator", garbled)
+    assert service_up(garbled)
