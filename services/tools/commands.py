@@ -20,7 +20,7 @@ from autarch.contracts.tool_args import ShellArgs
 from .context import ToolContext
 from .gitstate import GitStateError, changed_tracked_files, tracked_state
 from .lease_guard import ShellLeaseGuard
-from .sandbox import LAUNCH_FAILED, SandboxUnavailable, prepare_launch, sandbox_environment
+from .sandbox import LAUNCH_FAILED, Launch, SandboxUnavailable, prepare_launch, sandbox_environment
 from .sensitivity import worktree_secret_values
 from .shell import effective_timeout, run_command, truncate_output
 
@@ -36,14 +36,12 @@ async def shell(ctx: ToolContext, args: ShellArgs) -> Any:
     except SandboxUnavailable as exc:
         return {"success": False, "error": f"Command refused: {exc}"}
     try:
-        return await _run(ctx, args, launch.argv, launch.env, timeout=timeout,
-                          git_env=sandbox_environment(policy, home=None))
+        return await _run(ctx, args, launch, timeout=timeout, git_env=sandbox_environment(policy, home=None))
     finally:
         await asyncio.to_thread(launch.cleanup)
 
 
-async def _run(ctx: ToolContext, args: ShellArgs, argv: list[str], env: dict[str, str], *, timeout: float,
-               git_env: dict[str, str]) -> Any:
+async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: float, git_env: dict[str, str]) -> Any:
     root = ctx.worktree.root
     before = None
     if ctx.variant == "preflight":
@@ -58,7 +56,8 @@ async def _run(ctx: ToolContext, args: ShellArgs, argv: list[str], env: dict[str
         if refused is not None:
             return {"success": False, "error": refused}
     try:
-        outcome = await run_command(argv, cwd=root, timeout=timeout, env=env)
+        outcome = await run_command(launch.argv, cwd=root, timeout=timeout, env=launch.env,
+                                    own_session=launch.own_session)
     except OSError as exc:
         return {"success": False, "error": f"Could not start the command: {exc.strerror or exc}"}
     except asyncio.CancelledError:

@@ -232,6 +232,9 @@ class Launch:
     argv: list[str]
     env: dict[str, str]
     temp_dir: str | None = None
+    own_session: bool = False
+    """Start it in a session of its own: only an unconfined command, which has no PID namespace to end what it
+    leaves behind (see :mod:`.shell`)."""
 
     def cleanup(self) -> None:
         if self.temp_dir:
@@ -247,7 +250,7 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
     """
     shell = [_SHELL, "-c", command]
     if policy.mode == "off":
-        return Launch(shell, sandbox_environment(policy, home=None))
+        return Launch(shell, sandbox_environment(policy, home=None), own_session=True)
     caps = capabilities()
     root = os.path.realpath(root)
     if caps.landlock_abi < 1:

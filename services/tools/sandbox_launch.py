@@ -4,7 +4,8 @@ Run as ``python -I -S sandbox_launch.py SPEC`` (standard library only, and littl
 with the sandbox's environment already in place; SPEC is the spec :func:`autarch.services.tools.sandbox.prepare_launch`
 writes, ``marshal``-ed and in hex (``json`` alone would double the launcher's start-up). The process tree:
 
-- the launcher (in the tools service's process group; dies with the service by ``PR_SET_PDEATHSIG``)
+- the launcher (leader of a process group of its own, in the tools service's session: see ``shell.py``; dies
+  with the service by ``PR_SET_PDEATHSIG``)
   creates a user namespace with a PID, a mount and — when the network is off — a network namespace, and
   forks
 - an init (PID 1 of the new PID namespace): it hides ``/run`` and ``/tmp`` under empty tmpfs (bringing back

@@ -1,11 +1,19 @@
-"""Running one command: own session, a timeout that kills everything, output captured head and tail.
+"""Running one command: its own process group, a timeout that kills everything, output captured head and tail.
 
-The command (normally the sandbox launcher of :mod:`.sandbox`, which runs ``bash -c`` confined) starts
-in the worktree as the leader of a new session (``start_new_session``). When it times out, when its call
-is cancelled, or when it finishes but left background processes behind, every process of its process
-group *and* of its session is killed with SIGKILL. Inside the sandbox that kills the PID namespace's init,
-and with it every process the command started, ``setsid`` ones included; unconfined (``sandbox = "off"``),
-a child that calls ``setsid`` leaves the session and escapes, which is the limit of process groups.
+A confined command (the sandbox launcher of :mod:`.sandbox`, or bubblewrap, running ``bash -c``) starts in the
+worktree as the leader of a new process group; an unconfined one (``sandbox = "off"``) as the leader of a new
+session. When it times out, when its call is cancelled, or when it finishes but left background processes
+behind, every process of its process group *and* of its session is killed with SIGKILL. Inside the sandbox that
+kills the PID namespace's init, and with it every process the command started, ``setsid`` ones included;
+unconfined, the session also catches a child that moved to a process group of its own, but a child that calls
+``setsid`` leaves the session and escapes, which is the limit of sessions.
+
+Why a confined command gets no session of its own: with the kernel's autogroup scheduling (on by default in
+desktop and most server kernels), every new session is a scheduling group of its own that the CPU is shared
+between equally. Twenty commands each in a session of their own would then get twenty shares to the whole
+control plane's handful, and every event, approval and stream would wait behind them; in the tools service's
+session they share its one. The sandbox's PID namespace already ends everything a command starts, which is what
+a session added for an unconfined one.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -160,8 +169,15 @@ async def _end(proc: asyncio.subprocess.Process, pumps: list[asyncio.Future[None
     await asyncio.gather(*pumps, return_exceptions=True)
 
 
-async def run_command(argv: list[str], *, cwd: str, timeout: float, env: dict[str, str]) -> ShellOutcome:
-    """Run ``argv`` in ``cwd``; kill its whole process tree on timeout or exit."""
+async def run_command(
+    argv: list[str], *, cwd: str, timeout: float, env: dict[str, str], own_session: bool
+) -> ShellOutcome:
+    """Run ``argv`` in ``cwd``; kill its whole process tree on timeout or exit.
+
+    ``own_session``: start it as a session leader (an unconfined command, see the module's docstring); otherwise
+    as a process group leader in this process's session.
+    """
+    group: dict[str, Any] = {"start_new_session": True} if own_session else {"process_group": 0}
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
@@ -169,7 +185,7 @@ async def run_command(argv: list[str], *, cwd: str, timeout: float, env: dict[st
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        start_new_session=True,
+        **group,
     )
     out, err = _Capture(), _Capture()
     pumps = [

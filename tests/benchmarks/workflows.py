@@ -23,7 +23,8 @@ preflight, two pulses and review. It reports:
   the supervisor, read at the same moment, and their sum; apart, the CPU seconds of the children each one
   reaped (``cutime + cstime``: the commands the tools service ran, git's git). On a busy machine wall-clock
   latency moves with everyone else's load; CPU time spent per run does much less, so it is the figure to
-  compare before/after a change there.
+  compare before/after a change there. ``cpu_s_during_run`` is the same less what each had used when the
+  workflows started (start-up's imports and connections), with the reaped children's sum as ``children``.
 
 Every workflow's branch is checked: its two pulse commits on top of ``main``.
 """
@@ -275,6 +276,18 @@ def drive_all(system: LocalSystem, repos: list[Path], *, timeout: float, urls: l
     return runs
 
 
+def _cpu_by_process(system: LocalSystem, model: subprocess.Popen[bytes]) -> dict[str, tuple[float, float] | None]:
+    """CPU seconds (own, reaped children's) of every process of the system, the scripted model included."""
+    info = system.run_info() or {}
+    pids = {name: pid for name, pid in (info.get("children") or {}).items() if pid}
+    if info.get("nats_pid"):
+        pids["nats-server"] = info["nats_pid"]
+    pids["scripted_model"] = model.pid
+    if system.proc is not None:
+        pids["supervisor"] = system.proc.pid
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
 def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process") -> dict:
     model, model_url = start_model(tmp)
     system = LocalSystem(tmp / "data", model_url, services=SERVICES)
@@ -283,6 +296,7 @@ def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process
         system.start()
         startup_s = time.monotonic() - started
         repos = sample_repos(tmp, workflows)
+        at_start = _cpu_by_process(system, model)
         probe = LatencyProbe(system, probe_mode)
         probe.start()
         if not probe.connected.wait(30):
@@ -299,16 +313,16 @@ def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process
         memory = {name: peak_rss_mb(pid) for name, pid in (info.get("children") or {}).items() if pid}
         if info.get("nats_pid"):
             memory["nats-server"] = peak_rss_mb(info["nats_pid"])
-        pids = {name: pid for name, pid in (info.get("children") or {}).items() if pid}
-        if info.get("nats_pid"):
-            pids["nats-server"] = info["nats_pid"]
-        pids["scripted_model"] = model.pid
-        if system.proc is not None:
-            pids["supervisor"] = system.proc.pid
-        used = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        used = _cpu_by_process(system, model)
         cpu = {name: u[0] for name, u in used.items() if u is not None}
         cpu["total"] = round(sum(cpu.values()), 2)
         children_cpu = {name: u[1] for name, u in used.items() if u is not None and u[1]}
+        # The part spent while the workflows ran (start-up's imports and connections left out).
+        cpu_run = {name: round(u[0] - at_start[name][0], 2) for name, u in used.items()
+                   if u is not None and at_start.get(name) is not None}
+        cpu_run["total"] = round(sum(cpu_run.values()), 2)
+        cpu_run["children"] = round(sum(u[1] - at_start[name][1] for name, u in used.items()
+                                        if u is not None and at_start.get(name) is not None), 2)
 
         failed = {i: o for i, o in outcomes.items() if o != "completed"}
         bad_branches = []
@@ -355,6 +369,7 @@ def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process
                                         for kind, v in sorted(to_stream_by_kind.items())},
             "peak_rss_mb": memory,
             "cpu_s": cpu,
+            "cpu_s_during_run": cpu_run,
             "children_cpu_s": children_cpu,
             "latency_probe": probe_mode,
             "store": "sqlite (embedded default)",

@@ -293,3 +293,14 @@ async def test_landlock_alone_still_confines_files_and_tcp(layout: Layout, liste
     assert "gateway-token-planted" not in escapes["stdout"] and "connected" not in escapes["stdout"]
     assert escapes["stderr"].count("Permission denied") == 2, escapes["stderr"]
     assert refused["success"] is False and "holds its own .git" in refused["error"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(),
+                    reason="this kernel schedules without autogroups (CONFIG_SCHED_AUTOGROUP off)")
+async def test_commands_share_the_services_scheduling_group(tools: Tools):
+    # A session of its own would be a CPU share of its own: twenty commands would crowd out the whole
+    # control plane (see services/tools/shell.py). Confined, they share the tools service's.
+    value = await sh(tools, "cat /proc/self/autogroup; sleep 0.2 & cat /proc/$!/autogroup")
+    ours = Path("/proc/self/autogroup").read_text().split()[0]
+    assert value["exit_code"] == 0, value
+    assert value["stdout"].split() == [ours, "nice", "0", ours, "nice", "0"]
