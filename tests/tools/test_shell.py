@@ -72,6 +72,19 @@ async def test_timeout_response_kills_every_child_and_grandchild(tools, worktree
     assert not wait_gone(marker)
 
 
+async def test_unconfined_a_timeout_still_ends_a_job_control_child(tool_settings, worktree):
+    # No PID namespace here: the command's own session is what finds a child that left its process group.
+    executor = build_executor(msgspec.structs.replace(tool_settings, sandbox="off"), grep_workers=0)
+    marker = f"{time.time_ns() % 10**6 + 3500}.{os.getpid()}"
+    try:
+        value = await Tools(executor, worktree)("shell", {
+            "command": f"set -m; sleep {marker} & sleep {marker} & echo started; wait", "timeoutSeconds": 1})
+    finally:
+        executor.close()
+    assert value["error"] == "Command timed out after 1 seconds" and value["stdout"] == "started\n"
+    assert not wait_gone(marker)
+
+
 async def test_background_processes_do_not_outlive_the_command(tools, worktree):
     marker = f"{time.time_ns() % 10**6 + 4000}.{os.getpid()}"
     value = await tools("shell", {"command": f"sleep {marker} & echo done"})
