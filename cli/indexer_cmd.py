@@ -23,10 +23,14 @@ __all__ = ["cmd_index", "cmd_search", "register"]
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
+BACKENDS = ("minilm", "onnx", "static", "hosted")
+"""The embedders' names (``embeddings.EMBEDDING_BACKENDS``, not imported: it would load numpy for every command)."""
+
 
 def _settings(args: argparse.Namespace) -> Settings:
     try:
-        return load_settings({"data_dir": args.data_dir, "embedding_backend": args.embedding_backend})
+        return load_settings({"data_dir": args.data_dir, "embedding_backend": args.embedding_backend,
+                              "embedding_model": args.embedding_model})
     except SettingsError as exc:
         print(f"autarch: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
@@ -148,8 +152,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="data directory (env AUTARCH_DATA_DIR; default ~/.local/share/autarch)")
     parser.add_argument(
         "--embedding-backend",
-        choices=("minilm", "static", "hosted"),
+        choices=BACKENDS,
         help="dense model (env AUTARCH_EMBEDDING_BACKEND)",
+    )
+    parser.add_argument(
+        "--embedding-model",
+        help="for onnx: the exported model's directory; static: a Model2Vec model's; hosted: the model name "
+             "(env AUTARCH_EMBEDDING_MODEL)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 

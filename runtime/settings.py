@@ -264,11 +264,13 @@ class IndexerSettings(CommonSettings, kw_only=True):
     """The indexer's settings: the embedding model and where the index lives."""
 
     embedding_backend: str = "minilm"
-    """Indexer's dense model: ``minilm`` (local ONNX), ``static`` (local Model2Vec) or ``hosted`` (an API)."""
+    """Indexer's dense model: ``minilm`` (local ONNX), ``onnx`` (a model the user exported), ``static`` (local
+    Model2Vec) or ``hosted`` (an API)."""
     embedding_url: str | None = None
     """Base URL of an OpenAI-compatible embeddings API for ``hosted``."""
     embedding_model: str | None = None
-    """Model name sent to the hosted API, or the directory of a Model2Vec model for ``static``."""
+    """Model name sent to the hosted API; the exported model's directory for ``onnx``; a Model2Vec model's for
+    ``static``."""
     embedding_api_key: str | None = None
     """Bearer key of the hosted embeddings API (``AUTARCH_EMBEDDING_API_KEY``); unset sends none."""
     weaviate_url: str | None = None

