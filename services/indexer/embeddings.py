@@ -96,7 +96,6 @@ class OnnxEmbedder:
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=max_tokens)
         self._id = id
-        self._max_tokens = max_tokens
         self._batch_size = batch_size
         self._inputs = {i.name for i in session.get_inputs()}
         missing = {"input_ids", "attention_mask"} - self._inputs
