@@ -13,12 +13,17 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-__all__ = ["MAX_CHUNK_LINES", "WINDOW_LINES", "Chunk", "chunk_file", "language_of"]
+from .readable import readable_python
+
+__all__ = ["EMBEDDING_TEXT_VERSION", "MAX_CHUNK_LINES", "WINDOW_LINES", "Chunk", "chunk_file", "language_of"]
 
 MAX_CHUNK_LINES = 120
 """A definition longer than this is cut into windows (a model only reads the first few hundred tokens)."""
 WINDOW_LINES = 50
 """Size of line windows for unstructured text and for the code between definitions."""
+EMBEDDING_TEXT_VERSION = 4
+"""Changes when what the dense model reads of a chunk does (3: the symbol in plain words, 4: a Python
+definition as prose and words): stores keep vectors of one version apart from another's."""
 SMALL_CONTAINER_LINES = 60
 """A class (impl, interface) up to this long stays one chunk; a longer one is split into its members."""
 
@@ -32,15 +37,19 @@ class Chunk:
     symbol: str
     """What the chunk is (``class Repo``, ``def Repo.head``), or '' for plain text."""
     text: str
+    language: str = "text"
+    """What :func:`language_of` called the file."""
 
     @property
     def embedding_text(self) -> str:
-        """What the dense model reads: the symbol as a heading (its name also in plain words), then the code."""
+        """What the dense model reads: the symbol as a heading (its name also in plain words), then the code;
+        a Python definition's code as its prose and names in words (see :mod:`.readable`)."""
         if not self.symbol:
             return self.text
         words = symbol_words(self.symbol)
         heading = f"{self.symbol} ({words})" if words else self.symbol
-        return f"{heading}\n{self.text}"
+        body = readable_python(self.text) if self.language == "python" else self.text
+        return f"{heading}\n{body}"
 
 
 _NAME_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[0-9]|\b)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -94,10 +103,12 @@ def chunk_file(path: str, text: str) -> list[Chunk]:
         spans = _tree_sitter_spans(language, text.encode("utf-8", "surrogatepass"), len(lines))
     if spans is None:
         spans = _windows(1, len(lines), "")
-    return [chunk for start, end, symbol in spans if (chunk := _make(lines, start, end, symbol)) is not None]
+    return [
+        chunk for start, end, symbol in spans if (chunk := _make(lines, start, end, symbol, language)) is not None
+    ]
 
 
-def _make(lines: list[str], start: int, end: int, symbol: str) -> Chunk | None:
+def _make(lines: list[str], start: int, end: int, symbol: str, language: str) -> Chunk | None:
     while start < end and not lines[start - 1].strip():
         start += 1
     while end > start and not lines[end - 1].strip():
@@ -105,7 +116,7 @@ def _make(lines: list[str], start: int, end: int, symbol: str) -> Chunk | None:
     body = "\n".join(lines[start - 1 : end])
     if not body.strip():
         return None
-    return Chunk(start_line=start, end_line=end, symbol=symbol, text=body)
+    return Chunk(start_line=start, end_line=end, symbol=symbol, text=body, language=language)
 
 
 def _windows(start: int, end: int, symbol: str, size: int = WINDOW_LINES) -> list[tuple[int, int, str]]:

@@ -21,9 +21,10 @@ from .store import BlobChunks, ChunkHit, IndexStore, ProjectRecord, ScopeRecord
 
 __all__ = ["EmbeddedStore"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped when the tables change or what the vectors are computed from does (3: the chunks' embedding text
-names the symbol in plain words); an index of another version is rebuilt (it is derived data)."""
+names the symbol in plain words, 4: ``chunking.EMBEDDING_TEXT_VERSION`` 4); an index of another version is
+rebuilt (it is derived data)."""
 
 _TABLES = ("projects", "scopes", "scope_files", "blobs", "chunks", "postings")
 

@@ -30,7 +30,7 @@ from autarch.contracts.indexer import (
 )
 from autarch.runtime.settings import IndexerSettings
 
-from .chunking import Chunk, chunk_file
+from .chunking import EMBEDDING_TEXT_VERSION, Chunk, chunk_file
 from .embeddings import Embedder, load_embedder
 from .errors import IndexerError
 from .file_ranking import files_in_order, fuse_files
@@ -154,8 +154,11 @@ def open_store(settings: IndexerSettings, embedder: Embedder) -> IndexStore:
     if weaviate_url:
         from .weaviate_store import WeaviateStore
 
+        # Collections per embedder and embedding text: a new way of reading chunks starts new collections
+        # rather than mixing its vectors with the old ones (the old collections can be dropped).
+        namespace = f"{embedder.id}-text{EMBEDDING_TEXT_VERSION}"
         return WeaviateStore.connect(
-            weaviate_url, dim=embedder.dim, namespace=embedder.id, api_key=settings.weaviate_api_key
+            weaviate_url, dim=embedder.dim, namespace=namespace, api_key=settings.weaviate_api_key
         )
     from .embedded_store import EmbeddedStore
 

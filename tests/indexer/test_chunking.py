@@ -10,6 +10,7 @@ from autarch.services.indexer.chunking import (
     language_of,
     symbol_words,
 )
+from autarch.services.indexer.readable import readable_python
 
 
 def _symbols(path: str, text: str) -> list[str]:
@@ -90,6 +91,28 @@ def test_the_dense_model_reads_the_symbol_name_in_plain_words() -> None:
     assert symbol_words("async def Client.__aenter__") == "client aenter"
     # Nothing added when the name is already one plain word.
     assert symbol_words("def head") == "" and symbol_words("section Getting started") == ""
-    chunk = Chunk(start_line=1, end_line=2, symbol="def App.add_route", text="def add_route(self):\n    pass")
-    assert chunk.embedding_text == "def App.add_route (app add route)\ndef add_route(self):\n    pass"
-    assert Chunk(start_line=1, end_line=1, symbol="", text="x = 1").embedding_text == "x = 1"
+    chunk = Chunk(start_line=1, end_line=2, symbol="function addRoute", text="function addRoute() {}",
+                  language="javascript")
+    assert chunk.embedding_text == "function addRoute (add route)\nfunction addRoute() {}"
+    assert Chunk(start_line=1, end_line=1, symbol="", text="x = 1", language="python").embedding_text == "x = 1"
+
+
+def test_the_dense_model_reads_a_python_definition_as_its_prose_and_its_names_in_words() -> None:
+    source = (
+        "class App:\n"
+        "    def add_route(self, uri_template: str, resource, **kwargs) -> None:\n"
+        '        """Map a URI template to a resource.\n\n        Each responder is looked up once."""\n'
+        "        # the router compiles lazily\n"
+        '        self._router.add_route(uri_template, resource, suffix="on_get", sep="/")  # noqa: E501\n'
+        "        return None\n"
+    )
+    [chunk] = chunk_file("app.py", source)
+    assert chunk.embedding_text == (
+        "class App\n"
+        "Map a URI template to a resource. Each responder is looked up once.\n"
+        "the router compiles lazily\n"
+        # Keywords, self and the commonest type names say nothing; a string's words do, a separator does not.
+        "app add route uri template resource router add route uri template resource suffix on get sep"
+    )
+    # Code that is no more than names still reads as names; an unclosed string does not stop it.
+    assert readable_python("x = HTTPHeaders(maxLineSize)\n'unclosed") == "http headers max line size unclosed"
