@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from .readable import readable_python
+from .readable import name_words, readable_python
 
 __all__ = ["EMBEDDING_TEXT_VERSION", "MAX_CHUNK_LINES", "WINDOW_LINES", "Chunk", "chunk_file", "language_of"]
 
@@ -52,15 +52,11 @@ class Chunk:
         return f"{heading}\n{body}"
 
 
-_NAME_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[0-9]|\b)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-
-
 def symbol_words(symbol: str) -> str:
     """The name of a chunk's symbol in lower-case words (``def Repo.get_HTTPHeader`` -> ``repo get http
     header``), or '' when that adds nothing to the symbol (a one-word lower-case name)."""
     _, _, name = symbol.removeprefix("async ").partition(" ")
-    words = [w.lower() for part in re.split(r"[^A-Za-z0-9]+", name) if part for w in _NAME_PART.findall(part)]
-    text = " ".join(words)
+    text = " ".join(name_words(name))
     return "" if text == name.lower() else text
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import keyword
 import re
 
-__all__ = ["readable_python"]
+__all__ = ["name_words", "readable_python"]
 
 # A triple-quoted string, a one-line string, or a comment; strings may carry a prefix (f, b, r), which
 # becomes a one-letter name and is dropped with the others.
@@ -22,11 +22,17 @@ _PROSE_OR_STRING = re.compile(
 )
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[0-9]|\b)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+_SEPARATORS = re.compile(r"[^A-Za-z0-9]+")
 _TOOL_COMMENTS = ("noqa", "type:", "pragma")
 # Words on nearly every line of Python that say nothing about what a chunk does.
 _NOISE = frozenset(w.lower() for w in keyword.kwlist) | {
     "self", "cls", "str", "int", "bool", "args", "kwargs", "optional", "typing", "any", "list", "dict", "tuple",
 }  # fmt: skip
+
+
+def name_words(name: str) -> list[str]:
+    """A name in lower-case words, whatever its style (``Repo.get_HTTPHeader`` -> repo, get, http, header)."""
+    return [word.lower() for part in _SEPARATORS.split(name) if part for word in _WORD.findall(part)]
 
 
 def readable_python(code: str) -> str:
@@ -51,8 +57,7 @@ def readable_python(code: str) -> str:
     words = [
         word
         for name in _NAME.findall(" ".join(code_parts))
-        for part in name.split("_")
-        for word in (w.lower() for w in _WORD.findall(part))
+        for word in name_words(name)
         if len(word) > 1 and word not in _NOISE
     ]
     return "\n".join([*(p for p in prose if p), " ".join(words)]).strip()
