@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import msgspec
+from eventsourcing.persistence import IntegrityError
 from nats.aio.client import Client
 
 from autarch.contracts.agents import (
@@ -85,11 +86,14 @@ class AgentRunner:
     def load(self) -> None:
         """Rebuild every session from the store (and the workflows' budget totals with them)."""
         for session_id in self.app.session_ids():
-            session = self.app.get_session(session_id)
-            self.sessions[session_id] = session
-            for turn in session.turns:
-                for reply in turn.replies:
-                    self.budget.add(session.workflow_id, reply.usage, reply.cost_usd)
+            self._adopt(self.app.get_session(session_id))
+
+    def _adopt(self, session: Session) -> None:
+        """Take a session read from the store into this process: its spend counts towards its workflow's budget."""
+        self.sessions[str(session.id)] = session
+        for turn in session.turns:
+            for reply in turn.replies:
+                self.budget.add(session.workflow_id, reply.usage, reply.cost_usd)
 
     def resume(self) -> int:
         """Start a task for every turn that was in progress when the last process stopped."""
@@ -137,13 +141,7 @@ class AgentRunner:
         async with self._locks[sid]:
             existing = self.sessions.get(sid)
             if existing is not None:
-                first = existing.turns[0]
-                same = (existing.role, existing.root, existing.workflow_id, existing.channel_id, first.text,
-                        existing.lease_holder) == (command.role, command.root, command.workflow_id,
-                                                   command.channel_id, command.kickoff, command.lease_holder)
-                if not same:
-                    raise ServiceFailure.conflict(f"session {sid} already exists with other fields", session_id=sid)
-                return TurnAccepted(session_id=sid, turn_id=first.turn_id, created=False)
+                return _already_started(existing, command)
             agent = self.registry.get(command.role)
             session = Session(session_id=sid, role=command.role, model=agent.model, root=command.root,
                               workflow_id=command.workflow_id, channel_id=command.channel_id, script=command.script,
@@ -153,7 +151,17 @@ class AgentRunner:
             turn_id = str(uuid.uuid4())
             session.start_turn(turn_id=turn_id, index=0, text=command.kickoff, notes=list(command.notes),
                                message_id=None, stage_notes=None, at=datetime.now(UTC))
-            await self.save(session)
+            try:
+                await self.save(session)
+            except IntegrityError:
+                # The store has this session although this process does not: an earlier try's commit went
+                # through but its answer was lost (a connection cut at the commit), or another runner started it
+                # before this one took over. The stored session is the one; answer as for a repeat.
+                stored = await asyncio.to_thread(self.app.get_session, sid)
+                self._adopt(stored)
+                if stored.current_turn is not None and sid not in self._running:
+                    self._spawn(stored)  # nobody runs its first turn yet, as after a restart (see resume)
+                return _already_started(stored, command)
             self.sessions[sid] = session
             self._spawn(session)
             return TurnAccepted(session_id=sid, turn_id=turn_id)
@@ -256,6 +264,19 @@ class AgentRunner:
                 await loop.run(record_cancel=lambda: not self._shutting_down)
         except asyncio.CancelledError:
             pass
+
+
+def _already_started(existing: Session, command: StartSession) -> TurnAccepted:
+    """The answer to a start of a session that exists: its first turn when the command repeats the one that
+    started it, a conflict when it names other fields."""
+    first = existing.turns[0]
+    same = (existing.role, existing.root, existing.workflow_id, existing.channel_id, first.text,
+            existing.lease_holder) == (command.role, command.root, command.workflow_id, command.channel_id,
+                                       command.kickoff, command.lease_holder)
+    if not same:
+        sid = command.session_id
+        raise ServiceFailure.conflict(f"session {sid} already exists with other fields", session_id=sid)
+    return TurnAccepted(session_id=command.session_id, turn_id=first.turn_id, created=False)
 
 
 async def start(nc: Client, settings: AgentRunnerSettings) -> Callable[[], Awaitable[None]]:

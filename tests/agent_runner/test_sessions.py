@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
+from autarch.contracts import subjects
+from autarch.contracts.agents import StartSession, TurnAccepted
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.requests import request
+from autarch.services.agent_runner.domainmodel import Session
 from autarch.services.agent_runner.service import open_runner
 
-from .conftest import runner_settings, start_session, wait_turn
+from .conftest import RUNNER, runner_settings, start_session, wait_turn
 from .runners import run_turn_collecting_deltas
 from .scenarios import NEW, PULSE_DONE, RESEARCH_CARD
 
@@ -147,3 +155,39 @@ async def test_the_workflow_budget_ends_the_turn_before_the_next_model_call(nc, 
     assert turn.outcome is not None and turn.outcome.kind == "budget_exceeded", turn
     assert "token budget" in turn.outcome.detail
     assert turn.model_calls == 1 and turn.tool_calls[0].output is not None  # the tool still ran; no second call
+
+
+def _record_elsewhere(runner, command: StartSession) -> str:
+    """Record ``command``'s session straight into the runner's store, as another process would have."""
+    stored = Session(session_id=command.session_id, role=command.role, model=runner.registry.get(command.role).model,
+                     root=command.root, workflow_id=command.workflow_id, channel_id=None, script=command.script,
+                     notes=[], baselines=[], lease_holder=None, discipline=None)
+    turn_id = f"turn-recorded-elsewhere-{uuid.uuid4().hex[:6]}"
+    stored.start_turn(turn_id=turn_id, index=0, text=command.kickoff, notes=[], message_id=None, stage_notes=None,
+                      at=datetime.now(UTC))
+    runner.app.save(stored)
+    return turn_id
+
+
+async def test_a_start_the_store_already_holds_is_answered_from_the_store_and_its_turn_runs(nc, runner, repo):
+    # A first try's commit went through but its answer was lost (the store's connection cut at the commit), or a
+    # runner before this one recorded the start: the store holds the session, this process does not.
+    def command(**fields: str) -> StartSession:
+        return StartSession(**{"session_id": str(uuid.uuid4()), "role": "research", "root": str(repo),
+                               "kickoff": "Do the task.", "script": "read-and-submit",
+                               "workflow_id": str(uuid.uuid4()), **fields})
+
+    start = subjects.request(RUNNER, "start_session")
+    repeat = command()
+    recorded = _record_elsewhere(runner, repeat)
+    again = await request(nc, start, repeat, TurnAccepted)
+    assert (again.turn_id, again.created) == (recorded, False)
+    view = await wait_turn(nc, repeat.session_id, recorded)  # recorded, never run: this runner runs it
+    [turn] = view.turns
+    assert turn.outcome is not None and turn.outcome.tool == "submit_research"
+
+    differing = command()
+    _record_elsewhere(runner, differing)
+    with pytest.raises(RemoteError) as conflict:
+        await request(nc, start, msgspec.structs.replace(differing, kickoff="Something else."), TurnAccepted)
+    assert conflict.value.code == "conflict" and "other fields" in str(conflict.value)
