@@ -23,6 +23,7 @@ _PROSE_OR_STRING = re.compile(
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z]|[0-9]|\b)|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _SEPARATORS = re.compile(r"[^A-Za-z0-9]+")
+_HAS_WORD = re.compile(r"[A-Za-z]{3}")
 _TOOL_COMMENTS = ("noqa", "type:", "pragma")
 # Words on nearly every line of Python that say nothing about what a chunk does.
 _NOISE = frozenset(w.lower() for w in keyword.kwlist) | {
@@ -50,7 +51,7 @@ def readable_python(code: str) -> str:
             comment = match.group("comment").strip()
             if comment and not comment.startswith(_TOOL_COMMENTS):
                 prose.append(comment)
-        elif re.search(r"[A-Za-z]{3}", match.group("string")):
+        elif _HAS_WORD.search(match.group("string")):
             # A header name or a message says what the code is about; a format or a separator does not.
             code_parts.append(f" {match.group('string')} ")
     code_parts.append(code[last:])

@@ -172,10 +172,9 @@ def _record_elsewhere(runner, command: StartSession) -> str:
 async def test_a_start_the_store_already_holds_is_answered_from_the_store_and_its_turn_runs(nc, runner, repo):
     # A first try's commit went through but its answer was lost (the store's connection cut at the commit), or a
     # runner before this one recorded the start: the store holds the session, this process does not.
-    def command(**fields: str) -> StartSession:
-        return StartSession(**{"session_id": str(uuid.uuid4()), "role": "research", "root": str(repo),
-                               "kickoff": "Do the task.", "script": "read-and-submit",
-                               "workflow_id": str(uuid.uuid4()), **fields})
+    def command() -> StartSession:
+        return StartSession(session_id=str(uuid.uuid4()), role="research", root=str(repo), kickoff="Do the task.",
+                            script="read-and-submit", workflow_id=str(uuid.uuid4()))
 
     start = subjects.request(RUNNER, "start_session")
     repeat = command()
