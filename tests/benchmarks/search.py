@@ -19,7 +19,7 @@ recall@10: share of a query's gold files among the files of its top 10 results, 
 MRR: 1 / rank of the first result in a gold file (0 when none is in the top 10), averaged.
 The last line printed is JSON.
 
-    .venv/bin/python tests/benchmarks/search.py [--sets falcon,tornado,aiohttp] [--cache-dir DIR] [--data-dir DIR]
+    .venv/bin/python tests/benchmarks/search.py [--sets falcon,tornado,celery] [--cache-dir DIR] [--data-dir DIR]
 """
 
 from __future__ import annotations
