@@ -17,7 +17,8 @@ Figures per set and split:
 
 recall@10: share of a query's gold files among the files of its top 10 results, averaged.
 MRR: 1 / rank of the first result in a gold file (0 when none is in the top 10), averaged.
-The last line printed is JSON.
+The last line printed is JSON; its ``summary`` gives, per split, every set's figures, their mean and the sets
+at or past the goal on both.
 
     .venv/bin/python tests/benchmarks/search.py [--sets falcon,tornado,celery] [--cache-dir DIR] [--data-dir DIR]
 """
@@ -238,8 +239,29 @@ def main(argv: list[str] | None = None) -> int:
         indexer.close()
         if not args.data_dir:
             shutil.rmtree(work, ignore_errors=True)
+    report["summary"] = summarize(report["sets"])
+    for split, row in report["summary"].items():
+        met = ", ".join(row["meet_goal"]) or "none"
+        print(f"{split}: mean {row['mean']['recall@10']:.3f} / {row['mean']['mrr']:.3f} over {len(row['sets'])} sets; "
+              f"at or past the goal: {met}")
     print(json.dumps(report))
     return 0
+
+
+def summarize(sets: dict) -> dict:
+    """Per split: each set's figures (ours), their unweighted mean, and the sets at or past the goal on both."""
+    summary: dict = {}
+    for split in ("dev", "heldout"):
+        rows = {name: result[split]["ours"] for name, result in sets.items() if split in result}
+        if not rows:
+            continue
+        mean = {key: round(sum(r[key] for r in rows.values()) / len(rows), 3) for key in GOAL}
+        summary[split] = {
+            "sets": {name: {key: r[key] for key in GOAL} for name, r in rows.items()},
+            "mean": mean,
+            "meet_goal": [name for name, r in rows.items() if all(r[key] >= GOAL[key] for key in GOAL)],
+        }
+    return summary
 
 
 if __name__ == "__main__":
