@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
 
+import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import CanMutateAggregate, DecoratedFuncCaller, DomainEvent, OriginatorVersionError
 from eventsourcing.domain import decorated_funcs as _decorated_funcs  # see load()
-from eventsourcing.persistence import ApplicationRecorder
+from eventsourcing.persistence import ApplicationRecorder, JSONTranscoder, StoredEvent, Transcoder
 from eventsourcing.utils import resolve_topic
 
-__all__ = ["created_ids", "load", "project", "topic_of"]
+__all__ = ["created_ids", "load", "project", "state_decoder", "topic_of"]
 
 _Plan = tuple[Callable[..., None] | None, frozenset[str]]
 _plans: dict[str, _Plan] = {}
@@ -47,23 +48,79 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     mapper = app.mapper
     if mapper.cipher is not None or mapper.compressor is not None:
         return app.repository.get(aggregate_id, version=version, projector_func=project)
-    stored = app.recorder.select_events(aggregate_id, lte=version)
-    decode = mapper.transcoder.decode
+    recorder = app.recorder
+    if isinstance(recorder, RowRecorder):
+        originator_id, rows = recorder.select_event_rows(aggregate_id, lte=version)
+    else:
+        stored_events = recorder.select_events(aggregate_id, lte=version)
+        originator_id = stored_events[0].originator_id if stored_events else aggregate_id
+        rows = [(e.originator_version, e.topic, e.state) for e in stored_events]
+    decode = state_decoder(mapper.transcoder)
     aggregate: Any = None
-    for event in stored:
-        func, names = _plan(event.topic)
+    for originator_version, topic, state_bytes in rows:
+        func, names = _plan(topic)
         if func is None or aggregate is None:
-            aggregate = mapper.to_domain_event(event).mutate(aggregate)
+            stored = StoredEvent(originator_id=originator_id, originator_version=originator_version, topic=topic,
+                                 state=state_bytes)
+            aggregate = mapper.to_domain_event(stored).mutate(aggregate)
             continue
-        if event.originator_version != aggregate.version + 1:
-            raise OriginatorVersionError(event.originator_version, aggregate.version + 1)
-        state = decode(event.state)
+        if originator_version != aggregate.version + 1:
+            raise OriginatorVersionError(originator_version, aggregate.version + 1)
+        state = decode(state_bytes)
         func(aggregate, **{k: v for k, v in state.items() if k in names})
-        aggregate.version = event.originator_version
+        aggregate.version = originator_version
         aggregate.modified_on = state["timestamp"]
     if aggregate is None:
         raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} version {version!r} not found.")
     return aggregate
+
+
+@runtime_checkable
+class RowRecorder(Protocol):
+    """A recorder that reads an aggregate's events as plain rows (runtime/sqlite_store.py's does)."""
+
+    def select_event_rows(self, originator_id: UUID | str, *, lte: int | None = None) -> tuple[
+        UUID | str, list[tuple[int, str, bytes]]]: ...
+
+
+class _Unregistered(Exception):
+    """A ``_type_`` no transcoding is registered for: the transcoder reports it in its own words."""
+
+
+def state_decoder(transcoder: Transcoder) -> Callable[[bytes], Any]:
+    """``transcoder.decode``, or for eventsourcing's own JSON transcoder an equal one about a third faster:
+    msgspec parses, then each ``{"_type_": name, "_data_": data}`` object becomes what the registered
+    transcoding makes of it, innermost first, as the json module's object hook does. What msgspec refuses
+    and the json module reads (``NaN``, ``Infinity``, lone surrogates, numbers past a double) is read by the
+    transcoder itself."""
+    if type(transcoder) is not JSONTranscoder:
+        return transcoder.decode
+    names = transcoder.names
+    parse = msgspec.json.Decoder().decode
+
+    def revive(value: Any) -> Any:
+        if type(value) is dict:
+            for key, item in value.items():
+                if type(item) is dict or type(item) is list:
+                    value[key] = revive(item)
+            if len(value) == 2 and "_type_" in value and "_data_" in value:
+                transcoding = names.get(value["_type_"])
+                if transcoding is None:
+                    raise _Unregistered
+                return transcoding.decode(value["_data_"])
+        elif type(value) is list:
+            for index, item in enumerate(value):
+                if type(item) is dict or type(item) is list:
+                    value[index] = revive(item)
+        return value
+
+    def decode(data: bytes) -> Any:
+        try:
+            return revive(parse(data))
+        except (msgspec.DecodeError, _Unregistered):
+            return transcoder.decode(data)  # the transcoder's own result, or its own error
+
+    return decode
 
 
 def project(aggregate: Any, events: Iterable[Any]) -> Any:

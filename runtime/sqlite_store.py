@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 # Imported as a module: eventsourcing finds the factory as the one factory class among this module's names.
@@ -23,13 +23,20 @@ from eventsourcing import sqlite as es_sqlite
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
 
-__all__ = ["MODULE", "SYNCHRONOUS_ENV", "ApplicationRecorder", "Factory", "commits_inline", "make_durable"]
+__all__ = ["MODULE", "SYNCHRONOUS_ENV", "ApplicationRecorder", "EventRows", "Factory", "commits_inline", "make_durable"]
 
 MODULE = "autarch.runtime.sqlite_store"
 """The ``PERSISTENCE_MODULE`` naming this store."""
 SYNCHRONOUS_ENV = "SQLITE_SYNCHRONOUS"
 """Environment key (ours, not eventsourcing's) of the ``synchronous`` level."""
 MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class EventRows(NamedTuple):
+    """One aggregate's stored events as plain rows (see :meth:`ApplicationRecorder.select_event_rows`)."""
+
+    originator_id: UUID | str
+    rows: list[tuple[int, str, bytes]]
 
 
 class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
@@ -41,6 +48,15 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
 
     def select_events(self, originator_id: UUID | str, *, gt: int | None = None, lte: int | None = None,
                       desc: bool = False, limit: int | None = None) -> Sequence[StoredEvent]:
+        oid, rows = self.select_event_rows(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        return [StoredEvent(originator_id=oid, originator_version=version, topic=topic, state=state)
+                for version, topic, state in rows]
+
+    def select_event_rows(self, originator_id: UUID | str, *, gt: int | None = None, lte: int | None = None,
+                          desc: bool = False, limit: int | None = None) -> EventRows:
+        """What :meth:`select_events` selects, as ``(originator_version, topic, state)`` tuples beside the
+        originator id they share: a replay that reads each row once needs no ``StoredEvent`` per event (a
+        quarter of the time of replaying 100,000 events went to making them)."""
         statement = f"SELECT originator_version, topic, state FROM {self.events_table_name} WHERE originator_id=? "
         key = originator_id.hex if isinstance(originator_id, UUID) else originator_id
         params: list[Any] = [key]
@@ -57,11 +73,7 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
         with self.datastore.transaction(commit=False) as c:
             c.execute(statement, params)
             rows = c.fetchall()
-        if not rows:
-            return []
-        oid = self.convert_originator_id(key)
-        return [StoredEvent(originator_id=oid, originator_version=version, topic=topic, state=state)
-                for version, topic, state in rows]
+        return EventRows(self.convert_originator_id(key) if rows else key, rows)
 
 
 class Factory(es_sqlite.SQLiteFactory):
