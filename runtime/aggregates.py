@@ -88,7 +88,7 @@ class _Unregistered(Exception):
 
 
 def state_decoder(transcoder: Transcoder) -> Callable[[bytes], Any]:
-    """``transcoder.decode``, or for eventsourcing's own JSON transcoder an equal one about a third faster:
+    """``transcoder.decode``, or for eventsourcing's own JSON transcoder an equal one in three quarters of the time:
     msgspec parses, then each ``{"_type_": name, "_data_": data}`` object becomes what the registered
     transcoding makes of it, innermost first, as the json module's object hook does. What msgspec refuses
     and the json module reads (``NaN``, ``Infinity``, lone surrogates, numbers past a double) is read by the
