@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 from uuid import UUID
 
 import msgspec
@@ -48,11 +48,12 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     mapper = app.mapper
     if mapper.cipher is not None or mapper.compressor is not None:
         return app.repository.get(aggregate_id, version=version, projector_func=project)
-    recorder = app.recorder
-    if isinstance(recorder, RowRecorder):
-        originator_id, rows = recorder.select_event_rows(aggregate_id, lte=version)
+    # runtime/sqlite_store.py's recorder reads plain rows; any other (PostgreSQL's) gives StoredEvents.
+    select_rows = getattr(app.recorder, "select_event_rows", None)
+    if select_rows is not None:
+        originator_id, rows = select_rows(aggregate_id, lte=version)
     else:
-        stored_events = recorder.select_events(aggregate_id, lte=version)
+        stored_events = app.recorder.select_events(aggregate_id, lte=version)
         originator_id = stored_events[0].originator_id if stored_events else aggregate_id
         rows = [(e.originator_version, e.topic, e.state) for e in stored_events]
     decode = state_decoder(mapper.transcoder)
@@ -73,14 +74,6 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     if aggregate is None:
         raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} version {version!r} not found.")
     return aggregate
-
-
-@runtime_checkable
-class RowRecorder(Protocol):
-    """A recorder that reads an aggregate's events as plain rows (runtime/sqlite_store.py's does)."""
-
-    def select_event_rows(self, originator_id: UUID | str, *, lte: int | None = None) -> tuple[
-        UUID | str, list[tuple[int, str, bytes]]]: ...
 
 
 class _Unregistered(Exception):
