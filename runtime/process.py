@@ -55,9 +55,10 @@ def watch_children_with_pidfds() -> None:
     """Have asyncio learn of a subprocess's exit from a pidfd polled by the running loop (Linux 5.3+).
 
     Python 3.11's default watcher starts a thread per subprocess and blocks the loop until that thread runs:
-    under load that is tens of milliseconds per command (the tools service starts three per shell call, two
-    ``git status`` and the command), during which no other call, reply or event of the service moves. Python
-    3.12 and later pick the pidfd watcher themselves. Only for subprocesses started from this loop's thread.
+    a fraction of a millisecond on an idle machine, up to tens of milliseconds under load (seen in the tools
+    service during the 20-workflow benchmark; a preflight command is three subprocesses, ``git status`` before
+    and after it), and no other call, reply or event of the service moves meanwhile. Python 3.12 and later
+    pick the pidfd watcher themselves. Only for subprocesses started from this loop's thread.
     """
     if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
         return

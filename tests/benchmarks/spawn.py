@@ -2,8 +2,8 @@
 
     .venv/bin/python tests/benchmarks/spawn.py [--spawns 200] [--concurrency 20] [--repeat 3]
 
-The tools service starts three subprocesses per shell call (``git status`` before and after, and the
-command). On Python 3.11, asyncio's default watcher starts a thread per subprocess and the loop waits until
+The tools service starts a subprocess per shell call, three for a preflight command (``git status`` before
+and after it). On Python 3.11, asyncio's default watcher starts a thread per subprocess and the loop waits until
 that thread runs; ``runtime.process.watch_children_with_pidfds`` has the loop poll a pidfd instead. Each
 round runs in a fresh interpreter: ``--spawns`` runs of ``true``, ``--concurrency`` at a time, while a 1 ms
 ticker on the same loop records how late it wakes (what every other call of the service waits). The last
