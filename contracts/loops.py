@@ -43,6 +43,7 @@ __all__ = [
     "Signal",
     "StartLoop",
     "StartLoopBody",
+    "missing_address",
 ]
 
 LoopStatus = Literal["pending", "running", "complete", "blocked", "failed", "aborted", "paused"]
@@ -56,8 +57,11 @@ AnchorStrategy = Literal["chained", "explicit", "semantic", "temporal", "none"]
 ContextStrategy = Literal["none", "prefetch", "mcp", "hybrid"]
 """``prefetch``: the anchor's slice and search results go into the prompt; ``mcp``: the agent searches history
 with tools; ``hybrid``: both; ``none``: neither."""
-CreatedBy = Literal["api", "cli", "mcp"]
-NotifyKind = Literal["webhook", "slack", "discord", "telegram"]
+CreatedBy = Literal["api", "cli", "mcp", "telegram", "sms"]
+"""Who started the session: seed 001's ``telegram``/``sms``/``api``/``cli``, and ``mcp`` (the MCP server). The
+notifier starts sessions from Telegram commands (``telegram``); ``sms`` is accepted from any client that starts a
+session on behalf of a text message (no SMS command is received by Autarch itself)."""
+NotifyKind = Literal["webhook", "slack", "discord", "telegram", "sms"]
 
 SessionId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
 # Names, goals and messages reach agents and terminals: visible text, no control character (contracts/http.py).
@@ -75,16 +79,36 @@ CostBudget = Annotated[float, msgspec.Meta(gt=0)]
 
 
 class NotifyTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
-    """Where the notifier delivers a session's notifications.
+    """Where the notifier delivers a session's notifications (seed 001: Telegram if ``chat_id`` is set, SMS if
+    ``phone_number`` is, Discord if ``discord_thread_id`` is; webhooks and Slack beside them).
 
-    ``webhook``: a JSON POST of the notification to ``url``; ``slack`` / ``discord``: their incoming-webhook
-    formats at ``url``; ``telegram``: the Bot API's ``sendMessage`` to ``chat_id`` (bot token and base URL are
-    the notifier's settings).
+    ``webhook``: a JSON POST of the notification to ``url``; ``slack``: Slack's incoming-webhook format at ``url``;
+    ``discord``: into the thread ``discord_thread_id`` through the Bot API (the bot token is a notifier setting),
+    or through the Discord webhook at ``url`` (into that thread when both are given); ``telegram``: the Bot API's
+    ``sendMessage`` to ``chat_id``; ``sms``: a text message to ``phone_number`` through a Twilio-compatible API
+    (account and sender are notifier settings). :func:`missing_address` says what a kind needs.
     """
 
     kind: NotifyKind
     url: Annotated[str, msgspec.Meta(pattern=r"^https?://", max_length=2048)] | None = None
     chat_id: Annotated[str, msgspec.Meta(min_length=1, max_length=100)] | None = None
+    discord_thread_id: Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,20}$(?!\n)")] | None = None
+    """A Discord thread (or channel) id, a snowflake."""
+    phone_number: Annotated[str, msgspec.Meta(pattern=r"^\+[1-9][0-9]{6,14}$(?!\n)")] | None = None
+    """E.164: ``+`` and 7 to 15 digits."""
+
+
+def missing_address(target: NotifyTarget) -> str | None:
+    """What ``target`` lacks to be deliverable (a start naming it is refused), or None."""
+    if target.kind == "telegram" and not target.chat_id:
+        return "a telegram target needs chatId"
+    if target.kind == "sms" and not target.phone_number:
+        return "an sms target needs phoneNumber"
+    if target.kind == "discord" and not (target.url or target.discord_thread_id):
+        return "a discord target needs url (a webhook) or discordThreadId (a thread the bot posts in)"
+    if target.kind in ("webhook", "slack") and not target.url:
+        return f"a {target.kind} target needs url"
+    return None
 
 
 class LoopErrorCode:

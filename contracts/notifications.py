@@ -2,7 +2,8 @@
 
 The notifier follows the loop events on ``AUTARCH_EVENTS`` and delivers the seed-001 notifications
 ("📍 Iteration 3/10: … Continuing...", "✅ Session complete (…)", "⏸️ Blocked: …", "❌ Failed: …") to
-webhooks, Slack, Discord and Telegram. Every delivery is recorded; ``list_deliveries`` serves the record.
+webhooks, Slack, Discord (webhook or thread), Telegram and SMS, and answers the Telegram commands that start
+sessions. Every delivery is recorded; ``list_deliveries`` serves the record.
 """
 
 from __future__ import annotations
@@ -34,12 +35,16 @@ class Delivery(Reply, kw_only=True):
     delivery_id: str
     """Deterministic from the event and the target; sent as the ``Idempotency-Key`` header."""
     session_id: str
+    """The loop session; empty for the answer to a Telegram command that started none."""
     event: str
-    """The loop event type (``loop:completed``, …)."""
+    """The loop event type (``loop:completed``, …), or ``telegram:command`` for the answer to a Telegram command."""
     kind: NotifyKind
     url: str
-    """Where it is POSTed; empty for Telegram (that URL holds the bot token, a setting never recorded)."""
+    """The target's webhook URL; empty for the Bot APIs and SMS (their URLs are built from the notifier's settings
+    when sent; Telegram's holds the bot token, a setting never recorded)."""
     chat_id: str | None = None
+    discord_thread_id: str | None = None
+    phone_number: str | None = None
     text: str
     state: DeliveryState
     attempts: int

@@ -40,6 +40,7 @@ from autarch.contracts.loops import (
     PauseLoop,
     ResumeLoop,
     StartLoop,
+    missing_address,
 )
 from autarch.contracts.turns import FindTurn, SearchTurns, TurnFound, TurnHits
 from autarch.runtime.errors import RemoteError, ServiceFailure
@@ -146,10 +147,8 @@ class LoopBook:
                 f"maxIterations {cmd.max_iterations} is more than this installation allows ({limit}; setting "
                 "loop_max_iterations_limit)", field="max_iterations", limit=limit)
         for target in cmd.notify:
-            if target.kind == "telegram" and not target.chat_id:
-                raise ServiceFailure.bad_request("a telegram target needs chat_id", field="notify")
-            if target.kind != "telegram" and not target.url:
-                raise ServiceFailure.bad_request(f"a {target.kind} target needs url", field="notify")
+            if (missing := missing_address(target)) is not None:
+                raise ServiceFailure.bad_request(missing, field="notify")
         async with self._mailboxes[cmd.session_id]:
             existing = self.views.get(cmd.session_id)
             if existing is not None:

@@ -140,6 +140,21 @@ async def test_start_keeps_a_given_session_id_and_the_defaults(gateway: Gateway,
         10, "prefetch", "api", [])
 
 
+@pytest.mark.parametrize("created_by", ["telegram", "sms", "api", "cli", "mcp"])
+async def test_start_takes_every_creator_the_seed_lists_and_the_seeds_notify_targets(
+        gateway: Gateway, loops: StandInLoops, created_by: str):
+    notify = [{"kind": "discord", "discordThreadId": "1187654321098765432"},
+              {"kind": "sms", "phoneNumber": "+15557654321"}, {"kind": "telegram", "chatId": "-1001"}]
+    async with gateway.client() as http:
+        reply = await http.post("/api/pulse/start", json=start_body(createdBy=created_by, notify=notify))
+    assert reply.status_code == 201, reply.text
+    [command] = loops.received
+    assert command.created_by == created_by
+    assert [(n.kind, n.discord_thread_id, n.phone_number, n.chat_id) for n in command.notify] == [
+        ("discord", "1187654321098765432", None, None), ("sms", None, "+15557654321", None),
+        ("telegram", None, None, "-1001")]
+
+
 @pytest.mark.parametrize("over", [
     {"goal": ""},
     {"goal": "   \n\t"},
@@ -163,6 +178,10 @@ async def test_start_keeps_a_given_session_id_and_the_defaults(gateway: Gateway,
     {"createdBy": "robot"},
     {"branchName": "-bad"},
     {"notify": [{"kind": "webhook", "url": "ftp://x"}]},
+    {"notify": [{"kind": "sms", "phoneNumber": "555-1234"}]},
+    {"notify": [{"kind": "sms", "phoneNumber": "+15557654321\n"}]},
+    {"notify": [{"kind": "discord", "discordThreadId": "#general"}]},
+    {"notify": [{"kind": "fax", "phoneNumber": "+15557654321"}]},
     {"sessionId": "not-a-uuid"},
 ])
 async def test_bad_starts_are_400_and_send_nothing(gateway: Gateway, loops: StandInLoops, over: dict[str, Any]):

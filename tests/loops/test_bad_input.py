@@ -27,7 +27,11 @@ def start_payload(repo, **fields) -> dict:
     ({"branch_name": "a..b"}, "invalid_branch_name", "a..b"),
     ({"branch_name": "main"}, "branch_exists", "main"),
     ({"base_branch": "nope"}, "base_branch_missing", "nope"),
-    ({"notify": [{"kind": "telegram"}]}, "bad_request", "chat_id"),
+    ({"notify": [{"kind": "telegram"}]}, "bad_request", "chatId"),
+    ({"notify": [{"kind": "sms"}]}, "bad_request", "phoneNumber"),
+    ({"notify": [{"kind": "sms", "phoneNumber": "5551234"}]}, "bad_request", "notify"),
+    ({"notify": [{"kind": "discord"}]}, "bad_request", "discordThreadId"),
+    ({"notify": [{"kind": "discord", "discordThreadId": "12ab"}]}, "bad_request", "notify"),
     ({"notify": [{"kind": "webhook", "url": "ftp://x"}]}, "bad_request", "notify"),
     ({"context_strategy": "psychic"}, "bad_request", "context_strategy"),
 ])
