@@ -298,6 +298,27 @@ class NotifierSettings(CommonSettings, kw_only=True):
     """Longest wait, in seconds, between two delivery attempts."""
     notify_timeout: float = 10.0
     """Seconds one delivery request may take."""
+    # Discord threads, SMS and Telegram commands (issue 35).
+    notify_discord_base_url: str = "https://discord.com/api/v10"
+    """Base URL of the Discord API (``POST <base>/channels/<thread id>/messages``)."""
+    notify_discord_bot_token: str | None = None
+    """Discord bot token for ``discordThreadId`` targets (a secret); unset: such a target fails at once."""
+    notify_sms_base_url: str = "https://api.twilio.com"
+    """Base URL of a Twilio-compatible SMS API (``POST <base>/2010-04-01/Accounts/<sid>/Messages.json``)."""
+    notify_sms_account_sid: str | None = None
+    """Account SID of the SMS API (the basic-auth user); unset: an ``sms`` target fails at once."""
+    notify_sms_auth_token: str | None = None
+    """Auth token of the SMS API (the basic-auth password; a secret)."""
+    notify_sms_from: str | None = None
+    """The number text messages are sent from (E.164, ``+15550001111``)."""
+    notify_telegram_allowed_chats: tuple[str, ...] = ()
+    """Telegram chat ids whose ``/pulse`` commands start loop sessions (env: comma-separated). With one or more
+    and a bot token the notifier reads the bot's messages (``getUpdates``); empty: it reads none."""
+    notify_telegram_projects: tuple[str, ...] = ()
+    """Repositories a Telegram command may start a session on, as absolute paths; a command names one by its
+    directory name (env: comma-separated)."""
+    notify_telegram_poll_timeout: int = 30
+    """Seconds one ``getUpdates`` long poll waits for a message before asking again."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -305,6 +326,20 @@ class NotifierSettings(CommonSettings, kw_only=True):
             raise SettingsError(f"notify_max_attempts must be 1 or more, got {self.notify_max_attempts}")
         if self.notify_timeout <= 0:
             raise SettingsError(f"notify_timeout must be positive, got {self.notify_timeout}")
+        if not 1 <= self.notify_telegram_poll_timeout <= 60:
+            raise SettingsError("notify_telegram_poll_timeout must be between 1 and 60 seconds, "
+                                f"got {self.notify_telegram_poll_timeout}")
+        bad_chats = [chat for chat in self.notify_telegram_allowed_chats if not chat.lstrip("-").isdigit()]
+        if bad_chats:
+            raise SettingsError(f"notify_telegram_allowed_chats must be numeric chat ids, got {bad_chats}")
+        names: dict[str, str] = {}
+        for path in self.notify_telegram_projects:
+            name = Path(path).name
+            if not path.startswith("/") or not name:
+                raise SettingsError(f"notify_telegram_projects must be absolute paths of directories, got {path!r}")
+            if name in names:
+                raise SettingsError(f"notify_telegram_projects names {name!r} twice ({names[name]}, {path})")
+            names[name] = path
 
 
 SERVICE_SETTINGS: dict[str, type[CommonSettings]] = {
@@ -321,6 +356,7 @@ SERVICE_SETTINGS: dict[str, type[CommonSettings]] = {
 SECRET_SETTINGS = frozenset({
     "postgres_url", "anthropic_api_key", "exa_api_key", "embedding_api_key", "weaviate_api_key",
     "notify_telegram_token",
+    "notify_discord_bot_token", "notify_sms_auth_token",
 })
 """Settings never printed or logged (``autarch config`` shows ``***``)."""
 

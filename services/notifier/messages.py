@@ -1,4 +1,4 @@
-"""What a loop event says (seed 001's wording) and how it is sent to each kind of target."""
+"""What a loop event says (seed 001's wording) and the body each kind of target is sent."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from autarch.contracts.events import LoopBlocked, LoopCompleted, LoopEvent, LoopFailed, LoopIterationCompleted
 from autarch.contracts.loops import NotifyTarget
 
-__all__ = ["Intent", "delivery_id", "intents_for", "text_for"]
+__all__ = ["Intent", "chat_body", "clip", "delivery_id", "intents_for", "target_key", "text_for"]
 
 _ITERATION_LIMIT = "max iterations"
 """In the reason of a session ended by its iteration limit (the orchestrator's "max iterations reached (N)")."""
@@ -44,22 +44,49 @@ class Intent:
     delivery_id: str
     session_id: str
     event: str
-    kind: str
-    url: str
-    """The URL POSTed to; for Telegram the path after the bot token (``/sendMessage``) is kept, not the token."""
-    chat_id: str | None
+    target: NotifyTarget
+    """Where it goes; the Bot API and SMS URLs are built from the settings when it is sent (never recorded: the
+    Telegram URL holds the bot token)."""
     text: str
     body: dict[str, Any]
     occurred_at: str
 
 
-def _target_key(target: NotifyTarget) -> str:
-    return f"{target.kind}|{target.url or ''}|{target.chat_id or ''}"
+DISCORD_LIMIT = 2000
+TELEGRAM_LIMIT = 4096
+SMS_LIMIT = 1600
+"""Longest message each service takes (Discord's content, Telegram's text, Twilio's Body); longer is refused."""
+NO_MENTIONS = {"parse": []}
+"""Discord's ``allowed_mentions`` that pings nobody: a summary the agent wrote saying ``@everyone`` stays text."""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` UTF-16 code units (how the services count), ending in "…" when cut."""
+    if len(text.encode("utf-16-le")) // 2 <= limit:
+        return text
+    kept, used = [], 0
+    for char in text:
+        size = 2 if ord(char) > 0xFFFF else 1
+        if used + size > limit - 1:
+            break
+        kept.append(char)
+        used += size
+    return "".join(kept) + "…"
+
+
+def target_key(target: NotifyTarget) -> str:
+    """What tells two targets apart (the same key as before the Discord-thread and SMS fields existed)."""
+    key = f"{target.kind}|{target.url or ''}|{target.chat_id or ''}"
+    if target.discord_thread_id:
+        key += f"|thread:{target.discord_thread_id}"
+    if target.phone_number:
+        key += f"|phone:{target.phone_number}"
+    return key
 
 
 def delivery_id(event_key: str, target: NotifyTarget) -> str:
     """Deterministic from the event (its ``Nats-Msg-Id``, else its stream sequence) and the target."""
-    return hashlib.sha256(f"{event_key}\n{_target_key(target)}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{event_key}\n{target_key(target)}".encode()).hexdigest()[:32]
 
 
 def intents_for(event: LoopEvent, *, event_key: str, default_webhooks: tuple[str, ...]) -> list[Intent]:
@@ -74,24 +101,34 @@ def intents_for(event: LoopEvent, *, event_key: str, default_webhooks: tuple[str
     seen: set[str] = set()
     intents = []
     for target in targets:
-        key = _target_key(target)
+        key = target_key(target)
         if key in seen:
             continue
         seen.add(key)
         intents.append(Intent(
             delivery_id=delivery_id(event_key, target), session_id=event.workflow_id, event=str(event_type),
-            kind=target.kind, url=target.url or "", chat_id=target.chat_id, text=text,
-            body=_body(event, target, text, str(event_type), occurred_at), occurred_at=occurred_at))
+            target=target, text=text, body=_body(event, target, text, str(event_type), occurred_at),
+            occurred_at=occurred_at))
     return intents
 
 
-def _body(event: LoopEvent, target: NotifyTarget, text: str, event_type: str, occurred_at: str) -> dict[str, Any]:
+def chat_body(target: NotifyTarget, text: str) -> dict[str, Any]:
+    """The body of a message to a chat target (every kind but ``webhook``)."""
     if target.kind == "slack":
         return {"text": text}
     if target.kind == "discord":
-        return {"content": text}
+        return {"content": clip(text, DISCORD_LIMIT), "allowed_mentions": NO_MENTIONS}
     if target.kind == "telegram":
-        return {"chat_id": target.chat_id, "text": text}
+        return {"chat_id": target.chat_id, "text": clip(text, TELEGRAM_LIMIT)}
+    if target.kind == "sms":
+        # Form fields of the Twilio API; ``From`` is the sender setting, added when sent.
+        return {"To": target.phone_number, "Body": clip(text, SMS_LIMIT)}
+    raise ValueError(f"no chat body for a {target.kind} target")
+
+
+def _body(event: LoopEvent, target: NotifyTarget, text: str, event_type: str, occurred_at: str) -> dict[str, Any]:
+    if target.kind != "webhook":
+        return chat_body(target, text)
     iteration = getattr(event, "iteration_number", None)
     if isinstance(event, LoopCompleted):
         iteration = event.iterations

@@ -1,9 +1,11 @@
 """The notifier's outbox: every delivery intent, its attempts and its outcome, in SQLite under
-``<data dir>/notifier/``.
+``<data dir>/notifier/``, and how far the Telegram bot's messages have been read.
 
 An intent is written before its stream message is acknowledged and keyed by its delivery id, so a message
 handed out again (a crash between write and ack, a redelivery) records nothing new, and a notifier killed
-after the ack still finds every pending delivery here when it starts again.
+after the ack still finds every pending delivery here when it starts again. The answer to a Telegram command
+and the bot's next ``getUpdates`` offset are written in one transaction: a restart neither reads a handled
+message again nor skips one.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from autarch.contracts.loops import NotifyTarget
 from autarch.contracts.notifications import Delivery
 
 from .messages import Intent
@@ -34,7 +38,11 @@ CREATE TABLE IF NOT EXISTS deliveries (
 );
 CREATE INDEX IF NOT EXISTS deliveries_by_session ON deliveries (session_id, seq);
 CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries (state, seq);
+CREATE TABLE IF NOT EXISTS telegram_offsets (bot_id TEXT PRIMARY KEY, next_offset INTEGER NOT NULL);
 """
+_ADDED_COLUMNS = ("discord_thread_id", "phone_number")
+"""Columns added after the first outboxes were written (added to an older file when it is opened)."""
+_COLUMNS = "kind, url, chat_id, discord_thread_id, phone_number"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,9 +50,7 @@ class Pending:
     """A delivery still to make."""
 
     delivery_id: str
-    kind: str
-    url: str
-    chat_id: str | None
+    target: NotifyTarget
     body: dict[str, Any]
     attempts: int
 
@@ -60,6 +66,10 @@ class Outbox:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(deliveries)")}
+        for column in _ADDED_COLUMNS:
+            if column not in present:
+                self._db.execute(f"ALTER TABLE deliveries ADD COLUMN {column} TEXT")
 
     def close(self) -> None:
         with self._lock:
@@ -67,34 +77,62 @@ class Outbox:
 
     def record(self, intents: list[Intent]) -> list[str]:
         """Write ``intents`` in one transaction; returns the ids that were new (a recorded one is left as it is)."""
+        with self._lock:
+            return self._transaction(lambda: self._insert(intents))
+
+    def answer(self, intent: Intent | None, *, bot_id: str, next_offset: int) -> list[str]:
+        """Record the answer to a Telegram command (if any) and the bot's next ``getUpdates`` offset at once;
+        returns the answer's id when it was new."""
+        def write() -> list[str]:
+            new = self._insert([intent] if intent is not None else [])
+            self._db.execute("INSERT INTO telegram_offsets (bot_id, next_offset) VALUES (?, ?) ON CONFLICT (bot_id) "
+                             "DO UPDATE SET next_offset = MAX(next_offset, excluded.next_offset)",
+                             (bot_id, next_offset))
+            return new
+
+        with self._lock:
+            return self._transaction(write)
+
+    def telegram_offset(self, bot_id: str) -> int | None:
+        """The ``getUpdates`` offset to ask ``bot_id``'s messages from; None before its first message."""
+        with self._lock:
+            row = self._db.execute("SELECT next_offset FROM telegram_offsets WHERE bot_id = ?", (bot_id,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def _transaction(self, write: Callable[[], list[str]]) -> list[str]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            result = write()
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return result
+
+    def _insert(self, intents: list[Intent]) -> list[str]:
         new: list[str] = []
         now = time.time()
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for intent in intents:
-                    cur = self._db.execute(
-                        "INSERT OR IGNORE INTO deliveries (delivery_id, seq, session_id, event, kind, url, chat_id, "
-                        "text, body, occurred_at, created_at) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM "
-                        "deliveries), ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (intent.delivery_id, intent.session_id, intent.event, intent.kind, intent.url, intent.chat_id,
-                         intent.text, json.dumps(intent.body, ensure_ascii=False), intent.occurred_at, now))
-                    if cur.rowcount:
-                        new.append(intent.delivery_id)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        for intent in intents:
+            t = intent.target
+            cur = self._db.execute(
+                f"INSERT OR IGNORE INTO deliveries (delivery_id, seq, session_id, event, {_COLUMNS}, text, body, "
+                "occurred_at, created_at) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM deliveries), ?, ?, ?, "
+                "?, ?, ?, ?, ?, ?, ?, ?)",
+                (intent.delivery_id, intent.session_id, intent.event, t.kind, t.url or "", t.chat_id,
+                 t.discord_thread_id, t.phone_number, intent.text, json.dumps(intent.body, ensure_ascii=False),
+                 intent.occurred_at, now))
+            if cur.rowcount:
+                new.append(intent.delivery_id)
         return new
 
     def pending(self, delivery_ids: list[str] | None = None) -> list[Pending]:
         """The pending deliveries (of ``delivery_ids`` when given), oldest first."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT delivery_id, kind, url, chat_id, body, attempts, seq FROM deliveries WHERE state = 'pending' "
+                f"SELECT delivery_id, body, attempts, {_COLUMNS} FROM deliveries WHERE state = 'pending' "
                 "ORDER BY seq").fetchall()
         wanted = None if delivery_ids is None else set(delivery_ids)
-        return [Pending(delivery_id=r[0], kind=r[1], url=r[2], chat_id=r[3], body=json.loads(r[4]), attempts=r[5])
+        return [Pending(delivery_id=r[0], body=json.loads(r[1]), attempts=r[2], target=_target(r[3:]))
                 for r in rows if wanted is None or r[0] in wanted]
 
     def attempted(self, delivery_id: str, *, status: int | None, error: str | None, delivered: bool,
@@ -127,7 +165,7 @@ class Outbox:
             where.append("state = ?")
             args.append(state)
         sql = ("SELECT delivery_id, session_id, event, kind, url, chat_id, text, state, attempts, last_status, "
-               "last_error, created_at, delivered_at FROM deliveries")
+               "last_error, created_at, delivered_at, discord_thread_id, phone_number FROM deliveries")
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY seq LIMIT ?"
@@ -135,7 +173,13 @@ class Outbox:
             rows = self._db.execute(sql, (*args, max(0, limit))).fetchall()
         return [Delivery(delivery_id=r[0], session_id=r[1], event=r[2], kind=r[3], url=r[4], chat_id=r[5], text=r[6],
                          state=r[7], attempts=r[8], last_status=r[9], last_error=r[10], created_at=_time(r[11]),
-                         delivered_at=_time(r[12]) if r[12] is not None else None) for r in rows]
+                         delivered_at=_time(r[12]) if r[12] is not None else None, discord_thread_id=r[13],
+                         phone_number=r[14]) for r in rows]
+
+
+def _target(row: tuple[Any, ...]) -> NotifyTarget:
+    kind, url, chat_id, thread_id, phone = row
+    return NotifyTarget(kind=kind, url=url or None, chat_id=chat_id, discord_thread_id=thread_id, phone_number=phone)
 
 
 def _time(seconds: float) -> datetime:

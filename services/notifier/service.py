@@ -34,7 +34,8 @@ from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.retry import Backoff
 from autarch.runtime.settings import NotifierSettings, narrow
 
-from .messages import intents_for
+from .channels import redact, request_for
+from .messages import intents_for, target_key
 from .outbox import Outbox, Pending
 
 __all__ = ["CONSUMER", "NotifierService", "consumer_config", "start"]
@@ -134,11 +135,12 @@ class NotifierService:
     # --- delivering ----------------------------------------------------------------------------------
 
     def _enqueue(self, delivery: Pending) -> None:
-        target = f"{delivery.kind}|{delivery.url}|{delivery.chat_id or ''}"
+        target = target_key(delivery.target)
         queue = self._queues.get(target)
         if queue is None:
             queue = self._queues[target] = asyncio.Queue()
-            self._workers[target] = asyncio.create_task(self._work(target, queue), name=f"notifier-{delivery.kind}")
+            self._workers[target] = asyncio.create_task(self._work(target, queue),
+                                                        name=f"notifier-{delivery.target.kind}")
         queue.put_nowait(delivery)
 
     async def _work(self, target: str, queue: asyncio.Queue[Pending]) -> None:
@@ -157,20 +159,10 @@ class NotifierService:
         del self._workers[target]
 
     async def _deliver(self, delivery: Pending) -> None:
-        url = delivery.url
-        if delivery.kind == "telegram":
-            token = self.settings.notify_telegram_token
-            if not token:
-                await asyncio.to_thread(self.outbox.give_up, delivery.delivery_id,
-                                        "telegram target but no bot token configured (notify_telegram_token)")
-                log.warning("notifier: %s not delivered: no Telegram bot token configured", delivery.delivery_id)
-                return
-            if not delivery.chat_id:
-                await asyncio.to_thread(self.outbox.give_up, delivery.delivery_id, "telegram target without chat_id")
-                return
-            url = f"{self.settings.notify_telegram_base_url.rstrip('/')}/bot{token}/sendMessage"
-        elif not url:
-            await asyncio.to_thread(self.outbox.give_up, delivery.delivery_id, f"{delivery.kind} target without url")
+        request = request_for(delivery, self.settings)
+        if isinstance(request, str):
+            await asyncio.to_thread(self.outbox.give_up, delivery.delivery_id, request)
+            log.warning("notifier: %s not delivered: %s", delivery.delivery_id, request)
             return
         attempts = delivery.attempts
         assert self._http is not None
@@ -178,13 +170,15 @@ class NotifierService:
             status: int | None = None
             error: str | None = None
             try:
-                response = await self._http.post(url, json=delivery.body,
-                                                 headers={"Idempotency-Key": delivery.delivery_id})
+                response = await self._http.post(request.url, json=request.json, data=request.form,
+                                                 headers=request.headers, auth=request.auth)
                 status = response.status_code
                 if not 200 <= status < 300:
                     error = f"HTTP {status}: {response.text[:200]}"
             except httpx.HTTPError as exc:
                 error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+            if error is not None:
+                error = redact(error, self.settings)
             attempts += 1
             delivered = error is None
             # A 4xx other than 408/425/429 will not change by asking again (a revoked webhook, a bad chat id).
@@ -196,7 +190,7 @@ class NotifierService:
                 return
             if final:
                 log.warning("notifier: %s to %s given up after %d attempts: %s", delivery.delivery_id,
-                            delivery.kind, attempts, error)
+                            delivery.target.kind, attempts, error)
                 return
             await asyncio.sleep(self.backoff.delay(attempts))
 

@@ -1,4 +1,5 @@
-"""A real HTTP receiver for the notifier's tests: a tiny asyncio HTTP/1.1 server that records every POST.
+"""A real HTTP receiver for the notifier's tests: a tiny asyncio HTTP/1.1 server that records every POST (a JSON
+body decoded, form fields as a dict).
 
 It can start late (on a port picked before), answer with a chosen status, or hold its answers until the test
 lets them go, so a test waits on what it received, never on a sleep.
@@ -11,6 +12,7 @@ import json
 import socket
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qs
 
 __all__ = ["Received", "Receiver", "free_port"]
 
@@ -82,7 +84,7 @@ class Receiver:
                 status = self.status
                 if status < 400:
                     async with self._changed:
-                        self.received.append(Received(path, headers, json.loads(body or b"null")))
+                        self.received.append(Received(path, headers, _decode(headers, body)))
                         self._changed.notify_all()
                 payload = b'{"ok":true}'
                 writer.write(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n"
@@ -92,3 +94,11 @@ class Receiver:
             pass
         finally:
             writer.close()
+
+
+def _decode(headers: dict[str, str], body: bytes) -> Any:
+    if headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        fields = parse_qs(body.decode(), keep_blank_values=True, strict_parsing=True)
+        assert all(len(values) == 1 for values in fields.values()), fields
+        return {name: values[0] for name, values in fields.items()}
+    return json.loads(body or b"null")

@@ -81,7 +81,8 @@ async def test_wording_and_every_target_format(nc: Client, notifier_factory, cap
     telegram = await receiver.wait_for(6, "/tg/botT0KEN/sendMessage")
     assert [r.body["text"] for r in hook] == expected
     assert [r.body for r in slack] == [{"text": t} for t in expected]
-    assert [r.body for r in discord] == [{"content": t} for t in expected]
+    # Discord pings nobody, whatever the agent wrote.
+    assert [r.body for r in discord] == [{"content": t, "allowed_mentions": {"parse": []}} for t in expected]
     assert [r.body for r in telegram] == [{"chat_id": "42", "text": t} for t in expected]
     first = hook[0].body
     assert set(first) == {"session_id", "event", "text", "iteration", "max_iterations", "signal", "commit_hash",

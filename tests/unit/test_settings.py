@@ -142,6 +142,28 @@ def test_loop_and_notifier_settings(tmp_path):
         load_settings(environ={**env, "AUTARCH_LOOP_NO_PROGRESS_LIMIT": "0"})
 
 
+def test_discord_sms_and_telegram_command_settings(tmp_path):
+    notifier = load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path)}).for_service("notifier")
+    assert (notifier.notify_discord_base_url, notifier.notify_discord_bot_token) == ("https://discord.com/api/v10",
+                                                                                      None)
+    assert (notifier.notify_sms_base_url, notifier.notify_sms_account_sid, notifier.notify_sms_auth_token,
+            notifier.notify_sms_from) == ("https://api.twilio.com", None, None, None)
+    assert (notifier.notify_telegram_allowed_chats, notifier.notify_telegram_projects,
+            notifier.notify_telegram_poll_timeout) == ((), (), 30)
+    assert {"notify_discord_bot_token", "notify_sms_auth_token"} <= SECRET_SETTINGS
+    env = {"AUTARCH_DATA_DIR": str(tmp_path), "AUTARCH_NOTIFY_TELEGRAM_ALLOWED_CHATS": "42, -1001",
+           "AUTARCH_NOTIFY_TELEGRAM_PROJECTS": "/srv/shop,/srv/web/"}
+    s = load_settings(environ=env)
+    assert s.notify_telegram_allowed_chats == ("42", "-1001")
+    assert load_settings(environ=s.to_env()).notify_telegram_projects == ("/srv/shop", "/srv/web/")
+    for name, value, words in (("ALLOWED_CHATS", "@mychannel", "numeric chat ids"),
+                               ("PROJECTS", "shop", "absolute paths"), ("PROJECTS", "/", "absolute paths"),
+                               ("PROJECTS", "/a/shop,/b/shop", "names 'shop' twice"),
+                               ("POLL_TIMEOUT", "0", "between 1 and 60")):
+        with pytest.raises(SettingsError, match=words):
+            load_settings(environ={**env, f"AUTARCH_NOTIFY_TELEGRAM_{name}": value})
+
+
 def test_config_never_prints_a_secret(tmp_path, capsys):
     from autarch.cli.main import main
 
