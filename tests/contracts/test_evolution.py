@@ -1,8 +1,8 @@
 """Schema evolution: every stored version of every event still decodes, with nothing renamed or retyped.
 
-The rule: new fields get defaults (in an event or in a struct it holds); nothing is renamed or retyped. A fixture is added for each
-event type when it is introduced (``<kind>.<name>.v1.json``) and a new one for each new shape
-(``v2``, …); fixtures are never edited.
+The rule: new fields get defaults (in an event or in a struct it holds); nothing is renamed or retyped. A
+fixture is added for each event type when it is introduced (``<kind>.<name>.v1.json``) and a new one for each
+new shape (``v2``, …); fixtures are never edited.
 """
 
 from __future__ import annotations
