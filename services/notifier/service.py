@@ -1,5 +1,6 @@
 """The ``notifier`` service: follows the loop events on ``AUTARCH_EVENTS`` with a durable consumer and
-delivers their notifications, never losing, doubling or slowing one.
+delivers their notifications, never losing, doubling or slowing one; with a Telegram bot token and allowed chats it
+also starts the loop sessions the bot's ``/pulse`` commands ask for (``telegram_poller.py``).
 
 - **Never lost**: each message's deliveries are written to the outbox (SQLite) before the message is
   acknowledged; a notifier killed after the ack finds them pending when it starts again.
@@ -37,6 +38,7 @@ from autarch.runtime.settings import NotifierSettings, narrow
 from .channels import redact, request_for
 from .messages import intents_for, target_key
 from .outbox import Outbox, Pending
+from .telegram_poller import TelegramPoller
 
 __all__ = ["CONSUMER", "NotifierService", "consumer_config", "start"]
 
@@ -73,6 +75,7 @@ class NotifierService:
         self._http: httpx.AsyncClient | None = None
         self._pulls: PullConsumer | None = None
         self._consumer_task: asyncio.Task[None] | None = None
+        self._telegram_task: asyncio.Task[None] | None = None
         self._queues: dict[str, asyncio.Queue[Pending]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._decode = decoder_for(AnyEvent).decode
@@ -91,12 +94,15 @@ class NotifierService:
                                    handle=self._on_message)
         await self._pulls.start()
         self._consumer_task = asyncio.create_task(self._pulls.run(), name="notifier-consumer")
+        if self.settings.notify_telegram_token and self.settings.notify_telegram_allowed_chats:
+            poller = TelegramPoller(self.nc, self.settings, self.outbox, self._http, self._enqueue)
+            self._telegram_task = asyncio.create_task(poller.run(), name="notifier-telegram")
         log.info("notifier following %s with durable consumer %s; %d deliveries pending", subjects.EVENTS_STREAM,
                  self.consumer_name, len(pending))
 
     async def stop(self) -> None:
         """Stop following and delivering; pending deliveries stay in the outbox for the next start."""
-        await cancel_and_wait([self._consumer_task, *self._workers.values()])
+        await cancel_and_wait([self._consumer_task, self._telegram_task, *self._workers.values()])
         self._workers.clear()
         self._queues.clear()
         if self._pulls is not None:
