@@ -61,7 +61,8 @@ NO_MENTIONS = {"parse": []}
 
 
 def clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` UTF-16 code units (how the services count), ending in "…" when cut."""
+    """``text`` cut to ``limit`` UTF-16 code units (Telegram's count; for an emoji the stricter one elsewhere),
+    ending in "…" when cut."""
     if len(text.encode("utf-16-le")) // 2 <= limit:
         return text
     kept, used = [], 0
