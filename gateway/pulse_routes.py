@@ -73,10 +73,13 @@ async def start_pulse(state: State, data: JSONBody[StartLoopBody]) -> LoopView |
     """Body: ``projectName``, ``projectPath`` (the top of a git repository), ``goal``, ``maxIterations``
     (default 10), and optionally ``anchorTurnId``, ``branchName`` (default ``autarch/loop-<id>``),
     ``baseBranch`` (default: the repository's checked-out branch), ``contextStrategy``
-    (``none``/``prefetch``/``mcp``/``hybrid``), ``notify`` (``[{"kind": "webhook", "url": …}]``),
-    ``maxTokens``, ``maxCostUsd``, ``createdBy`` and ``sessionId`` (send the same one to retry a start safely).
-    400 for a path that is not a repository, an unknown anchor or base branch, a bad branch name or an absurd
-    ``maxIterations``; 409 when the branch exists or ``sessionId`` names a session with other fields."""
+    (``none``/``prefetch``/``mcp``/``hybrid``), ``notify`` (``[{"kind": "webhook", "url": …}]``; ``slack`` with
+    ``url``, ``discord`` with ``url`` or ``discordThreadId``, ``telegram`` with ``chatId``, ``sms`` with
+    ``phoneNumber``), ``maxTokens``, ``maxCostUsd``, ``createdBy`` (``telegram``/``sms``/``api``/``cli``/``mcp``)
+    and ``sessionId`` (send the same one to retry a start safely).
+    400 for a path that is not a repository, an unknown anchor or base branch, a bad branch name, a notify target
+    without its address or an absurd ``maxIterations``; 409 when the branch exists or ``sessionId`` names a
+    session with other fields."""
     session_id = data.session_id or str(uuid.uuid4())
     command = StartLoop(
         session_id=session_id, project_name=data.project_name, project_path=data.project_path, goal=data.goal,
