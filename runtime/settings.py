@@ -10,6 +10,7 @@ Every field name is unique across the types, so ``AUTARCH_<FIELD>`` names exactl
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -329,7 +330,7 @@ class NotifierSettings(CommonSettings, kw_only=True):
         if not 1 <= self.notify_telegram_poll_timeout <= 60:
             raise SettingsError("notify_telegram_poll_timeout must be between 1 and 60 seconds, "
                                 f"got {self.notify_telegram_poll_timeout}")
-        bad_chats = [chat for chat in self.notify_telegram_allowed_chats if not chat.lstrip("-").isdigit()]
+        bad_chats = [chat for chat in self.notify_telegram_allowed_chats if not re.fullmatch(r"-?[0-9]{1,20}", chat)]
         if bad_chats:
             raise SettingsError(f"notify_telegram_allowed_chats must be numeric chat ids, got {bad_chats}")
         names: dict[str, str] = {}

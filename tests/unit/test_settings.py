@@ -157,6 +157,7 @@ def test_discord_sms_and_telegram_command_settings(tmp_path):
     assert s.notify_telegram_allowed_chats == ("42", "-1001")
     assert load_settings(environ=s.to_env()).notify_telegram_projects == ("/srv/shop", "/srv/web/")
     for name, value, words in (("ALLOWED_CHATS", "@mychannel", "numeric chat ids"),
+                               ("ALLOWED_CHATS", "--5", "numeric chat ids"),
                                ("PROJECTS", "shop", "absolute paths"), ("PROJECTS", "/", "absolute paths"),
                                ("PROJECTS", "/a/shop,/b/shop", "names 'shop' twice"),
                                ("POLL_TIMEOUT", "0", "between 1 and 60")):
