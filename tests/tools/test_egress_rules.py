@@ -1,0 +1,114 @@
+"""The registry proxy's rules without a sandbox: the allow-list, the address rule, and the machine's registries.
+
+The proxy is spoken to over its real unix socket, as the forwarder inside a sandbox does; the upstream is a local
+TCP server the test starts. These run on any machine (the sandbox's own tests are in ``test_egress.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from autarch.services.tools.egress_allow import AllowList, parse_host
+from autarch.services.tools.egress_proxy import EgressGate
+from autarch.services.tools.registries import machine_registries
+
+
+def test_allow_list_entries_match_names_ports_and_subdomains():
+    allow = AllowList.build(["pypi.org", "Mirror.Example:8443", "*.crates.example", "[::1]:3141", "10.0.0.5"])
+    assert allow.permits("pypi.org", 443) and allow.permits("PYPI.ORG.", 80)
+    assert not allow.permits("pypi.org", 22) and not allow.permits("evil-pypi.org", 443)
+    assert not allow.permits("pypi.org.evil.example", 443)
+    assert allow.permits("mirror.example", 8443) and not allow.permits("mirror.example", 443)
+    assert allow.permits("static.crates.example", 443) and not allow.permits("crates.example", 443)
+    assert allow.permits("::1", 3141) and allow.permits("10.0.0.5", 443)
+    for bad in ("https://pypi.org", "pypi.org/simple", "pypi.org:0", "pypi.org:http", "", "a..b"):
+        with pytest.raises(ValueError):
+            parse_host(bad)
+
+
+@pytest.fixture
+async def upstream():
+    """A TCP server on loopback answering every connection with one line (a registry, or the gateway)."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nupstream")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    server.close()
+
+
+async def ask(gate: EgressGate, request: str) -> bytes:
+    assert gate.socket_path is not None
+    reader, writer = await asyncio.open_unix_connection(gate.socket_path)
+    writer.write(request.encode())
+    data = await reader.read(4096)
+    if data.startswith(b"HTTP/1.1 200 Connection established"):
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = await reader.read(4096)
+    writer.close()
+    return data
+
+
+async def test_an_allowed_name_that_resolves_to_this_machine_is_refused(upstream: int):
+    async def resolver(host: str, port: int) -> list[str]:
+        return {"pypi.example": ["127.0.0.1"], "metadata.example": ["169.254.169.254"]}[host]
+
+    allow = AllowList.build([f"pypi.example:{upstream}", "metadata.example", f"mirror.local:{upstream}"],
+                            ["mirror.local=127.0.0.1"])
+    async with EgressGate(allow, label="test", resolver=resolver) as gate:
+        rebound = await ask(gate, f"CONNECT pypi.example:{upstream} HTTP/1.1\r\n\r\n")
+        metadata = await ask(gate, "GET http://metadata.example/latest/ HTTP/1.1\r\n\r\n")
+        chosen = await ask(gate, f"CONNECT mirror.local:{upstream} HTTP/1.1\r\n\r\n")
+        assert gate.connections == 1
+    assert rebound.startswith(b"HTTP/1.1 403") and b"resolves to a local address (127.0.0.1)" in rebound
+    assert metadata.startswith(b"HTTP/1.1 403") and b"169.254.169.254" in metadata
+    assert chosen.endswith(b"upstream")  # the user mapped this name to loopback themselves
+    assert [(r.host, r.refused) for r in gate.refusals] == [("pypi.example", True), ("metadata.example", True)]
+
+
+async def test_bad_requests_get_a_plain_answer_and_unreachable_hosts_are_recorded(upstream: int):
+    async def resolver(host: str, port: int) -> list[str]:
+        raise OSError(-2, "Name or service not known")
+
+    allow = AllowList.build(["gone.example", "pypi.org"])
+    async with EgressGate(allow, label="test", resolver=resolver) as gate:
+        assert (await ask(gate, "hello\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await ask(gate, "POST http://pypi.org/legacy/ HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
+        assert (await ask(gate, "GET https://pypi.org/ HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await ask(gate, "GET / HTTP/1.1\r\nX: " + "y" * 70_000 + "\r\n\r\n")).startswith(b"HTTP/1.1 431")
+        gone = await ask(gate, "CONNECT gone.example:443 HTTP/1.1\r\n\r\n")
+        directory = Path(gate.directory or "")
+    assert gone.startswith(b"HTTP/1.1 502") and b"could not resolve gone.example: Name or service not known" in gone
+    assert [(r.host, r.refused) for r in gate.refusals] == [("gone.example", False)]
+    assert not directory.exists()
+
+
+def test_the_machines_pip_and_npm_registries_are_found(tmp_path: Path):
+    home = tmp_path / "home"
+    (home / ".config" / "pip").mkdir(parents=True)
+    wheels, local_index, data = tmp_path / "wheels", tmp_path / "index" / "simple", tmp_path / "data"
+    for directory in (wheels, local_index, data / "mirror"):
+        directory.mkdir(parents=True)
+    (home / ".config" / "pip" / "pip.conf").write_text(
+        "[global]\nindex-url = https://user:s3cret-pw@pypi.mirror.example:8443/simple\n"
+        f"extra-index-url =\n    file://{local_index}\n    http://plain.example/simple\n"
+        f"find-links = {wheels}\n[install]\nfind-links = {data / 'mirror'}\n"
+    )
+    (home / ".npmrc").write_text("registry=https://npm.mirror.example/\n//npm.mirror.example/:_authToken=npm-tok\n")
+    environ = {"HOME": str(home), "XDG_CONFIG_DIRS": str(tmp_path / "none"),
+               "PIP_EXTRA_INDEX_URL": "https://extra.example/simple", "UNRELATED": "x"}
+    found = machine_registries(environ, exclude=(str(data),))
+    assert {"pypi.mirror.example:8443", "plain.example:80", "npm.mirror.example:443", "extra.example:443"} <= set(
+        found.hosts)
+    assert str(local_index) in found.read_paths and str(wheels) in found.read_paths
+    assert not any(path.startswith(str(data)) for path in found.read_paths)  # never the data dir
+    assert {"s3cret-pw", "npm-tok"} <= set(found.secrets)
+    assert dict(found.home_files)[".config/pip/pip.conf"].startswith(b"[global]")
+    assert ".npmrc" in dict(found.home_files)
+    assert found.env == (("PIP_EXTRA_INDEX_URL", "https://extra.example/simple"),)
