@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from autarch.runtime.settings import Settings, SettingsError, load_settings
 from autarch.services.tools.egress_allow import AllowList, parse_host
 from autarch.services.tools.egress_proxy import EgressGate
 from autarch.services.tools.registries import machine_registries
+from autarch.services.tools.service import build_executor
 
 
 def test_allow_list_entries_match_names_ports_and_subdomains():
@@ -27,6 +29,20 @@ def test_allow_list_entries_match_names_ports_and_subdomains():
     for bad in ("https://pypi.org", "pypi.org/simple", "pypi.org:0", "pypi.org:http", "", "a..b"):
         with pytest.raises(ValueError):
             parse_host(bad)
+
+
+def test_registry_settings_are_checked_and_shown(tmp_path: Path):
+    settings = Settings(data_dir=str(tmp_path))
+    assert "pypi.org" in settings.sandbox_registry_hosts and "registry.npmjs.org" in settings.sandbox_registry_hosts
+    loaded = load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path),
+                                    "AUTARCH_SANDBOX_REGISTRY_HOSTS": "pypi.org, mirror.internal:3141",
+                                    "AUTARCH_SANDBOX_REGISTRY_RESOLVE": "mirror.internal=10.1.2.3"})
+    assert loaded.sandbox_registry_hosts == ("pypi.org", "mirror.internal:3141")
+    assert loaded.sandbox_registry_resolve == ("mirror.internal=10.1.2.3",)
+    with pytest.raises(SettingsError, match="sandbox_registry_hosts takes names"):
+        load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path), "AUTARCH_SANDBOX_REGISTRY_HOSTS": "https://x.org/"})
+    with pytest.raises(SettingsError, match="sandbox_registry_resolve takes name=address"):
+        load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path), "AUTARCH_SANDBOX_REGISTRY_RESOLVE": "x.org=nope"})
 
 
 @pytest.fixture
@@ -112,3 +128,20 @@ def test_the_machines_pip_and_npm_registries_are_found(tmp_path: Path):
     assert dict(found.home_files)[".config/pip/pip.conf"].startswith(b"[global]")
     assert ".npmrc" in dict(found.home_files)
     assert found.env == (("PIP_EXTRA_INDEX_URL", "https://extra.example/simple"),)
+
+
+def test_the_registries_widen_only_the_allow_list_and_their_secrets_are_redacted(tmp_path: Path, monkeypatch):
+    home = tmp_path / "home"
+    (home / ".pip").mkdir(parents=True)
+    (home / ".pip" / "pip.conf").write_text("[global]\nindex-url = https://u:pw-4711@mirror.example/simple\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    executor = build_executor(Settings(data_dir=str(tmp_path / "data"), sandbox_registry_hosts=("pypi.org",)),
+                              grep_workers=0)
+    try:
+        allow = executor.settings.egress.allow
+        assert allow.permits("mirror.example", 443) and allow.permits("pypi.org", 443)
+        assert not allow.permits("registry.npmjs.org", 443)  # the setting replaced the default list
+        assert "pw-4711" not in executor.redactor.redact("echo $PASSWORD\npw-4711\n")
+    finally:
+        executor.close()
