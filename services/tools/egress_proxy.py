@@ -104,8 +104,8 @@ class EgressGate:
         self.socket_path: str | None = None
         self.refusals: list[Refusal] = []
         """Each (host, port) once, in the order they were first refused or failed."""
-        self.connections = 0
-        """Connections made to an allowed host (for tests and the log)."""
+        self.reached: dict[str, int] = {}
+        """``host:port`` → connections made to it."""
         self._server: asyncio.base_events.Server | None = None
         self._handlers: set[asyncio.Task[Any]] = set()
 
@@ -123,6 +123,9 @@ class EgressGate:
         if self._server is not None:
             self._server.close()
             self._server = None
+            if self.reached:
+                log.info("sandbox registry proxy for %s reached %s", self.label,
+                         ", ".join(f"{target} ({count})" for target, count in self.reached.items()))
         for task in list(self._handlers):
             task.cancel()
         if self._handlers:
@@ -223,7 +226,8 @@ class EgressGate:
             except (OSError, TimeoutError) as exc:
                 error = exc
                 continue
-            self.connections += 1
+            target = f"{host}:{port}"
+            self.reached[target] = self.reached.get(target, 0) + 1
             return opened
         reason = f"could not connect to {host}:{port}: {getattr(error, 'strerror', None) or error or 'timed out'}"
         self._record(host, port, reason, refused=False)

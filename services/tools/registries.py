@@ -8,10 +8,11 @@ Read once, when the tools service starts, from the user's own configuration (nev
 - npm: ``~/.npmrc`` (or ``NPM_CONFIG_USERCONFIG``), the global ``npmrc`` files, ``npm_config_registry``.
 
 What preflight gets from them (:class:`RegistryConfig`): the hosts of their http(s) indexes, added to the proxy's
-allow-list; read access to the paths they name (``file://`` indexes, ``find-links`` directories, the CA file,
-a constraints file), since a confined command can read only what it is granted; the user-level files copied into
-the command's private ``HOME`` (where pip and npm look for them), and the variables passed on. A password or
-token in them (a URL's userinfo, npm's ``_authToken``) is added to the values redacted from command output.
+allow-list; read access to the paths they name, since a confined command can read only what it is granted
+(``file://`` indexes, and for ``<root>/simple`` all of ``<root>``, where such an index keeps its files;
+``find-links`` directories, the CA file, a constraints file); the user-level files copied into the command's
+private ``HOME`` (where pip and npm look for them), and the variables passed on. A password or token in them (a
+URL's userinfo, npm's ``_authToken``) is added to the values redacted from command output.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ class RegistryConfig:
 
 
 class _Collector:
-    def __init__(self, exclude: tuple[str, ...]) -> None:
+    def __init__(self, exclude: tuple[str, ...], home: str) -> None:
         self.exclude = exclude
+        self.home = home
         self.hosts: list[str] = []
         self.paths: list[str] = []
         self.secrets: list[str] = []
@@ -84,7 +86,12 @@ class _Collector:
                 if secret:
                     self.secrets.append(unquote(secret))
         elif parts.scheme == "file":
-            self.path(unquote(parts.path))
+            path = unquote(parts.path).rstrip("/")
+            # A PEP 503 index <root>/simple/ links its files beside it (<root>/files, <root>/packages): grant <root>.
+            root = os.path.dirname(path)
+            if os.path.basename(path) == "simple" and root not in ("", "/", self.home):
+                path = root
+            self.path(path)
         elif not parts.scheme:
             self.path(value, base)
 
@@ -154,7 +161,7 @@ def machine_registries(environ: Mapping[str, str] | None = None, *, home: str | 
     """
     env = dict(os.environ if environ is None else environ)
     home_dir = Path(home or env.get("HOME") or os.path.expanduser("~"))
-    found = _Collector(tuple(os.path.realpath(os.path.expanduser(p)) for p in exclude))
+    found = _Collector(tuple(os.path.realpath(os.path.expanduser(p)) for p in exclude), str(home_dir))
     config_dirs = [d for d in env.get("XDG_CONFIG_DIRS", "/etc/xdg").split(os.pathsep) if d]
     config_home = Path(env.get("XDG_CONFIG_HOME") or home_dir / ".config")
     pip_user = {".pip/pip.conf": home_dir / ".pip" / "pip.conf",

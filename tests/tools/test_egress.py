@@ -94,7 +94,8 @@ def registry(tmp_path: Path) -> Iterator[Registry]:
     digest = hashlib.sha256(data).hexdigest()
     (root / "simple" / "tinypkg").mkdir(parents=True)
     (root / "simple" / "tinypkg" / "index.html").write_text(
-        f'<!DOCTYPE html><html><body><a href="/files/{wheel_name}#sha256={digest}">{wheel_name}</a></body></html>\n'
+        f'<!DOCTYPE html><html><body><a href="../../files/{wheel_name}#sha256={digest}">{wheel_name}</a>'
+        "</body></html>\n"
     )
     server = Registry(root)
     yield server
@@ -202,3 +203,32 @@ async def test_a_pulse_that_tries_the_network_is_told_it_has_none(tools: Tools):
     assert "sandbox_network = true" in value["sandbox"]
     quiet = await tools("shell", {"command": "echo fine"})
     assert "sandbox" not in quiet
+
+
+async def test_the_machines_pip_configuration_and_local_index_reach_preflight_only(
+        tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch):
+    # The user's pip.conf (in their home, which no command can read) names a file:// index outside every
+    # directory the sandbox grants (<root>/simple, its files in <root>/files): preflight gets both, a pulse neither.
+    home = tmp_path / "home"
+    (home / ".config" / "pip").mkdir(parents=True)
+    index = registry.root / "simple"
+    (home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nindex-url = file://{index}\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.delenv("PIP_CONFIG_FILE", raising=False)
+    worktree = make_repo(tmp_path / "project", {"README.md": "project\n"})
+    executor = build_executor(Settings(data_dir=str(tmp_path / "data"), request_timeout=5.0, restart_grace=0.5,
+                                       tools_shell_output_chars=20_000), grep_workers=0)
+    tools = Tools(executor, worktree)
+    command = (f"python3 -m pip config get global.index-url; ls {index}; "
+               "python3 -m pip install --disable-pip-version-check --no-cache-dir -q --no-deps "
+               "--target $TMPDIR/site tinypkg && "
+               "PYTHONPATH=$TMPDIR/site python3 -c 'import tinypkg; print(tinypkg.VALUE)'")
+    try:
+        preflight = await tools("shell", {"command": command, "timeoutSeconds": 120}, role="preflight")
+        pulse = await tools("shell", {"command": command, "timeoutSeconds": 120})
+    finally:
+        executor.close()
+    assert preflight["stdout"] == f"file://{index}\ntinypkg\ninstalled through the proxy\n", preflight
+    assert f"file://{index}" not in pulse["stdout"] and "tinypkg\n" not in pulse["stdout"], pulse
+    assert f"ls: cannot access '{index}': No such file or directory" in pulse["stderr"], pulse
