@@ -174,18 +174,15 @@ class EgressGate:
         if method not in ("GET", "HEAD"):
             raise _Denied(405, f"{method} is not forwarded: preflight fetches packages (GET, HEAD) over plain http")
         authority, slash, rest = target[len("http://"):].partition("/")
-        host, port = self._target(authority.rpartition("@")[2], 80)
+        host_header = authority.rpartition("@")[2]
+        host, port = self._target(host_header, 80)
         upstream_reader, upstream_writer = await self._open(host, port)
-        request = [f"{method} {slash or '/'}{rest} {version}".encode()]
-        has_host = False
+        # Host is the URI's, never the client's own: on a shared CDN another Host would reach another site.
+        request = [f"{method} {slash or '/'}{rest} {version}".encode(), f"Host: {host_header}".encode()]
         for line in lines[1:]:
             name = line.partition(b":")[0].strip().lower()
-            if name in _HOP_HEADERS:
-                continue
-            has_host = has_host or name == b"host"
-            request.append(line)
-        if not has_host:
-            request.append(b"Host: " + authority.encode())
+            if name not in _HOP_HEADERS and name != b"host":
+                request.append(line)
         request.append(b"Connection: close")
         upstream_writer.write(b"\r\n".join(request) + b"\r\n\r\n")
         await self._relay(reader, writer, upstream_reader, upstream_writer, until_either=True)

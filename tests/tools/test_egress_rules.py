@@ -47,10 +47,11 @@ def test_registry_settings_are_checked_and_shown(tmp_path: Path):
 
 @pytest.fixture
 async def upstream():
-    """A TCP server on loopback answering every connection with one line (a registry, or the gateway)."""
+    """A TCP server on loopback answering every request with the request's head (a registry, or the gateway)."""
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(1024)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nupstream")
+        head = await reader.readuntil(b"\r\n\r\n")
+        body = b"upstream saw " + head
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
         await writer.drain()
         writer.close()
 
@@ -84,8 +85,20 @@ async def test_an_allowed_name_that_resolves_to_this_machine_is_refused(upstream
         assert gate.reached == {f"mirror.local:{upstream}": 1}
     assert rebound.startswith(b"HTTP/1.1 403") and b"resolves to a local address (127.0.0.1)" in rebound
     assert metadata.startswith(b"HTTP/1.1 403") and b"169.254.169.254" in metadata
-    assert chosen.endswith(b"upstream")  # the user mapped this name to loopback themselves
+    assert b"upstream saw GET / HTTP/1.1" in chosen  # the user mapped this name to loopback themselves
     assert [(r.host, r.refused) for r in gate.refusals] == [("pypi.example", True), ("metadata.example", True)]
+
+
+async def test_a_plain_http_request_goes_to_the_uris_host_whatever_its_host_header(upstream: int):
+    allow = AllowList.build([f"mirror.local:{upstream}"], ["mirror.local=127.0.0.1"])
+    async with EgressGate(allow, label="test") as gate:
+        answer = await ask(gate, (f"GET http://mirror.local:{upstream}/simple/six/ HTTP/1.1\r\nHost: other.example\r\n"
+                                  "Proxy-Authorization: x\r\nConnection: keep-alive\r\nAccept: text/html\r\n\r\n"))
+    seen = answer.split(b"upstream saw ", 1)[1]
+    assert seen.startswith(b"GET /simple/six/ HTTP/1.1\r\n"), answer
+    headers = seen.lower()
+    assert f"host: mirror.local:{upstream}".encode() in headers and b"other.example" not in headers
+    assert b"proxy-authorization" not in headers and b"connection: close" in headers and b"accept: text/html" in headers
 
 
 async def test_bad_requests_get_a_plain_answer_and_unreachable_hosts_are_recorded(upstream: int):
