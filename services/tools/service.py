@@ -71,14 +71,16 @@ def sandbox_warning(settings: ToolsSettings) -> str | None:
     caps = capabilities()
     if caps.landlock_abi < 1 and shutil.which("bwrap"):
         return ("no Landlock on this kernel: agent commands are confined by bubblewrap instead, whose "
-                "sandbox_network opens the whole network, not only sandbox_network_ports")
+                "sandbox_network opens the whole network, not only sandbox_network_ports, and preflight commands "
+                "get no registry proxy (they install dependencies only with sandbox_network = true)")
     if caps.landlock_abi < 1:
         return ("no sandbox is available on this machine (no Landlock, no bubblewrap): shell commands of agents "
                 "will be refused; install bubblewrap, or set sandbox = \"off\" to run them unconfined at your own "
                 "risk")
     if not caps.namespaces:
         return (f"user namespaces are not available ({caps.namespace_error}): agent commands are confined by "
-                "Landlock alone; a process they detach with setsid can outlive them")
+                "Landlock alone; a process they detach with setsid can outlive them, and preflight commands get no "
+                "registry proxy (they install dependencies only with sandbox_network = true)")
     return None
 
 

@@ -203,6 +203,11 @@ async def test_a_pulse_that_tries_the_network_is_told_it_has_none(tools: Tools):
     assert "sandbox_network = true" in value["sandbox"]
     quiet = await tools("shell", {"command": "echo fine"})
     assert "sandbox" not in quiet
+    # In preflight, a program that looks a name up itself instead of asking the proxy is told about the proxy.
+    ignoring = await tools("shell", {"command": "python3 -c \"import socket; socket.getaddrinfo('pypi.org', 443)\""},
+                           role="preflight")
+    assert ignoring["sandbox"].startswith("this command found no network: in the sandbox a preflight command "
+                                          "reaches the package registries only through the registry proxy"), ignoring
 
 
 async def test_the_machines_pip_configuration_and_local_index_reach_preflight_only(
