@@ -11,7 +11,11 @@ settings (no network namespace exit but the registry proxy, which reaches PyPI o
 mirrors); ``open`` with ``sandbox_network = true``. The two alternate, so both see the same machine load. pip's
 cache lives in the call's private HOME, so every run downloads what it needs.
 
-The last line printed is JSON: seconds per run and the median of each mode, the proxy's connections, the load.
+Before that, the fixed cost: the p50 of 30 preflight calls of ``echo hi`` in each mode (the gate and the forwarder
+are what ``proxy`` adds; a preflight call also runs ``git status`` before and after its command).
+
+The last line printed is JSON: the echo p50s, seconds per run and the median of each mode, the hosts the proxy
+reached, the load.
 
     .venv/bin/python tests/benchmarks/preflight_registry.py [--rounds 3] [--sdist more-itertools-10.5.0.tar.gz]
 """
@@ -85,6 +89,23 @@ async def _run(executor: ToolExecutor, repo: Path, copy: Path, command: str) -> 
     return elapsed, value
 
 
+async def _echo(executors: dict[str, ToolExecutor], repo: Path, copy: Path, calls: int = 30) -> dict[str, float]:
+    """The fixed cost of a preflight call: ``echo hi`` with the proxy (a gate, the forwarder) and without."""
+    shutil.copytree(repo, copy, symlinks=True)
+    samples: dict[str, list[float]] = {mode: [] for mode in executors}
+    for i in range(calls + 3):
+        for mode, executor in executors.items():
+            call = ToolCall(session_id="bench", tool_call_id=uuid.uuid4().hex, role="preflight", root=str(copy),
+                            tool="shell", arguments={"reason": "benchmark", "command": "echo hi"})
+            started = time.perf_counter()
+            result = await executor.call(call)
+            if i >= 3:  # warm-up
+                samples[mode].append((time.perf_counter() - started) * 1000)
+            if '"exit_code":0' not in result.content:
+                raise SystemExit(f"echo hi failed: {result.content}")
+    return {mode: round(statistics.median(values), 1) for mode, values in samples.items()}
+
+
 async def _measure(rounds: int, sdist: str | None, *, pypi_only: bool) -> dict:
     command = COMMAND.format(pip_env=PYPI_ONLY if pypi_only else "")
     reached = _Reached()
@@ -100,6 +121,8 @@ async def _measure(rounds: int, sdist: str | None, *, pypi_only: bool) -> dict:
         seconds: dict[str, list[float]] = {mode: [] for mode in executors}
         tests = ""
         try:
+            echo = await _echo(executors, repo, tmp / "echo")
+            print(f"preflight 'echo hi', p50 ms: {echo}", flush=True)
             for i in range(rounds):
                 for mode, executor in executors.items():
                     elapsed, value = await _run(executor, repo, tmp / f"run-{mode}-{i}", command)
@@ -110,7 +133,7 @@ async def _measure(rounds: int, sdist: str | None, *, pypi_only: bool) -> dict:
             for executor in executors.values():
                 executor.close()
         medians = {mode: round(statistics.median(values), 2) for mode, values in seconds.items()}
-        return {"pypi_only": pypi_only, "seconds": seconds, "median_s": medians,
+        return {"pypi_only": pypi_only, "echo_p50_ms": echo, "seconds": seconds, "median_s": medians,
                 "proxy_minus_open_s": round(medians["proxy"] - medians["open"], 2), "tests": tests,
                 "proxy_reached": reached.lines[-1].split(" reached ", 1)[-1] if reached.lines else None,
                 "load_avg": [round(x, 2) for x in os.getloadavg()]}
