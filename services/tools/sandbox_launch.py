@@ -183,7 +183,7 @@ def _run_as_init(spec: dict) -> None:
     try:
         _prepare_mounts(spec)
         if spec.get("egress"):  # a preflight command: its way to the registry proxy, before the command starts
-            import egress_forward  # the sibling module; only such a launch pays for the socket module
+            import egress_forward  # the sibling module, imported only by such a launch
 
             egress_forward.start(spec["egress"])
     except (OSError, SandboxFailure) as exc:
