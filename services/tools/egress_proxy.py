@@ -217,7 +217,7 @@ class EgressGate:
                 raise _Denied(403, f"the sandbox refused {host}:{port}: {reason}, which only a name given in "
                                    "sandbox_registry_resolve (or localhost) may reach")
         error: BaseException | None = None
-        # IPv4 first: where IPv6 has no route, each v6 address would cost a connect timeout before the v4 one.
+        # IPv4 first: where IPv6 traffic is silently dropped, each v6 address would cost a connect timeout.
         for address in sorted(addresses, key=lambda a: ":" in a):
             try:
                 opened = await asyncio.wait_for(asyncio.open_connection(address, port, limit=_CHUNK),
