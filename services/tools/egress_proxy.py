@@ -41,6 +41,7 @@ HEAD_LIMIT = 64 * 1024
 _HEAD_SECONDS = 30.0
 _CONNECT_SECONDS = 15.0
 _CHUNK = 256 * 1024
+_SOCKET_PARENT = "/tmp" if os.access("/tmp", os.W_OK | os.X_OK) else None
 _HOP_HEADERS = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
                           b"proxy-authenticate", b"te", b"trailer", b"upgrade"})
 
@@ -110,8 +111,10 @@ class EgressGate:
         self._handlers: set[asyncio.Task[Any]] = set()
 
     async def __aenter__(self) -> EgressGate:
-        # One mkdir here and one small rmtree in close(): cheaper than the two thread hops they would cost.
-        self.directory = tempfile.mkdtemp(prefix="autarch-egress-")
+        # In /tmp whatever TMPDIR says: every sandbox hides /tmp (Landlock does not govern connecting to a unix
+        # socket by path), so only the sandbox that binds this directory back can reach the socket. One mkdir
+        # here and one small rmtree in close(): cheaper than the two thread hops they would cost.
+        self.directory = tempfile.mkdtemp(prefix="autarch-egress-", dir=_SOCKET_PARENT)
         self.socket_path = os.path.join(self.directory, "proxy.sock")
         self._server = await asyncio.start_unix_server(self._accept, path=self.socket_path, limit=HEAD_LIMIT)
         return self
