@@ -237,3 +237,21 @@ async def test_the_machines_pip_configuration_and_local_index_reach_preflight_on
     assert preflight["stdout"] == f"file://{index}\ntinypkg\ninstalled through the proxy\n", preflight
     assert f"file://{index}" not in pulse["stdout"] and "tinypkg\n" not in pulse["stdout"], pulse
     assert f"ls: cannot access '{index}': No such file or directory" in pulse["stderr"], pulse
+
+
+async def test_with_sandbox_network_on_preflight_connects_by_itself_to_the_configured_ports(
+        tmp_path: Path, registry: Registry):
+    worktree = make_repo(tmp_path / "project", {"README.md": "project\n"})
+    executor = build_executor(Settings(data_dir=str(tmp_path / "data"), sandbox_network=True,
+                                       sandbox_network_ports=(registry.port,)), grep_workers=0)
+    direct = ("python3 -c \"import urllib.request, sys; "
+              "print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode(), end='')\" "
+              f"http://127.0.0.1:{registry.port}/hello.txt")
+    try:
+        value = await Tools(executor, worktree)("shell", {"command": f"env | grep -ci _proxy; {direct}"},
+                                                role="preflight")
+    finally:
+        executor.close()
+    # No proxy variables, and no gate: the command opens the connection itself, to the ports the setting names.
+    assert value["stdout"] == "0\nserved by the registry\n", value
+    assert registry.requests == [(f"127.0.0.1:{registry.port}", "/hello.txt")]
