@@ -226,7 +226,7 @@ async def test_the_machines_pip_configuration_and_local_index_reach_preflight_on
                                        tools_shell_output_chars=20_000), grep_workers=0)
     tools = Tools(executor, worktree)
     command = (f"python3 -m pip config get global.index-url; ls {index}; "
-               "python3 -m pip install --disable-pip-version-check --no-cache-dir -q --no-deps "
+               "python3 -m pip install --disable-pip-version-check --no-cache-dir -q --no-deps --retries 0 "
                "--target $TMPDIR/site tinypkg && "
                "PYTHONPATH=$TMPDIR/site python3 -c 'import tinypkg; print(tinypkg.VALUE)'")
     try:
