@@ -9,6 +9,7 @@ Every field name is unique across the types, so ``AUTARCH_<FIELD>`` names exactl
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -207,6 +208,42 @@ class AgentRunnerSettings(CommonSettings, kw_only=True):
     """Fraction of the context window above which older turns are replaced by a digest in requests."""
 
 
+REGISTRY_HOSTS = (
+    "pypi.org", "files.pythonhosted.org",  # PyPI: the index, the files
+    "registry.npmjs.org",
+    "crates.io", "static.crates.io", "index.crates.io",
+    "proxy.golang.org", "sum.golang.org",
+    "deb.debian.org", "security.debian.org",
+)
+"""The package registries a preflight command reaches by default (``sandbox_registry_hosts``)."""
+_HOST_NAME = re.compile(r"(\*\.)?[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+def _registry_host_ok(entry: str) -> bool:
+    host, port = entry, ""
+    if entry.startswith("["):  # [IPv6]:port
+        host, _, port = entry[1:].partition("]")
+        port = port.removeprefix(":")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+    else:
+        host, _, port = entry.partition(":")
+        if not _HOST_NAME.fullmatch(host):
+            return False
+    return not port or (port.isdigit() and 0 < int(port) < 65536)
+
+
+def _resolve_pair_ok(pair: str) -> bool:
+    name, sep, address = pair.partition("=")
+    try:
+        ipaddress.ip_address(address.strip())
+    except ValueError:
+        return False
+    return bool(sep) and _HOST_NAME.fullmatch(name.strip()) is not None and not name.startswith("*")
+
+
 class ToolsSettings(CommonSettings, kw_only=True):
     """The tools service's settings: forwarding, web search, grep, shell output and the sandbox."""
 
@@ -236,6 +273,14 @@ class ToolsSettings(CommonSettings, kw_only=True):
     """More directories agent commands may write in, e.g. a shared build cache (env: comma-separated)."""
     sandbox_env: tuple[str, ...] = ()
     """More environment variable names agent commands inherit (env: comma-separated)."""
+    sandbox_registry_hosts: tuple[str, ...] = REGISTRY_HOSTS
+    """Hosts preflight commands reach through the sandbox's registry proxy while ``sandbox_network`` is off:
+    ``name`` (ports 80 and 443), ``name:port``, ``*.name`` (its subdomains); the pip and npm mirrors configured
+    on this machine are added to them. Every other host is refused (env: comma-separated)."""
+    sandbox_registry_resolve: tuple[str, ...] = ()
+    """``name=address`` pairs the registry proxy uses instead of DNS, like ``curl --resolve`` (a mirror on an
+    internal address, say); only such a name, or ``localhost``, may lead to a loopback address (env:
+    comma-separated)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -246,6 +291,14 @@ class ToolsSettings(CommonSettings, kw_only=True):
         bad_ports = [port for port in self.sandbox_network_ports if not 0 < port < 65536]
         if bad_ports:
             raise SettingsError(f"sandbox_network_ports must be between 1 and 65535, got {bad_ports}")
+        bad_hosts = [host for host in self.sandbox_registry_hosts if not _registry_host_ok(host)]
+        if bad_hosts:
+            raise SettingsError(f"sandbox_registry_hosts takes names like pypi.org, mirror.example:8080 or "
+                                f"*.example.org (no scheme, no path), got {bad_hosts}")
+        bad_pairs = [pair for pair in self.sandbox_registry_resolve if not _resolve_pair_ok(pair)]
+        if bad_pairs:
+            raise SettingsError(f"sandbox_registry_resolve takes name=address pairs like "
+                                f"mirror.internal=10.0.0.5, got {bad_pairs}")
 
 
 class GitSettings(CommonSettings, kw_only=True):

@@ -18,6 +18,7 @@ from typing import Any
 from autarch.contracts.tool_args import ShellArgs
 
 from .context import ToolContext
+from .egress import CommandNetwork, command_network
 from .gitstate import GitStateError, changed_tracked_files, tracked_state
 from .lease_guard import ShellLeaseGuard
 from .sandbox import LAUNCH_FAILED, Launch, SandboxUnavailable, prepare_launch, sandbox_environment
@@ -31,17 +32,22 @@ async def shell(ctx: ToolContext, args: ShellArgs) -> Any:
     root = ctx.worktree.root
     timeout = effective_timeout(args.timeout_seconds)
     policy = ctx.settings.sandbox
-    try:
-        launch = await asyncio.to_thread(prepare_launch, policy, args.command, root=root)
-    except SandboxUnavailable as exc:
-        return {"success": False, "error": f"Command refused: {exc}"}
-    try:
-        return await _run(ctx, args, launch, timeout=timeout, git_env=sandbox_environment(policy, home=None))
-    finally:
-        await asyncio.to_thread(launch.cleanup)
+    label = f"session {ctx.call.session_id} call {ctx.call.tool_call_id}"
+    async with command_network(ctx.settings.egress, policy, preflight=ctx.variant == "preflight",
+                               label=label) as network:
+        try:
+            launch = await asyncio.to_thread(prepare_launch, policy, args.command, root=root, network=network)
+        except SandboxUnavailable as exc:
+            return {"success": False, "error": f"Command refused: {exc}"}
+        try:
+            return await _run(ctx, args, launch, timeout=timeout, git_env=sandbox_environment(policy, home=None),
+                              network=network)
+        finally:
+            await asyncio.to_thread(launch.cleanup)
 
 
-async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: float, git_env: dict[str, str]) -> Any:
+async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: float, git_env: dict[str, str],
+               network: CommandNetwork) -> Any:
     root = ctx.worktree.root
     before = None
     if ctx.variant == "preflight":
@@ -67,6 +73,8 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
     if outcome.exit_code == LAUNCH_FAILED and outcome.stderr.startswith("autarch-sandbox: "):
         reason = outcome.stderr.removeprefix("autarch-sandbox: ").strip()
         return {"success": False, "error": f"The sandbox could not start the command: {reason}"}
+    # Said beside the output, in the call's result: pip only says "Temporary failure in name resolution".
+    note = network.note(ctx.settings.sandbox, outcome.stdout, outcome.stderr)
     redactor = ctx.redactor.with_literals(await asyncio.to_thread(worktree_secret_values, root))
     limit = ctx.settings.shell_output_chars
     stdout = truncate_output(redactor.redact(outcome.stdout), limit)
@@ -89,5 +97,10 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
         if outcome.exit_code is not None:
             result["exit_code"] = outcome.exit_code
         result.update(stdout=stdout, stderr=stderr)
+        if note:
+            result["sandbox"] = note
         return result
-    return {"success": True, "exit_code": outcome.exit_code, "stdout": stdout, "stderr": stderr}
+    result = {"success": True, "exit_code": outcome.exit_code, "stdout": stdout, "stderr": stderr}
+    if note:
+        result["sandbox"] = note
+    return result

@@ -16,6 +16,7 @@ from autarch.runtime.errors import RemoteError
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.requests import request
 
+from .egress import EgressPolicy
 from .grep_pool import GrepEngine
 from .paths import Worktree
 from .sandbox import SandboxPolicy
@@ -36,6 +37,8 @@ class ToolSettings:
     shell_output_chars: int = 512
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     """What an agent's commands may reach (``shell``, preflight commands)."""
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    """What a preflight command reaches through the registry proxy, and the machine's registry configuration."""
 
 
 class Forwarder:

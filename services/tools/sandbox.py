@@ -9,7 +9,8 @@ The policy is an allow-list at every level:
   directory (``git status/diff/log`` work; no hook can run, none be written). The data dir, other
   worktrees, the home directory and the rest of ``/tmp`` are out of reach;
 - network: none but loopback inside a private network namespace (``sandbox_network`` opens outgoing TCP to
-  ``sandbox_network_ports`` only, so the gateway and NATS stay unreachable);
+  ``sandbox_network_ports`` only, so the gateway and NATS stay unreachable); a preflight command also reaches
+  the package registries through the registry proxy of :mod:`.egress`;
 - processes: a PID namespace whose init ends everything with the command; no signal or ptrace across;
 - environment: only the variables named in :data:`PASSED_VARIABLES` and ``sandbox_env``.
 
@@ -28,8 +29,12 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import landlock
+
+if TYPE_CHECKING:
+    from .egress import CommandNetwork
 
 __all__ = [
     "LAUNCH_FAILED",
@@ -241,8 +246,11 @@ class Launch:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
+def prepare_launch(policy: SandboxPolicy, command: str, *, root: str, network: CommandNetwork | None = None) -> Launch:
     """The confined (or, with ``sandbox = "off"``, plain) start of ``bash -c command`` in ``root``.
+
+    ``network``: the command's way to the package registries (a preflight command's, :mod:`.egress`), added to
+    its sandbox here; it learns whether the command got a network namespace of its own.
 
     Raises:
         SandboxUnavailable: confinement is on but this machine cannot provide it, or the settings would
@@ -293,6 +301,8 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str) -> Launch:
         "hidden": list(HIDDEN) if caps.namespaces else [],
     }
     env = sandbox_environment(policy, home=temp_dir, readable=(*readable, root))
+    if network is not None:  # the registries (and their proxy) of a preflight command
+        network.apply(spec, env, temp_dir)
     return Launch([sys.executable, "-I", "-S", _LAUNCHER, encode_spec(spec)], env, temp_dir)
 
 

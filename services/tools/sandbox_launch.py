@@ -182,6 +182,10 @@ def _run_as_init(spec: dict) -> None:
     _libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     try:
         _prepare_mounts(spec)
+        if spec.get("egress"):  # a preflight command: its way to the registry proxy, before the command starts
+            import egress_forward  # the sibling module, imported only by such a launch
+
+            egress_forward.start(spec["egress"])
     except (OSError, SandboxFailure) as exc:
         _fail(exc)
     command = os.fork()

@@ -27,9 +27,12 @@ from autarch.runtime.settings import ToolsSettings, narrow
 
 from .cancelling import CancelRouter
 from .context import Forwarder, ToolSettings
+from .egress import EgressPolicy
+from .egress_allow import AllowList
 from .executor import ToolExecutor
 from .grep_pool import GrepEngine
-from .sandbox import SandboxPolicy, capabilities
+from .registries import machine_registries
+from .sandbox import SYSTEM_SECRETS, SandboxPolicy, capabilities
 from .sensitivity import Redactor, platform_secret_values
 from .store import SessionStore
 
@@ -53,6 +56,13 @@ def sandbox_policy(settings: ToolsSettings) -> SandboxPolicy:
     )
 
 
+def egress_policy(settings: ToolsSettings) -> EgressPolicy:
+    """What preflight commands reach: ``sandbox_registry_hosts`` and the registries configured on this machine."""
+    registries = machine_registries(exclude=(str(settings.data_path), *SYSTEM_SECRETS))
+    allow = AllowList.build((*settings.sandbox_registry_hosts, *registries.hosts), settings.sandbox_registry_resolve)
+    return EgressPolicy(allow=allow, registries=registries)
+
+
 def sandbox_warning(settings: ToolsSettings) -> str | None:
     """What the user must hear at every start when agent commands will not run confined; None when they will."""
     if settings.sandbox == "off":
@@ -61,14 +71,16 @@ def sandbox_warning(settings: ToolsSettings) -> str | None:
     caps = capabilities()
     if caps.landlock_abi < 1 and shutil.which("bwrap"):
         return ("no Landlock on this kernel: agent commands are confined by bubblewrap instead, whose "
-                "sandbox_network opens the whole network, not only sandbox_network_ports")
+                "sandbox_network opens the whole network, not only sandbox_network_ports, and preflight commands "
+                "get no registry proxy (they install dependencies only with sandbox_network = true)")
     if caps.landlock_abi < 1:
         return ("no sandbox is available on this machine (no Landlock, no bubblewrap): shell commands of agents "
                 "will be refused; install bubblewrap, or set sandbox = \"off\" to run them unconfined at your own "
                 "risk")
     if not caps.namespaces:
         return (f"user namespaces are not available ({caps.namespace_error}): agent commands are confined by "
-                "Landlock alone; a process they detach with setsid can outlive them")
+                "Landlock alone; a process they detach with setsid can outlive them, and preflight commands get no "
+                "registry proxy (they install dependencies only with sandbox_network = true)")
     return None
 
 
@@ -81,7 +93,9 @@ def build_executor(
         cpus = os.cpu_count() or 1
         workers = cpus if cpus > 1 else 0
     store = SessionStore(settings.data_path / "tools" / "sessions.sqlite3")
-    secrets = [*platform_secret_values(), *(v for v in (settings.exa_api_key, settings.anthropic_api_key) if v)]
+    egress = egress_policy(settings)
+    secrets = [*platform_secret_values(), *(v for v in (settings.exa_api_key, settings.anthropic_api_key) if v),
+               *egress.registries.secrets]
     return ToolExecutor(
         store=store,
         engine=GrepEngine(workers=workers),
@@ -92,6 +106,7 @@ def build_executor(
             exa_base_url=settings.exa_base_url,
             shell_output_chars=settings.tools_shell_output_chars,
             sandbox=sandbox_policy(settings),
+            egress=egress,
         ),
         redactor=Redactor(secrets),
     )
@@ -110,6 +125,12 @@ async def start(nc: Client, settings: ToolsSettings) -> Callable[[], Awaitable[N
         caps = capabilities()
         log.info("agent commands confined (Landlock ABI %d, user/PID/mount/network namespaces)",
                  caps.landlock_abi)
+    egress = executor.settings.egress
+    for problem in egress.registries.problems:
+        log.warning("a registry configuration could not be read, preflight will not use it: %s", problem)
+    if egress.registries.hosts or egress.registries.read_paths:
+        log.info("preflight commands also reach this machine's pip/npm registries: %s",
+                 ", ".join((*egress.registries.hosts, *egress.registries.read_paths)))
     await asyncio.to_thread(executor.store.prune, older_than=time.time() - _KEEP_SESSIONS_SECONDS)
     await asyncio.to_thread(executor.engine.start)
     router = CancelRouter(executor, nc)
