@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import httpx
 from nats.aio.client import Client
@@ -35,7 +36,7 @@ from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.retry import Backoff
 from autarch.runtime.settings import NotifierSettings, narrow
 
-from .channels import redact, request_for
+from .channels import Request, redact, request_for
 from .messages import intents_for, target_key
 from .outbox import Outbox, Pending
 from .telegram_poller import TelegramPoller
@@ -61,6 +62,13 @@ def consumer_config(name: str = CONSUMER, **changes: object) -> api.ConsumerConf
         setattr(config, key, value)
     return config
 
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """An attempt that did not deliver; ``final``: given up (no more attempts)."""
+
+    final: bool
 
 class NotifierService:
     """The durable consumer, the outbox and one delivery worker per target."""
@@ -171,34 +179,48 @@ class NotifierService:
             log.warning("notifier: %s not delivered: %s", delivery.delivery_id, request)
             return
         attempts = delivery.attempts
-        assert self._http is not None
         while True:
-            status: int | None = None
-            error: str | None = None
+            # Once a request is on its way the receiver may have it: its outcome is recorded even when the
+            # service is stopping (a stop mid-attempt would otherwise leave it pending, and send it again).
+            attempt = asyncio.ensure_future(self._attempt(delivery, request, attempts))
             try:
-                response = await self._http.post(request.url, json=request.json, data=request.form,
-                                                 headers=request.headers, auth=request.auth)
-                status = response.status_code
-                if not 200 <= status < 300:
-                    error = f"HTTP {status}: {response.text[:200]}"
-            except httpx.HTTPError as exc:
-                error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
-            if error is not None:
-                error = redact(error, self.settings)
+                error = await asyncio.shield(attempt)
+            except asyncio.CancelledError:
+                await asyncio.wait([attempt])
+                raise
             attempts += 1
-            delivered = error is None
-            # A 4xx other than 408/425/429 will not change by asking again (a revoked webhook, a bad chat id).
-            refused = status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX
-            final = not delivered and (refused or attempts >= self.settings.notify_max_attempts)
-            await asyncio.to_thread(self.outbox.attempted, delivery.delivery_id, status=status, error=error,
-                                    delivered=delivered, final=final)
-            if delivered:
-                return
-            if final:
-                log.warning("notifier: %s to %s given up after %d attempts: %s", delivery.delivery_id,
-                            delivery.target.kind, attempts, error)
+            if error is None or error.final:
                 return
             await asyncio.sleep(self.backoff.delay(attempts))
+
+    async def _attempt(self, delivery: Pending, request: Request, attempts: int) -> _Failed | None:
+        """Send ``request`` once and record the outcome; None when delivered."""
+        assert self._http is not None
+        status: int | None = None
+        error: str | None = None
+        try:
+            response = await self._http.post(request.url, json=request.json, data=request.form,
+                                             headers=request.headers, auth=request.auth)
+            status = response.status_code
+            if not 200 <= status < 300:
+                error = f"HTTP {status}: {response.text[:200]}"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+        if error is not None:
+            error = redact(error, self.settings)
+        attempts += 1
+        delivered = error is None
+        # A 4xx other than 408/425/429 will not change by asking again (a revoked webhook, a bad chat id).
+        refused = status is not None and 400 <= status < 500 and status not in _RETRYABLE_4XX
+        final = not delivered and (refused or attempts >= self.settings.notify_max_attempts)
+        await asyncio.to_thread(self.outbox.attempted, delivery.delivery_id, status=status, error=error,
+                                delivered=delivered, final=final)
+        if delivered:
+            return None
+        if final:
+            log.warning("notifier: %s to %s given up after %d attempts: %s", delivery.delivery_id,
+                        delivery.target.kind, attempts, error)
+        return _Failed(final)
 
     # --- the record ----------------------------------------------------------------------------------
 
