@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -14,8 +14,9 @@ from eventsourcing.domain import decorated_funcs as _decorated_funcs  # see load
 from eventsourcing.persistence import ApplicationRecorder, JSONTranscoder, StoredEvent, Transcoder
 from eventsourcing.utils import resolve_topic
 
-__all__ = ["created_ids", "load", "project", "state_decoder", "topic_of"]
+__all__ = ["created_ids", "load", "load_as", "project", "state_decoder", "topic_of"]
 
+A = TypeVar("A")
 _Plan = tuple[Callable[..., None] | None, frozenset[str]]
 _plans: dict[str, _Plan] = {}
 
@@ -73,6 +74,14 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
         aggregate.modified_on = state["timestamp"]
     if aggregate is None:
         raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} version {version!r} not found.")
+    return aggregate
+
+
+def load_as(app: Application[Any], kind: type[A], aggregate_id: UUID, *, version: int | None = None) -> A:
+    """:func:`load`, for an aggregate of ``kind``: an id of another kind (one store holds several) is not found."""
+    aggregate = load(app, aggregate_id, version=version)
+    if not isinstance(aggregate, kind):
+        raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} is not a {kind.__name__}.")
     return aggregate
 
 

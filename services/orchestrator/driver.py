@@ -480,7 +480,7 @@ class WorkflowDriver:
             try:
                 controls.check_open(wf)
             except LifecycleError as exc:
-                raise ServiceFailure(exc.code, exc.message, {"workflow_id": workflow_id, **exc.details}) from None
+                raise exc.failure(workflow_id=workflow_id) from None
             step = current_step(wf)
             if wf.halt is not None or step is None or wf.awaiting_approval:
                 state = f"halted ({wf.halt.reason})" if wf.halt else (

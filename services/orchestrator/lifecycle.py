@@ -9,6 +9,7 @@ from autarch.contracts.agents import PlannedPulse, Question, SubmitScopeArgs
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.workflows import WorkflowErrorCode
 
+from .refusal import Refusal
 from .state import Stage
 
 __all__ = [
@@ -29,14 +30,8 @@ _FULL_NEXT: dict[str, Stage] = {"scoping": "research", "research": "planning", "
                                  "review": "done"}
 
 
-class LifecycleError(Exception):
+class LifecycleError(Refusal):
     """A command the workflow's current state does not allow; nothing is recorded."""
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.details = details
 
     @classmethod
     def wrong_stage(cls, stage: str, expected: str, what: str) -> LifecycleError:

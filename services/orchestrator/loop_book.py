@@ -8,16 +8,14 @@ a failed session after paid iterations.
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import uuid
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from eventsourcing.application import AggregateNotFoundError
 
 from autarch.contracts import orchestrator_tools as fx
 from autarch.contracts import subjects
@@ -48,7 +46,8 @@ from autarch.runtime.requests import request
 from autarch.runtime.settings import OrchestratorSettings
 
 from .application import WorkflowApplication
-from .loop_model import LoopError, LoopSession
+from .book import Book
+from .loop_model import LoopSession
 from .loop_views import summary_of, view_of
 from .writer import BatchedWriter
 
@@ -60,15 +59,11 @@ __all__ = ["LoopBook", "register_loops"]
 R = TypeVar("R")
 
 
+log = logging.getLogger("orchestrator.loops")
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat()
-
-
-def _canonical(session_id: str) -> str:
-    try:
-        return str(uuid.UUID(session_id))
-    except ValueError:
-        raise ServiceFailure.not_found(f"no loop session {session_id}", session_id=session_id) from None
 
 
 @dataclass
@@ -85,12 +80,21 @@ class LoopBook:
     driver: LoopDriver | None = None
     unsettled: list[str] = field(default_factory=list)
     """Sessions that, when the views were loaded, still had work for the driver."""
-    _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    book: Book[LoopSession] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.book = Book(app=self.app, writer=self.writer, kind=LoopSession, noun="loop session",
+                         id_field="session_id", on_change=self._changed, log=log)
+
+    def _changed(self, session: LoopSession) -> None:
+        self._remember(session)
+        if self.driver is not None:
+            self.driver.kick(str(session.id))
 
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all)."""
         for session_id in filter(owns, self.app.loop_ids()):
-            session = self.app.get_loop(session_id)
+            session = self.book.load(session_id)
             self._remember(session)
             if not session.finished or not session.worktree_removed:
                 self.unsettled.append(session_id)
@@ -104,7 +108,7 @@ class LoopBook:
     def settled_of(self, session_id: str) -> tuple[int, list[NotifyTarget]]:
         known = self.settled.get(session_id)
         if known is None:  # a relay round ahead of the read model (just started): read it from the store
-            session = self.app.get_loop(session_id)
+            session = self.book.load(session_id)
             known = self.settled[session_id] = (session.max_iterations, list(session.notify))
         return known
 
@@ -115,27 +119,11 @@ class LoopBook:
             return False
 
     async def read(self, session_id: str) -> LoopSession:
-        try:
-            return await asyncio.to_thread(self.app.get_loop, _canonical(session_id))
-        except AggregateNotFoundError:
-            raise ServiceFailure.not_found(f"no loop session {session_id}", session_id=session_id) from None
+        return await self.book.read(session_id)
 
     async def change(self, session_id: str, command: Callable[[LoopSession], R]) -> tuple[LoopSession, R]:
-        """Run ``command`` on the session in its mailbox and save what it recorded; (session, its result)."""
-        async with self._mailboxes[_canonical(session_id)]:
-            session = await self.read(session_id)
-            before = session.version
-            try:
-                result = command(session)
-            except LoopError as exc:
-                raise ServiceFailure(exc.code, exc.message, {"session_id": session_id, **exc.details}) from None
-            changed = session.version != before
-            if changed:
-                await self.writer.save(session)
-                self._remember(session)
-        if changed and self.driver is not None:
-            self.driver.kick(str(session.id))
-        return session, result
+        """Run ``command`` on the session under its lock and save what it recorded; (session, its result)."""
+        return await self.book.change(session_id, command)
 
     # --- verbs ---------------------------------------------------------------------------------------
 
@@ -150,7 +138,7 @@ class LoopBook:
                 raise ServiceFailure.bad_request("a telegram target needs chat_id", field="notify")
             if target.kind != "telegram" and not target.url:
                 raise ServiceFailure.bad_request(f"a {target.kind} target needs url", field="notify")
-        async with self._mailboxes[cmd.session_id]:
+        async with self.book.lock(cmd.session_id):
             existing = self.views.get(cmd.session_id)
             if existing is not None:
                 if (existing.project_path, existing.goal, existing.max_iterations) != (
@@ -177,11 +165,8 @@ class LoopBook:
                 created_at=now, max_tokens=cmd.max_tokens, max_cost_usd=cmd.max_cost_usd)
             session.branch_prepared(branch=branch.branch, worktree_path=branch.worktree_path,
                                     base_commit=branch.base_commit, repository_id=repo.repository_id, at=now)
-            await self.writer.save(session)
-            view = self._remember(session)
-        if self.driver is not None:
-            self.driver.kick(view.id)
-        return view
+            await self.book.save(cmd.session_id, session)
+        return self.views[str(session.id)]
 
     async def _check_anchor(self, turn_id: str, project_path: str) -> None:
         try:

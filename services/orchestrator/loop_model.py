@@ -29,6 +29,8 @@ from autarch.contracts.loops import (
     Signal,
 )
 
+from .refusal import Refusal
+
 __all__ = ["Anchor", "Iteration", "LoopBranch", "LoopError", "LoopSession", "iteration_session_id"]
 
 _ITERATIONS = uuid.UUID("0b8f3a52-6c1d-4e7f-9a21-5d3c8b7e1f40")
@@ -46,14 +48,8 @@ def iteration_session_id(session_id: str, number: int) -> str:
     return str(uuid.uuid5(_ITERATIONS, f"{session_id}:{number}"))
 
 
-class LoopError(Exception):
-    """A command refused in the session's current state (nothing is recorded)."""
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
+class LoopError(Refusal):
+    """A loop session's command refused in its current state (nothing is recorded)."""
 
 
 class Anchor(msgspec.Struct, kw_only=True, frozen=True):

@@ -1,26 +1,21 @@
 """Epics' coordination mail: one mailbox per epic, its verbs, and the notice to each recipient after a post.
 
 The verbs keep seed 002's names (``send_mail`` is the tools service's ``send_message`` …). Every change goes
-through :meth:`MailBook.change`: read the mailbox, run the command, save what it recorded, conditionally on the
-version read (another orchestrator instance may post to the same epic: the loser reads again). After a post,
-a :class:`MailNotice` goes out on core NATS to each recipient (``subjects.mail``), so the agent runner holding
-that worker's session pushes the message into its next model call; a notice nobody hears loses nothing, the
-message waits in the mailbox until ``pending_mail`` is asked.
+through :meth:`MailBook.change` (the generic ``Book``): read the mailbox, run the command, save what it recorded,
+conditionally on the version read (another orchestrator instance may post to the same epic: the loser reads
+again). After a post, a :class:`MailNotice` goes out on core NATS to each recipient (``subjects.mail``), so the
+agent runner holding that worker's session pushes the message into its next model call; a notice nobody hears
+loses nothing, the message waits in the mailbox until ``pending_mail`` is asked.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
-
-from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import IntegrityError
 
 from autarch.contracts import subjects
 from autarch.contracts.base import encode
@@ -51,7 +46,8 @@ from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
 
 from .application import WorkflowApplication
-from .mail_model import Mailbox, MailError, Message
+from .book import Book
+from .mail_model import Mailbox, Message, mailbox_id_for
 from .writer import BatchedWriter
 
 __all__ = ["MailBook", "mail_to_contract", "message_view", "register_mail"]
@@ -59,7 +55,6 @@ __all__ = ["MailBook", "mail_to_contract", "message_view", "register_mail"]
 log = logging.getLogger("orchestrator.mail")
 
 R = TypeVar("R")
-_CONFLICT_RETRIES = 20
 
 
 def _epic(epic_id: str) -> str:
@@ -94,37 +89,19 @@ class MailBook:
     writer: BatchedWriter
     nc: Any = None
     """The NATS client the notices go out on (None: no notices, as in unit tests)."""
-    on_posted: Callable[[MailMessage], None] | None = None
-    """Told of every message once it is saved (the swarm driver: mail to the coordinator)."""
-    _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    book: Book[Mailbox] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # An epic's mailbox is opened by the first command that records something in it.
+        self.book = Book(app=self.app, writer=self.writer, kind=Mailbox, noun="mailbox of epic", id_field="epic_id",
+                         aggregate_id=mailbox_id_for, canonical=_epic, absent=lambda e: Mailbox(epic_id=e), log=log)
 
     async def find(self, epic_id: str) -> Mailbox | None:
-        try:
-            mailbox = await asyncio.to_thread(self.app.get_mailbox, _epic(epic_id))
-        except AggregateNotFoundError:
-            return None
-        return mailbox
+        return await self.book.find(epic_id)
 
     async def change(self, epic_id: str, command: Callable[[Mailbox], R]) -> tuple[Mailbox, R]:
         """Run ``command`` on the epic's mailbox (opened on first use) and save what it recorded."""
-        epic_id = _epic(epic_id)
-        for _ in range(_CONFLICT_RETRIES):
-            async with self._mailboxes[epic_id]:
-                mailbox = await self.find(epic_id) or Mailbox(epic_id=epic_id)
-                before = mailbox.version
-                try:
-                    result = command(mailbox)
-                except MailError as exc:
-                    raise ServiceFailure(exc.code, exc.message, {"epic_id": epic_id, **exc.details}) from None
-                if mailbox.version == before:  # nothing recorded (a new mailbox is then not saved either)
-                    return mailbox, result
-                try:
-                    await self.writer.save(mailbox)
-                except IntegrityError:
-                    log.info("mailbox of epic %s changed under a command; reading it again", epic_id)
-                    continue
-            return mailbox, result
-        raise ServiceFailure.conflict(f"mailbox of epic {epic_id} keeps changing; try again", epic_id=epic_id)
+        return await self.book.change(epic_id, command)
 
     async def post(self, epic: str, sender: str, to: list[str], subject: str, body: str, topic: str | None = None,
                    thread: str | None = None, *, key: str | None = None) -> MailMessage:
@@ -140,8 +117,6 @@ class MailBook:
         mailbox, message = await self.change(epic_id, command)
         view = message_view(message, mailbox.epic_id)
         await self._notify(view)
-        if self.on_posted is not None:
-            self.on_posted(view)
         return view
 
     async def _notify(self, message: MailMessage) -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
 from uuid import UUID
 
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from autarch.contracts.mail import MailErrorCode, epic_topic
+
+from .refusal import Refusal
 
 __all__ = ["MailError", "Mailbox", "Message", "mailbox_id_for"]
 
@@ -31,14 +32,8 @@ def mailbox_id_for(epic_id: str) -> UUID:
     return uuid.uuid5(_MAILBOXES, str(uuid.UUID(epic_id)))
 
 
-class MailError(Exception):
-    """A command refused in the mailbox's current state (nothing is recorded)."""
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
+class MailError(Refusal):
+    """A mailbox command refused in its current state (nothing is recorded)."""
 
 
 class Message(msgspec.Struct, kw_only=True):

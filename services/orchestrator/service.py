@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import DomainEvent
 from nats.aio.client import Client
 
@@ -36,11 +33,10 @@ from autarch.runtime.relay_leader import LeadingRelay, store_key
 from autarch.runtime.settings import OrchestratorSettings, narrow
 
 from .application import WorkflowApplication
+from .book import Book
 from .contract_events import to_contract, view_of
 from .domainmodel import Workflow
 from .driver import WorkflowDriver
-from .latest import LatestWorkflows
-from .lifecycle import LifecycleError
 from .loop_book import LoopBook, register_loops
 from .loop_driver import LoopDriver
 from .loop_model import LoopSession
@@ -66,13 +62,12 @@ R = TypeVar("R")
 
 @dataclass
 class Orchestrator:
-    """Handles the commands of each workflow one at a time (a mailbox per workflow)."""
+    """Handles the commands of each workflow one at a time (a lock per workflow) and keeps every workflow's view."""
 
     app: WorkflowApplication
     writer: BatchedWriter
     views: dict[str, WorkflowView] = field(default_factory=dict)
     """Read model: every workflow's current view, rebuilt from the store at start."""
-    _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
     driver: WorkflowDriver | None = None
     """The ``WorkflowDriver`` that moves workflows along (None: record commands only, as in unit tests)."""
 
@@ -80,33 +75,44 @@ class Orchestrator:
     """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
     loops: LoopBook | None = None
     """Loop sessions (seed 001), kept in the same store; the agents' forwarded tools reach them through here."""
-    latest: LatestWorkflows = field(init=False)
-    """Each workflow's latest state, checked against the store on every :meth:`read`."""
+    book: Book[Workflow] = field(init=False)
+    """The workflows' store, each workflow's latest state kept between commands (``latest.py``)."""
 
     def __post_init__(self) -> None:
-        self.latest = LatestWorkflows(self.app)
+        # A workflow belongs to one partition: a save another writer won is a slip to surface, not to retry
+        # (tests/orchestrator/test_latest_workflows.py holds it).
+        self.book = Book(app=self.app, writer=self.writer, kind=Workflow, noun="workflow", id_field="workflow_id",
+                         on_change=self._changed, conflict_retries=0, keep=1024, inline_reads=self.writer.inline,
+                         log=log)
+
+    def _changed(self, workflow: Workflow) -> None:
+        self.views[str(workflow.id)] = view_of(workflow)
+        if self.driver is not None:
+            self.driver.kick(str(workflow.id))
 
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the workflows ``owns`` (this partition's; by default all)."""
         for workflow_id in filter(owns, self.app.workflow_ids()):
-            workflow = self.app.get_workflow(workflow_id)
+            workflow = self.book.load(workflow_id)
             self.views[workflow_id] = view_of(workflow)
             if needs_driving(workflow):
                 self.unsettled.append(workflow_id)
 
     async def create_workflow(self, command: CreateWorkflow) -> WorkflowView:
-        async with self._mailboxes[command.workflow_id]:
-            try:
-                # An embedded store answers this read faster than a worker thread could be reached.
-                workflow, is_new = (self.app.new_workflow(command) if self.writer.inline
-                                    else await asyncio.to_thread(self.app.new_workflow, command))
-            except ValueError as exc:
-                raise ServiceFailure.conflict(str(exc), workflow_id=command.workflow_id) from None
-            if is_new:
-                await self.writer.save(workflow)
-                self.latest.keep(workflow)
-            view = view_of(workflow)
-            self.views[view.id] = view
+        async with self.book.lock(command.workflow_id):
+            existing = await self.book.find(command.workflow_id)
+            if existing is None:
+                workflow = Workflow(workflow_id=command.workflow_id, title=command.title, request=command.request,
+                                    repo=command.repo, base_branch=command.base_branch, branch=command.branch,
+                                    script=command.script)
+                await self.book.save(command.workflow_id, workflow)
+                return self.views[str(workflow.id)]
+            # A create repeated with the same fields answers the recorded workflow; with others, a conflict.
+            if not existing.same_request(title=command.title, request=command.request, repo=command.repo,
+                                         base_branch=command.base_branch):
+                raise ServiceFailure.conflict(f"workflow {command.workflow_id} already exists with other fields",
+                                              workflow_id=command.workflow_id)
+            view = self.views[str(existing.id)] = view_of(existing)
         if self.driver is not None:
             self.driver.kick(view.id)
         return view
@@ -117,37 +123,14 @@ class Orchestrator:
         The workflow returned is shared with every other reader: read it only (a change goes through
         :meth:`change`, which works on its own copy).
         """
-        canonical = _canonical(workflow_id)
-        try:
-            # A kept workflow costs one indexed lookup to confirm: an embedded store answers that faster than a
-            # worker thread could be reached.
-            if self.writer.inline:
-                return self.latest.get(canonical)
-            return await asyncio.to_thread(self.latest.get, canonical)
-        except AggregateNotFoundError:
-            raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
+        return await self.book.read(workflow_id)
 
     async def change(self, workflow_id: str, command: Callable[[Workflow], R]) -> tuple[Workflow, R]:
-        """Run ``command`` on the workflow in its mailbox and save what it recorded; (workflow, its result).
+        """Run ``command`` on the workflow under its lock and save what it recorded; (workflow, its result).
 
         A ``LifecycleError`` becomes a typed error with nothing saved (the loaded copy is dropped).
         """
-        # One mailbox per workflow whatever the spelling of its id (the tools service forwards ids verbatim).
-        async with self._mailboxes[_canonical(workflow_id)]:
-            workflow = self.latest.copy_for_change(await self.read(workflow_id))
-            before = workflow.version
-            try:
-                result = command(workflow)
-            except LifecycleError as exc:
-                raise ServiceFailure(exc.code, exc.message, {"workflow_id": workflow_id, **exc.details}) from None
-            changed = workflow.version != before
-            if changed:
-                await self.writer.save(workflow)
-                self.latest.keep(workflow)
-                self.views[str(workflow.id)] = view_of(workflow)
-        if changed and self.driver is not None:
-            self.driver.kick(str(workflow.id))
-        return workflow, result
+        return await self.book.change(workflow_id, command)
 
     async def get_workflow(self, query: GetWorkflow) -> WorkflowView:
         view = self.views.get(query.workflow_id)
@@ -173,13 +156,6 @@ async def open_leases(nc: Client, settings: OrchestratorSettings) -> LeaseTable 
     except Exception as exc:
         log.warning("file leases unavailable (%s): swarm workers run without enforced reservations", exc)
         return None
-
-
-def _canonical(workflow_id: str) -> str:
-    try:
-        return str(uuid.UUID(workflow_id))
-    except ValueError:
-        raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
 
 
 async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) -> Callable[[], Awaitable[None]]:

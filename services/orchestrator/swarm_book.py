@@ -1,4 +1,4 @@
-"""Epics' commands and queries (the bead verbs): one mailbox per epic, conditional writes for claims.
+"""Epics' commands and queries (the bead verbs): one command per epic at a time, conditional writes for claims.
 
 The bead verbs (``list_beads`` … ``close_bead``) are served here, for people and for the swarm driver alike.
 Every change goes through :meth:`SwarmBook.change`: read the swarm, run the command (which checks its rules),
@@ -9,18 +9,13 @@ on a fresh read. That is what makes a claim atomic: two workers never get the sa
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import uuid
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import IntegrityError
 
 from autarch.contracts.beads import (
     AddDependency,
@@ -47,7 +42,8 @@ from autarch.runtime.micro import TypedService
 
 from .application import WorkflowApplication
 from .bead_rank import critical_path, rank_ready
-from .swarm_model import Bead, Swarm, SwarmError
+from .book import Book
+from .swarm_model import Bead, Swarm, SwarmError, swarm_id_for
 from .swarm_views import bead_view, swarm_view
 from .writer import BatchedWriter
 
@@ -59,14 +55,11 @@ __all__ = ["SwarmBook", "register_beads"]
 log = logging.getLogger("orchestrator.beads")
 
 R = TypeVar("R")
-_CONFLICT_RETRIES = 20
 
 
-def _canonical(epic_id: str) -> str:
-    try:
-        return str(uuid.UUID(epic_id))
-    except ValueError:
-        raise ServiceFailure.not_found(f"no epic {epic_id}", epic_id=epic_id) from None
+def _no_epic(epic_id: str) -> Swarm:
+    raise ServiceFailure(BeadErrorCode.NO_EPIC, f"workflow {epic_id} has no epic: beads exist once a bead plan is "
+                         "approved and execution starts", {"epic_id": epic_id})
 
 
 @dataclass
@@ -82,13 +75,24 @@ class SwarmBook:
     driver: SwarmDriver | None = None
     live_leases: Callable[[str], Any] | None = None
     """Epic → the live lease table's leases (an awaitable); None when no lease table is reachable."""
-    _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
+    book: Book[Swarm] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.book = Book(app=self.app, writer=self.writer, kind=Swarm, noun="epic", id_field="epic_id",
+                         aggregate_id=swarm_id_for, absent=_no_epic, on_change=self._changed, log=log)
+
+    def _changed(self, swarm: Swarm) -> None:
+        self.epics[str(swarm.id)] = swarm.workflow_id
+        if swarm.finished:
+            self.active.discard(swarm.workflow_id)
+        if self.driver is not None:
+            self.driver.kick(swarm.workflow_id)
 
     def load(self, owns: Callable[[str], bool] = lambda _: True) -> list[str]:
         """Remember every recorded epic ``owns`` (this partition's; by default all); the ones not finished."""
         unfinished = []
         for workflow_id in filter(owns, self.app.swarm_workflow_ids()):
-            swarm = self.app.get_swarm(workflow_id)
+            swarm = self.book.load(workflow_id)
             self.epics[str(swarm.id)] = workflow_id
             if not swarm.finished:
                 unfinished.append(workflow_id)
@@ -105,56 +109,24 @@ class SwarmBook:
         return self.app.swarm_at(e.originator_id, e.originator_version)
 
     async def find(self, epic_id: str) -> Swarm | None:
-        try:
-            return await asyncio.to_thread(self.app.get_swarm, _canonical(epic_id))
-        except AggregateNotFoundError:
-            return None
+        return await self.book.find(epic_id)
 
     async def read(self, epic_id: str) -> Swarm:
-        swarm = await self.find(epic_id)
-        if swarm is None:
-            raise ServiceFailure(BeadErrorCode.NO_EPIC,
-                                 f"workflow {epic_id} has no epic: beads exist once a bead plan is approved and "
-                                 "execution starts", {"epic_id": epic_id})
-        return swarm
+        return await self.book.read(epic_id)
 
     async def create(self, swarm: Swarm) -> Swarm:
         """Save a new epic (a repeat is answered with the recorded one)."""
-        async with self._mailboxes[swarm.workflow_id]:
-            existing = await self.find(swarm.workflow_id)
+        async with self.book.lock(swarm.workflow_id):
+            existing = await self.book.find(swarm.workflow_id)
             if existing is not None:
                 return existing
-            await self.writer.save(swarm)
-            self.epics[str(swarm.id)] = swarm.workflow_id
+            await self.book.save(swarm.workflow_id, swarm)
             self.active.add(swarm.workflow_id)
-        if self.driver is not None:
-            self.driver.kick(swarm.workflow_id)
         return swarm
 
     async def change(self, epic_id: str, command: Callable[[Swarm], R]) -> tuple[Swarm, R]:
         """Run ``command`` on the epic and save what it recorded, conditionally on the version read."""
-        epic_id = _canonical(epic_id)
-        for _ in range(_CONFLICT_RETRIES):
-            async with self._mailboxes[epic_id]:
-                swarm = await self.read(epic_id)
-                before = swarm.version
-                try:
-                    result = command(swarm)
-                except SwarmError as exc:
-                    raise ServiceFailure(exc.code, exc.message, {"epic_id": epic_id, **exc.details}) from None
-                if swarm.version == before:
-                    return swarm, result
-                try:
-                    await self.writer.save(swarm)
-                except IntegrityError:
-                    log.info("epic %s changed under a command; reading it again", epic_id)
-                    continue
-                if swarm.finished:
-                    self.active.discard(epic_id)
-            if self.driver is not None:
-                self.driver.kick(epic_id)
-            return swarm, result
-        raise ServiceFailure.conflict(f"epic {epic_id} keeps changing; try again", epic_id=epic_id)
+        return await self.book.change(epic_id, command)
 
     # --- verbs ---------------------------------------------------------------------------------------
 
@@ -170,7 +142,7 @@ class SwarmBook:
         try:
             return bead_view(swarm.bead(query.bead_id), swarm.workflow_id)
         except SwarmError as exc:
-            raise ServiceFailure(exc.code, exc.message, {"epic_id": query.epic_id, **exc.details}) from None
+            raise exc.failure(epic_id=query.epic_id) from None
 
     async def ready_beads(self, query: ReadyBeads) -> ReadyList:
         swarm = await self.read(query.epic_id)
@@ -191,7 +163,7 @@ class SwarmBook:
         try:
             swarm.bead(query.bead_id)
         except SwarmError as exc:
-            raise ServiceFailure(exc.code, exc.message, {"epic_id": query.epic_id, **exc.details}) from None
+            raise exc.failure(epic_id=query.epic_id) from None
         found = [a.evidence for (b, _), a in sorted(swarm.attempts.items()) if b == query.bead_id and a.evidence]
         return EvidenceList(epic_id=swarm.workflow_id, bead_id=query.bead_id, evidence=found)
 

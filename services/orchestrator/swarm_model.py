@@ -31,6 +31,8 @@ from autarch.contracts.beads import (
 )
 from autarch.contracts.errors import ErrorCode
 
+from .refusal import Refusal
+
 __all__ = ["Attempt", "Bead", "LeaseRecord", "Swarm", "SwarmError", "Worker", "missing_fields", "swarm_id_for"]
 
 _SWARMS = uuid.UUID("3c2b8e7a-51f4-4d09-9b6e-7a1e2f4c8d90")
@@ -55,14 +57,8 @@ def attempt_session_id(workflow_id: str, bead_id: str, attempt: int, generation:
     return str(uuid.uuid5(_ATTEMPTS, f"{workflow_id}:{bead_id}:{attempt}{suffix}"))
 
 
-class SwarmError(Exception):
-    """A command refused in the swarm's current state (nothing is recorded)."""
-
-    def __init__(self, code: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.details = details
+class SwarmError(Refusal):
+    """An epic's command refused in the swarm's current state (nothing is recorded)."""
 
 
 class Bead(msgspec.Struct, kw_only=True):
