@@ -82,7 +82,7 @@ from .steps import (
 from .swarm_driver import IDLE, SwarmDriver
 
 if TYPE_CHECKING:
-    from .service import Orchestrator  # which builds the driver: imported for its type only
+    from .workflow_book import WorkflowBook
 
 __all__ = ["STEP_ROLES", "WorkflowDriver", "all_pulses_done", "next_action", "next_pulse", "session_id_for"]
 
@@ -181,10 +181,16 @@ def _completed(workflow_id: str, session: SessionView, turn: TurnView) -> TurnCo
 class WorkflowDriver:
     """Runs every workflow's next step; one workflow's steps and turn outcomes are handled one at a time."""
 
-    def __init__(self, *, nc: Client, orchestrator: Orchestrator, settings: OrchestratorSettings,
-                 partition: Partition = WHOLE) -> None:
+    def __init__(self, *, nc: Client, book: WorkflowBook, settings: OrchestratorSettings,
+                 partition: Partition = WHOLE, steps: Stepper | None = None, swarm: SwarmDriver | None = None) -> None:
+        """
+        Args:
+            book: the workflows it moves (their reads, changes and views).
+            steps: what the workflows' book kicks when a workflow changed (by default one of its own).
+            swarm: runs the execution of bead plans (seed 002) with parallel workers (None: no swarm execution).
+        """
         self.nc = nc
-        self.orch = orchestrator
+        self.workflows = book
         self.settings = settings
         self.partition = partition
         """The share of the workflows this driver moves (its turn consumer hands on only theirs)."""
@@ -192,14 +198,14 @@ class WorkflowDriver:
         # Looked up at each turn, not bound here: a test may put its own ``on_turn`` in.
         self._feed = TurnFeed(nc, durable=_CONSUMER, kind="workflow", partition=partition,
                               on_turn=lambda event: self.on_turn(event), log=log)
-        self.steps = Stepper(kind="workflow", advance=self._advance, fail=self._fail, log=log, gate=gate_for(nc))
-        self.swarm: SwarmDriver | None = None
-        """Runs the execution of bead plans (seed 002) with parallel workers."""
+        self.steps = steps or Stepper(kind="workflow", log=log, gate=gate_for(nc))
+        self.swarm = swarm
 
     # --- running -------------------------------------------------------------------------------------
 
     async def start(self, workflow_ids: list[str]) -> None:
         """Follow turn completions and pick up every workflow where the last process left it."""
+        self.steps.start(advance=self._advance, fail=self._fail)
         await self._feed.start(self._watch_preflights(), self.steps, workflow_ids, self.kick, self.catch_up)
 
     async def catch_up(self, workflow_id: str) -> None:
@@ -211,7 +217,7 @@ class WorkflowDriver:
         redelivery still comes (and, like every turn, is handled once: the turn id is recorded). A runner
         that is restarting too (both killed at once) is waited for until that redelivery would come anyway.
         """
-        wf = await self.orch.read(workflow_id)
+        wf = await self.workflows.read(workflow_id)
         for step, s in list(wf.sessions.items()):
             if not s.started or s.closed:
                 continue
@@ -238,7 +244,7 @@ class WorkflowDriver:
     async def _advance(self, workflow_id: str) -> None:
         while not self.steps.stopping:
             async with self._locks[workflow_id]:
-                workflow = await self.orch.read(workflow_id)
+                workflow = await self.workflows.read(workflow_id)
                 action = next_action(self, workflow)
                 if action is None or await action() is IDLE:
                     return
@@ -252,10 +258,10 @@ class WorkflowDriver:
             if wf.halt is None and not wf.abandoned and wf.stage != "done":
                 wf.halt_for("error", message, details=HaltDetails(step=current_step(wf)))
 
-        await self.orch.change(workflow_id, record)
+        await self.workflows.change(workflow_id, record)
 
     async def _record(self, workflow_id: str, command: Callable[[Workflow], R]) -> R:
-        _, result = await self.orch.change(workflow_id, command)
+        _, result = await self.workflows.change(workflow_id, command)
         return result
 
     # --- actions ---------------------------------------------------------------------------------------
@@ -265,7 +271,7 @@ class WorkflowDriver:
 
     async def open_session(self, workflow_id: str, step: str) -> None:
         """Open the session of a stage step (a pulse's session is assigned with its run: ``start_pulse``)."""
-        wf = await self.orch.read(workflow_id)
+        wf = await self.workflows.read(workflow_id)
         root = wf.repo if step in ("scoping", "research", "planning") else _worktree(wf)
         text = kickoffs.kickoff(step, wf)
         script = wf.script
@@ -292,7 +298,7 @@ class WorkflowDriver:
         self.steps.in_background(index())
 
     async def start_session(self, workflow_id: str, step: str) -> None:
-        wf = await self.orch.read(workflow_id)
+        wf = await self.workflows.read(workflow_id)
         s = wf.sessions[step]
         baselines = session_baselines(wf, step)
         command = StartSession(session_id=s.session_id, role=s.role, root=s.root, kickoff=s.kickoff,
@@ -312,7 +318,7 @@ class WorkflowDriver:
 
     async def close_session(self, workflow_id: str, step: str) -> None:
         """Close the session of a step that is over (the runner emits ``session:completed``); idempotent."""
-        wf = await self.orch.read(workflow_id)
+        wf = await self.workflows.read(workflow_id)
         reason = close_reason(wf, step)
         # Closing also cancels a turn still running (a preflight abandoned at its timeout).
         await stop_agent_session(self.nc, self.settings, wf.sessions[step].session_id, reason, close=True)
@@ -324,7 +330,7 @@ class WorkflowDriver:
         await self._record(workflow_id, record)
 
     async def prepare_execution(self, workflow_id: str) -> None:
-        wf = await self.orch.read(workflow_id)
+        wf = await self.workflows.read(workflow_id)
         repo = await self._ask("git", "register_repository",
                                RegisterRepository(path=wf.repo, base_branch=wf.base_branch), RepositoryRegistered)
         branch = await self._ask("git", "create_workflow_branch",
@@ -336,7 +342,7 @@ class WorkflowDriver:
             repository_id=repo.repository_id))
 
     async def start_pulse(self, workflow_id: str, pulse: PlannedPulse) -> None:
-        wf = await self.orch.read(workflow_id)
+        wf = await self.workflows.read(workflow_id)
         attempt = 1 + sum(1 for r in wf.runs if r.planned_pulse_id == pulse.id)
         run_id = pulse.id if attempt == 1 else f"{pulse.id}-a{attempt}"
         started = await self._ask("git", "start_pulse", StartPulse(workflow_id=workflow_id, pulse_id=run_id),
@@ -399,7 +405,7 @@ class WorkflowDriver:
         await self._record(workflow_id, record)
 
     async def finish_execution(self, workflow_id: str) -> None:
-        await self._record(workflow_id, Workflow.finish_execution)
+        await self.workflows.finish_execution(workflow_id)
 
     async def remove_worktree(self, workflow_id: str) -> None:
         await self._ask("git", "remove_worktree", RemoveWorktree(workflow_id=workflow_id, force=True),
@@ -411,7 +417,7 @@ class WorkflowDriver:
         period = min(5.0, self.settings.preflight_timeout / 4)
         while True:
             await asyncio.sleep(period)
-            for workflow_id, view in list(self.orch.views.items()):
+            for workflow_id, view in list(self.workflows.views.items()):
                 if view.stage != "execution" or view.status != "active" or "preflight" not in view.sessions:
                     continue
                 try:
@@ -429,10 +435,10 @@ class WorkflowDriver:
                 w.complete_preflight(status="failed", error=message)
                 w.abandon(message)
 
-        if preflight_overdue(await self.orch.read(workflow_id), timeout):
+        if preflight_overdue(await self.workflows.read(workflow_id), timeout):
             # The session is closed (its running turn cancelled) by the driver's next action.
             async with self._locks[workflow_id]:
-                await self.orch.change(workflow_id, record)
+                await self.workflows.change(workflow_id, record)
 
     # --- turn outcomes ---------------------------------------------------------------------------------
 
@@ -443,7 +449,7 @@ class WorkflowDriver:
         except ValueError:
             return  # a channel discussion: no workflow
         try:
-            wf = await self.orch.read(event.workflow_id)
+            wf = await self.workflows.read(event.workflow_id)
         except ServiceFailure:
             return
         step = wf.step_of(event.session_id)
@@ -476,7 +482,7 @@ class WorkflowDriver:
 
     async def stop_workflow(self, workflow_id: str, reason: str) -> Workflow:
         async with self._locks[workflow_id]:
-            wf = await self.orch.read(workflow_id)
+            wf = await self.workflows.read(workflow_id)
             try:
                 controls.check_open(wf)
             except LifecycleError as exc:
@@ -495,7 +501,7 @@ class WorkflowDriver:
                 if run is not None:
                     w.end_pulse_as(run.id, "stopped", reason)
 
-            wf, _ = await self.orch.change(workflow_id, record)
+            wf, _ = await self.workflows.change(workflow_id, record)
             session_id = wf.sessions[step].session_id if step in wf.sessions else None
             if session_id is not None:
                 await stop_agent_session(self.nc, self.settings, session_id, reason)
@@ -513,6 +519,6 @@ class WorkflowDriver:
 
     async def _user_change(self, workflow_id: str, record: Callable[[Workflow], None]) -> Workflow:
         async with self._locks[workflow_id]:
-            wf, _ = await self.orch.change(workflow_id, record)
+            wf, _ = await self.workflows.change(workflow_id, record)
         self.kick(workflow_id)
         return wf

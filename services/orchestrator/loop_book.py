@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -34,7 +34,6 @@ from autarch.contracts.loops import (
     LoopErrorCode,
     LoopList,
     LoopView,
-    NotifyTarget,
     PauseLoop,
     ResumeLoop,
     StartLoop,
@@ -46,13 +45,10 @@ from autarch.runtime.requests import request
 from autarch.runtime.settings import OrchestratorSettings
 
 from .application import WorkflowApplication
-from .book import Book
+from .book import Book, ignore
 from .loop_model import LoopSession
 from .loop_views import summary_of, view_of
 from .writer import BatchedWriter
-
-if TYPE_CHECKING:
-    from .loop_driver import LoopDriver
 
 __all__ = ["LoopBook", "register_loops"]
 
@@ -75,9 +71,8 @@ class LoopBook:
     nc: Any
     settings: OrchestratorSettings
     views: dict[str, LoopView] = field(default_factory=dict)
-    settled: dict[str, tuple[int, list[NotifyTarget]]] = field(default_factory=dict)
-    """Session → (max iterations, notification targets): fixed at start, for the relay's ``loop:*`` events."""
-    driver: LoopDriver | None = None
+    kick: Callable[[str], None] = ignore
+    """Wakes the loop driver for a session whose state changed (``ignore``: nobody drives them)."""
     unsettled: list[str] = field(default_factory=list)
     """Sessions that, when the views were loaded, still had work for the driver."""
     book: Book[LoopSession] = field(init=False)
@@ -88,8 +83,7 @@ class LoopBook:
 
     def _changed(self, session: LoopSession) -> None:
         self._remember(session)
-        if self.driver is not None:
-            self.driver.kick(str(session.id))
+        self.kick(str(session.id))
 
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all)."""
@@ -102,15 +96,7 @@ class LoopBook:
     def _remember(self, session: LoopSession) -> LoopView:
         view = view_of(session)
         self.views[view.id] = view
-        self.settled[view.id] = (session.max_iterations, list(session.notify))
         return view
-
-    def settled_of(self, session_id: str) -> tuple[int, list[NotifyTarget]]:
-        known = self.settled.get(session_id)
-        if known is None:  # a relay round ahead of the read model (just started): read it from the store
-            session = self.book.load(session_id)
-            known = self.settled[session_id] = (session.max_iterations, list(session.notify))
-        return known
 
     def is_loop(self, some_id: str) -> bool:
         try:
@@ -224,18 +210,25 @@ class LoopBook:
         session, _ = await self.change(cmd.session_id, lambda s: s.resume(cmd.message))
         return view_of(session)
 
-    async def abort_loop(self, cmd: AbortLoop) -> LoopView:
-        if self.driver is None:
+
+
+Abort = Callable[[str, str], Awaitable[LoopSession]]
+"""Stops a session now, cancelling its running turn: ``(session id, reason)`` (``LoopDriver.abort``)."""
+
+
+def register_loops(service: TypedService, book: LoopBook, abort: Abort | None = None) -> None:
+    """Add the loop verbs to the orchestrator's service; ``abort`` comes from the driver that runs the sessions
+    (None: this orchestrator records commands only, so an abort, which stops a running agent, is ``unavailable``)."""
+
+    async def abort_loop(cmd: AbortLoop) -> LoopView:
+        if abort is None:
             raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive loop sessions")
-        return view_of(await self.driver.abort(cmd.session_id, cmd.reason))
+        return view_of(await abort(cmd.session_id, cmd.reason))
 
-
-def register_loops(service: TypedService, book: LoopBook) -> None:
-    """Add the loop verbs to the orchestrator's service."""
     service.endpoint("start_loop", StartLoop, book.start_loop)
     service.endpoint("get_loop", GetLoop, book.get_loop)
     service.endpoint("list_loops", ListLoops, book.list_loops)
     service.endpoint("pause_loop", PauseLoop, book.pause_loop)
     service.endpoint("resume_loop", ResumeLoop, book.resume_loop)
-    service.endpoint("abort_loop", AbortLoop, book.abort_loop)
+    service.endpoint("abort_loop", AbortLoop, abort_loop)
     service.endpoint(fx.SEARCH_HISTORY_VERB, fx.SearchHistory, book.search_history)

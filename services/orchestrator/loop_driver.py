@@ -97,7 +97,12 @@ class LoopDriver:
     """Advances every loop session; one session's steps and turn outcomes are handled one at a time."""
 
     def __init__(self, *, nc: Client, book: LoopBook, settings: OrchestratorSettings,
-                 partition: Partition = WHOLE) -> None:
+                 partition: Partition = WHOLE, steps: Stepper | None = None) -> None:
+        """
+        Args:
+            book: the loop sessions it runs (their reads, changes and views).
+            steps: what the sessions' book kicks when a session changed (by default one of its own).
+        """
         self.nc = nc
         self.book = book
         self.settings = settings
@@ -106,11 +111,12 @@ class LoopDriver:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._feed = TurnFeed(nc, durable=_CONSUMER, kind="loop", partition=partition,
                               on_turn=lambda event: self.on_turn(event), log=log)
-        self.steps = Stepper(kind="loop", advance=self._advance, fail=self._block, log=log, gate=gate_for(nc))
+        self.steps = steps or Stepper(kind="loop", log=log, gate=gate_for(nc))
 
     # --- running -------------------------------------------------------------------------------------
 
     async def start(self, session_ids: list[str]) -> None:
+        self.steps.start(advance=self._advance, fail=self._block)
         await self._feed.start(self._watch_time_limits(), self.steps, session_ids, self.kick, self.catch_up)
 
     async def stop(self) -> None:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -42,13 +42,10 @@ from autarch.runtime.micro import TypedService
 
 from .application import WorkflowApplication
 from .bead_rank import critical_path, rank_ready
-from .book import Book
+from .book import Book, ignore
 from .swarm_model import Bead, Swarm, SwarmError, swarm_id_for
 from .swarm_views import bead_view, swarm_view
 from .writer import BatchedWriter
-
-if TYPE_CHECKING:
-    from .swarm_driver import SwarmDriver
 
 __all__ = ["SwarmBook", "register_beads"]
 
@@ -68,11 +65,10 @@ class SwarmBook:
 
     app: WorkflowApplication
     writer: BatchedWriter
-    epics: dict[str, str] = field(default_factory=dict)
-    """Swarm aggregate id → its workflow (epic) id."""
     active: set[str] = field(default_factory=set)
     """Epics not finished: the ones the lease watch looks at (a finished epic holds no lease)."""
-    driver: SwarmDriver | None = None
+    kick: Callable[[str], None] = ignore
+    """Wakes the epic's workflow's driver once the epic changed (``ignore``: nobody drives it)."""
     live_leases: Callable[[str], Any] | None = None
     """Epic → the live lease table's leases (an awaitable); None when no lease table is reachable."""
     book: Book[Swarm] = field(init=False)
@@ -82,31 +78,18 @@ class SwarmBook:
                          aggregate_id=swarm_id_for, absent=_no_epic, on_change=self._changed, log=log)
 
     def _changed(self, swarm: Swarm) -> None:
-        self.epics[str(swarm.id)] = swarm.workflow_id
         if swarm.finished:
             self.active.discard(swarm.workflow_id)
-        if self.driver is not None:
-            self.driver.kick(swarm.workflow_id)
+        self.kick(swarm.workflow_id)
 
     def load(self, owns: Callable[[str], bool] = lambda _: True) -> list[str]:
         """Remember every recorded epic ``owns`` (this partition's; by default all); the ones not finished."""
         unfinished = []
         for workflow_id in filter(owns, self.app.swarm_workflow_ids()):
-            swarm = self.book.load(workflow_id)
-            self.epics[str(swarm.id)] = workflow_id
-            if not swarm.finished:
+            if not self.book.load(workflow_id).finished:
                 unfinished.append(workflow_id)
         self.active = set(unfinished)
         return unfinished
-
-    def epic_of(self, swarm_id: str) -> str:
-        known = self.epics.get(swarm_id)
-        if known is None:  # a relay round ahead of this process's memory
-            known = self.epics[swarm_id] = self.app.get_swarm_by_id(swarm_id).workflow_id
-        return known
-
-    def at_event(self, e: Any) -> Swarm:
-        return self.app.swarm_at(e.originator_id, e.originator_version)
 
     async def find(self, epic_id: str) -> Swarm | None:
         return await self.book.find(epic_id)

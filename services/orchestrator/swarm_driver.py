@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,7 +47,7 @@ from autarch.contracts.bead_git import (
 )
 from autarch.contracts.beads import ConflictRecord, WorkerDiscipline
 from autarch.contracts.events import TurnCompleted
-from autarch.contracts.mail import COORDINATOR
+from autarch.contracts.mail import COORDINATOR, MailMessage
 from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.leases import patterns_overlap
@@ -57,8 +57,7 @@ from . import bead_kickoffs
 from .bead_plan import auto_workers, bead_dicts, plan_feature
 from .evidence import evidence_markdown
 from .handoffs import MANIFEST, handoff_document, manifest_document, owner_file, resume_briefing
-from .state import HaltDetails
-from .stepping import ask_service, stop_agent_session
+from .stepping import Stepper, ask_service, stop_agent_session
 from .swarm_book import SwarmBook, ranked
 from .swarm_model import Attempt, Bead, Swarm
 
@@ -66,8 +65,9 @@ if TYPE_CHECKING:
     from autarch.runtime.leases import LeaseTable
 
     from .domainmodel import Workflow
-    from .driver import WorkflowDriver
-    from .mail_book import MailBook
+
+PostMail = Callable[..., Awaitable[MailMessage]]
+"""Posts a message on an epic: ``(epic, sender, to, subject, body, *, key)`` (``MailBook.post``)."""
 
 __all__ = ["IDLE", "SwarmDriver", "worker_names"]
 
@@ -108,29 +108,37 @@ def _now() -> str:
 class SwarmDriver:
     """Makes each epic's next step; called by the workflow driver inside the workflow's lock."""
 
-    def __init__(self, *, nc: Client, book: SwarmBook, settings: OrchestratorSettings,
-                 leases: LeaseTable | None) -> None:
+    def __init__(self, *, nc: Client, book: SwarmBook, settings: OrchestratorSettings, leases: LeaseTable | None,
+                 steps: Stepper, finish_workflow: Callable[[str], Awaitable[object]],
+                 halt_workflow: Callable[[str, str], Awaitable[object]], post_mail: PostMail | None = None) -> None:
+        """
+        Args:
+            steps: the workflows' stepper (an epic is advanced as a step of its workflow's execution).
+            finish_workflow: ends a workflow's execution once its epic finished (on to review).
+            halt_workflow: halts a workflow's execution for a person, with the message saying why.
+            post_mail: posts coordination mail (seed 002): the workers' acknowledgments and reports, the
+                coordinator's answers (None: no mail).
+        """
         self.nc = nc
         self.book = book
         self.settings = settings
         self.leases = leases
-        self.workflows: WorkflowDriver | None = None
-        self.mail: MailBook | None = None
-        """Coordination mail (seed 002): the workers' acknowledgments and reports, the coordinator's answers."""
+        self.steps = steps
+        self._finish_workflow = finish_workflow
+        self._halt_workflow = halt_workflow
+        self._post_mail = post_mail
         self._watch: asyncio.Task[None] | None = None
         self._releases: asyncio.Task[None] | None = None
 
     def kick(self, workflow_id: str) -> None:
-        if self.workflows is not None:
-            self.workflows.kick(workflow_id)
+        self.steps.kick(workflow_id)
 
     async def start(self, epics: list[str]) -> None:
         self._watch = asyncio.create_task(self._watch_leases(), name="swarm-leases")
         self._releases = asyncio.create_task(self._follow_releases(), name="swarm-releases")
         for epic in epics:
             self.kick(epic)
-            if self.workflows is not None:
-                self.workflows.steps.in_background(self.catch_up(epic))
+            self.steps.in_background(self.catch_up(epic))
 
     async def stop(self) -> None:
         for task in (self._watch, self._releases):
@@ -154,7 +162,7 @@ class SwarmDriver:
             await self._create(wf)
             return None
         if swarm.finished:
-            return await self._finish_workflow(wf)
+            return await self._finish_execution(wf)
         # Each worker's next step is independent of the others' (their own attempt, their own worktree): they
         # run at once, and each records its result on a fresh read of the swarm. Merges stay one at a time
         # (the git service serializes them); only claims are made one after another, below.
@@ -400,34 +408,26 @@ class SwarmDriver:
                 await self.book.change(wid, lambda s, n=w.name: s.retire(n))
         await self.book.change(wid, Swarm.finish)
 
-    async def _finish_workflow(self, wf: Workflow) -> object:
+    async def _finish_execution(self, wf: Workflow) -> object:
         if wf.stage != "execution":
             return IDLE
-        assert self.workflows is not None
-        await self.workflows.finish_execution(str(wf.id))
+        await self._finish_workflow(str(wf.id))
         return None
 
     async def _halt_for_people(self, wid: str, stuck: list[Any]) -> None:
         names = ", ".join(f"{b.id} ({b.bounce_reason})" for b in stuck)
-        message = (f"beads need a person: {names}. Edit them (PATCH /api/beads/{wid}/<bead>) or close them, "
-                   "then resume")
-        assert self.workflows is not None
-
-        def record(w: Workflow) -> None:
-            if w.halt is None:
-                w.halt_for("error", message, details=HaltDetails(step="execution"))
-
-        await self.workflows.orch.change(wid, record)
+        await self._halt_workflow(wid, f"beads need a person: {names}. Edit them (PATCH /api/beads/{wid}/<bead>) or "
+                                       "close them, then resume")
 
     # --- coordination mail -------------------------------------------------------------------------------
 
     async def _post(self, wid: str, sender: str, subject: str, body: str, *, to: list[str] | None = None,
                     key: str, reply_to: object = None) -> object:
         """Post on the epic thread (best effort: mail must never hold back the work it reports on)."""
-        if self.mail is None:
+        if self._post_mail is None:
             return None
         try:
-            return await self.mail.post(wid, sender, to or [COORDINATOR], subject, body, key=key)
+            return await self._post_mail(wid, sender, to or [COORDINATOR], subject, body, key=key)
         except Exception as exc:
             log.warning("epic %s: mail %r not posted: %s", wid, subject, exc)
             return None

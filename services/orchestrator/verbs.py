@@ -1,6 +1,6 @@
 """The lifecycle verbs: stage artifacts, approval, and the tool commands the tools service forwards.
 
-Each command runs in its workflow's mailbox (``Orchestrator.change``): load, check, record, answer.
+Each command runs under its workflow's lock (``WorkflowBook.change``): load, check, record, answer.
 A refused command (``LifecycleError``) records nothing and answers a typed error.
 """
 
@@ -32,7 +32,8 @@ from .state import ReviewVerdict, StageCard
 
 if TYPE_CHECKING:
     from .driver import WorkflowDriver
-    from .service import Orchestrator  # which registers these verbs: imported for its type only
+    from .loop_book import LoopBook
+    from .workflow_book import WorkflowBook
 
 __all__ = ["LIFECYCLE_VERBS", "register_lifecycle"]
 
@@ -52,14 +53,21 @@ LIFECYCLE_VERBS = (
 )
 
 
-def register_lifecycle(service: TypedService, orch: Orchestrator) -> None:
-    """Add every lifecycle endpoint to ``service``; ``orch`` is the running ``Orchestrator``."""
+def register_lifecycle(service: TypedService, orch: WorkflowBook, controls: WorkflowDriver | None = None,
+                       loops: LoopBook | None = None) -> None:
+    """Add every lifecycle endpoint to ``service``.
+
+    Args:
+        orch: the workflows' book.
+        controls: the driver the user's controls act through (None: this orchestrator records commands only,
+            so the controls, which act on running agents, are ``unavailable``).
+        loops: the loop sessions' book: a note from a loop iteration's agent is kept by its session.
+    """
 
     def driver() -> WorkflowDriver:
-        # The user's controls act on running agents: only an orchestrator that drives workflows has them.
-        if orch.driver is None:
+        if controls is None:
             raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive workflows")
-        return orch.driver
+        return controls
 
     async def submit(workflow_id: str, stage: str, card: StageCard, key: str | None) -> WorkflowView:
         workflow, _ = await orch.change(workflow_id, lambda wf: wf.submit_artifact(stage, card, key=key))
@@ -90,9 +98,9 @@ def register_lifecycle(service: TypedService, orch: Orchestrator) -> None:
         return artifacts_of(await orch.read(query.workflow_id))
 
     async def take_note(cmd: fx.TakeNote) -> fx.NoteTaken:
-        if orch.loops is not None and orch.loops.is_loop(cmd.workflow_id):
+        if loops is not None and loops.is_loop(cmd.workflow_id):
             # A loop iteration's agent: the note is kept for the session's later iterations.
-            _, note_id = await orch.loops.change(cmd.workflow_id, lambda s: s.take_note(
+            _, note_id = await loops.change(cmd.workflow_id, lambda s: s.take_note(
                 agent_session_id=cmd.session_id, note=cmd.note, key=cmd.idempotency_key))
             return fx.NoteTaken(note_id=note_id)
         _, note_id = await orch.change(

@@ -35,7 +35,7 @@ async def driver(nc, data_dir):
     except Exception:
         pass
     settings = Settings(data_dir=str(data_dir))
-    d = WorkflowDriver(nc=nc, orchestrator=SimpleNamespace(views={}), settings=settings)
+    d = WorkflowDriver(nc=nc, book=SimpleNamespace(views={}), settings=settings)
     yield d
     await d.stop()
     await js.delete_consumer(subjects.EVENTS_STREAM, _CONSUMER)
