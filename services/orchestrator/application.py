@@ -9,10 +9,10 @@ from eventsourcing.application import Application
 
 from autarch.runtime.aggregates import created_ids, load_as, topic_of
 
-from .domainmodel import Workflow
-from .loop_model import LoopSession
-from .mail_model import Mailbox, mailbox_id_for
-from .swarm_model import Swarm, swarm_id_for
+from .loop.model import LoopSession
+from .mail.model import Mailbox, mailbox_id_for
+from .swarm.model import Swarm, swarm_id_for
+from .workflow.model import Workflow
 
 __all__ = ["WorkflowApplication"]
 

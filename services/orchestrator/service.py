@@ -27,17 +27,17 @@ from autarch.runtime.settings import OrchestratorSettings, narrow
 
 from .application import WorkflowApplication
 from .book import ignore
-from .driver import WorkflowDriver
-from .loop_book import LoopBook, register_loops
-from .loop_driver import LoopDriver
-from .mail_book import MailBook, register_mail
+from .loop.book import LoopBook, register_loops
+from .loop.driver import LoopDriver
+from .mail.book import MailBook, register_mail
 from .partition import Partition
 from .stepping import Stepper
-from .swarm_book import SwarmBook, register_beads
-from .swarm_driver import SwarmDriver
-from .verbs import register_lifecycle
+from .swarm.book import SwarmBook, register_beads
+from .swarm.driver import SwarmDriver
 from .wire import WireEvents
-from .workflow_book import WorkflowBook
+from .workflow.book import WorkflowBook
+from .workflow.driver import WorkflowDriver
+from .workflow.verbs import register_lifecycle
 from .writer import BatchedWriter
 
 __all__ = ["start"]

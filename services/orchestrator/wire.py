@@ -14,13 +14,13 @@ from autarch.contracts.events import Event
 from autarch.contracts.loops import NotifyTarget
 
 from .application import WorkflowApplication
-from .contract_events import to_contract
-from .loop_model import LoopSession
-from .loop_views import loop_to_contract
-from .mail_book import mail_to_contract
-from .mail_model import Mailbox
-from .swarm_model import Swarm
-from .swarm_views import swarm_to_contract
+from .loop.model import LoopSession
+from .loop.views import loop_to_contract
+from .mail.book import mail_to_contract
+from .mail.model import Mailbox
+from .swarm.model import Swarm
+from .swarm.views import swarm_to_contract
+from .workflow.views import to_contract
 
 __all__ = ["WireEvents"]
 

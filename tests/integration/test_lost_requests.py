@@ -46,8 +46,8 @@ from autarch.runtime.micro import TypedService
 from autarch.runtime.natsserver import EmbeddedNats, free_port
 from autarch.runtime.requests import request
 from autarch.services.git.engine import GitEngine
-from autarch.services.orchestrator import controls
-from autarch.services.orchestrator.outcomes import handle_turn
+from autarch.services.orchestrator.workflow import controls
+from autarch.services.orchestrator.workflow.outcomes import handle_turn
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.e2e.conftest import System
 from tests.git.gitcli import fsck, git, make_user_repo

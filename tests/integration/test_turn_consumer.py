@@ -17,7 +17,7 @@ from autarch.contracts import subjects
 from autarch.contracts.base import encode
 from autarch.contracts.events import TurnCompleted
 from autarch.runtime.settings import Settings
-from autarch.services.orchestrator.driver import _CONSUMER, WorkflowDriver
+from autarch.services.orchestrator.workflow.driver import _CONSUMER, WorkflowDriver
 
 NEXT = f"$JS.API.CONSUMER.MSG.NEXT.{subjects.EVENTS_STREAM}.{_CONSUMER}"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import jsonschema
 
-from autarch.services.orchestrator.handoffs import handoff_document, manifest_document, owner_file
-from autarch.services.orchestrator.swarm_model import Swarm
+from autarch.services.orchestrator.swarm.handoffs import handoff_document, manifest_document, owner_file
+from autarch.services.orchestrator.swarm.model import Swarm
 
 from .test_swarm_model import WID, _bead
 

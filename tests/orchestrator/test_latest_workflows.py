@@ -11,9 +11,9 @@ from eventsourcing.persistence import IntegrityError
 from autarch.contracts.workflows import CreateWorkflow
 from autarch.runtime.errors import ServiceFailure
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.domainmodel import Workflow
-from autarch.services.orchestrator.lifecycle import LifecycleError
-from autarch.services.orchestrator.workflow_book import WorkflowBook
+from autarch.services.orchestrator.workflow.book import WorkflowBook
+from autarch.services.orchestrator.workflow.lifecycle import LifecycleError
+from autarch.services.orchestrator.workflow.model import Workflow
 from autarch.services.orchestrator.writer import BatchedWriter
 
 

@@ -8,9 +8,9 @@ import msgspec
 
 from autarch.contracts.agents import Question, UnresolvedIssue
 from autarch.runtime.aggregates import project
-from autarch.services.orchestrator.contract_events import view_of
-from autarch.services.orchestrator.domainmodel import Workflow
-from autarch.services.orchestrator.state import HaltDetails
+from autarch.services.orchestrator.workflow.model import Workflow
+from autarch.services.orchestrator.workflow.state import HaltDetails
+from autarch.services.orchestrator.workflow.views import view_of
 
 
 def new_workflow() -> Workflow:

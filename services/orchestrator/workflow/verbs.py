@@ -26,14 +26,14 @@ from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
 
 from .cards import artifacts_of, scope_card_of
-from .contract_events import view_of
-from .domainmodel import Workflow
+from .model import Workflow
 from .state import ReviewVerdict, StageCard
+from .views import view_of
 
 if TYPE_CHECKING:
+    from ..loop.book import LoopBook
+    from .book import WorkflowBook
     from .driver import WorkflowDriver
-    from .loop_book import LoopBook
-    from .workflow_book import WorkflowBook
 
 __all__ = ["LIFECYCLE_VERBS", "register_lifecycle"]
 

@@ -22,7 +22,7 @@ from autarch.contracts.events import (
 )
 from autarch.contracts.loops import IterationView, LoopSummary, LoopView, NotifyTarget
 
-from .loop_model import Iteration, LoopSession
+from .model import Iteration, LoopSession
 
 __all__ = ["loop_to_contract", "summary_of", "view_of"]
 

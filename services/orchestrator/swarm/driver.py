@@ -53,18 +53,18 @@ from autarch.runtime.errors import RemoteError
 from autarch.runtime.leases import patterns_overlap
 from autarch.runtime.settings import OrchestratorSettings
 
-from . import bead_kickoffs
-from .bead_plan import auto_workers, bead_dicts, plan_feature
+from ..stepping import Stepper, ask_service, stop_agent_session
+from . import kickoffs
+from .book import SwarmBook, ranked
 from .evidence import evidence_markdown
 from .handoffs import MANIFEST, handoff_document, manifest_document, owner_file, resume_briefing
-from .stepping import Stepper, ask_service, stop_agent_session
-from .swarm_book import SwarmBook, ranked
-from .swarm_model import Attempt, Bead, Swarm
+from .model import Attempt, Bead, Swarm
+from .plan import auto_workers, bead_dicts, plan_feature
 
 if TYPE_CHECKING:
     from autarch.runtime.leases import LeaseTable
 
-    from .domainmodel import Workflow
+    from ..workflow.model import Workflow
 
 PostMail = Callable[..., Awaitable[MailMessage]]
 """Posts a message on an epic: ``(epic, sender, to, subject, body, *, key)`` (``MailBook.post``)."""
@@ -290,7 +290,7 @@ class SwarmDriver:
                 files[bead.verification_evidence] = evidence_markdown(bead, a, a.evidence)
             done = await self._ask("git", "commit_bead", CommitBead(
                 workflow_id=wid, worker=a.worker, bead_id=a.bead_id, attempt=a.number,
-                summary=bead_kickoffs.commit_summary(a.summary or bead.title, bead), files=files), BeadCommitted)
+                summary=kickoffs.commit_summary(a.summary or bead.title, bead), files=files), BeadCommitted)
             await self.book.change(wid, lambda s: s.committed(s.attempts[(a.bead_id, a.number)], done.commit,
                                                               done.files_changed))
             return None
@@ -304,7 +304,7 @@ class SwarmDriver:
         begun = await self._ask("git", "begin_bead", BeginBead(workflow_id=wid, worker=a.worker, bead_id=a.bead_id,
                                                                attempt=a.number), BeadBegun)
         await self._ask("git", "write_worker_files", WriteWorkerFiles(
-            workflow_id=wid, worker=a.worker, files={_card(bead.id): bead_kickoffs.bead_card(bead)}),
+            workflow_id=wid, worker=a.worker, files={_card(bead.id): kickoffs.bead_card(bead)}),
             WorkerFilesWritten)
         await self.book.change(wid, lambda s: s.begun(s.attempts[(a.bead_id, a.number)], begun.base_commit))
 
@@ -338,7 +338,7 @@ class SwarmDriver:
         worker = swarm.workers[a.worker]
         assert worker.worktree_path is not None
         script = bead.id if a.number == 1 else f"{bead.id}-a{a.number}"
-        kickoff = bead_kickoffs.bead_kickoff(wf, swarm, bead, a)
+        kickoff = kickoffs.bead_kickoff(wf, swarm, bead, a)
         read_first: list[str] = []
         if a.generation:
             script += f"-h{a.generation}"
@@ -550,7 +550,7 @@ class SwarmDriver:
         if event.tool == "complete_pulse" and event.arguments:
             summary = str(event.arguments.get("summary") or "").strip() or bead.title
         elif a.nudges < self.settings.stage_nudges and event.outcome != "error":
-            nudge = bead_kickoffs.bead_nudge(bead)
+            nudge = kickoffs.bead_nudge(bead)
         wid = event.workflow_id
 
         def record(s: Swarm) -> None:

@@ -10,8 +10,8 @@ from autarch.contracts.execution import HaltReason
 from autarch.contracts.workflows import WorkflowErrorCode
 
 from . import kickoffs
-from .domainmodel import Workflow
 from .lifecycle import LifecycleError, validate_answers
+from .model import Workflow
 from .state import Halt
 from .steps import agent_waits
 

@@ -27,7 +27,7 @@ from autarch.contracts.turns import (
     TurnSlice,
 )
 
-from .loop_model import Anchor, LoopSession
+from .model import Anchor, LoopSession
 
 __all__ = ["Ask", "IterationContext", "build_context", "estimate_tokens"]
 

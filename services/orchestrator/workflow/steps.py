@@ -13,7 +13,7 @@ import msgspec
 
 from autarch.contracts.agents import Baseline, PlannedPulse
 
-from .domainmodel import STAGES, Workflow
+from .model import STAGES, Workflow
 from .state import PulseRun
 
 __all__ = [

@@ -15,7 +15,7 @@ from typing import Any
 from autarch.contracts.beads import HandoffEntry
 from autarch.contracts.mail import COORDINATOR
 
-from .swarm_model import Attempt, Bead, Swarm
+from .model import Attempt, Bead, Swarm
 
 __all__ = ["HANDOFF_DIR", "MANIFEST", "handoff_document", "manifest_document", "owner_file", "resume_briefing"]
 

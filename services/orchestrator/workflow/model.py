@@ -34,7 +34,7 @@ from autarch.contracts.workflows import (
     WorkflowStatus,
 )
 
-from .bead_plan import bounce_feedback, bounced_pulses, is_bead_plan
+from ..swarm.plan import bounce_feedback, bounced_pulses, is_bead_plan
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
 from .state import (
     Cards,
@@ -550,3 +550,5 @@ class Workflow(Aggregate):
     def same_request(self, *, title: str, request: str, repo: str, base_branch: str) -> bool:
         """True when a repeated create asks for exactly this workflow."""
         return (self.title, self.request, self.repo, self.base_branch) == (title, request, repo, base_branch)
+
+

@@ -29,7 +29,7 @@ from autarch.contracts.loops import (
     Signal,
 )
 
-from .refusal import Refusal
+from ..refusal import Refusal
 
 __all__ = ["Anchor", "Iteration", "LoopBranch", "LoopError", "LoopSession", "iteration_session_id"]
 
@@ -424,3 +424,5 @@ class LoopSession(Aggregate):
         return [ProgressEntry(iteration=it.number, signal=it.signal, summary=it.output_summary or "",
                               commit_hash=it.commit_hash, turn_id=it.turn_id)
                 for it in self.iterations if it.over and it.signal is not None]
+
+

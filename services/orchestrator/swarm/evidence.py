@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autarch.contracts.beads import VerificationEvidence
 
-from .swarm_model import Attempt, Bead
+from .model import Attempt, Bead
 
 __all__ = ["evidence_markdown"]
 

@@ -47,12 +47,12 @@ from autarch.runtime.requests import request
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
 
-from . import loop_signals
-from .loop_book import LoopBook
-from .loop_context import build_context, estimate_tokens
-from .loop_model import Iteration, LoopSession
-from .partition import WHOLE, Partition
-from .stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
+from ..partition import WHOLE, Partition
+from ..stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
+from . import signals
+from .book import LoopBook
+from .context import build_context, estimate_tokens
+from .model import Iteration, LoopSession
 
 __all__ = ["LoopDriver", "next_step"]
 
@@ -286,18 +286,18 @@ class LoopDriver:
         if it is None or it.over or it.ending is not None:
             return
         if event.outcome in ("end_turn", "block"):
-            reading = loop_signals.read_signal(event.text)
+            reading = signals.read_signal(event.text)
             ending, signal, source, reason = "complete", reading.signal, reading.source, reading.reason
         elif event.outcome == "cancelled":
             ending, signal, source, reason = "failed", "BLOCKED", "limit", "the iteration's turn was cancelled"
         else:
             detail = event.detail or event.outcome
             ending, signal, source, reason = "failed", "BLOCKED", "limit", f"the turn ended {event.outcome}: {detail}"
-        hint = loop_signals.anchor_hint(event.text)
-        subject, body = loop_signals.commit_message(event.text, it.number, session.goal)
+        hint = signals.anchor_hint(event.text)
+        subject, body = signals.commit_message(event.text, it.number, session.goal)
         tokens = (event.input_tokens + event.output_tokens + event.cache_read_input_tokens
                   + event.cache_creation_input_tokens)
-        summary = loop_signals.summarise(event.text) if event.text.strip() else (reason or "(no output)")
+        summary = signals.summarise(event.text) if event.text.strip() else (reason or "(no output)")
         limit = self.settings.loop_no_progress_limit
         async with self._locks[event.workflow_id]:
             current = (await self.book.read(event.workflow_id)).iteration(it.number)

@@ -9,7 +9,7 @@ from autarch.contracts.agents import PlannedPulse, Question, SubmitScopeArgs
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.workflows import WorkflowErrorCode
 
-from .refusal import Refusal
+from ..refusal import Refusal
 from .state import Stage
 
 __all__ = [

@@ -31,7 +31,7 @@ from autarch.contracts.beads import (
 )
 from autarch.contracts.errors import ErrorCode
 
-from .refusal import Refusal
+from ..refusal import Refusal
 
 __all__ = ["Attempt", "Bead", "LeaseRecord", "Swarm", "SwarmError", "Worker", "missing_fields", "swarm_id_for"]
 
@@ -612,3 +612,5 @@ class Swarm(Aggregate):
     def finish(self) -> None:
         if not self.finished:
             self._finished(at=_now())
+
+

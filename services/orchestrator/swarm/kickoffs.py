@@ -10,11 +10,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from .kickoffs import _bullets, _scope
+from ..workflow.kickoffs import _bullets, _scope
 
 if TYPE_CHECKING:
-    from .domainmodel import Workflow
-    from .swarm_model import Attempt, Bead, Swarm
+    from ..workflow.model import Workflow
+    from .model import Attempt, Bead, Swarm
 
 __all__ = ["bead_card", "bead_kickoff", "bead_nudge", "commit_summary"]
 

@@ -40,12 +40,12 @@ from autarch.contracts.beads import (
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
 
-from .application import WorkflowApplication
-from .bead_rank import critical_path, rank_ready
-from .book import Book, ignore
-from .swarm_model import Bead, Swarm, SwarmError, swarm_id_for
-from .swarm_views import bead_view, swarm_view
-from .writer import BatchedWriter
+from ..application import WorkflowApplication
+from ..book import Book, ignore
+from ..writer import BatchedWriter
+from .model import Bead, Swarm, SwarmError, swarm_id_for
+from .rank import critical_path, rank_ready
+from .views import bead_view, swarm_view
 
 __all__ = ["SwarmBook", "register_beads"]
 

@@ -19,14 +19,14 @@ from autarch.contracts.workflows import (
 )
 from autarch.runtime.errors import ServiceFailure
 
-from .application import WorkflowApplication
-from .book import Book, ignore
-from .contract_events import view_of
-from .domainmodel import Workflow
-from .replay import replay
+from ..application import WorkflowApplication
+from ..book import Book, ignore
+from ..replay import replay
+from ..writer import BatchedWriter
+from .model import Workflow
 from .state import HaltDetails
 from .steps import needs_driving
-from .writer import BatchedWriter
+from .views import view_of
 
 __all__ = ["WorkflowBook"]
 

@@ -45,10 +45,10 @@ from autarch.contracts.mail import (
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
 
-from .application import WorkflowApplication
-from .book import Book
-from .mail_model import Mailbox, Message, mailbox_id_for
-from .writer import BatchedWriter
+from ..application import WorkflowApplication
+from ..book import Book
+from ..writer import BatchedWriter
+from .model import Mailbox, Message, mailbox_id_for
 
 __all__ = ["MailBook", "mail_to_contract", "message_view", "register_mail"]
 

@@ -28,8 +28,8 @@ from autarch.runtime.settings import OrchestratorSettings
 
 from . import kickoffs
 from .completion import CONVENTIONAL_COMMIT, completion_rejections
-from .domainmodel import Workflow
 from .lifecycle import BLOCK_OF_STEP, LifecycleError
+from .model import Workflow
 from .state import HaltDetails, PulseRun, StageCard
 from .steps import step_over
 

@@ -16,7 +16,7 @@ from eventsourcing.domain import Aggregate, event
 
 from autarch.contracts.mail import MailErrorCode, epic_topic
 
-from .refusal import Refusal
+from ..refusal import Refusal
 
 __all__ = ["MailError", "Mailbox", "Message", "mailbox_id_for"]
 
@@ -130,3 +130,5 @@ class Mailbox(Aggregate):
 
     def pending(self, agent: str) -> list[Message]:
         return [m for m in self.messages.values() if agent in m.to and agent not in m.delivered_to]
+
+

@@ -31,7 +31,7 @@ from autarch.contracts.events import (
 from autarch.contracts.execution import HaltView
 from autarch.contracts.workflows import WorkflowView
 
-from .domainmodel import Workflow
+from .model import Workflow
 from .state import Halt
 
 __all__ = ["to_contract", "view_of"]

@@ -14,7 +14,7 @@ import msgspec
 from autarch.contracts.agents import Question, SubmitScopeArgs
 
 if TYPE_CHECKING:
-    from .domainmodel import Workflow
+    from .model import Workflow
     from .state import HaltDetails, PulseRun
 
 __all__ = [

@@ -15,8 +15,8 @@ import msgspec
 from autarch.contracts.agents import PlannedPulse, SubmitPlanArgs
 from autarch.contracts.beads import Dependency, TddSteps
 
-from .bead_rank import BlocksGraph
-from .swarm_model import Bead, missing_fields
+from .model import Bead, missing_fields
+from .rank import BlocksGraph
 
 __all__ = ["auto_workers", "bead_dicts", "bead_of", "bounce_feedback", "bounced_pulses", "is_bead_plan", "level_width",
            "plan_feature"]

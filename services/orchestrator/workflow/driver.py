@@ -61,13 +61,14 @@ from autarch.runtime.requests import request
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
 
+from ..partition import WHOLE, Partition
+from ..stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
+from ..swarm.driver import IDLE, SwarmDriver
 from . import controls, kickoffs
-from .domainmodel import Workflow
 from .lifecycle import LifecycleError
+from .model import Workflow
 from .outcomes import handle_turn
-from .partition import WHOLE, Partition
 from .state import HaltDetails, PulseRun, QueuedMessage
-from .stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
 from .steps import (
     all_pulses_done,
     close_reason,
@@ -79,10 +80,9 @@ from .steps import (
     sessions_to_close,
     step_over,
 )
-from .swarm_driver import IDLE, SwarmDriver
 
 if TYPE_CHECKING:
-    from .workflow_book import WorkflowBook
+    from .book import WorkflowBook
 
 __all__ = ["STEP_ROLES", "WorkflowDriver", "all_pulses_done", "next_action", "next_pulse", "session_id_for"]
 

@@ -10,7 +10,7 @@ from autarch.contracts.execution import PreflightView, PulseRunView
 from autarch.contracts.orchestrator_tools import ScopeCard
 from autarch.contracts.workflows import StageNote, WorkflowArtifacts, WorkflowBaseline
 
-from .domainmodel import Workflow
+from .model import Workflow
 
 __all__ = ["artifacts_of", "scope_card_of"]
 

@@ -35,7 +35,7 @@ from autarch.contracts.events import (
     WorkerStatusChanged,
 )
 
-from .swarm_model import Bead, Swarm
+from .model import Bead, Swarm
 
 __all__ = ["bead_view", "swarm_to_contract", "swarm_view"]
 

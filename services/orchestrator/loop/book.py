@@ -44,11 +44,11 @@ from autarch.runtime.micro import TypedService
 from autarch.runtime.requests import request
 from autarch.runtime.settings import OrchestratorSettings
 
-from .application import WorkflowApplication
-from .book import Book, ignore
-from .loop_model import LoopSession
-from .loop_views import summary_of, view_of
-from .writer import BatchedWriter
+from ..application import WorkflowApplication
+from ..book import Book, ignore
+from ..writer import BatchedWriter
+from .model import LoopSession
+from .views import summary_of, view_of
 
 __all__ = ["LoopBook", "register_loops"]
 
