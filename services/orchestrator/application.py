@@ -7,7 +7,7 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 
-from autarch.runtime.aggregates import created_ids, load_as, topic_of
+from autarch.runtime.aggregates import created_ids, load_as, topics_of
 
 from .loop.model import LoopSession
 from .mail.model import Mailbox, mailbox_id_for
@@ -29,7 +29,7 @@ class WorkflowApplication(Application[UUID]):
 
     def workflow_ids(self) -> Iterator[str]:
         """Every recorded workflow id, in creation order, read from the notification log."""
-        return created_ids(self.recorder, _CREATED_TOPIC)
+        return created_ids(self.recorder, _CREATED_TOPICS)
 
     def get_loop(self, session_id: str, *, version: int | None = None) -> LoopSession:
         """Rebuild one loop session from its events (only its first ``version`` events when given)."""
@@ -37,7 +37,7 @@ class WorkflowApplication(Application[UUID]):
 
     def loop_ids(self) -> Iterator[str]:
         """Every recorded loop session id, in creation order."""
-        return created_ids(self.recorder, _LOOP_CREATED_TOPIC)
+        return created_ids(self.recorder, _LOOP_CREATED_TOPICS)
 
     def get_swarm(self, workflow_id: str, *, version: int | None = None) -> Swarm:
         """The epic of one workflow rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
@@ -48,7 +48,7 @@ class WorkflowApplication(Application[UUID]):
 
     def swarm_workflow_ids(self) -> Iterator[str]:
         """The workflow of every recorded epic, in creation order."""
-        for swarm_id in created_ids(self.recorder, _SWARM_CREATED_TOPIC):
+        for swarm_id in created_ids(self.recorder, _SWARM_CREATED_TOPICS):
             yield self.get_swarm_by_id(swarm_id).workflow_id
 
     def get_mailbox(self, epic_id: str, *, version: int | None = None) -> Mailbox:
@@ -59,6 +59,7 @@ class WorkflowApplication(Application[UUID]):
         return load_as(self, Swarm, UUID(swarm_id))
 
 
-_CREATED_TOPIC = topic_of(Workflow.Created)
-_LOOP_CREATED_TOPIC = topic_of(LoopSession.Started)
-_SWARM_CREATED_TOPIC = topic_of(Swarm.Started)
+# Each with the topics of earlier versions, stored before the aggregates moved (``recorded_as``).
+_CREATED_TOPICS = topics_of(Workflow.Created)
+_LOOP_CREATED_TOPICS = topics_of(LoopSession.Started)
+_SWARM_CREATED_TOPICS = topics_of(Swarm.Started)

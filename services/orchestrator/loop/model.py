@@ -28,6 +28,7 @@ from autarch.contracts.loops import (
     ProgressEntry,
     Signal,
 )
+from autarch.runtime.aggregates import recorded_as
 
 from ..refusal import Refusal
 
@@ -425,4 +426,7 @@ class LoopSession(Aggregate):
                               commit_hash=it.commit_hash, turn_id=it.turn_id)
                 for it in self.iterations if it.over and it.signal is not None]
 
+
+# Until this module moved here, its events were stored as events of ``loop_model`` (their topics say so).
+recorded_as(__name__, "autarch.services.orchestrator.loop_model")
 

@@ -15,6 +15,7 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from autarch.contracts.mail import MailErrorCode, epic_topic
+from autarch.runtime.aggregates import recorded_as
 
 from ..refusal import Refusal
 
@@ -131,4 +132,7 @@ class Mailbox(Aggregate):
     def pending(self, agent: str) -> list[Message]:
         return [m for m in self.messages.values() if agent in m.to and agent not in m.delivered_to]
 
+
+# Until this module moved here, its events were stored as events of ``mail_model`` (their topics say so).
+recorded_as(__name__, "autarch.services.orchestrator.mail_model")
 

@@ -30,6 +30,7 @@ from autarch.contracts.beads import (
     WorkerStatus,
 )
 from autarch.contracts.errors import ErrorCode
+from autarch.runtime.aggregates import recorded_as
 
 from ..refusal import Refusal
 
@@ -613,4 +614,7 @@ class Swarm(Aggregate):
         if not self.finished:
             self._finished(at=_now())
 
+
+# Until this module moved here, its events were stored as events of ``swarm_model`` (their topics say so).
+recorded_as(__name__, "autarch.services.orchestrator.swarm_model")
 

@@ -33,6 +33,7 @@ from autarch.contracts.workflows import (
     WorkflowPath,
     WorkflowStatus,
 )
+from autarch.runtime.aggregates import recorded_as
 
 from ..swarm.plan import bounce_feedback, bounced_pulses, is_bead_plan
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
@@ -551,4 +552,7 @@ class Workflow(Aggregate):
         """True when a repeated create asks for exactly this workflow."""
         return (self.title, self.request, self.repo, self.base_branch) == (title, request, repo, base_branch)
 
+
+# Until this module moved here, its events were stored as events of ``domainmodel`` (their topics say so).
+recorded_as(__name__, "autarch.services.orchestrator.domainmodel")
 
