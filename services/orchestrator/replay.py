@@ -11,7 +11,7 @@ from autarch.runtime.eventstore import event_store_env
 from autarch.runtime.settings import CommonSettings
 
 from .application import WorkflowApplication
-from .mail.book import message_view
+from .mail.views import message_view
 from .swarm.views import swarm_view
 from .workflow.cards import artifacts_of
 from .workflow.views import view_of

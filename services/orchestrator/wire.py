@@ -1,9 +1,8 @@
 """What the relay publishes: the wire event of each event the orchestrator's store records.
 
-Each context translates its own aggregate's events (``contract_events``, ``loop_views``, ``swarm_views``,
-``mail_book``); some need a fact the event does not carry (a loop session's iteration limit and notification
-targets, an epic's workflow), fixed when the aggregate was made: it is read from the store the first time and
-kept.
+Each context translates its own aggregate's events (its ``views`` module). Some need a fact the event does not
+carry (a loop session's iteration limit and notification targets, an epic's workflow), fixed when the aggregate
+was made: it is read from the store the first time and kept.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ from autarch.contracts.loops import NotifyTarget
 from .application import WorkflowApplication
 from .loop.model import LoopSession
 from .loop.views import loop_to_contract
-from .mail.book import mail_to_contract
 from .mail.model import Mailbox
+from .mail.views import mail_to_contract
 from .swarm.model import Swarm
 from .swarm.views import swarm_to_contract
 from .workflow.views import to_contract

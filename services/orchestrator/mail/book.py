@@ -14,12 +14,10 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, TypeVar
 
 from autarch.contracts import subjects
 from autarch.contracts.base import encode
-from autarch.contracts.events import Event, MailPosted
 from autarch.contracts.mail import (
     FETCH_INBOX_VERB,
     FETCH_TOPIC_VERB,
@@ -49,8 +47,9 @@ from ..application import WorkflowApplication
 from ..book import Book
 from ..writer import BatchedWriter
 from .model import Mailbox, Message, mailbox_id_for
+from .views import message_view
 
-__all__ = ["MailBook", "mail_to_contract", "message_view", "register_mail"]
+__all__ = ["MailBook", "register_mail"]
 
 log = logging.getLogger("orchestrator.mail")
 
@@ -63,22 +62,6 @@ def _epic(epic_id: str) -> str:
     except ValueError:
         raise ServiceFailure.bad_request(f"{epic_id!r} is not an epic id (the workflow id)",
                                          epic_id=epic_id) from None
-
-
-def message_view(m: Message, epic_id: str) -> MailMessage:
-    return MailMessage(message_id=m.message_id, epic_id=epic_id, thread_id=m.thread_id, topic=m.topic,
-                       sender=m.sender, to=list(m.to), subject=m.subject, body_md=m.body_md, reply_to=m.reply_to,
-                       created_at=datetime.fromisoformat(m.created_at), delivered_to=list(m.delivered_to))
-
-
-def mail_to_contract(e: Any) -> Event | None:
-    """The wire event of a Mailbox event: ``mail:posted`` for a post; deliveries are not distributed."""
-    if not isinstance(e, Mailbox.MessagePosted):
-        return None
-    message = MailMessage(message_id=e.message_id, epic_id=e.epic_id, thread_id=e.thread_id, topic=e.topic,
-                          sender=e.sender, to=list(e.to), subject=e.subject, body_md=e.body_md, reply_to=e.reply_to,
-                          created_at=datetime.fromisoformat(e.at))
-    return MailPosted(workflow_id=e.epic_id, occurred_at=e.timestamp, message=message)
 
 
 @dataclass
