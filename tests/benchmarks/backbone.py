@@ -27,10 +27,10 @@ from pathlib import Path
 
 import httpx
 
+from autarch.cli.local.natsserver import EmbeddedNats, free_port
 from autarch.contracts import subjects
 from autarch.contracts.workflows import CreateWorkflow
 from autarch.runtime.bus import connect, ensure_event_stream
-from autarch.runtime.natsserver import EmbeddedNats, free_port
 from autarch.runtime.relay import EventRelay
 from autarch.services.orchestrator.application import WorkflowApplication
 from autarch.services.orchestrator.workflow.views import to_contract

@@ -7,7 +7,7 @@ import logging
 import time
 from urllib.parse import parse_qs, urlparse, urlunparse
 
-from .bus import close_quietly, connect, ensure_event_stream
+from autarch.runtime.bus import close_quietly, connect, ensure_event_stream
 
 __all__ = ["ensure_postgres_schema", "wait_for_stream"]
 

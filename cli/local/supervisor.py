@@ -32,10 +32,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cancel import cancel_and_wait
+from autarch.runtime.cancel import cancel_and_wait
+from autarch.runtime.retry import SUPERVISOR_RESTART, Backoff
+from autarch.runtime.settings import Settings
+
 from .natsserver import EmbeddedNats, die_with_parent, local_cluster
-from .retry import SUPERVISOR_RESTART, Backoff
-from .settings import Settings
 
 __all__ = ["AVAILABLE_SERVICES", "Child", "Supervisor"]
 
