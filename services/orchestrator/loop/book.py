@@ -1,4 +1,4 @@
-"""Loop sessions' commands and queries: one mailbox per session, a read model of every session's view.
+"""Loop sessions' commands and queries: one command per session at a time, a read model of every session's view.
 
 The loop verbs (``start_loop`` … ``abort_loop``) are served here. A start is checked before anything is
 recorded: the repository is registered and the session's branch and worktree made by the git service, and an
@@ -180,9 +180,10 @@ class LoopBook:
 
     async def search_history(self, query: fx.SearchHistory) -> fx.HistoryHits:
         """An iteration's ``search_history`` tool: the turn memory searched within the session's project."""
-        view = self.views.get(query.workflow_id)
+        session_id = query.workflow_id  # the loop session, in the workflow's place (``SearchHistory``)
+        view = self.views.get(session_id)
         if view is None:
-            raise ServiceFailure.not_found(f"no loop session {query.workflow_id}", session_id=query.workflow_id)
+            raise ServiceFailure.not_found(f"no loop session {session_id}", session_id=session_id)
         hits = await request(self.nc, subjects.request("indexer", "search_turns"),
                              SearchTurns(project_path=view.project_path, query=query.query,
                                          limit=max(1, min(query.limit, 20))), TurnHits,

@@ -279,9 +279,12 @@ class LoopDriver:
 
     async def on_turn(self, event: TurnCompleted) -> None:
         """Record what an iteration's finished turn says (idempotent: an iteration records one turn)."""
-        if not self.book.is_loop(event.workflow_id):
+        # The turn events of an iteration's agent session are keyed by the loop session (the stream's workflow
+        # token, so that one wildcard follows one session): that is the id in ``workflow_id``.
+        session_id = event.workflow_id
+        if not self.book.is_loop(session_id):
             return  # a workflow's turn (the workflow driver's), or a discussion
-        session = await self.book.read(event.workflow_id)
+        session = await self.book.read(session_id)
         it = session.iteration_of_session(event.session_id)
         if it is None or it.over or it.ending is not None:
             return
@@ -299,15 +302,15 @@ class LoopDriver:
                   + event.cache_creation_input_tokens)
         summary = signals.summarise(event.text) if event.text.strip() else (reason or "(no output)")
         limit = self.settings.loop_no_progress_limit
-        async with self._locks[event.workflow_id]:
-            current = (await self.book.read(event.workflow_id)).iteration(it.number)
+        async with self._locks[session_id]:
+            current = (await self.book.read(session_id)).iteration(it.number)
             if current.over or current.ending is not None:
                 return  # recorded meanwhile (an abort, the time limit, a redelivery handled by another path)
             # The git step first, then the turn and the end in one save: the commit is idempotent on the pulse, so
             # a crash in between redoes it on the redelivered turn event and gets the same commit. The turn goes to
             # the turn memory meanwhile, so that once the iteration shows as ended its turn can be an anchor.
             (commit, files), _ = await asyncio.gather(
-                self._keep_work(event.workflow_id, it.number, ending, subject, body, reason),
+                self._keep_work(session_id, it.number, ending, subject, body, reason),
                 self._remember_turn(session, it, event))
 
             def record(s: LoopSession) -> None:
@@ -319,9 +322,9 @@ class LoopDriver:
                                  cost_usd=event.cost_usd):
                     s.end_iteration(it.number, commit_hash=commit, files_changed=files, no_progress_limit=limit)
 
-            session, _ = await self.book.change(event.workflow_id, record)
+            session, _ = await self.book.change(session_id, record)
         self._log_end(session, it.number)
-        self.kick(event.workflow_id)
+        self.kick(session_id)
 
     async def _remember_turn(self, session: LoopSession, it: Iteration, event: TurnCompleted) -> None:
         """Give the iteration's turn to the turn memory (later anchors find it); best effort."""

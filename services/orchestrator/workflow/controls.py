@@ -1,4 +1,4 @@
-"""The user's controls over a halted workflow, as commands on the recorded state (they run in its mailbox).
+"""The user's controls over a halted workflow, as commands on the recorded state (they run under its lock).
 
 Each raises ``LifecycleError`` before recording anything when it does not fit, so a refused control
 changes nothing; the driver then carries the workflow on from what was recorded.

@@ -430,7 +430,7 @@ class WorkflowDriver:
         message = f"preflight timed out after {timeout:g}s"
 
         def record(w: Workflow) -> None:
-            # Checked again in the mailbox: a preflight that completed meanwhile keeps its outcome.
+            # Checked again under the lock: a preflight that completed meanwhile keeps its outcome.
             if preflight_overdue(w, timeout):
                 w.complete_preflight(status="failed", error=message)
                 w.abandon(message)
@@ -454,7 +454,7 @@ class WorkflowDriver:
             return
         step = wf.step_of(event.session_id)
         if step is None and self.swarm is not None:
-            # Not under the workflow's lock: a worker's turn is recorded in the swarm's own mailbox, at once, so
+            # Not under the workflow's lock: a worker's turn is recorded under the swarm's own lock, at once, so
             # that turns ending together are verified and merged in one pass rather than one pass each.
             handled = await self.swarm.on_turn(event)
             if handled:

@@ -1,6 +1,6 @@
 """What a finished agent turn means for its workflow: a card, a pulse completion, a nudge, a halt.
 
-:func:`handle_turn` runs in the workflow's mailbox on the recorded state and records its meaning;
+:func:`handle_turn` runs under the workflow's lock on the recorded state and records its meaning;
 everything it needs from other services (the pulse session's refusals, the worktree's tracked
 changes) is asked for by the driver beforehand, so this stays a pure function of its inputs.
 """

@@ -4,6 +4,9 @@ Bodies use the seed's camelCase (``projectName``, ``maxIterations``, …); repli
 ``LoopView`` / ``LoopList``. A session's events are on ``/api/events?workflow=<session id>`` with the usual
 resume rules. Controls are not retried by the gateway: a lost reply followed by a second resume could let a
 session run on past its next block.
+
+The handlers keep the seed's ``pulse`` names: they are the operations of its ``/api/pulse`` API, and the OpenAPI
+document's operation ids are made from them.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .errors import STATUS_OF, error_response
 from .orchestrator_client import ask_orchestrator
 from .params import canonical_uuid, error_responses
 
-__all__ = ["PULSE_ROUTES"]
+__all__ = ["LOOP_ROUTES"]
 
 _STATUS = {
     **STATUS_OF,
@@ -150,4 +153,4 @@ async def abort_pulse(
     return await _ask(state, "abort_loop", command, LoopView, idempotent=False)
 
 
-PULSE_ROUTES = [start_pulse, get_pulse, list_pulse, pause_pulse, resume_pulse, abort_pulse]
+LOOP_ROUTES = [start_pulse, get_pulse, list_pulse, pause_pulse, resume_pulse, abort_pulse]

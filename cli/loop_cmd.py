@@ -1,4 +1,6 @@
-"""``autarch pulse …``: start, list, show and steer Pulse Protocol loop sessions through the gateway.
+"""``autarch pulse …`` (also ``autarch loop …``): start, list, show and steer loop sessions through the gateway.
+
+The command keeps the name the Pulse Protocol (seed 001) gives its verbs; everything inside says loop.
 
 Every command takes ``--url``, ``--token-file`` and ``--data-dir`` (see :mod:`.gateway_client`). A session id
 may be shortened to a unique prefix. ``start --follow`` (and ``autarch watch <session id>``, through
@@ -228,12 +230,12 @@ def _positive(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    pulse = sub.add_parser(
-        "pulse", help="start, inspect and steer loop sessions (Pulse Protocol, through the gateway)",
+    loop = sub.add_parser(
+        "pulse", aliases=["loop"], help="start, inspect and steer loop sessions (Pulse Protocol, through the gateway)",
         description="Loop sessions: agents iterate on a goal unattended, one commit and one signal per iteration. "
                     "A session id may be shortened to a unique prefix.",
     )
-    verbs = pulse.add_subparsers(dest="pulse_command", metavar="VERB")
+    verbs = loop.add_subparsers(dest="loop_command", metavar="VERB")
     verbs.required = True
 
     def verb(name: str, action: Any, help_text: str) -> argparse.ArgumentParser:
