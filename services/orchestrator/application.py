@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from uuid import UUID
 
-from eventsourcing.application import Application
+from eventsourcing.application import AggregateNotFoundError, Application
 
+from autarch.contracts.workflows import CreateWorkflow
 from autarch.runtime.aggregates import created_ids, load_as, topics_of
 
 from .loop.model import LoopSession
@@ -22,6 +23,33 @@ class WorkflowApplication(Application[UUID]):
     (no hidden state)."""
 
     name = "orchestrator"
+
+    def new_workflow(self, command: CreateWorkflow) -> tuple[Workflow, bool]:
+        """The workflow ``command`` asks for and whether it is new (unsaved).
+
+        A create repeated with the same id and fields returns the recorded workflow; the same id
+        with other fields raises ValueError (the caller answers ``conflict``).
+        """
+        try:
+            existing = self.get_workflow(command.workflow_id)
+        except AggregateNotFoundError:
+            pass
+        else:
+            fields = {"title": command.title, "request": command.request, "repo": command.repo,
+                      "base_branch": command.base_branch}
+            if not existing.same_request(**fields):
+                raise ValueError(f"workflow {command.workflow_id} already exists with other fields")
+            return existing, False
+        workflow = Workflow(
+            workflow_id=command.workflow_id,
+            title=command.title,
+            request=command.request,
+            repo=command.repo,
+            base_branch=command.base_branch,
+            branch=command.branch,
+            script=command.script,
+        )
+        return workflow, True
 
     def get_workflow(self, workflow_id: str, *, version: int | None = None) -> Workflow:
         """Rebuild one workflow from its events (only its first ``version`` events when given)."""

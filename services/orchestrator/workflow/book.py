@@ -71,20 +71,17 @@ class WorkflowBook:
 
     async def create_workflow(self, command: CreateWorkflow) -> WorkflowView:
         async with self.book.lock(command.workflow_id):
-            existing = await self.book.find(command.workflow_id)
-            if existing is None:
-                workflow = Workflow(workflow_id=command.workflow_id, title=command.title, request=command.request,
-                                    repo=command.repo, base_branch=command.base_branch, branch=command.branch,
-                                    script=command.script)
-                await self.book.save(command.workflow_id, workflow)
+            try:
+                # An embedded store answers this read faster than a worker thread could be reached.
+                workflow, is_new = (self.app.new_workflow(command) if self.writer.inline
+                                    else await asyncio.to_thread(self.app.new_workflow, command))
+            except ValueError as exc:
+                raise ServiceFailure.conflict(str(exc), workflow_id=command.workflow_id) from None
+            if is_new:
+                await self.book.save(command.workflow_id, workflow)  # its view, and the driver's kick
                 return self.views[str(workflow.id)]
-            # A create repeated with the same fields answers the recorded workflow; with others, a conflict.
-            if not existing.same_request(title=command.title, request=command.request, repo=command.repo,
-                                         base_branch=command.base_branch):
-                raise ServiceFailure.conflict(f"workflow {command.workflow_id} already exists with other fields",
-                                              workflow_id=command.workflow_id)
-            view = self.views[str(existing.id)] = view_of(existing)
-        self.kick(view.id)
+            view = self.views[str(workflow.id)] = view_of(workflow)
+        self.kick(view.id)  # a repeated create makes sure the workflow is moving
         return view
 
     async def read(self, workflow_id: str) -> Workflow:
