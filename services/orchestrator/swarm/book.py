@@ -153,7 +153,7 @@ class SwarmBook:
     async def bead_handoffs(self, query: GetHandoffs) -> HandoffManifest:
         swarm = await self.read(query.epic_id)
         return HandoffManifest(epic_id=swarm.workflow_id, handoffs=list(swarm.handoffs),
-                               documents=list(swarm.handoff_documents))
+                               documents=[msgspec.to_builtins(d) for d in swarm.handoff_documents])
 
     async def create_bead(self, cmd: CreateBead) -> BeadView:
         fields = msgspec.to_builtins(cmd)

@@ -343,9 +343,10 @@ class SwarmDriver:
         if a.generation:
             script += f"-h{a.generation}"
             path = owner_file(swarm, a.worker)
-            handoff = next(d for d in reversed(swarm.handoff_documents) if d["owner_id"].endswith(a.worker)
+            handoff = next(d for d in reversed(swarm.handoff_documents) if d.owner_id.endswith(a.worker)
                            or swarm.mode == "standalone")
-            files = {path: json.dumps(handoff, indent=2) + "\n", MANIFEST: manifest_document(swarm.handoffs)}
+            files = {path: json.dumps(msgspec.to_builtins(handoff), indent=2) + "\n",
+                     MANIFEST: manifest_document(swarm.handoffs)}
             await self._ask("git", "write_worker_files",
                             WriteWorkerFiles(workflow_id=wid, worker=a.worker, files=files), WorkerFilesWritten)
             kickoff = resume_briefing(handoff, path) + "\n" + kickoff

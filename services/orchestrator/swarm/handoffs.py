@@ -15,7 +15,7 @@ from typing import Any
 from autarch.contracts.beads import HandoffEntry
 from autarch.contracts.mail import COORDINATOR
 
-from .model import Attempt, Bead, Swarm
+from .model import Attempt, Bead, HandoffDocument, Swarm
 
 __all__ = ["HANDOFF_DIR", "MANIFEST", "handoff_document", "manifest_document", "owner_file", "resume_briefing"]
 
@@ -87,15 +87,15 @@ def manifest_document(entries: list[HandoffEntry]) -> str:
          "bead_id": e.bead_id} for e in entries]}, indent=2) + "\n"
 
 
-def resume_briefing(handoff: dict[str, Any], path: str) -> str:
+def resume_briefing(handoff: HandoffDocument, path: str) -> str:
     """What the fresh session is told before its bead: resume from the handoff, re-reading first."""
-    transfer = handoff["payload"]["transfer"]
+    transfer = handoff.payload.transfer
     return "\n".join([
         "## Resuming from a handoff",
         f"An earlier session of yours stopped at the context limit and wrote {path}. Read it first (edits are "
         "refused until you have), then the files it names that exist, then carry on.",
-        f"- Next action: {handoff['next_action']}",
-        f"- In flight: {'; '.join(transfer['in_flight'])}",
-        f"- Resume notes: {'; '.join(transfer['resume_notes'])}",
+        f"- Next action: {handoff.next_action}",
+        f"- In flight: {'; '.join(transfer.in_flight)}",
+        f"- Resume notes: {'; '.join(transfer.resume_notes)}",
         "",
     ])

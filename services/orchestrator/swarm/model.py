@@ -23,7 +23,10 @@ from autarch.contracts.beads import (
     BeadStatus,
     ConflictRecord,
     Dependency,
+    DependencyType,
     HandoffEntry,
+    LeaseMode,
+    SwarmMode,
     TddSteps,
     TestingMode,
     VerificationEvidence,
@@ -34,7 +37,8 @@ from autarch.runtime.aggregates import recorded_as
 
 from ..refusal import Refusal
 
-__all__ = ["Attempt", "Bead", "LeaseRecord", "Swarm", "SwarmError", "Worker", "missing_fields", "swarm_id_for"]
+__all__ = ["Attempt", "Bead", "HandoffDocument", "LeaseRecord", "Swarm", "SwarmError", "SwarmMode", "Worker",
+           "missing_fields", "swarm_id_for"]
 
 _SWARMS = uuid.UUID("3c2b8e7a-51f4-4d09-9b6e-7a1e2f4c8d90")
 _ATTEMPTS = uuid.UUID("9e4d1a6b-2f3c-4b8e-a7d5-c0f1e2b3a4d5")
@@ -148,6 +152,56 @@ class Worker(msgspec.Struct, kw_only=True):
     beads_closed: list[str] = []
 
 
+class HandoffRuntime(msgspec.Struct, kw_only=True):
+    """Who the paused worker is in the swarm (a standalone worker's handoff has none)."""
+
+    runtime_nickname: str
+    agent_mail_name: str
+    epic_id: str
+    epic_topic: str
+    coordinator_agent_name: str
+
+
+class HandoffContext(msgspec.Struct, kw_only=True):
+    tokens_used_pct: float
+    last_bead_closed: str | None
+
+
+class HandoffTransfer(msgspec.Struct, kw_only=True):
+    status: str
+    completed: list[str]
+    in_flight: list[str]
+    blockers: list[str]
+    resume_notes: list[str]
+
+
+class HandoffPayload(msgspec.Struct, kw_only=True, omit_defaults=True):
+    runtime: HandoffRuntime | None = None
+    context_snapshot: HandoffContext
+    transfer: HandoffTransfer
+    verification_evidence_paths: list[str]
+
+
+class HandoffDocument(msgspec.Struct, kw_only=True):
+    """A worker's handoff as written into its worktree (seed 002's schema 2.0, ``handoffs.handoff_document``),
+    in the document's own field order."""
+
+    schema_version: str
+    handoff_id: str
+    owner_type: str
+    owner_id: str
+    skill: str
+    feature: str
+    phase: str
+    status: str
+    paused_at: str
+    reason: str
+    next_action: str
+    read_first: list[str]
+    summary: str
+    payload: HandoffPayload
+
+
 class LeaseRecord(msgspec.Struct, kw_only=True):
     """A lease as the swarm recorded it (the live table is the JetStream key-value bucket)."""
 
@@ -155,7 +209,7 @@ class LeaseRecord(msgspec.Struct, kw_only=True):
     patterns: list[str]
     bead_id: str
     attempt: int
-    mode: Literal["exclusive", "shared"] = "exclusive"
+    mode: LeaseMode = "exclusive"
 
 
 def _bead(data: dict[str, Any]) -> Bead:
@@ -170,10 +224,10 @@ class Swarm(Aggregate):
         return swarm_id_for(workflow_id)
 
     @event("Started")
-    def __init__(self, *, workflow_id: str, mode: str, max_workers: int, beads: list[dict[str, Any]],
+    def __init__(self, *, workflow_id: str, mode: SwarmMode, max_workers: int, beads: list[dict[str, Any]],
                  at: str) -> None:
         self.workflow_id = workflow_id
-        self.mode = mode
+        self.mode: SwarmMode = mode
         self.max_workers = max_workers
         self.beads: dict[str, Bead] = {}
         for data in beads:
@@ -186,7 +240,7 @@ class Swarm(Aggregate):
         """Holder → the lease it holds (a worker holds one bead's files at a time)."""
         self.merged: list[str] = []
         self.handoffs: list[HandoffEntry] = []
-        self.handoff_documents: list[dict[str, Any]] = []
+        self.handoff_documents: list[HandoffDocument] = []
         self.seen: set[str] = set()
         """Turn ids already handled (a turn event may be delivered twice)."""
         self.finished = False
@@ -214,9 +268,9 @@ class Swarm(Aggregate):
         self._refresh_ready(at)
 
     @event("DependencyAdded")
-    def _dependency_added(self, *, bead_id: str, depends_on: str, type: str, at: str) -> None:
+    def _dependency_added(self, *, bead_id: str, depends_on: str, type: DependencyType, at: str) -> None:
         bead = self.beads[bead_id]
-        bead.dependencies = [*bead.dependencies, Dependency(bead_id=depends_on, type=type)]  # type: ignore[arg-type]
+        bead.dependencies = [*bead.dependencies, Dependency(bead_id=depends_on, type=type)]
         bead.updated_at = at
         self._refresh_ready(at)
 
@@ -267,11 +321,11 @@ class Swarm(Aggregate):
         self.attempts[(bead_id, attempt)].base_commit = base_commit
 
     @event("LeasesGranted")
-    def _leases_granted(self, *, worker: str, bead_id: str, attempt: int, patterns: list[str], mode: str,
+    def _leases_granted(self, *, worker: str, bead_id: str, attempt: int, patterns: list[str], mode: LeaseMode,
                         at: str) -> None:
         self.attempts[(bead_id, attempt)].leased = True
         self.leases[worker] = LeaseRecord(holder=worker, patterns=list(patterns), bead_id=bead_id, attempt=attempt,
-                                          mode=mode)  # type: ignore[arg-type]
+                                          mode=mode)
 
     @event("LeaseConflicted")
     def _lease_conflicted(self, *, worker: str, bead_id: str, attempt: int, files: list[str], held_by: list[str],
@@ -321,12 +375,14 @@ class Swarm(Aggregate):
         a.kickoff_turn_id = None
         a.pending_message = None
         a.nudges = 0
+        # The event keeps the document as written; the state is a typed copy.
+        document = msgspec.convert(handoff, HandoffDocument)
         self.handoffs = [e for e in self.handoffs if e.owner_file != owner_file]
         self.handoffs.append(HandoffEntry(
-            handoff_id=handoff["handoff_id"], owner_id=handoff["owner_id"], owner_file=owner_file,
-            summary=handoff["summary"], next_action=handoff["next_action"],
-            paused_at=datetime.fromisoformat(handoff["paused_at"]), status=handoff["status"], bead_id=bead_id))
-        self.handoff_documents.append(handoff)
+            handoff_id=document.handoff_id, owner_id=document.owner_id, owner_file=owner_file,
+            summary=document.summary, next_action=document.next_action,
+            paused_at=datetime.fromisoformat(document.paused_at), status=document.status, bead_id=bead_id))
+        self.handoff_documents.append(document)
 
     @event("StaleSessionClosed")
     def _stale_session_closed(self, *, bead_id: str, attempt: int, session_id: str) -> None:
@@ -466,7 +522,7 @@ class Swarm(Aggregate):
         if changes:
             self._bead_edited(bead_id=bead_id, changes=changes, at=_now())
 
-    def add_dependency(self, bead_id: str, depends_on: str, type: str) -> None:
+    def add_dependency(self, bead_id: str, depends_on: str, type: DependencyType) -> None:
         self._check_open_epic()
         bead = self.bead(bead_id)
         if any(d.bead_id == depends_on and d.type == type for d in bead.dependencies):
@@ -476,7 +532,7 @@ class Swarm(Aggregate):
         self._check_dependency(bead_id, depends_on, type)
         self._dependency_added(bead_id=bead_id, depends_on=depends_on, type=type, at=_now())
 
-    def _check_dependency(self, bead_id: str, depends_on: str, type: str) -> None:
+    def _check_dependency(self, bead_id: str, depends_on: str, type: DependencyType) -> None:
         if depends_on not in self.beads:
             raise SwarmError(ErrorCode.NOT_FOUND, f"no bead {depends_on} in this epic", bead_id=depends_on)
         if depends_on == bead_id:

@@ -8,7 +8,7 @@ import msgspec
 
 from autarch.contracts.execution import PreflightView, PulseRunView
 from autarch.contracts.orchestrator_tools import ScopeCard
-from autarch.contracts.workflows import StageNote, WorkflowArtifacts, WorkflowBaseline
+from autarch.contracts.workflows import WorkflowArtifacts
 
 from .model import Workflow
 
@@ -27,8 +27,8 @@ def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
         plan=copy.deepcopy(workflow.artifacts.planning),
         pulses=copy.deepcopy(workflow.pulses),
         review=copy.deepcopy(workflow.review),
-        notes=[msgspec.convert(msgspec.structs.asdict(n), StageNote) for n in workflow.notes],
-        baselines=[WorkflowBaseline(**msgspec.structs.asdict(b)) for b in workflow.baselines],
+        notes=copy.deepcopy(workflow.notes),
+        baselines=copy.deepcopy(workflow.baselines),
         feedback=[{"stage": f.stage, "feedback": f.feedback} for f in workflow.feedback],
         preflight=_preflight(workflow),
         pulse_runs=_pulse_runs(workflow),

@@ -29,6 +29,8 @@ from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import (
     ReviewCard,
     ReviewCommentView,
+    StageNote,
+    WorkflowBaseline,
     WorkflowErrorCode,
     WorkflowPath,
     WorkflowStatus,
@@ -43,8 +45,6 @@ from .state import (
     Execution,
     Halt,
     HaltDetails,
-    KnownIssue,
-    Note,
     Preflight,
     PreflightStatus,
     PulseEnding,
@@ -53,6 +53,7 @@ from .state import (
     Session,
     Stage,
     StageCard,
+    SwarmAdvice,
     card_fits,
 )
 
@@ -98,8 +99,9 @@ class Workflow(Aggregate):
         """The planned pulses, fixed when execution starts (the approved plan's, or the quick path's one)."""
         self.review: ReviewCard | None = None
         """The review card from the start of review: comments come in, then the recommendation."""
-        self.notes: list[Note] = []
-        self.baselines: list[KnownIssue] = []
+        self.notes: list[StageNote] = []
+        self.baselines: list[WorkflowBaseline] = []
+        """Pre-existing issues preflight recorded (seed 000 baselines)."""
         self.feedback: list[ChangeRequest] = []
         self.last_feedback: str | None = None
         self.seen: dict[str, str] = {}
@@ -122,7 +124,7 @@ class Workflow(Aggregate):
         """Pulse runs in start order."""
         self.execution_mode: Literal["pulses", "swarm"] = "pulses"
         """``swarm``: the approved plan is a bead plan (seed 002), run by parallel workers from its epic."""
-        self.swarm_advice: Literal["swarm", "single-worker"] | None = None
+        self.swarm_advice: SwarmAdvice | None = None
         """What preflight said about running workers in parallel here."""
 
     # --- events -------------------------------------------------------------------------------------
@@ -188,18 +190,20 @@ class Workflow(Aggregate):
         self.feedback.append(ChangeRequest(stage="planning", feedback=feedback))
 
     @event("SwarmAdvised")
-    def _swarm_advised(self, *, mode: str) -> None:
-        self.swarm_advice = mode  # type: ignore[assignment]
+    def _swarm_advised(self, *, mode: SwarmAdvice) -> None:
+        self.swarm_advice = mode
 
     @event("NoteTaken")
     def _note_taken(self, *, note_id: str, stage: str, session_id: str, note: str, taken_at: str, key: str) -> None:
-        self.notes.append(Note(note_id=note_id, stage=stage, session_id=session_id, note=note, taken_at=taken_at))
+        # The wire's note is the state (its time parsed from the event's ISO string).
+        self.notes.append(msgspec.convert({"note_id": note_id, "stage": stage, "session_id": session_id, "note": note,
+                                           "taken_at": taken_at}, StageNote))
         self.seen[key] = note_id
 
     @event("BaselineRecorded")
     def _baseline_recorded(self, *, baseline: dict[str, Any], key: str) -> None:
         # The event keeps the baseline's payload as recorded; the state is a typed copy.
-        self.baselines.append(msgspec.convert(baseline, KnownIssue))
+        self.baselines.append(msgspec.convert(baseline, WorkflowBaseline))
         self.seen[key] = str(baseline["baseline_id"])
 
     @event("ReviewCommentAdded")
@@ -279,7 +283,7 @@ class Workflow(Aggregate):
         self._stage_changed(from_stage="execution", to_stage="review", path=self.path)
         return True
 
-    def advise_swarm(self, mode: str) -> None:
+    def advise_swarm(self, mode: SwarmAdvice) -> None:
         if self.swarm_advice != mode:
             self._swarm_advised(mode=mode)
 

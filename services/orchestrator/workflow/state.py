@@ -1,8 +1,10 @@
 """The typed pieces of the Workflow aggregate's state (what its events' ``apply`` builds).
 
 These are state, not wire: the stored events keep their own attributes (eventsourcing stores those, and old
-logs must still replay), and the wire views (``contracts``) are built from these by ``cards`` and
-``contract_events``. Mutable Structs, because the aggregate's events update them in place.
+logs must still replay), and the wire views (``contracts``) are built from these by ``cards`` and ``views``.
+Mutable Structs, because the aggregate's events update them in place. Where a piece of state would copy a wire
+type field for field (a stage's note, a baseline), the state is that wire type (``StageNote``,
+``WorkflowBaseline``) and this module does not repeat it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ __all__ = [
     "Execution",
     "Halt",
     "HaltDetails",
-    "KnownIssue",
-    "Note",
     "Preflight",
     "PreflightStatus",
     "PulseEnding",
@@ -33,6 +33,7 @@ __all__ = [
     "Session",
     "Stage",
     "StageCard",
+    "SwarmAdvice",
 ]
 
 Stage = Literal["scoping", "research", "planning", "execution", "review", "done"]
@@ -40,6 +41,9 @@ Stage = Literal["scoping", "research", "planning", "execution", "review", "done"
 
 PulseEnding = Literal["succeeded", "failed", "stopped"]
 """How a running pulse was decided to end, before its git step (checkpoint or recovery commit) is done."""
+
+SwarmAdvice = Literal["swarm", "single-worker"]
+"""What preflight said about running workers in parallel in the workflow's repository (``recommended_mode``)."""
 
 PreflightStatus = Literal["completed", "failed"]
 """How a preflight ended (``running`` is not state: it is a preflight session with no outcome yet)."""
@@ -124,27 +128,6 @@ _CARD_OF_STAGE: dict[str, type] = {"scoping": SubmitScopeArgs, "research": Submi
 def card_fits(stage: str, card: StageCard) -> bool:
     """Whether ``card`` is the kind of card ``stage`` ends with."""
     return isinstance(card, _CARD_OF_STAGE[stage])
-
-
-class Note(msgspec.Struct, kw_only=True):
-    """A note an agent took for its stage (seed 004 ``take_note``)."""
-
-    note_id: str
-    stage: str
-    session_id: str
-    note: str
-    taken_at: str
-
-
-class KnownIssue(msgspec.Struct, kw_only=True):
-    """A pre-existing issue preflight recorded (seed 000 baseline), in the ``WorkflowBaseline`` shape."""
-
-    baseline_id: str
-    issue_type: str
-    source: str
-    pattern: str
-    file_path: str | None = None
-    description: str | None = None
 
 
 class ChangeRequest(msgspec.Struct, kw_only=True):
