@@ -7,8 +7,9 @@ recorded, conditionally on the version read. When another writer of the store re
 runs again on a fresh read: that is what makes a claim atomic. A refusal is answered as a typed error with
 nothing saved. Once a change is saved, ``on_change`` is told (the context's read model, its driver's kick).
 
-Every read of every book goes through :meth:`Book.load`, so a faster way to load an aggregate is added there
-once: today the latest state kept between commands (``latest.py``) for the books that ask for it.
+Every read of every book goes through :meth:`Book.load`, which answers the latest state kept between commands
+(``latest.py``) for the books that ask for it, and every rebuild from the store through :meth:`Book.rebuild`: a
+faster way to rebuild an aggregate (a snapshot and the events after it) is added there once, for every book.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Book(Generic[A]):
         self._inline = inline_reads
         self._log = log or logging.getLogger("orchestrator.book")
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._latest = (Latest(load=self._rebuild, recorded_after=self._recorded_after, capacity=keep)
+        self._latest = (Latest(load=self.rebuild, recorded_after=self._recorded_after, capacity=keep)
                         if keep > 0 else None)
 
     # --- keys -------------------------------------------------------------------------------------------
@@ -115,9 +116,11 @@ class Book(Generic[A]):
         """
         if self._latest is not None and version is None:
             return self._latest.get(key)
-        return self._rebuild(key, version)
+        return self.rebuild(key, version=version)
 
-    def _rebuild(self, key: str, version: int | None = None) -> A:
+    def rebuild(self, key: str, *, version: int | None = None) -> A:
+        """The aggregate of ``key`` rebuilt from the store, and not kept (a read at start that may never be
+        followed by another); blocking. The one place an aggregate is rebuilt from its events."""
         return load_as(self.app, self.kind, self.aggregate_id(key), version=version)
 
     def _recorded_after(self, key: str, version: int) -> bool:

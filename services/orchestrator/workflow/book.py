@@ -64,7 +64,7 @@ class WorkflowBook:
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the workflows ``owns`` (this partition's; by default all)."""
         for workflow_id in filter(owns, self.app.workflow_ids()):
-            workflow = self.book.load(workflow_id)
+            workflow = self.book.rebuild(workflow_id)  # kept only once the driver or a command reads it
             self.views[workflow_id] = view_of(workflow)
             if needs_driving(workflow):
                 self.unsettled.append(workflow_id)
