@@ -30,10 +30,21 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .demo_kit import (
+    BRANCH,
+    REQUEST,
+    SCENARIO,
+    TITLE,
+    DemoError,
+    DemoKind,
+    check_target,
+    git_in,
+    make_sample_repo,
+)
 from .gateway_client import CliError, GatewayClient
 
 __all__ = [
@@ -53,12 +64,8 @@ __all__ = [
     "register",
 ]
 
-SCENARIO = "demo"
 SERVICES = ("orchestrator", "tools", "git", "agent_runner")
 """What the demo workflow needs (the indexer is not used by the demo scenario)."""
-TITLE = "Greet the world"
-REQUEST = "Make greet() greet the world when the name is empty"
-BRANCH = "autarch/demo"
 CARD_OF_STAGE = {"scoping": "scope", "research": "research", "planning": "plan", "review": "review"}
 """The artifacts key of each stage's card."""
 _BLOCK_TOOLS = {"scoping": "submit_scope", "research": "submit_research", "plan": "submit_plan",
@@ -69,33 +76,8 @@ REVISIONS = 3
 """Change requests the scripted model answers per card in ``--interactive`` mode."""
 
 
-@dataclass(frozen=True)
-class DemoKind:
-    """What one flavour of the workflow demo plays: the scenario, the workflow it creates, the system's settings."""
-
-    scenario: str = SCENARIO
-    """The bundled scenario the scripted model plays (its files make the sample repository)."""
-    title: str = TITLE
-    request: str = REQUEST
-    branch: str = BRANCH
-    headline: str = "a whole workflow"
-    env: Mapping[str, str] = field(default_factory=dict)
-    """Settings for the system (``AUTARCH_*``), beside the demo's own."""
-    unit: str = "pulse"
-    """What one commit on the branch stands for."""
-    epilogue: Callable[[GatewayClient, str], list[str]] | None = None
-    """Lines to print after the branch's log of a completed workflow (given the client and the workflow id)."""
-
-
 WORKFLOW = DemoKind()
 """``autarch demo``: the ``demo`` scenario, its pulses one after another."""
-
-
-class DemoError(CliError):
-    """The demo cannot go on; ``exit_code`` 2: bad usage, 1: a failure."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message, exit_code=code)
 
 
 # --- the sample repository ------------------------------------------------------------------------------
@@ -133,37 +115,6 @@ def demo_scenario(*, revisable: bool = False, path: Path | None = None, name: st
             revisions.append({"content": [{"type": "text", "text": "Revised as you asked."}, again]})
         scenario["scripts"][role] = [*steps[: at + 1], *revisions, steps[-1] if isinstance(steps[-1], str) else "Done."]
     return scenario
-
-
-def _git(repo: Path, *args: str) -> str:
-    # A user's git configuration must not break the demo: no signing, no hooks, a fixed identity.
-    cmd = ["git", "-C", str(repo), "-c", "user.name=Autarch demo", "-c", "user.email=demo@autarch.invalid",
-           "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        raise DemoError(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout
-
-
-def check_target(target: Path) -> None:
-    """Refuse (exit code 2) a target that exists and is not an empty directory."""
-    if target.exists() and not target.is_dir():
-        raise DemoError(f"{target} exists and is not a directory; choose another --dir", code=2)
-    if target.is_dir() and any(target.iterdir()):
-        raise DemoError(f"{target} exists and is not empty; choose a new or empty directory with --dir", code=2)
-
-
-def make_sample_repo(root: Path, files: Mapping[str, str]) -> str:
-    """A git repository at ``root`` on branch ``main`` holding ``files`` in one commit; its commit id."""
-    root.mkdir(parents=True, exist_ok=True)
-    for path, content in files.items():
-        target = root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
-    _git(root, "init", "-q", "-b", "main")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", "Initial commit: the greeter sample")
-    return _git(root, "rev-parse", "HEAD").strip()
 
 
 # --- driving one workflow -------------------------------------------------------------------------------
@@ -479,7 +430,7 @@ def run_demo(target: Path, *, interactive: bool = False, keep: bool = False, tim
             view = _wait_worktree_removed(client, workflow_id)
             branch = view.get("branch") or kind.branch
             review = client.get(f"/api/workflows/{workflow_id}/artifacts").get("review")
-            log = _git(target, "log", "--oneline", f"main..{branch}").strip().splitlines()
+            log = git_in(target, "log", "--oneline", f"main..{branch}").strip().splitlines()
             _print(f"Branch {branch}: {len(log)} commit{'s' if len(log) != 1 else ''} on top of main "
                    f"(one per {kind.unit}; main is untouched)")
             for line in log:

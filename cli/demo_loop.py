@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .demo_cmd import DemoError, check_target, make_sample_repo
+from .demo_kit import DemoError, check_target, make_sample_repo
 from .gateway_client import CliError, GatewayClient
 from .render import render_event
 

@@ -10,7 +10,7 @@ as ``autarch watch`` shows them, and the branch's log ends the run, here followe
 
 from __future__ import annotations
 
-from .demo_cmd import DemoKind
+from .demo_kit import DemoKind
 from .gateway_client import GatewayClient
 from .workflow_cmd import bead_rows, epic_get
 

@@ -79,7 +79,7 @@ class LocalSystem:
     """The supervisor's children and nats-server, as ``run.json`` listed them once healthy."""
 
     def __post_init__(self) -> None:
-        from autarch.runtime.natsserver import free_port_run  # loaded here: the CLI's other commands skip it
+        from autarch.cli.local.natsserver import free_port_run  # loaded here: the CLI's other commands skip it
 
         gateways, nodes = max(1, self.instances or (2 if self.cluster else 1)), max(1, self.cluster)
         self.port = self.port or free_port_run(gateways)
@@ -120,7 +120,7 @@ class LocalSystem:
 
     def start(self, timeout: float = 60) -> LocalSystem:
         """Start ``autarch up`` and return once ``/healthz`` answers 200."""
-        from autarch.runtime.natsserver import die_with_parent
+        from autarch.cli.local.natsserver import die_with_parent
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         services = ["--services", ",".join(self.services)] if self.services else []

@@ -21,7 +21,7 @@ COMMAND_MODULES = (
     "autarch.cli.workflow_cmd",
     "autarch.cli.watch_cmd",
     "autarch.cli.demo_cmd",
-    "autarch.cli.pulse_cmd",
+    "autarch.cli.loop_cmd",
     "autarch.cli.beads_cmd",
     "autarch.cli.mail_cmd",
     "autarch.cli.mcp_server",

@@ -50,8 +50,8 @@ def _common(parser: argparse.ArgumentParser, *, port: bool = False) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from autarch.cli.local.supervisor import AVAILABLE_SERVICES, Supervisor
     from autarch.runtime.process import configure_logging
-    from autarch.runtime.supervisor import AVAILABLE_SERVICES, Supervisor
     from autarch.runtime.token import ensure_token
 
     settings = _settings(args)
@@ -197,7 +197,7 @@ async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from autarch.runtime.supervisor import AVAILABLE_SERVICES
+    from autarch.cli.local.supervisor import AVAILABLE_SERVICES
 
     settings = _running_cluster(_settings(args))
     result = asyncio.run(_status(settings, list(AVAILABLE_SERVICES)))

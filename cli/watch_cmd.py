@@ -114,7 +114,7 @@ def _is_loop_session(client: GatewayClient, given: str) -> bool:
 
 
 def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:
-    from .pulse_cmd import watch_loop
+    from .loop_cmd import watch_loop
 
     if args.json:
         if _is_loop_session(client, args.workflow_id):

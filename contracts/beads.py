@@ -47,6 +47,7 @@ __all__ = [
     "RankedBead",
     "ReadyBeads",
     "ReadyList",
+    "SwarmMode",
     "SwarmView",
     "TddSteps",
     "TestingMode",
@@ -71,6 +72,8 @@ BeadStatus = Literal["open", "in_progress", "closed", "bounced"]
 DependencyType = Literal["blocks", "parent-child"]
 TestingMode = Literal["standard", "tdd-required"]
 LeaseMode = Literal["exclusive", "shared"]
+SwarmMode = Literal["swarm", "standalone"]
+"""``standalone``: preflight said a swarm is not safe, so one worker runs."""
 WorkerStatus = Literal["idle", "working", "waiting", "retired"]
 """``waiting``: its next bead's files are leased by another holder; the release wakes it."""
 
@@ -290,7 +293,7 @@ class WorkerView(msgspec.Struct, kw_only=True):
 
 class SwarmView(Reply, kw_only=True):
     epic_id: str
-    mode: Literal["swarm", "standalone"]
+    mode: SwarmMode
     """``standalone``: preflight said a swarm is not safe, so one worker runs."""
     max_workers: int
     workers: list[WorkerView] = []

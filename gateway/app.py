@@ -32,11 +32,11 @@ from .diff_routes import DIFF_ROUTES
 from .errors import EXCEPTION_HANDLERS, error_response
 from .health import check_health
 from .input_rules import MAX_SEQUENCE, check_resume_point, check_workflow_target, parse_sequence
+from .loop_routes import LOOP_ROUTES
 from .mail_routes import MAIL_ROUTES
 from .openapi import complete_allow_header, make_document_true
 from .orchestrator_client import ask_orchestrator, nc_of
 from .params import bad_request, resolve_repo
-from .pulse_routes import PULSE_ROUTES
 from .session_routes import SESSION_ROUTES
 from .sse import end_streams_on_signals, event_stream
 from .strict_body import strict_body
@@ -181,7 +181,7 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
     return make_document_true(Litestar(
         route_handlers=[
             create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
-            *SESSION_ROUTES, *PULSE_ROUTES, *BEAD_ROUTES, *MAIL_ROUTES, events, healthz, *UI_ROUTES,
+            *SESSION_ROUTES, *LOOP_ROUTES, *BEAD_ROUTES, *MAIL_ROUTES, events, healthz, *UI_ROUTES,
         ],
         guards=[token_guard(token), strict_body],
         exception_handlers=EXCEPTION_HANDLERS,

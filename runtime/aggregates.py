@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -12,10 +13,11 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import CanMutateAggregate, DecoratedFuncCaller, DomainEvent, OriginatorVersionError
 from eventsourcing.domain import decorated_funcs as _decorated_funcs  # see load()
 from eventsourcing.persistence import ApplicationRecorder, JSONTranscoder, StoredEvent, Transcoder
-from eventsourcing.utils import resolve_topic
+from eventsourcing.utils import register_topic, resolve_topic
 
-__all__ = ["created_ids", "load", "project", "state_decoder", "topic_of"]
+__all__ = ["created_ids", "load", "load_as", "project", "recorded_as", "state_decoder", "topic_of", "topics_of"]
 
+A = TypeVar("A")
 _Plan = tuple[Callable[..., None] | None, frozenset[str]]
 _plans: dict[str, _Plan] = {}
 
@@ -76,6 +78,14 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     return aggregate
 
 
+def load_as(app: Application[Any], kind: type[A], aggregate_id: UUID, *, version: int | None = None) -> A:
+    """:func:`load`, for an aggregate of ``kind``: an id of another kind (one store holds several) is not found."""
+    aggregate = load(app, aggregate_id, version=version)
+    if not isinstance(aggregate, kind):
+        raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} is not a {kind.__name__}.")
+    return aggregate
+
+
 class _Unregistered(Exception):
     """A ``_type_`` no transcoding is registered for: the transcoder reports it in its own words."""
 
@@ -132,11 +142,33 @@ def topic_of(event_class: type[DomainEvent]) -> str:
     return f"{event_class.__module__}:{event_class.__qualname__}"
 
 
-def created_ids(recorder: ApplicationRecorder, created_topic: str, *, page: int = 1000) -> Iterator[str]:
-    """Ids of every aggregate whose creation event has ``created_topic``, in creation order."""
+_EARLIER: dict[str, tuple[str, ...]] = {}
+"""Module → the modules its aggregates lived in before, whose names stored events still carry in their topics."""
+
+
+def recorded_as(module: str, *earlier: str) -> None:
+    """Let events recorded while the aggregates of ``module`` lived in the ``earlier`` modules resolve to them.
+
+    A stored event names its class by module (its topic, ``module:QualName``): events already in users' stores
+    keep the old module's name for good, and new ones are stored under the new one. Call at the end of the
+    module that holds the aggregates now.
+    """
+    for name in earlier:
+        register_topic(name, sys.modules[module])
+    _EARLIER[module] = (*_EARLIER.get(module, ()), *earlier)
+
+
+def topics_of(event_class: type[DomainEvent]) -> list[str]:
+    """Every topic events of ``event_class`` are stored under: today's, then those of the modules it moved from."""
+    return [topic_of(event_class),
+            *(f"{name}:{event_class.__qualname__}" for name in _EARLIER.get(event_class.__module__, ()))]
+
+
+def created_ids(recorder: ApplicationRecorder, created_topics: Sequence[str], *, page: int = 1000) -> Iterator[str]:
+    """Ids of every aggregate whose creation event has one of ``created_topics``, in creation order."""
     start = 1
     while True:
-        batch = recorder.select_notifications(start=start, limit=page, topics=[created_topic])
+        batch = recorder.select_notifications(start=start, limit=page, topics=list(created_topics))
         for notification in batch:
             yield str(notification.originator_id)
         if len(batch) < page:

@@ -35,8 +35,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache, lru_cache
-from typing import Literal, TypeVar
+from functools import lru_cache
+from typing import TypeVar
 
 import msgspec
 from nats.aio.client import Client
@@ -46,7 +46,7 @@ from nats.js.kv import KeyValue
 from autarch.contracts.beads import LeaseMode, LeaseView
 
 from .bus import open_key_value
-from .globs import compile_glob
+from .globs import Segment, compile_glob, glob_segments, literal_segment, segments_overlap
 
 __all__ = [
     "BUCKET",
@@ -394,163 +394,11 @@ def _globs_overlap(a: str, b: str) -> bool:
     left, right = _alternatives(a), _alternatives(b)
     if left is None or right is None:
         return True
-    return any(_segments_overlap(x, y) for x in left for y in right)
+    return any(segments_overlap(x, y) for x in left for y in right)
 
 
-_Token = tuple[str, object]
-"""``("lit", char)``, ``("any", None)``, ``("star", None)``, ``("class", compiled regex | None)``."""
-_Segment = tuple[_Token, ...] | Literal["**"]
-_EXPANSION_LIMIT = 64
-
-
-def _alternatives(pattern: str) -> list[tuple[_Segment, ...]] | None:
-    """The brace-free alternatives of a glob as segment tuples; None for what is not modelled."""
-    if "\\" in pattern:
-        return None
+def _alternatives(pattern: str) -> list[tuple[Segment, ...]] | None:
+    """The alternatives of a pattern as segments: a literal path stands for itself and everything beneath it."""
     if not _is_glob(pattern):
-        return [(*(tuple(("lit", c) for c in part) for part in pattern.split("/")), "**")]
-    expanded = _expand_braces(pattern)
-    if expanded is None:
-        return None
-    result = []
-    for text in expanded:
-        segments: list[_Segment] = []
-        for part in text.split("/"):
-            if part == "**":
-                segments.append("**")
-            elif part:
-                tokens = _tokens(part)
-                if tokens is None:
-                    return None
-                segments.append(tokens)
-        result.append(tuple(segments))
-    return result
-
-
-def _class_end(pattern: str, i: int) -> int | None:
-    """The index after the ``]`` closing the class at ``pattern[i]`` (as :mod:`.globs` reads it)."""
-    j = i + 1
-    if j < len(pattern) and pattern[j] in "!^":
-        j += 1
-    if j < len(pattern) and pattern[j] == "]":
-        j += 1
-    while j < len(pattern) and pattern[j] != "]":
-        j += 1
-    return j + 1 if j < len(pattern) else None
-
-
-def _expand_braces(pattern: str) -> list[str] | None:
-    def sequence(i: int, inside: bool) -> tuple[list[str], int] | None:
-        results = [""]
-        while i < len(pattern):
-            c = pattern[i]
-            if c == "[" and (end := _class_end(pattern, i)) is not None:
-                results, i = [r + pattern[i:end] for r in results], end
-                continue
-            if c == "{":
-                group = alternatives(i + 1)
-                if group is None:
-                    return None
-                options, i = group
-                results = [r + o for r in results for o in options]
-                if len(results) > _EXPANSION_LIMIT:
-                    return None
-                continue
-            if inside and c in ",}":
-                break
-            results, i = [r + c for r in results], i + 1
-        return results, i
-
-    def alternatives(i: int) -> tuple[list[str], int] | None:
-        options: list[str] = []
-        while True:
-            parsed = sequence(i, inside=True)
-            if parsed is None:
-                return None
-            found, i = parsed
-            options.extend(found)
-            if len(options) > _EXPANSION_LIMIT:
-                return None
-            if i >= len(pattern):
-                return options, i  # an unclosed group ends with the pattern, as in globs.glob_to_regex
-            if pattern[i] == ",":
-                i += 1
-                continue
-            return options, i + 1
-
-    parsed = sequence(0, inside=False)
-    return None if parsed is None else parsed[0]
-
-
-def _tokens(segment: str) -> tuple[_Token, ...] | None:
-    tokens: list[_Token] = []
-    i = 0
-    while i < len(segment):
-        c = segment[i]
-        if c == "*":
-            if not tokens or tokens[-1][0] != "star":
-                tokens.append(("star", None))
-            i += 1
-        elif c == "?":
-            tokens.append(("any", None))
-            i += 1
-        elif c == "[" and (end := _class_end(segment, i)) is not None:
-            tokens.append(("class", _class_matcher(segment[i:end])))
-            i = end
-        else:
-            tokens.append(("lit", c))
-            i += 1
-    return tuple(tokens)
-
-
-def _class_matcher(text: str) -> re.Pattern[str] | None:
-    try:
-        return compile_glob(text)
-    except re.error:
-        return None
-
-
-def _chars_meet(x: _Token, y: _Token) -> bool:
-    """Whether two single-character tokens can match the same character (True when unsure)."""
-    if x[0] == "any" or y[0] == "any":
-        return True
-    if x[0] == "lit" and y[0] == "lit":
-        return x[1] == y[1]
-    if x[0] == "lit" or y[0] == "lit":
-        lit, cls = (x, y) if x[0] == "lit" else (y, x)
-        matcher = cls[1]
-        return matcher is None or matcher.match(str(lit[1])) is not None  # type: ignore[attr-defined]
-    return True  # two classes: not worth enumerating; overlapping is the safe answer
-
-
-def _segment_tokens_overlap(a: tuple[_Token, ...], b: tuple[_Token, ...]) -> bool:
-    @cache
-    def meet(i: int, j: int) -> bool:
-        if i == len(a) and j == len(b):
-            return True
-        if i < len(a) and a[i][0] == "star":
-            # The star matches nothing more, or also the character b's next token matches.
-            return meet(i + 1, j) or (j < len(b) and meet(i, j + 1))
-        if j < len(b) and b[j][0] == "star":
-            return meet(i, j + 1) or (i < len(a) and meet(i + 1, j))
-        if i == len(a) or j == len(b):
-            return False
-        return _chars_meet(a[i], b[j]) and meet(i + 1, j + 1)
-
-    return meet(0, 0)
-
-
-def _segments_overlap(a: tuple[_Segment, ...], b: tuple[_Segment, ...]) -> bool:
-    @cache
-    def meet(i: int, j: int) -> bool:
-        if i == len(a) and j == len(b):
-            return True
-        if i < len(a) and a[i] == "**":
-            return meet(i + 1, j) or (j < len(b) and meet(i, j + 1))
-        if j < len(b) and b[j] == "**":
-            return meet(i, j + 1) or (i < len(a) and meet(i + 1, j))
-        if i == len(a) or j == len(b):
-            return False
-        return _segment_tokens_overlap(a[i], b[j]) and meet(i + 1, j + 1)  # type: ignore[arg-type]
-
-    return meet(0, 0)
+        return [(*(literal_segment(part) for part in pattern.split("/")), "**")]
+    return glob_segments(pattern)

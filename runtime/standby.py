@@ -1,6 +1,6 @@
 """Hot standbys for stateful services: of several instances, only the holder of the service lease runs.
 
-The orchestrator (its per-workflow mailboxes and read model), the agent runner (its sessions and budget
+The orchestrator (its per-workflow locks and read model), the agent runner (its sessions and budget
 totals), the indexer (its jobs) and the notifier (its outbox workers) keep state in process memory that two
 live instances would each get wrong. With ``instance`` set (``autarch up --cluster`` names them
 ``orchestrator-1``, ``orchestrator-2``, …), such a service first takes the lease ``service.<name>``

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from nats.aio.client import Client
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.runtime.bus import connect, ensure_event_stream
-from autarch.runtime.natsserver import EmbeddedNats
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 
-from autarch.runtime.aggregates import created_ids, load, topic_of
+from autarch.runtime.aggregates import created_ids, load, topics_of
 
 from .domainmodel import Session
 
@@ -16,7 +16,7 @@ __all__ = ["SessionApplication"]
 
 log = logging.getLogger(__name__)
 
-_STARTED_TOPIC = topic_of(Session.Started)
+_STARTED_TOPICS = topics_of(Session.Started)
 
 
 class SessionApplication(Application[UUID]):
@@ -30,4 +30,4 @@ class SessionApplication(Application[UUID]):
 
     def session_ids(self) -> Iterator[str]:
         """Every recorded session id, in creation order, read from the notification log."""
-        return created_ids(self.recorder, _STARTED_TOPIC)
+        return created_ids(self.recorder, _STARTED_TOPICS)

@@ -95,11 +95,12 @@ def elided_result(call: ToolCall) -> str:
 
 
 def _outcome_line(turn: Turn) -> str:
-    outcome = turn.outcome or {}
-    kind = outcome.get("kind", "running")
-    if kind == "block":
-        return f"ended with {outcome.get('tool')}"
-    return f"ended: {kind}" + (f" ({outcome['detail']})" if outcome.get("detail") else "")
+    outcome = turn.outcome
+    if outcome is None:
+        return "ended: running"
+    if outcome.kind == "block":
+        return f"ended with {outcome.tool}"
+    return f"ended: {outcome.kind}" + (f" ({outcome.detail})" if outcome.detail else "")
 
 
 def _turn_digest(turn: Turn) -> list[str]:

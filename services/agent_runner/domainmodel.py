@@ -14,10 +14,10 @@ from uuid import UUID
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from autarch.contracts.agents import COMPLETION_REJECTED, Baseline, TurnUsage
-from autarch.contracts.beads import WorkerDiscipline
+from autarch.contracts.agents import COMPLETION_REJECTED, Baseline, TurnOutcome, TurnUsage
+from autarch.contracts.beads import VerificationEvidence, WorkerDiscipline
 
-__all__ = ["Reply", "Session", "ToolCall", "Turn", "add_usage"]
+__all__ = ["GivenMail", "Reply", "Session", "ToolCall", "Turn", "add_usage"]
 
 
 def add_usage(total: TurnUsage, usage: TurnUsage) -> None:
@@ -28,50 +28,37 @@ def add_usage(total: TurnUsage, usage: TurnUsage) -> None:
     total.cache_creation_input_tokens += usage.cache_creation_input_tokens
 
 
-class ToolCall:
+class ToolCall(msgspec.Struct, kw_only=True):
     """One ``tool_use`` of a model reply and, once known, its result."""
 
-    __slots__ = ("duration_ms", "input", "is_error", "name", "output", "replayed", "started", "step", "tool_use_id")
-
-    def __init__(self, *, tool_use_id: str, name: str, input: Any, step: int) -> None:
-        self.tool_use_id = tool_use_id
-        self.name = name
-        self.input = input
-        self.step = step
-        self.started = False
-        self.output: str | None = None
-        self.is_error = False
-        self.duration_ms = 0.0
-        self.replayed = False
+    tool_use_id: str
+    name: str
+    input: Any
+    step: int
+    """The model reply (0-based within the turn) that asked for it."""
+    started: bool = False
+    output: str | None = None
+    is_error: bool = False
+    duration_ms: float = 0.0
+    replayed: bool = False
 
     @property
     def done(self) -> bool:
         return self.output is not None
 
 
-class Reply:
+class Reply(msgspec.Struct, kw_only=True):
     """One recorded model reply."""
 
-    __slots__ = ("content", "cost_usd", "ending_id", "model", "stop_reason", "tool_calls", "usage")
-
-    def __init__(
-        self,
-        *,
-        content: list[dict[str, Any]],
-        stop_reason: str | None,
-        usage: TurnUsage,
-        cost_usd: float,
-        model: str,
-        ending_id: str | None,
-        tool_calls: list[ToolCall],
-    ) -> None:
-        self.content = content
-        self.stop_reason = stop_reason
-        self.usage = usage
-        self.cost_usd = cost_usd
-        self.model = model
-        self.ending_id = ending_id
-        self.tool_calls = tool_calls
+    content: list[dict[str, Any]]
+    """The reply's content blocks as the model API gave them (thinking signatures included)."""
+    stop_reason: str | None
+    usage: TurnUsage
+    cost_usd: float
+    model: str
+    ending_id: str | None
+    """The ``tool_use`` that validly ends the turn, if any."""
+    tool_calls: list[ToolCall]
 
     @property
     def context_tokens(self) -> int:
@@ -80,30 +67,39 @@ class Reply:
         return u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
 
 
-class Turn:
+class GivenMail(msgspec.Struct, kw_only=True):
+    """Coordination mail pushed into a turn: the text block the user message carries before reply ``step``."""
+
+    step: int
+    text: str
+
+    def block(self) -> dict[str, Any]:
+        """The content block as the model is sent it."""
+        return {"type": "text", "text": self.text}
+
+
+class Turn(msgspec.Struct, kw_only=True):
     """One user message and everything the agent did about it."""
 
-    def __init__(self, *, turn_id: str, index: int, text: str, notes: list[str], message_id: str | None,
-                 started_at: datetime) -> None:
-        self.turn_id = turn_id
-        self.index = index
-        self.text = text
-        self.notes = notes
-        self.message_id = message_id
-        self.started_at = started_at
-        self.replies: list[Reply] = []
-        self.calls: dict[str, ToolCall] = {}
-        self.violations: list[str] = []
-        self.usage = TurnUsage()
-        self.cost_usd = 0.0
-        self.outcome: dict[str, Any] | None = None
-        self.completed_at: datetime | None = None
-        self.elided_through = -1
-        """The last reply whose long tool results are sent as stubs (in-turn compaction; -1: none)."""
-        self.mail: list[tuple[int, dict[str, Any]]] = []
-        """Coordination mail pushed into this turn: (the reply it came before, its text block)."""
-        self.evidence: dict[str, dict[str, Any]] = {}
-        """``complete_pulse`` tool_use id → the verification the runner ran for it (a worker's session)."""
+    turn_id: str
+    index: int
+    text: str
+    notes: list[str]
+    message_id: str | None
+    started_at: datetime
+    replies: list[Reply] = []
+    calls: dict[str, ToolCall] = {}
+    violations: list[str] = []
+    usage: TurnUsage = msgspec.field(default_factory=TurnUsage)
+    cost_usd: float = 0.0
+    outcome: TurnOutcome | None = None
+    completed_at: datetime | None = None
+    elided_through: int = -1
+    """The last reply whose long tool results are sent as stubs (in-turn compaction; -1: none)."""
+    mail: list[GivenMail] = []
+    """Coordination mail pushed into this turn, in the order given."""
+    evidence: dict[str, VerificationEvidence] = {}
+    """``complete_pulse`` tool_use id → the verification the runner ran for it (a worker's session)."""
 
     @property
     def running(self) -> bool:
@@ -203,7 +199,8 @@ class Session(Aggregate):
                             refusal: str | None) -> None:
         """The runner verified a worker's ``complete_pulse``; a ``refusal`` (it failed) keeps the turn going."""
         turn = self._turn(turn_id)
-        turn.evidence[tool_use_id] = evidence
+        # The event keeps the evidence's wire payload as recorded; the state is typed.
+        turn.evidence[tool_use_id] = msgspec.convert(evidence, VerificationEvidence)
         if refusal is not None:
             call = turn.calls[tool_use_id]
             call.output, call.is_error = refusal, True
@@ -215,7 +212,7 @@ class Session(Aggregate):
     @event("MailReceived")
     def receive_mail(self, *, turn_id: str, step: int, message_ids: list[str], block: dict[str, Any]) -> None:
         """Coordination mail given to the worker: ``block`` goes into the user message before reply ``step``."""
-        self._turn(turn_id).mail.append((step, block))
+        self._turn(turn_id).mail.append(GivenMail(step=step, text=block["text"]))
         self.mail_received.update(message_ids)
 
     @event("ToolStarted")
@@ -250,7 +247,9 @@ class Session(Aggregate):
         that ``turn:completed`` is complete on its own for every consumer of the stream.
         """
         turn = self._turn(turn_id)
-        turn.outcome = outcome
+        # The event keeps the outcome as recorded (with what only the wire event reads, ``partial_text``);
+        # the state is the typed outcome.
+        turn.outcome = msgspec.convert(outcome, TurnOutcome)
         turn.completed_at = at
 
     # --- the session -----------------------------------------------------------------------------------

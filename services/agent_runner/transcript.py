@@ -33,7 +33,7 @@ def notes_block(notes: list[str]) -> dict[str, Any]:
 
 
 def _interrupted(turn: Turn, call: ToolCall) -> str:
-    kind = (turn.outcome or {}).get("kind", "error")
+    kind = turn.outcome.kind if turn.outcome is not None else "error"
     why = {"cancelled": "the turn was cancelled", "budget_exceeded": "the workflow's model budget ran out"}.get(
         kind, f"the turn ended ({kind})"
     )
@@ -53,7 +53,7 @@ def _results(turn: Turn, reply: Reply, *, elided: bool) -> list[dict[str, Any]]:
             content, is_error = call.output, call.is_error
             if elided and is_elidable(call):
                 content = elided_result(call)
-        elif call.tool_use_id == reply.ending_id and (turn.outcome or {}).get("kind") == "block":
+        elif call.tool_use_id == reply.ending_id and turn.outcome is not None and turn.outcome.kind == "block":
             content, is_error = SUBMITTED, False
         else:
             content, is_error = _interrupted(turn, call), True
@@ -66,7 +66,7 @@ def _results(turn: Turn, reply: Reply, *, elided: bool) -> list[dict[str, Any]]:
 
 def _mail(turn: Turn, step: int) -> list[dict[str, Any]]:
     # Mail pushed before reply ``step`` follows that reply's prompt (the opening, or the previous results).
-    return [block for at, block in turn.mail if at == step]
+    return [given.block() for given in turn.mail if given.step == step]
 
 
 def _assistant_content(reply: Reply) -> list[dict[str, Any]]:

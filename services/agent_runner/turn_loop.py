@@ -386,7 +386,7 @@ class TurnLoop:
         turn = self.turn
         call = self._ending_call()
         if call is not None and call.tool_use_id in turn.evidence and outcome.get("kind") == "block":
-            outcome = {**outcome, "evidence": turn.evidence[call.tool_use_id]}
+            outcome = {**outcome, "evidence": msgspec.to_builtins(turn.evidence[call.tool_use_id])}
         texts = [b.get("text", "") for r in turn.replies for b in r.content if b.get("type") == "text"]
         partial = "".join(self._partial)
         if partial:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from autarch.contracts.agents import (
     SessionSummary,
     SessionView,
     ThoughtView,
     ToolCallView,
-    TurnOutcome,
     TurnUsage,
     TurnView,
 )
@@ -15,8 +16,6 @@ from autarch.contracts.agents import (
 from .domainmodel import Session, Turn
 
 __all__ = ["status_of", "summary_of", "view_of"]
-
-_OUTCOME_FIELDS = ("kind", "tool", "arguments", "detail", "evidence", "tokens_used_pct")
 
 
 def status_of(session: Session) -> str:
@@ -45,9 +44,8 @@ def _turn_view(turn: Turn) -> TurnView:
                      step=c.step, output=c.output, is_error=c.is_error, duration_ms=c.duration_ms, replayed=c.replayed)
         for c in turn.calls.values()
     ]
-    outcome = None
-    if turn.outcome is not None:
-        outcome = TurnOutcome(**{k: v for k, v in turn.outcome.items() if k in _OUTCOME_FIELDS})
+    # A copy: the reply must not share state with the session.
+    outcome = msgspec.structs.replace(turn.outcome) if turn.outcome is not None else None
     return TurnView(
         turn_id=turn.turn_id, index=turn.index, user_text=turn.text, started_at=turn.started_at, messages=messages,
         tool_calls=calls, thoughts=thoughts, usage=_copy(turn.usage), cost_usd=round(turn.cost_usd, 8),

@@ -1,4 +1,4 @@
-"""The orchestrator's eventsourcing application: workflows and loop sessions, in one store."""
+"""The orchestrator's eventsourcing application: workflows, loop sessions, epics and mail, in one store."""
 
 from __future__ import annotations
 
@@ -8,18 +8,19 @@ from uuid import UUID
 from eventsourcing.application import AggregateNotFoundError, Application
 
 from autarch.contracts.workflows import CreateWorkflow
-from autarch.runtime.aggregates import created_ids, load, topic_of
+from autarch.runtime.aggregates import created_ids, load_as, topics_of
 
-from .domainmodel import Workflow
-from .loop_model import LoopSession
-from .mail_model import Mailbox, mailbox_id_for
-from .swarm_model import Swarm, swarm_id_for
+from .loop.model import LoopSession
+from .mail.model import Mailbox, mailbox_id_for
+from .swarm.model import Swarm, swarm_id_for
+from .workflow.model import Workflow
 
 __all__ = ["WorkflowApplication"]
 
 
 class WorkflowApplication(Application[UUID]):
-    """Records workflows; every method is a pure function of the event store (no hidden state)."""
+    """Records workflows, loop sessions, epics and their mail; every method is a pure function of the event store
+    (no hidden state)."""
 
     name = "orchestrator"
 
@@ -52,56 +53,41 @@ class WorkflowApplication(Application[UUID]):
 
     def get_workflow(self, workflow_id: str, *, version: int | None = None) -> Workflow:
         """Rebuild one workflow from its events (only its first ``version`` events when given)."""
-        workflow = load(self, UUID(workflow_id), version=version)
-        if not isinstance(workflow, Workflow):  # a loop session's id: the same store holds both
-            raise AggregateNotFoundError(workflow_id)
-        return workflow
+        return load_as(self, Workflow, UUID(workflow_id), version=version)
 
     def workflow_ids(self) -> Iterator[str]:
         """Every recorded workflow id, in creation order, read from the notification log."""
-        return created_ids(self.recorder, _CREATED_TOPIC)
+        return created_ids(self.recorder, _CREATED_TOPICS)
 
     def get_loop(self, session_id: str, *, version: int | None = None) -> LoopSession:
         """Rebuild one loop session from its events (only its first ``version`` events when given)."""
-        session = load(self, UUID(session_id), version=version)
-        if not isinstance(session, LoopSession):
-            raise AggregateNotFoundError(session_id)
-        return session
+        return load_as(self, LoopSession, UUID(session_id), version=version)
 
     def loop_ids(self) -> Iterator[str]:
         """Every recorded loop session id, in creation order."""
-        return created_ids(self.recorder, _LOOP_CREATED_TOPIC)
+        return created_ids(self.recorder, _LOOP_CREATED_TOPICS)
 
     def get_swarm(self, workflow_id: str, *, version: int | None = None) -> Swarm:
         """The epic of one workflow rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
-        swarm = load(self, swarm_id_for(workflow_id), version=version)
-        if not isinstance(swarm, Swarm):
-            raise AggregateNotFoundError(workflow_id)
-        return swarm
+        return load_as(self, Swarm, swarm_id_for(workflow_id), version=version)
 
     def swarm_at(self, swarm_id: UUID, version: int) -> Swarm:
-        swarm = load(self, swarm_id, version=version)
-        assert isinstance(swarm, Swarm)
-        return swarm
+        return load_as(self, Swarm, swarm_id, version=version)
 
     def swarm_workflow_ids(self) -> Iterator[str]:
         """The workflow of every recorded epic, in creation order."""
-        for swarm_id in created_ids(self.recorder, _SWARM_CREATED_TOPIC):
+        for swarm_id in created_ids(self.recorder, _SWARM_CREATED_TOPICS):
             yield self.get_swarm_by_id(swarm_id).workflow_id
 
     def get_mailbox(self, epic_id: str, *, version: int | None = None) -> Mailbox:
         """The coordination mail of one epic rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
-        mailbox = load(self, mailbox_id_for(epic_id), version=version)
-        if not isinstance(mailbox, Mailbox):
-            raise AggregateNotFoundError(epic_id)
-        return mailbox
+        return load_as(self, Mailbox, mailbox_id_for(epic_id), version=version)
 
     def get_swarm_by_id(self, swarm_id: str) -> Swarm:
-        swarm = load(self, UUID(swarm_id))
-        assert isinstance(swarm, Swarm)
-        return swarm
+        return load_as(self, Swarm, UUID(swarm_id))
 
 
-_CREATED_TOPIC = topic_of(Workflow.Created)
-_LOOP_CREATED_TOPIC = topic_of(LoopSession.Started)
-_SWARM_CREATED_TOPIC = topic_of(Swarm.Started)
+# Each with the topics of earlier versions, stored before the aggregates moved (``recorded_as``).
+_CREATED_TOPICS = topics_of(Workflow.Created)
+_LOOP_CREATED_TOPICS = topics_of(LoopSession.Started)
+_SWARM_CREATED_TOPICS = topics_of(Swarm.Started)

@@ -11,10 +11,10 @@ from autarch.runtime.eventstore import event_store_env
 from autarch.runtime.settings import CommonSettings
 
 from .application import WorkflowApplication
-from .cards import artifacts_of
-from .contract_events import view_of
-from .mail_book import message_view
-from .swarm_views import swarm_view
+from .mail.views import message_view
+from .swarm.views import swarm_view
+from .workflow.cards import artifacts_of
+from .workflow.views import view_of
 
 __all__ = ["replay", "replay_from_store"]
 

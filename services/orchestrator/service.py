@@ -1,169 +1,48 @@
-"""The orchestrator service: workflow endpoints on NATS, the event relay, the in-memory read model."""
+"""The orchestrator service: its books, drivers and endpoints on NATS, and the event relay, wired once at start."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TypeVar
 
-from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.domain import DomainEvent
 from nats.aio.client import Client
 
-from autarch.contracts.events import Event
 from autarch.contracts.subjects import PARTITION_METADATA
 from autarch.contracts.workflows import (
     CreateWorkflow,
     GetWorkflow,
     ListWorkflows,
-    ReplayedWorkflow,
     ReplayWorkflow,
-    WorkflowList,
-    WorkflowView,
 )
 from autarch.runtime import sqlite_store
 from autarch.runtime.bus import ensure_event_stream
-from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.relay import EventRelay
 from autarch.runtime.relay_leader import LeadingRelay, store_key
+from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings, narrow
 
 from .application import WorkflowApplication
-from .contract_events import to_contract, view_of
-from .domainmodel import Workflow
-from .driver import WorkflowDriver
-from .latest import LatestWorkflows
-from .lifecycle import LifecycleError
-from .loop_book import LoopBook, register_loops
-from .loop_driver import LoopDriver
-from .loop_model import LoopSession
-from .loop_views import loop_to_contract
-from .mail_book import MailBook, mail_to_contract, register_mail
-from .mail_model import Mailbox
+from .book import ignore
+from .loop.book import LoopBook, register_loops
+from .loop.driver import LoopDriver
+from .mail.book import MailBook, register_mail
 from .partition import Partition
-from .replay import replay
-from .steps import needs_driving
-from .swarm_book import SwarmBook, register_beads
-from .swarm_driver import SwarmDriver
-from .swarm_model import Swarm
-from .swarm_views import swarm_to_contract
-from .verbs import register_lifecycle
+from .stepping import Stepper
+from .swarm.book import SwarmBook, register_beads
+from .swarm.driver import SwarmDriver
+from .wire import WireEvents
+from .workflow.book import WorkflowBook
+from .workflow.driver import WorkflowDriver
+from .workflow.verbs import register_lifecycle
 from .writer import BatchedWriter
 
-__all__ = ["Orchestrator", "start"]
+__all__ = ["start"]
 
 log = logging.getLogger("orchestrator")
-
-R = TypeVar("R")
-
-
-@dataclass
-class Orchestrator:
-    """Handles the commands of each workflow one at a time (a mailbox per workflow)."""
-
-    app: WorkflowApplication
-    writer: BatchedWriter
-    views: dict[str, WorkflowView] = field(default_factory=dict)
-    """Read model: every workflow's current view, rebuilt from the store at start."""
-    _mailboxes: defaultdict[str, asyncio.Lock] = field(default_factory=lambda: defaultdict(asyncio.Lock))
-    driver: WorkflowDriver | None = None
-    """The ``WorkflowDriver`` that moves workflows along (None: record commands only, as in unit tests)."""
-
-    unsettled: list[str] = field(default_factory=list)
-    """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
-    loops: LoopBook | None = None
-    """Loop sessions (seed 001), kept in the same store; the agents' forwarded tools reach them through here."""
-    latest: LatestWorkflows = field(init=False)
-    """Each workflow's latest state, checked against the store on every :meth:`read`."""
-
-    def __post_init__(self) -> None:
-        self.latest = LatestWorkflows(self.app)
-
-    def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
-        """Rebuild the views of the workflows ``owns`` (this partition's; by default all)."""
-        for workflow_id in filter(owns, self.app.workflow_ids()):
-            workflow = self.app.get_workflow(workflow_id)
-            self.views[workflow_id] = view_of(workflow)
-            if needs_driving(workflow):
-                self.unsettled.append(workflow_id)
-
-    async def create_workflow(self, command: CreateWorkflow) -> WorkflowView:
-        async with self._mailboxes[command.workflow_id]:
-            try:
-                # An embedded store answers this read faster than a worker thread could be reached.
-                workflow, is_new = (self.app.new_workflow(command) if self.writer.inline
-                                    else await asyncio.to_thread(self.app.new_workflow, command))
-            except ValueError as exc:
-                raise ServiceFailure.conflict(str(exc), workflow_id=command.workflow_id) from None
-            if is_new:
-                await self.writer.save(workflow)
-                self.latest.keep(workflow)
-            view = view_of(workflow)
-            self.views[view.id] = view
-        if self.driver is not None:
-            self.driver.kick(view.id)
-        return view
-
-    async def read(self, workflow_id: str) -> Workflow:
-        """The workflow as the store holds it; ``not_found`` for an unknown (or malformed) id.
-
-        The workflow returned is shared with every other reader: read it only (a change goes through
-        :meth:`change`, which works on its own copy).
-        """
-        canonical = _canonical(workflow_id)
-        try:
-            # A kept workflow costs one indexed lookup to confirm: an embedded store answers that faster than a
-            # worker thread could be reached.
-            if self.writer.inline:
-                return self.latest.get(canonical)
-            return await asyncio.to_thread(self.latest.get, canonical)
-        except AggregateNotFoundError:
-            raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
-
-    async def change(self, workflow_id: str, command: Callable[[Workflow], R]) -> tuple[Workflow, R]:
-        """Run ``command`` on the workflow in its mailbox and save what it recorded; (workflow, its result).
-
-        A ``LifecycleError`` becomes a typed error with nothing saved (the loaded copy is dropped).
-        """
-        # One mailbox per workflow whatever the spelling of its id (the tools service forwards ids verbatim).
-        async with self._mailboxes[_canonical(workflow_id)]:
-            workflow = self.latest.copy_for_change(await self.read(workflow_id))
-            before = workflow.version
-            try:
-                result = command(workflow)
-            except LifecycleError as exc:
-                raise ServiceFailure(exc.code, exc.message, {"workflow_id": workflow_id, **exc.details}) from None
-            changed = workflow.version != before
-            if changed:
-                await self.writer.save(workflow)
-                self.latest.keep(workflow)
-                self.views[str(workflow.id)] = view_of(workflow)
-        if changed and self.driver is not None:
-            self.driver.kick(str(workflow.id))
-        return workflow, result
-
-    async def get_workflow(self, query: GetWorkflow) -> WorkflowView:
-        view = self.views.get(query.workflow_id)
-        if view is None:
-            raise ServiceFailure.not_found(f"no workflow {query.workflow_id}", workflow_id=query.workflow_id)
-        return view
-
-    async def list_workflows(self, query: ListWorkflows) -> WorkflowList:
-        items = list(self.views.values())
-        return WorkflowList(items=items[query.offset : query.offset + query.limit], total=len(items))
-
-    async def replay_workflow(self, query: ReplayWorkflow) -> ReplayedWorkflow:
-        try:
-            return await asyncio.to_thread(replay, self.app, query.workflow_id, at=query.at)
-        except LookupError:
-            raise ServiceFailure.not_found(f"no workflow {query.workflow_id}", workflow_id=query.workflow_id) from None
 
 
 async def open_leases(nc: Client, settings: OrchestratorSettings) -> LeaseTable | None:
@@ -173,13 +52,6 @@ async def open_leases(nc: Client, settings: OrchestratorSettings) -> LeaseTable 
     except Exception as exc:
         log.warning("file leases unavailable (%s): swarm workers run without enforced reservations", exc)
         return None
-
-
-def _canonical(workflow_id: str) -> str:
-    try:
-        return str(uuid.UUID(workflow_id))
-    except ValueError:
-        raise ServiceFailure.not_found(f"no workflow {workflow_id}", workflow_id=workflow_id) from None
 
 
 async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) -> Callable[[], Awaitable[None]]:
@@ -192,21 +64,7 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     log.info("event store: %s%s", describe_store(env),
              f" (partition {part.index} of {part.count})" if part.split else "")
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
-    book: LoopBook | None = None
-    beads: SwarmBook | None = None
-
-    def wire(domain_event: DomainEvent) -> Event | None:
-        if isinstance(domain_event, LoopSession.Event):
-            assert book is not None
-            return loop_to_contract(domain_event, book.settled_of)
-        if isinstance(domain_event, Swarm.Event):
-            assert beads is not None
-            return swarm_to_contract(domain_event, beads.epic_of, beads.at_event)
-        if isinstance(domain_event, Mailbox.Event):
-            return mail_to_contract(domain_event)
-        return to_contract(domain_event)
-
-    relay = EventRelay(app=app, nc=nc, to_contract=wire)
+    relay = EventRelay(app=app, nc=nc, to_contract=WireEvents(app))
     # Partitions share the store, so one relay runs between all of them (whoever holds its lease).
     leading = (await LeadingRelay.open(relay, nc, store=store_key(env), replicas=settings.stream_replicas,
                                        holder=f"{settings.instance or 'orchestrator'}{part.suffix}",
@@ -214,19 +72,27 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
                if part.split else None)
     writer = BatchedWriter(app=app, after_save=relay.wake if leading is None else leading.wake,
                            inline=sqlite_store.commits_inline(env))
-    orchestrator = Orchestrator(app=app, writer=writer)
-    book = LoopBook(app=app, writer=writer, nc=nc, settings=settings)
-    orchestrator.loops = book
-    beads = SwarmBook(app=app, writer=writer)
-    mail = MailBook(app=app, writer=writer, nc=nc)
     leases = await open_leases(nc, settings)
-    if leases is not None:
-        beads.live_leases = leases.leases
-    await asyncio.to_thread(orchestrator.load_views, part.owns)
-    await asyncio.to_thread(book.load_views, part.owns)
-    unfinished_epics = await asyncio.to_thread(beads.load, part.owns)
-    log.info("rebuilt %d workflows and %d loop sessions from the event store", len(orchestrator.views),
-             len(book.views))
+    drive = settings.drive_workflows
+    # Each driver's stepper comes first: the books kick it when something changed, the driver starts it.
+    workflow_steps = Stepper(kind="workflow", log=logging.getLogger("orchestrator.driver"), gate=gate_for(nc))
+    loop_steps = Stepper(kind="loop", log=logging.getLogger("orchestrator.loops"), gate=gate_for(nc))
+    workflows = WorkflowBook(app=app, writer=writer, kick=workflow_steps.kick if drive else ignore)
+    loops = LoopBook(app=app, writer=writer, nc=nc, settings=settings, kick=loop_steps.kick if drive else ignore)
+    epics = SwarmBook(app=app, writer=writer, kick=workflow_steps.kick if drive else ignore,
+                      live_leases=leases.leases if leases is not None else None)
+    mail = MailBook(app=app, writer=writer, nc=nc)
+    await asyncio.to_thread(workflows.load_views, part.owns)
+    await asyncio.to_thread(loops.load_views, part.owns)
+    unfinished_epics = await asyncio.to_thread(epics.load, part.owns)
+    log.info("rebuilt %d workflows and %d loop sessions from the event store", len(workflows.views),
+             len(loops.views))
+    swarm_driver = SwarmDriver(nc=nc, book=epics, settings=settings, leases=leases, steps=workflow_steps,
+                               finish_workflow=workflows.finish_execution, halt_workflow=workflows.halt_execution,
+                               post_mail=mail.post)
+    workflow_driver = WorkflowDriver(nc=nc, book=workflows, settings=settings, partition=part, steps=workflow_steps,
+                                     swarm=swarm_driver)
+    loop_driver = LoopDriver(nc=nc, book=loops, settings=settings, partition=part, steps=loop_steps)
     writer.start()
     if leading is None:
         relay.start()
@@ -234,35 +100,25 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
         leading.start()
     service = TypedService(nc, name="orchestrator", description="Workflows, pulses and their state machines",
                            subject_of=part.subject, metadata={PARTITION_METADATA: f"{part.index}/{part.count}"})
-    service.endpoint("create_workflow", CreateWorkflow, orchestrator.create_workflow)
-    service.endpoint("get_workflow", GetWorkflow, orchestrator.get_workflow)
-    service.endpoint("list_workflows", ListWorkflows, orchestrator.list_workflows)
-    service.endpoint("replay_workflow", ReplayWorkflow, orchestrator.replay_workflow)
-    register_lifecycle(service, orchestrator)
-    register_loops(service, book)
-    register_beads(service, beads)
+    service.endpoint("create_workflow", CreateWorkflow, workflows.create_workflow)
+    service.endpoint("get_workflow", GetWorkflow, workflows.get_workflow)
+    service.endpoint("list_workflows", ListWorkflows, workflows.list_workflows)
+    service.endpoint("replay_workflow", ReplayWorkflow, workflows.replay_workflow)
+    register_lifecycle(service, workflows, controls=workflow_driver if drive else None, loops=loops)
+    register_loops(service, loops, abort=loop_driver.abort if drive else None)
+    register_beads(service, epics)
     register_mail(service, mail)
-    driver = WorkflowDriver(nc=nc, orchestrator=orchestrator, settings=settings, partition=part)
-    loops = LoopDriver(nc=nc, book=book, settings=settings, partition=part)
-    swarms = SwarmDriver(nc=nc, book=beads, settings=settings, leases=leases)
-    if settings.drive_workflows:
-        orchestrator.driver = driver
-        book.driver = loops
-        driver.swarm = swarms
-        swarms.workflows = driver
-        swarms.mail = mail
-        beads.driver = swarms
     await service.start()
-    if settings.drive_workflows:
-        await driver.start(orchestrator.unsettled)
-        await loops.start(book.unsettled)
-        await swarms.start(unfinished_epics)
+    if drive:
+        await workflow_driver.start(workflows.unsettled)
+        await loop_driver.start(loops.unsettled)
+        await swarm_driver.start(unfinished_epics)
 
     async def stop() -> None:
         await service.stop()
-        await swarms.stop()
-        await driver.stop()
-        await loops.stop()
+        await swarm_driver.stop()
+        await workflow_driver.stop()
+        await loop_driver.stop()
         await writer.stop()
         if leading is not None:
             await leading.stop()  # publishes what is saved when it leads, and hands the relay over

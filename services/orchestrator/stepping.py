@@ -41,26 +41,41 @@ _RETRIED = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CONFLICT}
 
 
 class Stepper:
-    """Advances keys, one pass per key at a time, with background work that ends with it."""
+    """Advances keys, one pass per key at a time, with background work that ends with it.
 
-    def __init__(self, *, kind: str, advance: Callable[[str], Awaitable[None]],
-                 fail: Callable[[str, str], Awaitable[None]], log: logging.Logger,
-                 gate: ServiceGate | None = None) -> None:
+    Built before its driver, so that what kicks it (a book's ``on_change``) needs nothing else: keys kicked
+    before :meth:`start` gave it its ``advance`` wait for it.
+    """
+
+    def __init__(self, *, kind: str, log: logging.Logger, gate: ServiceGate | None = None) -> None:
         self.kind = kind
+        """What a key names, for log lines (``workflow``, ``loop``)."""
         self._gate = gate
         """Services known to have no instance: a key waiting for one waits here, at no cost, until it is back."""
-        """What a key names, for log lines (``workflow``, ``loop``)."""
-        self._advance = advance
-        self._fail = fail
+        self._advance: Callable[[str], Awaitable[None]] | None = None
+        self._fail: Callable[[str, str], Awaitable[None]] | None = None
         self._log = log
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        self._waiting: set[str] = set()
+        """Keys kicked before :meth:`start`."""
         self._background: set[asyncio.Task[None]] = set()
         self.stopping = False
+
+    def start(self, *, advance: Callable[[str], Awaitable[None]], fail: Callable[[str, str], Awaitable[None]]) -> None:
+        """Advance keys from now on: ``advance(key)`` takes a key's steps, ``fail(key, message)`` records a failure
+        a retry will not fix."""
+        self._advance, self._fail = advance, fail
+        waiting, self._waiting = self._waiting, set()
+        for key in waiting:
+            self.kick(key)
 
     def kick(self, key: str) -> None:
         """Make sure ``key`` is advanced soon (coalesces kicks that come while it advances)."""
         if self.stopping:
+            return
+        if self._advance is None:
+            self._waiting.add(key)
             return
         if key in self._tasks:
             self._again.add(key)
@@ -89,18 +104,20 @@ class Stepper:
         await cancel_and_wait(self.tasks())
 
     async def _passes(self, key: str) -> None:
+        advance, fail = self._advance, self._fail
+        assert advance is not None and fail is not None, "a key passes only once the stepper started"
         waits = DRIVER_STEP.delays()
         delay = next(waits)
         try:
             while True:
                 self._again.discard(key)
                 try:
-                    await self._advance(key)
+                    await advance(key)
                     waits = DRIVER_STEP.delays()
                     delay = next(waits)
                 except RemoteError as exc:
                     if exc.code not in _RETRIED:
-                        await self._fail(key, f"{exc.subject}: {exc.code}: {exc.message}")
+                        await fail(key, f"{exc.subject}: {exc.code}: {exc.message}")
                         continue
                     service = subjects.service_of(exc.subject)
                     if self._gate is not None and service and self._gate.is_down(service):

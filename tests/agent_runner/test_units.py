@@ -346,4 +346,4 @@ async def test_a_cancel_during_the_final_save_does_not_end_the_turn_twice():
     except asyncio.CancelledError:
         pass
     assert [names[-1] for names in saves] == ["TurnCompleted"]
-    assert session.turns[0].outcome["kind"] == "end_turn"
+    assert session.turns[0].outcome.kind == "end_turn"

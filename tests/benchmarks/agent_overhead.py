@@ -35,6 +35,7 @@ from pathlib import Path
 import anthropic
 import msgspec
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.contracts import subjects
 from autarch.contracts.agents import (
     GetSession,
@@ -46,7 +47,6 @@ from autarch.contracts.agents import (
 )
 from autarch.contracts.events import TurnCompleted
 from autarch.runtime.bus import connect, ensure_event_stream
-from autarch.runtime.natsserver import EmbeddedNats
 from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
 from autarch.services.agent_runner.model_client import ModelClient

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import httpx
 
+from autarch.cli.local.natsserver import EmbeddedNats, free_port
 from autarch.contracts import subjects
 from autarch.contracts.workflows import CreateWorkflow
 from autarch.runtime.bus import connect, ensure_event_stream
-from autarch.runtime.natsserver import EmbeddedNats, free_port
 from autarch.runtime.relay import EventRelay
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.contract_events import to_contract
+from autarch.services.orchestrator.workflow.views import to_contract
 
 OPENHANDS_WRITE_MS = 0.166
 OPENHANDS_REPLAY_1000_MS = 29.5

@@ -37,6 +37,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.contracts import subjects
 from autarch.contracts.turns import (
     FindTurn,
@@ -50,7 +51,6 @@ from autarch.contracts.turns import (
     TurnSlice,
     TurnsRecorded,
 )
-from autarch.runtime.natsserver import EmbeddedNats
 from autarch.runtime.requests import request
 
 __all__ = ["measure_anchor_resolution", "turn_text"]

@@ -35,10 +35,10 @@ import time
 import uuid
 from pathlib import Path
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.contracts import subjects
 from autarch.contracts.tools import ToolCall, ToolResult
 from autarch.runtime.bus import connect
-from autarch.runtime.natsserver import EmbeddedNats
 from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
 from autarch.services.tools.context import ToolContext

@@ -52,10 +52,10 @@ import nats
 
 from autarch.cli.demo_cmd import BRANCH, SERVICES, create_workflow, demo_scenario, drive, make_sample_repo
 from autarch.cli.gateway_client import Connection, GatewayClient
+from autarch.cli.local.natsserver import free_port
 from autarch.cli.local_system import SSE_KEEPALIVE, LocalSystem, scrubbed_env
 from autarch.cli.render import SseComment, parse_sse
 from autarch.contracts import subjects
-from autarch.runtime.natsserver import free_port
 
 COMMITS = ["test(greeter): cover the empty-name greeting", "feat(greeter): greet the world when the name is empty"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autarch.runtime.natsserver import free_port
+from autarch.cli.local.natsserver import free_port
 from tests.e2e.conftest import System
 
 from .conftest import Cli

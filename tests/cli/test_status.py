@@ -41,7 +41,7 @@ async def test_status_counts_failed_requests_and_their_time(nc, nats_server, tmp
         await request(nc, "test.status.work", Job(), Done)
         settings = load_settings({"nats_url": nats_server.url, "data_dir": str(tmp_path)}, environ={})
         entry = (await _status(settings, ["status_test"]))["services"]["status_test"]
-        monkeypatch.setattr("autarch.runtime.supervisor.AVAILABLE_SERVICES", ("status_test",))
+        monkeypatch.setattr("autarch.cli.local.supervisor.AVAILABLE_SERVICES", ("status_test",))
         args = argparse.Namespace(json=False, nats=nats_server.url, data_dir=str(tmp_path))
         assert await asyncio.to_thread(cmd_status, args) == 0
     finally:

@@ -18,8 +18,8 @@ from typing import TypeVar
 import nats
 import pytest
 
+from autarch.cli.local.natsserver import die_with_parent, free_port_run
 from autarch.contracts import subjects
-from autarch.runtime.natsserver import die_with_parent, free_port_run
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.conftest import postgres_dsn
 from tests.e2e.conftest import System

@@ -55,7 +55,7 @@ async def check_stores_against_stream(nc: Client, postgres_url: str) -> dict[str
     from autarch.services.agent_runner.application import SessionApplication
     from autarch.services.agent_runner.contract_events import ContractMapper
     from autarch.services.orchestrator.application import WorkflowApplication
-    from autarch.services.orchestrator.contract_events import to_contract
+    from autarch.services.orchestrator.workflow.views import to_contract
 
     settings = Settings(postgres_url=postgres_url)
     counts = {}

@@ -6,8 +6,8 @@ import socket
 import subprocess
 import sys
 
+from autarch.cli.local.natsserver import free_port_run
 from autarch.cli.local_system import scrubbed_env
-from autarch.runtime.natsserver import free_port_run
 
 
 def _up(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess[str], int]:

@@ -17,7 +17,7 @@ from autarch.runtime.relay import EventRelay
 from autarch.runtime.relay_leader import LeadingRelay, store_key
 from autarch.runtime.settings import Settings
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.contract_events import to_contract
+from autarch.services.orchestrator.workflow.views import to_contract
 
 from ..conftest import postgres_dsn
 from .stream_check import relayed_ids

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autarch.runtime.natsserver import free_port
+from autarch.cli.local.natsserver import free_port
 
 
 @dataclass

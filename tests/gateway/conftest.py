@@ -25,13 +25,13 @@ import msgspec
 import pytest
 import uvicorn
 
+from autarch.cli.local.natsserver import free_port
 from autarch.contracts.execution import AnswerQuestions, ApproveExtension, ResumeWorkflow, StopWorkflow
 from autarch.contracts.workflows import ListWorkflows, WorkflowList, WorkflowView
 from autarch.gateway.app import create_app
 from autarch.runtime.bus import connect
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
-from autarch.runtime.natsserver import free_port
 from autarch.runtime.settings import Settings
 from autarch.services.agent_runner.service import open_runner
 from autarch.services.scripted_model import ScriptedModelServer, load_scenario

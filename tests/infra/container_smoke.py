@@ -121,7 +121,7 @@ def main() -> int:
 
     from autarch.cli.demo_cmd import BRANCH, create_workflow, demo_scenario, drive, make_sample_repo
     from autarch.cli.gateway_client import Connection, GatewayClient
-    from autarch.runtime.natsserver import find_nats_server
+    from autarch.cli.local.natsserver import find_nats_server
     from autarch.services.scripted_model import ScriptedModelServer
 
     if args.build:

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autarch.runtime.natsserver import find_nats_server
+from autarch.cli.local.natsserver import find_nats_server
 from autarch.runtime.settings import SECRET_SETTINGS, load_settings
 
 from .manifests import (

@@ -28,6 +28,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client as Nats
 
+from autarch.cli.local.natsserver import EmbeddedNats, free_port
 from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import (
@@ -43,11 +44,10 @@ from autarch.contracts.tools import ListTools, ToolCall, ToolDefinitions, ToolRe
 from autarch.runtime.bus import connect
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.micro import TypedService
-from autarch.runtime.natsserver import EmbeddedNats, free_port
 from autarch.runtime.requests import request
 from autarch.services.git.engine import GitEngine
-from autarch.services.orchestrator import controls
-from autarch.services.orchestrator.outcomes import handle_turn
+from autarch.services.orchestrator.workflow import controls
+from autarch.services.orchestrator.workflow.outcomes import handle_turn
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.e2e.conftest import System
 from tests.git.gitcli import fsck, git, make_user_repo

@@ -12,9 +12,9 @@ from autarch.runtime.relay import EventRelay
 from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.contract_events import to_contract
 from autarch.services.orchestrator.replay import replay_from_store
 from autarch.services.orchestrator.service import start
+from autarch.services.orchestrator.workflow.views import to_contract
 
 from ..conftest import postgres_dsn
 

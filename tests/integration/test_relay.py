@@ -11,7 +11,7 @@ from autarch.contracts import subjects
 from autarch.contracts.workflows import CreateWorkflow
 from autarch.runtime.relay import EventRelay
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.contract_events import to_contract
+from autarch.services.orchestrator.workflow.views import to_contract
 
 
 class Crash(Exception):

@@ -17,7 +17,7 @@ from autarch.contracts import subjects
 from autarch.contracts.base import encode
 from autarch.contracts.events import TurnCompleted
 from autarch.runtime.settings import Settings
-from autarch.services.orchestrator.driver import _CONSUMER, WorkflowDriver
+from autarch.services.orchestrator.workflow.driver import _CONSUMER, WorkflowDriver
 
 NEXT = f"$JS.API.CONSUMER.MSG.NEXT.{subjects.EVENTS_STREAM}.{_CONSUMER}"
 
@@ -35,7 +35,7 @@ async def driver(nc, data_dir):
     except Exception:
         pass
     settings = Settings(data_dir=str(data_dir))
-    d = WorkflowDriver(nc=nc, orchestrator=SimpleNamespace(views={}), settings=settings)
+    d = WorkflowDriver(nc=nc, book=SimpleNamespace(views={}), settings=settings)
     yield d
     await d.stop()
     await js.delete_consumer(subjects.EVENTS_STREAM, _CONSUMER)

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.contracts.beads import LeaseMode
 from autarch.runtime.bus import connect
 from autarch.runtime.leases import LeaseGrant, LeaseRefusal, LeaseTable, patterns_overlap
-from autarch.runtime.natsserver import EmbeddedNats
 
 TTL = 0.15
 PATTERNS = ["src/a.py", "src/b.py", "src/*.py", "src/**", "src", "docs/x.md", "*.md", "docs/*", "{src,docs}/a.*"]

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.aio.client import Client
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.runtime.bus import connect
 from autarch.runtime.leases import BUCKET, LeaseGrant, LeaseRefusal, LeaseTable
-from autarch.runtime.natsserver import EmbeddedNats
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from autarch.runtime.aggregates import project
-from autarch.services.orchestrator.loop_model import Anchor, LoopError, LoopSession
-from autarch.services.orchestrator.loop_views import view_of
+from autarch.services.orchestrator.loop.model import Anchor, LoopError, LoopSession
+from autarch.services.orchestrator.loop.views import view_of
 
 
 def new_session(max_iterations: int = 3) -> LoopSession:
@@ -87,7 +87,7 @@ def test_the_breaker_trips_on_the_same_error_repeated():
 
 def test_every_event_of_a_session_becomes_its_wire_event():
     from autarch.contracts.events import EVENT_TYPES
-    from autarch.services.orchestrator.loop_views import loop_to_contract
+    from autarch.services.orchestrator.loop.views import loop_to_contract
 
     session = LoopSession(session_id=str(uuid.uuid4()), project_name="shop", project_path="/srv/shop", goal="Add auth",
                           max_iterations=3, anchor_turn_id=None, branch_name="autarch/loop-x", base_branch="main",

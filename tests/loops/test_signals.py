@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autarch.services.orchestrator.loop_signals import anchor_hint, commit_message, read_signal, summarise
+from autarch.services.orchestrator.loop.signals import anchor_hint, commit_message, read_signal, summarise
 
 
 @pytest.mark.parametrize(("text", "signal", "reason"), [

@@ -9,7 +9,7 @@ from eventsourcing.application import Application
 
 from autarch.contracts.mail import epic_topic
 from autarch.runtime.aggregates import project
-from autarch.services.orchestrator.mail_model import Mailbox, MailError, mailbox_id_for
+from autarch.services.orchestrator.mail.model import Mailbox, MailError, mailbox_id_for
 
 EPIC = "5b0e7a52-3c1d-4f7e-9a61-2d8c4b9e0f13"
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from autarch.contracts.beads import BeadView, Dependency
-from autarch.services.orchestrator.bead_rank import (
+from autarch.services.orchestrator.swarm.rank import (
     W_CRITICAL,
     W_PAGERANK,
     W_PRIORITY,

@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
+import msgspec
 
-from autarch.services.orchestrator.handoffs import handoff_document, manifest_document, owner_file
-from autarch.services.orchestrator.swarm_model import Swarm
+from autarch.runtime.aggregates import project
+from autarch.services.orchestrator.swarm.handoffs import handoff_document, manifest_document, owner_file
+from autarch.services.orchestrator.swarm.model import Swarm
 
 from .test_swarm_model import WID, _bead
 
@@ -65,3 +67,15 @@ def test_the_manifest_lists_each_handoff_once_per_owner() -> None:
     assert again.generation == 1 and again.stale_sessions and again.session_id not in again.stale_sessions
     manifest = json.loads(manifest_document(swarm.handoffs))
     assert [h["owner_file"] for h in manifest["handoffs"]] == [".pulse/handoffs/worker-AmberFalcon.json"]
+
+
+def test_a_recorded_handoff_replays_typed_and_is_written_back_as_recorded() -> None:
+    swarm = _swarm("swarm")
+    a = swarm.claim("b", "AmberFalcon")
+    doc = handoff_document(swarm, a, swarm.beads["b"], feature="x", tokens_used_pct=0.671, paused_at=AT)
+    swarm.handed_off(a, "turn-1", owner_file(swarm, "AmberFalcon"), doc)
+    replayed = project(None, swarm.collect_events())
+    typed = replayed.handoff_documents[-1]
+    assert (typed.owner_id, typed.payload.runtime.runtime_nickname) == ("worker-AmberFalcon", "w1")
+    # What the fresh session is given to read is the document exactly as the event recorded it.
+    assert json.dumps(msgspec.to_builtins(typed), indent=2) == json.dumps(doc, indent=2)

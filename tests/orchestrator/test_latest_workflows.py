@@ -11,9 +11,9 @@ from eventsourcing.persistence import IntegrityError
 from autarch.contracts.workflows import CreateWorkflow
 from autarch.runtime.errors import ServiceFailure
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.domainmodel import Workflow
-from autarch.services.orchestrator.lifecycle import LifecycleError
-from autarch.services.orchestrator.service import Orchestrator
+from autarch.services.orchestrator.workflow.book import WorkflowBook
+from autarch.services.orchestrator.workflow.lifecycle import LifecycleError
+from autarch.services.orchestrator.workflow.model import Workflow
 from autarch.services.orchestrator.writer import BatchedWriter
 
 
@@ -26,12 +26,12 @@ async def orchestrator(tmp_path):
     app = _app(tmp_path / "events.sqlite")
     writer = BatchedWriter(app=app, inline=True)
     writer.start()
-    yield Orchestrator(app=app, writer=writer)
+    yield WorkflowBook(app=app, writer=writer)
     await writer.stop()
     app.close()
 
 
-async def _create(orch: Orchestrator, tmp_path) -> str:
+async def _create(orch: WorkflowBook, tmp_path) -> str:
     wid = str(uuid.uuid4())
     await orch.create_workflow(CreateWorkflow(workflow_id=wid, title="t", request="r", repo=str(tmp_path)))
     return wid

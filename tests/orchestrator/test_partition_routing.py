@@ -17,11 +17,11 @@ from autarch.contracts.mail import FetchInbox
 from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, ListWorkflows, ReplayWorkflow
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import SettingsError, load_settings
-from autarch.services.orchestrator.loop_book import register_loops
-from autarch.services.orchestrator.mail_book import register_mail
+from autarch.services.orchestrator.loop.book import register_loops
+from autarch.services.orchestrator.mail.book import register_mail
 from autarch.services.orchestrator.partition import Partition
-from autarch.services.orchestrator.swarm_book import register_beads
-from autarch.services.orchestrator.verbs import register_lifecycle
+from autarch.services.orchestrator.swarm.book import register_beads
+from autarch.services.orchestrator.workflow.verbs import register_lifecycle
 
 
 class _Anything:

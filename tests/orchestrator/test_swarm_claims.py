@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from autarch.contracts.beads import Dependency
 from autarch.runtime.errors import ServiceFailure
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.swarm_book import SwarmBook, ranked
-from autarch.services.orchestrator.swarm_model import Bead, Swarm
+from autarch.services.orchestrator.swarm.book import SwarmBook, ranked
+from autarch.services.orchestrator.swarm.model import Bead, Swarm
 from autarch.services.orchestrator.writer import BatchedWriter
 
 WID = "0f9e8d7c-6b5a-4c3d-8e2f-1a2b3c4d5e6f"

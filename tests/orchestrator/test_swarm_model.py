@@ -8,8 +8,8 @@ import pytest
 from autarch.contracts.agents import SubmitPlanArgs
 from autarch.contracts.beads import Dependency, TddSteps
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.bead_plan import bead_dicts, bounced_pulses, is_bead_plan, level_width
-from autarch.services.orchestrator.swarm_model import Bead, Swarm, SwarmError
+from autarch.services.orchestrator.swarm.model import Bead, Swarm, SwarmError
+from autarch.services.orchestrator.swarm.plan import bead_dicts, bounced_pulses, is_bead_plan, level_width
 
 WID = "7d4c2f1e-8a9b-4c3d-9e2f-1a2b3c4d5e6f"
 

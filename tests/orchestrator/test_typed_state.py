@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import msgspec
 
 from autarch.contracts.agents import Question, UnresolvedIssue
+from autarch.contracts.workflows import StageNote, WorkflowBaseline
 from autarch.runtime.aggregates import project
-from autarch.services.orchestrator.contract_events import view_of
-from autarch.services.orchestrator.domainmodel import Workflow
-from autarch.services.orchestrator.state import HaltDetails
+from autarch.services.orchestrator.workflow.cards import artifacts_of
+from autarch.services.orchestrator.workflow.model import Workflow
+from autarch.services.orchestrator.workflow.state import HaltDetails
+from autarch.services.orchestrator.workflow.views import view_of
 
 
 def new_workflow() -> Workflow:
@@ -54,3 +57,20 @@ def test_unresolved_issues_are_typed_state_and_wire_dicts():
     assert accepted.unresolved_issues == [{"issue": "flaky", "reason": "network"}]
     assert msgspec.to_builtins(project(None, events).run("pulse-1").unresolved_issues) == \
         [{"issue": "flaky", "reason": "network"}]
+
+
+def test_notes_and_baselines_recorded_as_dicts_replay_as_the_wire_types():
+    wf = new_workflow()
+    # As every version recorded them: the note's time an ISO string, the baseline the tool's payload.
+    wf._note_taken(note_id="n1", stage="scoping", session_id="s1", note="uses pytest",
+                   taken_at="2026-11-25T09:00:00+00:00", key="k1")
+    wf._baseline_recorded(baseline={"baseline_id": "b1", "issue_type": "Warning", "source": "Lint",
+                                    "pattern": "E501", "file_path": None, "description": None}, key="k2")
+    replayed = project(None, wf.collect_events())
+    assert replayed.notes == [StageNote(note_id="n1", stage="scoping", session_id="s1", note="uses pytest",
+                                        taken_at=datetime(2026, 11, 25, 9, tzinfo=UTC))]
+    assert replayed.baselines == [WorkflowBaseline(baseline_id="b1", issue_type="Warning", source="Lint",
+                                                   pattern="E501")]
+    artifacts = artifacts_of(replayed)
+    assert artifacts.notes == replayed.notes and artifacts.notes[0] is not replayed.notes[0]
+    assert artifacts.baselines == replayed.baselines

@@ -11,9 +11,9 @@ import pytest
 from autarch.contracts.agents import SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.workflows import ReviewCard, WorkflowErrorCode
-from autarch.services.orchestrator.domainmodel import Workflow
-from autarch.services.orchestrator.lifecycle import LifecycleError, validate_plan
-from autarch.services.orchestrator.state import ChangeRequest, ReviewVerdict, StageCard
+from autarch.services.orchestrator.workflow.lifecycle import LifecycleError, validate_plan
+from autarch.services.orchestrator.workflow.model import Workflow
+from autarch.services.orchestrator.workflow.state import ChangeRequest, ReviewVerdict, StageCard
 
 SCOPE = {"title": "JWT", "description": "validate JWTs", "in_scope": ["middleware"], "out_of_scope": [],
          "recommended_path": "full", "constraints": ["no new deps"], "rationale": None}

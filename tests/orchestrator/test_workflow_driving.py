@@ -9,11 +9,11 @@ import pytest
 
 from autarch.contracts.execution import PulseStatus
 from autarch.contracts.workflows import WorkflowErrorCode
-from autarch.services.orchestrator import kickoffs
-from autarch.services.orchestrator.domainmodel import Workflow
-from autarch.services.orchestrator.driver import all_pulses_done, next_pulse, session_id_for
-from autarch.services.orchestrator.lifecycle import LifecycleError, validate_plan
-from autarch.services.orchestrator.state import PulseRun
+from autarch.services.orchestrator.workflow import kickoffs
+from autarch.services.orchestrator.workflow.driver import all_pulses_done, next_pulse, session_id_for
+from autarch.services.orchestrator.workflow.lifecycle import LifecycleError, validate_plan
+from autarch.services.orchestrator.workflow.model import Workflow
+from autarch.services.orchestrator.workflow.state import PulseRun
 
 from .test_workflow_domain import PLAN, RESEARCH, SCOPE, card, pulse
 

@@ -15,14 +15,14 @@ from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.git import FileChange, TrackedChanges
 from autarch.runtime.settings import Settings
-from autarch.services.orchestrator import controls
-from autarch.services.orchestrator.cards import artifacts_of
-from autarch.services.orchestrator.completion import completion_rejections
-from autarch.services.orchestrator.domainmodel import Workflow
-from autarch.services.orchestrator.driver import next_action
-from autarch.services.orchestrator.lifecycle import LifecycleError
-from autarch.services.orchestrator.outcomes import handle_turn
-from autarch.services.orchestrator.steps import (
+from autarch.services.orchestrator.workflow import controls
+from autarch.services.orchestrator.workflow.cards import artifacts_of
+from autarch.services.orchestrator.workflow.completion import completion_rejections
+from autarch.services.orchestrator.workflow.driver import next_action
+from autarch.services.orchestrator.workflow.lifecycle import LifecycleError
+from autarch.services.orchestrator.workflow.model import Workflow
+from autarch.services.orchestrator.workflow.outcomes import handle_turn
+from autarch.services.orchestrator.workflow.steps import (
     needs_driving,
     preflight_overdue,
     session_baselines,

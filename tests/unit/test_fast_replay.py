@@ -16,7 +16,7 @@ from eventsourcing.persistence import JSONTranscoder, TranscodingNotRegisteredEr
 
 from autarch.runtime.aggregates import load, project, state_decoder
 from autarch.services.orchestrator.application import WorkflowApplication
-from autarch.services.orchestrator.domainmodel import Workflow
+from autarch.services.orchestrator.workflow.model import Workflow
 from tests.orchestrator.test_swarm_model import WID, diamond
 from tests.orchestrator.test_workflow_domain import PLAN, RESEARCH, SCOPE, card
 

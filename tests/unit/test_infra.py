@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autarch.runtime.natsserver import find_nats_server, render_config
+from autarch.cli.local.natsserver import find_nats_server, render_config
 
 INFRA = Path(__file__).resolve().parents[2] / "infra" / "nats"
 

@@ -60,7 +60,7 @@ def test_eventsourcing_decorated_funcs_for_the_fast_replay():
     # runtime/aggregates.py load(): an @event method's event is replayed by calling the method directly.
     import eventsourcing.domain as domain
 
-    from autarch.services.orchestrator.domainmodel import Workflow
+    from autarch.services.orchestrator.workflow.model import Workflow
 
     funcs = getattr(domain, "decorated_funcs", None)
     assert isinstance(funcs, dict), (

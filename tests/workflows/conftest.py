@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from autarch.runtime.natsserver import free_port
+from autarch.cli.local.natsserver import free_port
 from autarch.services.scripted_model import ScriptedModelServer
 from autarch.services.scripted_model.scenario import bundled_scenario_path
 from tests.e2e.conftest import System

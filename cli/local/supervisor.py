@@ -1,0 +1,286 @@
+"""``autarch up``: the embedded NATS server, every service as its own OS process, and the gateway.
+
+A child that exits unexpectedly is restarted with exponential backoff (reset once it has stayed
+up for a while); the embedded nats-server too, on the same port and with the same JetStream
+store, so the services (which reconnect by themselves) find their stream and its events again.
+Every exited child is reaped. Every line a child prints is prefixed with its name. SIGINT/SIGTERM
+stop the children (SIGTERM, then SIGKILL after a grace period). Should the supervisor itself die
+without that cleanup (SIGKILL, a crash), the kernel SIGKILLs every child (PR_SET_PDEATHSIG), so
+no process is orphaned. SIGKILL, not SIGTERM: with nobody left to escalate, a graceful stop that
+waits on something (a client's open SSE stream held the gateway) would never end; and a SIGKILL
+loses nothing (event stores are transactional, relays publish again, JetStream recovers its store).
+
+``cluster`` > 0 runs the local scale-out shape instead (``autarch up --cluster N``): N nats-servers forming one
+JetStream cluster on loopback (client ports ``nats_port`` … ``nats_port + N - 1``, the event stream with
+min(N, 3) replicas, every write fsynced), event stores in PostgreSQL (``postgres_url``; a ``?schema=`` that does
+not exist yet is created), and ``instances`` processes of every service and of the gateway (gateway ``i`` on
+``port + i - 1``). Each service process is named ``<service>-<i>`` (its ``instance`` setting): stateless
+services share their queue groups, stateful ones run as hot standbys (``runtime/standby.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.util
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autarch.runtime.cancel import cancel_and_wait
+from autarch.runtime.retry import SUPERVISOR_RESTART, Backoff
+from autarch.runtime.settings import Settings
+
+from .natsserver import EmbeddedNats, die_with_parent, local_cluster
+
+__all__ = ["AVAILABLE_SERVICES", "Child", "Supervisor"]
+
+log = logging.getLogger("supervisor")
+
+SERVICE_ORDER = ("orchestrator", "tools", "git", "indexer", "agent_runner", "notifier")
+
+
+def _available() -> tuple[str, ...]:
+    found = []
+    for name in SERVICE_ORDER:
+        try:
+            if importlib.util.find_spec(f"autarch.services.{name}.__main__") is not None:
+                found.append(name)
+        except ModuleNotFoundError:
+            continue
+    return tuple(found)
+
+
+AVAILABLE_SERVICES = _available()
+"""Services installed in this environment, in start order."""
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    process: asyncio.subprocess.Process | None = None
+    restarts: int = 0
+    started_at: float = 0.0
+    stopping: bool = False
+    _pump: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    async def spawn(self, out: asyncio.StreamWriter | None = None) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            env=self.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            # Its own session: a terminal's Ctrl-C (sent to the whole foreground group) reaches only the
+            # supervisor, which then stops the children in order (gateway, services, NATS last).
+            start_new_session=True,
+            # Read the parent's pid here, before the fork, so a supervisor dying during the fork is noticed.
+            preexec_fn=functools.partial(die_with_parent, signal.SIGKILL, os.getpid()),
+        )
+        self.started_at = time.monotonic()
+        self._pump = asyncio.create_task(self._prefix_lines())
+
+    async def _prefix_lines(self) -> None:
+        assert self.process and self.process.stdout
+        width = 13
+        while line := await self.process.stdout.readline():
+            sys.stdout.write(f"{self.name:<{width}}| {line.decode(errors='replace')}")
+            sys.stdout.flush()
+
+    async def terminate(self, grace: float) -> None:
+        self.stopping = True
+        proc = self.process
+        if proc is None or proc.returncode is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), grace)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        if self._pump:
+            await asyncio.gather(self._pump, return_exceptions=True)
+
+
+@dataclass
+class Supervisor:
+    """Runs the whole system on one machine."""
+
+    settings: Settings
+    services: tuple[str, ...] = AVAILABLE_SERVICES
+    """Services to run (each ``python -m autarch.services.<name>``)."""
+    gateway: bool = True
+    grace: float = 10.0
+    """Seconds a child gets to stop after SIGTERM before SIGKILL."""
+    backoff: Backoff = SUPERVISOR_RESTART
+    """Waits before restarting a child (or nats-server) that exited, growing while it keeps exiting."""
+    stable_after: float = 30.0
+    """Seconds up after which a child's next exit is a new failure: its backoff starts again from the first."""
+    cluster: int = 0
+    """nats-servers of a local JetStream cluster to run (0: one embedded server, or ``nats_url``'s)."""
+    instances: int = 1
+    """Processes of every service and of the gateway (more than 1 names them ``<service>-<i>``)."""
+    children: dict[str, Child] = field(default_factory=dict)
+    nats: EmbeddedNats | None = None
+    nodes: list[EmbeddedNats] = field(default_factory=list)
+    """The local cluster's servers (``cluster`` > 0)."""
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def run_file(self) -> Path:
+        """``<data dir>/run.json``: the supervisor's and children's pids (read by ``autarch status``)."""
+        return self.settings.data_path / "run.json"
+
+    @property
+    def nats_url(self) -> str:
+        if self.nodes:
+            return ",".join(node.url for node in self.nodes)
+        return self.settings.effective_nats_url
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.settings.to_env())
+        env["AUTARCH_NATS_URL"] = self.nats_url
+        if self.nodes:
+            env["AUTARCH_STREAM_REPLICAS"] = str(min(3, len(self.nodes)))
+        env["AUTARCH_EXPECTED_SERVICES"] = ",".join(self.services)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def _write_run_file(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "nats_url": self.nats_url,
+            "nats_pid": self.nats.process.pid if self.nats and self.nats.process else None,
+            "nats_pids": [node.process.pid if node.process else None for node in self.nodes],
+            "gateway_url": f"http://{self.settings.host}:{self.settings.port}",
+            "children": {name: child.pid for name, child in self.children.items()},
+        }
+        tmp = self.run_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info, indent=2))
+        tmp.replace(self.run_file)
+
+    async def run(self) -> int:
+        self.settings.data_path.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop.set)
+        if self.cluster > 0:
+            await self._start_cluster()
+        elif self.settings.nats_url is None:
+            self.nats = EmbeddedNats(self.settings.data_path / "nats", port=self.settings.nats_port,
+                                     parent_death_signal=signal.SIGKILL)
+            # In this (main) thread: the server's parent-death signal is tied to the thread that forks it.
+            self.nats.start()
+            log.info("embedded nats-server on %s (JetStream in %s)", self.nats.url, self.nats.data_dir)
+        env = self._child_env()
+        py = sys.executable
+        many = self.instances > 1
+        for name in self.services:
+            for i in range(1, self.instances + 1):
+                label = f"{name}-{i}" if many else name
+                child_env = {**env, "AUTARCH_INSTANCE": label} if many else env
+                self.children[label] = Child(label, [py, "-m", f"autarch.services.{name}"], child_env)
+        if self.gateway:
+            for i in range(1, self.instances + 1):
+                label = f"gateway-{i}" if many else "gateway"
+                child_env = {**env, "AUTARCH_PORT": str(self.settings.port + i - 1)} if many else env
+                self.children[label] = Child(label, [py, "-m", "autarch.gateway"], child_env)
+        try:
+            for child in self.children.values():
+                await child.spawn()
+            self._write_run_file()
+            watchers = [asyncio.create_task(self._watch(child)) for child in self.children.values()]
+            if self.nats is not None:
+                watchers.append(asyncio.create_task(self._watch_nats(self.nats)))
+            watchers += [asyncio.create_task(self._watch_nats(node)) for node in self.nodes]
+            await self._stop.wait()
+            log.info("stopping")
+            await cancel_and_wait(watchers)
+        finally:
+            # Gateway first (no new requests), then services in reverse start order, then NATS.
+            for child in reversed(list(self.children.values())):
+                await child.terminate(self.grace)
+            if self.nats is not None:
+                self.nats.stop()
+            for node in self.nodes:
+                node.stop()
+            self.run_file.unlink(missing_ok=True)
+        return 0
+
+    async def _start_cluster(self) -> None:
+        """Start the cluster's nodes, create the PostgreSQL schema, and wait until the replicated stream exists."""
+        from .cluster import ensure_postgres_schema, wait_for_stream
+
+        if not self.settings.postgres_url:
+            raise ValueError("a local cluster keeps its event stores in PostgreSQL: set postgres_url")
+        ports = [self.settings.nats_port + i for i in range(self.cluster)]
+        self.nodes = local_cluster(self.settings.data_path / "nats-cluster", nodes=self.cluster, ports=ports,
+                                   parent_death_signal=signal.SIGKILL)
+        try:
+            for node in self.nodes:
+                node.start()  # in this (main) thread, as for the single server
+            log.info("local NATS cluster on %s (JetStream in %s)", self.nats_url, self.nodes[0].data_dir.parent)
+            try:
+                await asyncio.to_thread(ensure_postgres_schema, self.settings.postgres_url)
+            except Exception as exc:
+                raise RuntimeError(f"PostgreSQL at postgres_url is not usable: {exc}") from exc
+            await wait_for_stream(self.nats_url, replicas=min(3, self.cluster),
+                                  duplicate_window=self.settings.duplicate_window)
+        except BaseException:
+            for node in self.nodes:  # nothing left running when the cluster cannot start
+                node.stop()
+            raise
+
+    async def _watch(self, child: Child) -> None:
+        delays = self.backoff.delays()
+        while True:
+            assert child.process is not None
+            code = await child.process.wait()
+            if child.stopping or self._stop.is_set():
+                return
+            up_for = time.monotonic() - child.started_at
+            if up_for > self.stable_after:
+                delays = self.backoff.delays()  # it ran fine for a while: this is a new failure, not a crash loop
+            backoff = next(delays)
+            log.warning("%s exited with %s after %.1fs; restarting in %.2fs", child.name, code, up_for, backoff)
+            await asyncio.sleep(backoff)
+            child.restarts += 1
+            await child.spawn()
+            self._write_run_file()
+
+    async def _watch_nats(self, nats: EmbeddedNats) -> None:
+        """Restart the embedded nats-server when it dies: same port and store, so no client is reconfigured."""
+        delays = self.backoff.delays()
+        while True:
+            code = await nats.wait()  # reaps it: a dead server is never left a zombie
+            if self._stop.is_set():
+                return
+            up_for = time.monotonic() - nats.started_at
+            if up_for > self.stable_after:
+                delays = self.backoff.delays()
+            backoff = next(delays)
+            log.warning("nats-server exited with %s after %.1fs; restarting in %.2fs on port %d (JetStream kept)",
+                        code, up_for, backoff, nats.port)
+            await asyncio.sleep(backoff)
+            try:
+                await nats.start_async()
+            except (RuntimeError, OSError) as exc:
+                # Its port not free yet, say. The failed server has exited (or was killed), so the wait
+                # above returns at once and the next try comes after a longer backoff.
+                log.error("nats-server did not come back: %s", exc)
+                continue
+            log.info("nats-server restarted on %s (pid %d)", nats.url, nats.process.pid if nats.process else 0)
+            self._write_run_file()

@@ -1,0 +1,432 @@
+"""The LoopSession aggregate (seed 001 ``pulse_sessions`` and ``pulse_iterations`` as events and typed state).
+
+Read this file and you know every event a loop session records. Commands check their rules first and raise
+``LoopError`` before anything is recorded; the ``@event`` methods only apply state, so replaying them rebuilds
+the session exactly. The driver (``loop_driver``) records each external step here before and after it acts, so
+a restarted orchestrator picks every session up where it was and never runs an iteration twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+from eventsourcing.domain import Aggregate, event
+
+from autarch.contracts.loops import (
+    FINISHED_STATUSES,
+    AnchorStrategy,
+    ContextStrategy,
+    CreatedBy,
+    IterationStatus,
+    LoopErrorCode,
+    LoopStatus,
+    NotifyTarget,
+    ProgressEntry,
+    Signal,
+)
+from autarch.runtime.aggregates import recorded_as
+
+from ..refusal import Refusal
+
+__all__ = ["Anchor", "Iteration", "LoopBranch", "LoopError", "LoopSession", "iteration_session_id"]
+
+_ITERATIONS = uuid.UUID("0b8f3a52-6c1d-4e7f-9a21-5d3c8b7e1f40")
+
+IterationEndKind = Literal["complete", "failed", "timeout"]
+SignalSource = Literal["explicit", "inferred", "default", "breaker", "limit"]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def iteration_session_id(session_id: str, number: int) -> str:
+    """The agent session of one iteration: deterministic, so a repeated start opens one session."""
+    return str(uuid.uuid5(_ITERATIONS, f"{session_id}:{number}"))
+
+
+class LoopError(Refusal):
+    """A loop session's command refused in its current state (nothing is recorded)."""
+
+
+class Anchor(msgspec.Struct, kw_only=True, frozen=True):
+    """How an iteration's context was anchored (seed 001 "Resolution Priority") and the slice it used."""
+
+    strategy: AnchorStrategy
+    turn_id: str | None = None
+    resolution_ms: float = 0.0
+    salience: float | None = None
+    depth: int | None = None
+    slice_id: str | None = None
+    slice_turn_ids: list[str] = []
+    node_count: int = 0
+
+
+class LoopBranch(msgspec.Struct, kw_only=True, frozen=True):
+    """The session's branch and worktree, once the git service made them."""
+
+    branch: str
+    worktree_path: str
+    base_commit: str
+    repository_id: str
+
+
+class Iteration(msgspec.Struct, kw_only=True):
+    """One iteration: dispatched → running → (turn recorded) → its git step → complete | failed | timeout."""
+
+    number: int
+    status: IterationStatus
+    task_content: str
+    agent_session_id: str
+    pulse_id: str
+    """The git pulse of this iteration (``i<number>``): its worktree and, when files changed, its commit."""
+    pulse_worktree: str
+    base_commit: str
+    anchor: Anchor
+    context_tokens: int
+    started_at: str
+    kickoff_turn_id: str | None = None
+    """Set once the agent runner confirmed the session (the turn runs)."""
+    turn_id: str | None = None
+    """The turn whose outcome was recorded (a turn event delivered twice is recognised by it)."""
+    ending: IterationEndKind | None = None
+    """Set when the turn's outcome is recorded, while the git step (commit or recovery) is pending."""
+    signal: Signal | None = None
+    signal_source: SignalSource | None = None
+    reason: str | None = None
+    output_summary: str | None = None
+    output_full: str | None = None
+    commit_subject: str | None = None
+    commit_body: str = ""
+    anchor_hint_next: str | None = None
+    anchor_hint_reason: str | None = None
+    tokens_used: int = 0
+    cost_usd: float = 0.0
+    commit_hash: str | None = None
+    files_changed: list[str] = []
+    ended_at: str | None = None
+    session_closed: bool = False
+
+    @property
+    def id(self) -> str:
+        return str(uuid.uuid5(_ITERATIONS, f"{self.agent_session_id}:iteration"))
+
+    @property
+    def over(self) -> bool:
+        return self.ended_at is not None
+
+
+class LoopSession(Aggregate):
+    """A goal handed to agents that iterate on it unattended, one signalled iteration at a time."""
+
+    @staticmethod
+    def create_id(session_id: str, **_: object) -> UUID:
+        return UUID(session_id)
+
+    @event("Started")
+    def __init__(self, *, session_id: str, project_name: str, project_path: str, goal: str, max_iterations: int,
+                 anchor_turn_id: str | None, branch_name: str, base_branch: str, context_strategy: ContextStrategy,
+                 notify: list[dict[str, Any]], created_by: CreatedBy, script: str | None, created_at: str,
+                 max_tokens: int | None = None, max_cost_usd: float | None = None) -> None:
+        self.project_name = project_name
+        self.project_path = project_path
+        self.goal = goal
+        self.max_iterations = max_iterations
+        self.anchor_turn_id = anchor_turn_id
+        self.branch_name = branch_name
+        self.base_branch = base_branch
+        self.context_strategy: ContextStrategy = context_strategy
+        # The event keeps the targets' wire payload; the state is typed.
+        self.notify = [msgspec.convert(n, NotifyTarget) for n in notify]
+        self.created_by: CreatedBy = created_by
+        self.script = script
+        self.max_tokens = max_tokens
+        self.max_cost_usd = max_cost_usd
+        self.created_at = created_at
+        self.updated_at = created_at
+        self.status: LoopStatus = "running"
+        self.status_reason: str | None = None
+        self.pause_requested = False
+        self.resume_message: str | None = None
+        """The person's message on resume: it goes into the next iteration's prompt, then is cleared."""
+        self.branch: LoopBranch | None = None
+        self.iterations: list[Iteration] = []
+        self.worktree_removed = False
+        self.total_tokens_used = 0
+        self.total_cost_usd = 0.0
+        self.notes: list[str] = []
+        """Notes the session's agents took (``take_note``): every later iteration is shown them."""
+        self.seen: dict[str, str] = {}
+        """Idempotency key of a note → its id (a tool call delivered twice records one note)."""
+
+    # --- events -------------------------------------------------------------------------------------
+
+    @event("BranchPrepared")
+    def branch_prepared(self, *, branch: str, worktree_path: str, base_commit: str, repository_id: str,
+                        at: str) -> None:
+        self.branch = LoopBranch(branch=branch, worktree_path=worktree_path, base_commit=base_commit,
+                                 repository_id=repository_id)
+        self.updated_at = at
+
+    @event("IterationStarted")
+    def _iteration_started(self, *, number: int, task_content: str, agent_session_id: str, pulse_id: str,
+                           pulse_worktree: str, base_commit: str, anchor: dict[str, Any], context_tokens: int,
+                           at: str) -> None:
+        self.iterations.append(Iteration(
+            number=number, status="dispatched", task_content=task_content, agent_session_id=agent_session_id,
+            pulse_id=pulse_id, pulse_worktree=pulse_worktree, base_commit=base_commit,
+            anchor=msgspec.convert(anchor, Anchor), context_tokens=context_tokens, started_at=at))
+        self.resume_message = None
+        self.updated_at = at
+
+    @event("IterationRunning")
+    def iteration_running(self, *, number: int, kickoff_turn_id: str | None, at: str) -> None:
+        it = self.iteration(number)
+        it.status = "running"
+        it.kickoff_turn_id = kickoff_turn_id
+        self.updated_at = at
+
+    @event("TurnRecorded")
+    def _turn_recorded(self, *, number: int, turn_id: str, ending: IterationEndKind, signal: Signal,
+                       signal_source: SignalSource, reason: str | None, output_summary: str, output_full: str,
+                       commit_subject: str, commit_body: str, anchor_hint_next: str | None,
+                       anchor_hint_reason: str | None, tokens_used: int, cost_usd: float, at: str) -> None:
+        it = self.iteration(number)
+        it.turn_id = turn_id
+        it.ending = ending
+        it.signal = signal
+        it.signal_source = signal_source
+        it.reason = reason
+        it.output_summary = output_summary
+        it.output_full = output_full
+        it.commit_subject = commit_subject
+        it.commit_body = commit_body
+        it.anchor_hint_next = anchor_hint_next
+        it.anchor_hint_reason = anchor_hint_reason
+        it.tokens_used = tokens_used
+        it.cost_usd = cost_usd
+        self.total_tokens_used += tokens_used
+        self.total_cost_usd += cost_usd
+        self.updated_at = at
+
+    @event("IterationEnded")
+    def _iteration_ended(self, *, number: int, status: IterationStatus, commit_hash: str | None,
+                         files_changed: list[str], at: str, signal: Signal, signal_source: SignalSource,
+                         reason: str | None, output_summary: str, tokens_used: int, cost_usd: float,
+                         anchor_hint_next: str | None) -> None:
+        # The event repeats the turn's outcome (signal, summary, …) for subscribers: ``loop:iteration_completed``.
+        it = self.iteration(number)
+        it.status = status
+        it.commit_hash = commit_hash
+        it.files_changed = list(files_changed)
+        it.ending = None
+        it.ended_at = at
+        self.updated_at = at
+
+    @event("IterationSessionClosed")
+    def iteration_session_closed(self, *, number: int) -> None:
+        self.iteration(number).session_closed = True
+
+    @event("StatusChanged")
+    def _status_changed(self, *, status: LoopStatus, reason: str | None, at: str, iteration_number: int,
+                        iterations: int, commits: int) -> None:
+        # ``iteration_number`` (the current one), ``iterations`` (ended) and ``commits`` are for subscribers.
+        self.status = status
+        self.status_reason = reason
+        if status != "running":
+            self.pause_requested = False
+        self.updated_at = at
+
+    @event("PauseRequested")
+    def _pause_requested(self, *, at: str) -> None:
+        self.pause_requested = True
+        self.updated_at = at
+
+    @event("Resumed")
+    def _resumed(self, *, message: str | None, at: str) -> None:
+        self.status = "running"
+        self.status_reason = None
+        self.resume_message = message
+        self.updated_at = at
+
+    @event("WorktreeRemoved")
+    def worktree_removed_event(self) -> None:
+        self.worktree_removed = True
+
+    @event("NoteTaken")
+    def _note_taken(self, *, note_id: str, agent_session_id: str, note: str, taken_at: str, key: str) -> None:
+        self.notes.append(note)
+        self.seen[key] = note_id
+
+    # --- commands -----------------------------------------------------------------------------------
+
+    def start_iteration(self, *, task_content: str, pulse_worktree: str, base_commit: str, anchor: Anchor,
+                        context_tokens: int) -> Iteration:
+        number = len(self.iterations) + 1
+        self._iteration_started(number=number, task_content=task_content,
+                                agent_session_id=iteration_session_id(str(self.id), number),
+                                pulse_id=f"i{number}", pulse_worktree=pulse_worktree, base_commit=base_commit,
+                                anchor=msgspec.to_builtins(anchor), context_tokens=context_tokens, at=_now())
+        return self.iterations[-1]
+
+    def record_turn(self, number: int, *, turn_id: str, ending: IterationEndKind, signal: Signal,
+                    signal_source: SignalSource, reason: str | None, output_summary: str, output_full: str,
+                    commit_subject: str, commit_body: str, anchor_hint_next: str | None,
+                    anchor_hint_reason: str | None, tokens_used: int, cost_usd: float) -> bool:
+        """Record the outcome of iteration ``number``'s turn; False when it is already recorded."""
+        it = self.iteration(number)
+        if it.turn_id is not None or it.over:
+            return False
+        self._turn_recorded(number=number, turn_id=turn_id, ending=ending, signal=signal,
+                            signal_source=signal_source, reason=reason, output_summary=output_summary,
+                            output_full=output_full, commit_subject=commit_subject, commit_body=commit_body,
+                            anchor_hint_next=anchor_hint_next, anchor_hint_reason=anchor_hint_reason,
+                            tokens_used=tokens_used, cost_usd=cost_usd, at=_now())
+        return True
+
+    def end_iteration(self, number: int, *, commit_hash: str | None, files_changed: list[str],
+                      no_progress_limit: int) -> None:
+        """The iteration's git step is done: record it, then branch on its signal (seed 001 "Record + Branch")."""
+        it = self.iteration(number)
+        assert it.ending is not None and it.signal is not None, "the turn is recorded before the git step"
+        status: IterationStatus = it.ending
+        assert it.signal_source is not None
+        self._iteration_ended(number=number, status=status, commit_hash=commit_hash, files_changed=files_changed,
+                              at=_now(), signal=it.signal, signal_source=it.signal_source, reason=it.reason,
+                              output_summary=it.output_summary or "", tokens_used=it.tokens_used,
+                              cost_usd=it.cost_usd, anchor_hint_next=it.anchor_hint_next)
+        if self.status != "running":
+            return  # aborted meanwhile: the abort already decided the session's status
+        if it.signal == "COMPLETE":
+            self._set_status("complete", "the agent signalled COMPLETE")
+        elif it.signal == "BLOCKED":
+            self._set_status("blocked", it.reason or "the agent signalled BLOCKED")
+        elif (stalled := self.no_progress(no_progress_limit)) is not None:
+            self._set_status("blocked", stalled)
+        elif (spent := self.budget_spent()) is not None:
+            self._set_status("blocked", spent)
+        elif number >= self.max_iterations:
+            self._set_status("complete", f"max iterations reached ({self.max_iterations})")
+        elif self.pause_requested:
+            self._set_status("paused", "paused by the user")
+
+    def no_progress(self, limit: int) -> str | None:
+        """Why the no-progress breaker trips after the last iteration, or None.
+
+        Beyond the seed: ``limit`` iterations in a row that committed nothing, or that ended with the same failure,
+        mean the loop is spinning; a person should look before more tokens go into it.
+        """
+        if limit <= 0 or len(self.iterations) < limit:
+            return None
+        last = self.iterations[-limit:]
+        reasons = {it.reason for it in last}
+        if all(it.status in ("failed", "timeout") for it in last) and len(reasons) == 1:
+            return f"no progress: {limit} iterations in a row ended with the same error: {reasons.pop()}"
+        if all(it.over and it.commit_hash is None for it in last):
+            return f"no progress: {limit} iterations in a row committed nothing"
+        return None
+
+    def budget_spent(self) -> str | None:
+        """Why the session's budget allows no further iteration, or None."""
+        if self.max_tokens is not None and self.total_tokens_used >= self.max_tokens:
+            return f"token budget spent ({self.total_tokens_used:,} of {self.max_tokens:,} tokens)"
+        if self.max_cost_usd is not None and self.total_cost_usd >= self.max_cost_usd:
+            return f"cost budget spent (${self.total_cost_usd:.4f} of ${self.max_cost_usd:.4f})"
+        return None
+
+    def take_note(self, *, agent_session_id: str, note: str, key: str) -> str:
+        """Keep a note for the session's later iterations; the note id (the first one's, for a repeated key)."""
+        if key in self.seen:
+            return self.seen[key]
+        note_id = str(uuid.uuid4())
+        self._note_taken(note_id=note_id, agent_session_id=agent_session_id, note=note, taken_at=_now(), key=key)
+        return note_id
+
+    def fail(self, reason: str) -> None:
+        self._set_status("failed", reason)
+
+    def block(self, reason: str) -> None:
+        """A step failed for a reason a retry will not fix: wait for a person (resume tries again)."""
+        if self.status == "running":
+            self._set_status("blocked", reason)
+
+    def request_pause(self) -> None:
+        self._check_open("pause")
+        if self.status != "running":
+            raise LoopError(LoopErrorCode.NOT_RUNNING, f"the session is {self.status}, not running: nothing to pause",
+                            status=self.status)
+        if self.pause_requested:
+            return
+        current = self.current_iteration()
+        if current is None or current.over:
+            self._set_status("paused", "paused by the user")  # between iterations: pause at once
+        else:
+            self._pause_requested(at=_now())
+
+    def resume(self, message: str | None) -> None:
+        self._check_open("resume")
+        if self.status not in ("blocked", "paused"):
+            raise LoopError(LoopErrorCode.NOT_RESUMABLE,
+                            f"the session is {self.status}: only a blocked or paused session can be resumed",
+                            status=self.status)
+        self._resumed(message=message, at=_now())
+
+    def abort(self, reason: str) -> Iteration | None:
+        """Stop the session; the iteration still running (its turn is cancelled by the driver), if any."""
+        self._check_open("abort")
+        current = self.current_iteration()
+        running = current if current is not None and not current.over else None
+        if running is not None and running.ending is None:
+            self._turn_recorded(number=running.number, turn_id=running.turn_id or "aborted", ending="failed",
+                                signal="BLOCKED", signal_source="limit", reason=reason, output_summary=reason,
+                                output_full="", commit_subject="", commit_body="", anchor_hint_next=None,
+                                anchor_hint_reason=None, tokens_used=0, cost_usd=0.0, at=_now())
+        self._set_status("aborted", reason)
+        return running
+
+    def _set_status(self, status: LoopStatus, reason: str | None) -> None:
+        self._status_changed(status=status, reason=reason, at=_now(), iteration_number=len(self.iterations),
+                             iterations=sum(1 for it in self.iterations if it.over), commits=self.total_commits)
+
+    def _check_open(self, what: str) -> None:
+        if self.status in FINISHED_STATUSES:
+            raise LoopError(LoopErrorCode.FINISHED, f"the session is {self.status}: it cannot {what}",
+                            status=self.status)
+
+    # --- queries ------------------------------------------------------------------------------------
+
+    def iteration(self, number: int) -> Iteration:
+        return self.iterations[number - 1]
+
+    def current_iteration(self) -> Iteration | None:
+        return self.iterations[-1] if self.iterations else None
+
+    def iteration_of_session(self, agent_session_id: str) -> Iteration | None:
+        return next((it for it in self.iterations if it.agent_session_id == agent_session_id), None)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def total_commits(self) -> int:
+        return sum(1 for it in self.iterations if it.commit_hash is not None)
+
+    @property
+    def last_signal(self) -> Signal | None:
+        signals = [it.signal for it in self.iterations if it.over and it.signal is not None]
+        return signals[-1] if signals else None
+
+    def progress_log(self) -> list[ProgressEntry]:
+        return [ProgressEntry(iteration=it.number, signal=it.signal, summary=it.output_summary or "",
+                              commit_hash=it.commit_hash, turn_id=it.turn_id)
+                for it in self.iterations if it.over and it.signal is not None]
+
+
+# Until this module moved here, its events were stored as events of ``loop_model`` (their topics say so).
+recorded_as(__name__, "autarch.services.orchestrator.loop_model")
+

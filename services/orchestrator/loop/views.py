@@ -1,0 +1,111 @@
+"""Wire views of loop sessions (``LoopView``) and the ``loop:*`` events their stored events become."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import msgspec
+from eventsourcing.domain import DomainEvent
+
+from autarch.contracts.events import (
+    Event,
+    LoopAborted,
+    LoopBlocked,
+    LoopCompleted,
+    LoopFailed,
+    LoopIterationCompleted,
+    LoopIterationStarted,
+    LoopPaused,
+    LoopResumed,
+    LoopStarted,
+)
+from autarch.contracts.loops import IterationView, LoopSummary, LoopView, NotifyTarget
+
+from .model import Iteration, LoopSession
+
+__all__ = ["loop_to_contract", "summary_of", "view_of"]
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _iteration_view(session_id: str, it: Iteration) -> IterationView:
+    a = it.anchor
+    return IterationView(
+        id=it.id, session_id=session_id, iteration_number=it.number, status=it.status, task_content=it.task_content,
+        agent_session_id=it.agent_session_id, signal=it.signal, signal_source=it.signal_source, reason=it.reason,
+        output_summary=it.output_summary, output_full=it.output_full, commit_hash=it.commit_hash,
+        files_changed=list(it.files_changed), anchor_turn_id=a.turn_id, anchor_strategy=a.strategy,
+        anchor_resolution_ms=a.resolution_ms, salience=a.salience, depth=a.depth, slice_id=a.slice_id,
+        slice_turn_ids=list(a.slice_turn_ids), node_count=a.node_count, anchor_hint_next=it.anchor_hint_next,
+        anchor_hint_reason=it.anchor_hint_reason, context_tokens=it.context_tokens, tokens_used=it.tokens_used,
+        cost_usd=it.cost_usd, started_at=_time(it.started_at), ended_at=_time(it.ended_at))
+
+
+def view_of(session: LoopSession) -> LoopView:
+    sid = str(session.id)
+    return LoopView(
+        id=sid, project_name=session.project_name, project_path=session.project_path, goal=session.goal,
+        max_iterations=session.max_iterations, current_iteration=len(session.iterations), status=session.status,
+        last_signal=session.last_signal, progress_log=session.progress_log(), anchor_turn_id=session.anchor_turn_id,
+        branch_name=session.branch_name, created_by=session.created_by, total_commits=session.total_commits,
+        total_tokens_used=session.total_tokens_used, total_cost_usd=round(session.total_cost_usd, 6),
+        context_strategy=session.context_strategy, notify=list(session.notify),
+        created_at=datetime.fromisoformat(session.created_at), updated_at=datetime.fromisoformat(session.updated_at),
+        status_reason=session.status_reason, pause_requested=session.pause_requested,
+        worktree_path=session.branch.worktree_path if session.branch and not session.worktree_removed else None,
+        max_tokens=session.max_tokens, max_cost_usd=session.max_cost_usd,
+        iterations=[_iteration_view(sid, it) for it in session.iterations])
+
+
+def summary_of(view: LoopView) -> LoopSummary:
+    return LoopSummary(id=view.id, project_name=view.project_name, goal=view.goal, status=view.status,
+                       current_iteration=view.current_iteration, max_iterations=view.max_iterations,
+                       last_signal=view.last_signal, total_commits=view.total_commits, branch_name=view.branch_name,
+                       updated_at=view.updated_at, created_at=view.created_at)
+
+
+Settled = Callable[[str], tuple[int, list[NotifyTarget]]]
+"""Session id → (max iterations, notification targets): fixed at start, looked up for the events that need them."""
+
+
+def loop_to_contract(domain_event: DomainEvent, settled: Settled) -> Event | None:
+    """The wire event for a LoopSession event; None for one that is not distributed."""
+    e = domain_event
+    sid = str(e.originator_id)
+    base = {"workflow_id": sid, "occurred_at": e.timestamp}
+    if isinstance(e, LoopSession.Started):
+        return LoopStarted(**base, project_name=e.project_name, project_path=e.project_path, goal=e.goal,
+                           max_iterations=e.max_iterations, branch_name=e.branch_name, created_by=e.created_by,
+                           context_strategy=e.context_strategy, anchor_turn_id=e.anchor_turn_id,
+                           notify=[msgspec.convert(n, NotifyTarget) for n in e.notify])
+    if isinstance(e, LoopSession.IterationStarted):
+        limit, _ = settled(sid)
+        return LoopIterationStarted(**base, iteration_number=e.number, max_iterations=limit,
+                                    agent_session_id=e.agent_session_id, anchor_strategy=e.anchor["strategy"],
+                                    anchor_turn_id=e.anchor.get("turn_id"), context_tokens=e.context_tokens)
+    if isinstance(e, LoopSession.IterationEnded):
+        limit, notify = settled(sid)
+        return LoopIterationCompleted(**base, iteration_number=e.number, max_iterations=limit, status=e.status,
+                                      signal=e.signal, signal_source=e.signal_source, output_summary=e.output_summary,
+                                      reason=e.reason, commit_hash=e.commit_hash, files_changed=list(e.files_changed),
+                                      tokens_used=e.tokens_used, cost_usd=e.cost_usd,
+                                      anchor_hint_next=e.anchor_hint_next, notify=notify)
+    if isinstance(e, LoopSession.Resumed):
+        return LoopResumed(**base, message=e.message)
+    if isinstance(e, LoopSession.StatusChanged):
+        _, notify = settled(sid)
+        reason = e.reason or e.status
+        if e.status == "complete":
+            return LoopCompleted(**base, reason=reason, iterations=e.iterations, commits=e.commits, notify=notify)
+        if e.status == "blocked":
+            return LoopBlocked(**base, reason=reason, iteration_number=e.iteration_number, notify=notify)
+        if e.status == "failed":
+            return LoopFailed(**base, reason=reason, notify=notify)
+        if e.status == "aborted":
+            return LoopAborted(**base, reason=reason, iteration_number=e.iteration_number)
+        if e.status == "paused":
+            return LoopPaused(**base, iteration_number=e.iteration_number)
+    return None

@@ -1,0 +1,642 @@
+"""The swarm driver: it runs a bead plan's execution with parallel pulse workers (seed 002).
+
+Like the workflow driver it keeps no state of its own: the next step is a function of the swarm's recorded
+state, and each step is an idempotent request (git's worker verbs are keyed by bead and attempt, sessions
+and tool calls by deterministic ids) followed by recording its result. Each worker loops: take the top-ranked
+ready bead → claim it (a conditional write) → start from the workflow branch tip → lease its files → run the
+agent → verify → one commit → merge (serialized by the git service) → release → next. Agent turns run in
+the agent runner concurrently; this driver only makes the short steps between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+from nats.aio.client import Client
+
+from autarch.contracts.agents import (
+    GetSession,
+    SendMessage,
+    SessionView,
+    StartSession,
+    TurnAccepted,
+)
+from autarch.contracts.bead_git import (
+    BeadBegun,
+    BeadCommitted,
+    BeadMerged,
+    BeginBead,
+    CloseWorker,
+    CommitBead,
+    MergeBead,
+    OpenWorker,
+    SyncWorkflowWorktree,
+    WorkerClosed,
+    WorkerFilesWritten,
+    WorkerWorktree,
+    WorkflowWorktreeSynced,
+    WriteWorkerFiles,
+)
+from autarch.contracts.beads import ConflictRecord, WorkerDiscipline
+from autarch.contracts.events import TurnCompleted
+from autarch.contracts.mail import COORDINATOR, MailMessage
+from autarch.runtime.cancel import cancel_and_wait
+from autarch.runtime.errors import RemoteError
+from autarch.runtime.leases import patterns_overlap
+from autarch.runtime.settings import OrchestratorSettings
+
+from ..stepping import Stepper, ask_service, stop_agent_session
+from . import kickoffs
+from .book import SwarmBook, ranked
+from .evidence import evidence_markdown
+from .handoffs import MANIFEST, handoff_document, manifest_document, owner_file, resume_briefing
+from .model import Attempt, Bead, Swarm
+from .plan import auto_workers, bead_dicts, plan_feature
+
+if TYPE_CHECKING:
+    from autarch.runtime.leases import LeaseTable
+
+    from ..workflow.model import Workflow
+
+PostMail = Callable[..., Awaitable[MailMessage]]
+"""Posts a message on an epic: ``(epic, sender, to, subject, body, *, key)`` (``MailBook.post``)."""
+
+__all__ = ["IDLE", "SwarmDriver", "worker_names"]
+
+log = logging.getLogger("orchestrator.swarm")
+
+T = TypeVar("T")
+IDLE = object()
+"""What a pass answers when the swarm has nothing to do now (it waits for agents or a person)."""
+
+_ADJECTIVES = ("Amber", "Copper", "Silver", "Cobalt", "Crimson", "Ivory", "Jade", "Onyx", "Scarlet", "Teal",
+               "Violet", "Golden")
+_ANIMALS = ("Falcon", "Heron", "Otter", "Lynx", "Badger", "Raven", "Marten", "Wren", "Ibex", "Panda", "Tern",
+            "Fox")
+_MAX_ATTEMPTS = 3
+"""Attempts at one bead that end without landing before it is bounced to a person."""
+
+
+def worker_names(workflow_id: str, count: int) -> list[tuple[str, str]]:
+    """(registered name, runtime nickname) of each worker: deterministic, distinct, readable."""
+    seed = int(hashlib.sha256(workflow_id.encode()).hexdigest()[:8], 16)
+    names: list[tuple[str, str]] = []
+    used: set[str] = set()
+    i = 0
+    while len(names) < count:
+        name = _ADJECTIVES[(seed + i) % len(_ADJECTIVES)] + _ANIMALS[(seed // 7 + 5 * i) % len(_ANIMALS)]
+        if name in used:
+            name = f"{name}{i}"
+        used.add(name)
+        names.append((name, f"w{len(names) + 1}"))
+        i += 1
+    return names
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class SwarmDriver:
+    """Makes each epic's next step; called by the workflow driver inside the workflow's lock."""
+
+    def __init__(self, *, nc: Client, book: SwarmBook, settings: OrchestratorSettings, leases: LeaseTable | None,
+                 steps: Stepper, finish_workflow: Callable[[str], Awaitable[object]],
+                 halt_workflow: Callable[[str, str], Awaitable[object]], post_mail: PostMail | None = None) -> None:
+        """
+        Args:
+            steps: the workflows' stepper (an epic is advanced as a step of its workflow's execution).
+            finish_workflow: ends a workflow's execution once its epic finished (on to review).
+            halt_workflow: halts a workflow's execution for a person, with the message saying why.
+            post_mail: posts coordination mail (seed 002): the workers' acknowledgments and reports, the
+                coordinator's answers (None: no mail).
+        """
+        self.nc = nc
+        self.book = book
+        self.settings = settings
+        self.leases = leases
+        self.steps = steps
+        self._finish_workflow = finish_workflow
+        self._halt_workflow = halt_workflow
+        self._post_mail = post_mail
+        self._watch: asyncio.Task[None] | None = None
+        self._releases: asyncio.Task[None] | None = None
+
+    def kick(self, workflow_id: str) -> None:
+        self.steps.kick(workflow_id)
+
+    async def start(self, epics: list[str]) -> None:
+        self._watch = asyncio.create_task(self._watch_leases(), name="swarm-leases")
+        self._releases = asyncio.create_task(self._follow_releases(), name="swarm-releases")
+        for epic in epics:
+            self.kick(epic)
+            self.steps.in_background(self.catch_up(epic))
+
+    async def stop(self) -> None:
+        for task in (self._watch, self._releases):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._watch = self._releases = None
+
+    # --- requests --------------------------------------------------------------------------------------
+
+    async def _ask(self, service: str, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
+        return await ask_service(self.nc, self.settings, service, verb, payload, reply)
+
+    # --- one pass ---------------------------------------------------------------------------------------
+
+    async def step(self, wf: Workflow) -> object:
+        """Make one step of ``wf``'s swarm; :data:`IDLE` when there is none to make now."""
+        wid = str(wf.id)
+        swarm = await self.book.find(wid)
+        if swarm is None:
+            await self._create(wf)
+            return None
+        if swarm.finished:
+            return await self._finish_execution(wf)
+        # Each worker's next step is independent of the others' (their own attempt, their own worktree): they
+        # run at once, and each records its result on a fresh read of the swarm. Merges stay one at a time
+        # (the git service serializes them); only claims are made one after another, below.
+        jobs: list[Awaitable[object]] = []
+        for a in swarm.attempts.values():
+            if not a.open and a.session_started and not a.session_closed:
+                jobs.append(self._close_session(wid, a))
+            elif not a.open and a.leased and not a.leases_released:
+                jobs.append(self._release(wid, a, "done" if a.ended == "merged" else "reopened"))
+        for a in swarm.open_attempts():
+            jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions)
+        names = worker_names(wid, swarm.max_workers)
+        jobs.extend(self._open_worker(wid, name, nickname) for name, nickname in names[len(swarm.workers):])
+        jobs.extend(self._advance_attempt(wf, swarm, a) for a in swarm.open_attempts() if _needs_step(a))
+        if jobs:
+            await _all(jobs)
+            # Claims need not wait for the clean-up above: a worker whose bead landed is free at once.
+            await self._assign(wid, await self.book.read(wid))
+            return None
+        claimed = await self._assign(wid, swarm)
+        if claimed is not IDLE:
+            return claimed
+        if swarm.all_closed() and not swarm.open_attempts():
+            return await self._wind_up(wid, swarm)
+        if not swarm.open_attempts() and wf.halt is None:
+            stuck = [b for b in swarm.beads.values() if b.status == "bounced"]
+            if stuck:
+                return await self._halt_for_people(wid, stuck)
+        return IDLE
+
+    async def _create(self, wf: Workflow) -> None:
+        plan = wf.artifacts.planning
+        assert plan is not None and wf.execution is not None
+        at = _now()
+        beads = bead_dicts(plan, feature=plan_feature(wf.execution.branch), at=at)
+        standalone = wf.swarm_advice == "single-worker"
+        typed = [msgspec.convert(b, Bead) for b in beads]
+        workers = auto_workers(typed, self.settings.swarm_workers, standalone=standalone)
+        swarm = Swarm(workflow_id=str(wf.id), mode="standalone" if standalone else "swarm", max_workers=workers,
+                      beads=beads, at=at)
+        await self.book.create(swarm)
+        log.info("workflow %s: epic of %d beads, %d workers (%s)", wf.id, len(beads), workers, swarm.mode)
+
+    async def _held_elsewhere(self, wid: str, swarm: Swarm) -> set[str]:
+        """Beads whose last attempt met a lease held outside this swarm that is still held: they wait for its
+        release (the lease watch kicks the epic then) instead of meeting the same conflict again."""
+        blocked = [b for b in swarm.beads.values() if b.status == "open" and b.conflicts
+                   and b.conflicts[-1].kind == "lease"]
+        if not blocked or self.leases is None:
+            return set()
+        live = await self.leases.leases(wid)
+        ours = {a.worker for a in swarm.open_attempts()}
+        held = [lease.pattern for lease in live if lease.holder not in ours]
+        return {b.id for b in blocked if any(patterns_overlap(p, f) for p in held for f in b.files)}
+
+    async def _open_worker(self, wid: str, name: str, nickname: str) -> None:
+        opened = await self._ask("git", "open_worker", OpenWorker(workflow_id=wid, worker=name), WorkerWorktree)
+        await self.book.change(wid, lambda s: s.join(name, nickname, opened.worktree_path))
+        # The seed's startup acknowledgment, with both identities, on the epic thread.
+        await self._post(wid, name, f"[STARTUP] {nickname} / {name}",
+                         f"Runtime nickname: {nickname}. Agent Mail name: {name}. AGENTS.md read; pulse:executing "
+                         "loading.", key=f"ack:{name}")
+
+    async def _assign(self, wid: str, swarm: Swarm) -> object:
+        """Give each free worker the top-ranked ready bead whose files no other worker has (the coordinator's
+        choice: a bead whose files are taken waits, reordered behind the others)."""
+        # A worker takes new work once its last attempt let go of its files (a release names the holder, so it
+        # must not meet the next bead's leases) and, if that attempt was reopened, once its session is closed:
+        # its turn may still be running (a lapsed lease) and would write into the worktree the next bead uses.
+        unsettled = {a.worker for a in swarm.attempts.values() if not a.open and (
+            (a.leased and not a.leases_released)
+            or (a.ended == "reopened" and a.session_started and not a.session_closed))}
+        free = [w.name for w in swarm.workers.values() if w.status in ("idle", "waiting") and w.name not in unsettled]
+        if not free:
+            return IDLE
+        ready = ranked(swarm).ready
+        if not ready:
+            return IDLE
+        # Files are taken from a claim until the release: an attempt that landed still holds its leases until
+        # the release is recorded, and a claim meanwhile would only meet a lease conflict.
+        taken = {f for a in swarm.attempts.values() if a.open or (a.leased and not a.leases_released)
+                 for f in swarm.beads[a.bead_id].files}
+        claimed = 0
+        waiting_on_release = await self._held_elsewhere(wid, swarm)
+        for candidate in ready:
+            if not free:
+                break
+            bead = swarm.beads[candidate.bead_id]
+            if taken & set(bead.files) or bead.id in waiting_on_release:
+                continue
+            worker = free.pop(0)
+            await self.book.change(wid, lambda s, b=bead.id, w=worker: s.claim(b, w))
+            log.info("workflow %s: %s claimed %s", wid, worker, bead.id)
+            taken |= set(bead.files)
+            claimed += 1
+        idle = [w for w in free if swarm.workers[w].status != "waiting"]
+        if idle and len(ready) > claimed:
+            # Ready work is left but its files are taken: these workers wait for a release (which kicks them).
+            await self.book.change(wid, lambda s: [s.wait(w) for w in idle])
+            return None
+        return None if claimed else IDLE
+
+    async def _advance_attempt(self, wf: Workflow, swarm: Swarm, a: Attempt) -> object:
+        wid = str(wf.id)
+        bead = swarm.beads[a.bead_id]
+        if a.base_commit is None:
+            # Starting from the tip and leasing the files do not depend on each other: both at once.
+            await _all([self._begin(wid, bead, a), *([] if a.leased else [self._lease(wid, swarm, a)])])
+            return None
+        if not a.leased:
+            return await self._lease(wid, swarm, a)
+        if not a.session_started:
+            return await self._start_session(wf, swarm, a)
+        if a.pending_message is not None:
+            await self._ask("agent_runner", "send_message",
+                            SendMessage(session_id=a.session_id, text=a.pending_message,
+                                        message_id=f"{a.session_id}:{a.message_count + 1}"), TurnAccepted)
+            await self.book.change(wid, lambda s: s.message_delivered(s.attempts[(a.bead_id, a.number)]))
+            return None
+        if a.verified and not a.committed:
+            if not await self._still_holding(wid, a):
+                return None
+            files = {}
+            if a.evidence is not None and bead.verification_evidence:
+                files[bead.verification_evidence] = evidence_markdown(bead, a, a.evidence)
+            done = await self._ask("git", "commit_bead", CommitBead(
+                workflow_id=wid, worker=a.worker, bead_id=a.bead_id, attempt=a.number,
+                summary=kickoffs.commit_summary(a.summary or bead.title, bead), files=files), BeadCommitted)
+            await self.book.change(wid, lambda s: s.committed(s.attempts[(a.bead_id, a.number)], done.commit,
+                                                              done.files_changed))
+            return None
+        if a.committed:
+            return await self._merge(wid, a)
+        return IDLE
+
+    async def _begin(self, wid: str, bead: Bead, a: Attempt) -> None:
+        """Reset the worker's worktree to the workflow branch tip and put the bead's card in it (to read, and to
+        read again after a compaction)."""
+        begun = await self._ask("git", "begin_bead", BeginBead(workflow_id=wid, worker=a.worker, bead_id=a.bead_id,
+                                                               attempt=a.number), BeadBegun)
+        await self._ask("git", "write_worker_files", WriteWorkerFiles(
+            workflow_id=wid, worker=a.worker, files={_card(bead.id): kickoffs.bead_card(bead)}),
+            WorkerFilesWritten)
+        await self.book.change(wid, lambda s: s.begun(s.attempts[(a.bead_id, a.number)], begun.base_commit))
+
+    async def _lease(self, wid: str, swarm: Swarm, a: Attempt) -> None:
+        bead = swarm.beads[a.bead_id]
+        if not bead.files or self.leases is None:
+            await self.book.change(wid, lambda s: s.leased(s.attempts[(a.bead_id, a.number)], []))
+            return
+        outcome = await self.leases.acquire(wid, a.worker, list(bead.files), mode="exclusive", bead_id=bead.id,
+                                            ttl=self.settings.lease_ttl)
+        holders = _refusal_holders(outcome)
+        if holders is None:
+            await self.book.change(wid, lambda s: s.leased(s.attempts[(a.bead_id, a.number)], list(bead.files)))
+            return
+        files, held_by = holders
+        log.info("workflow %s: %s cannot lease %s (held by %s)", wid, a.worker, files, held_by)
+        await self.book.change(wid, lambda s: s.lease_conflict(s.attempts[(a.bead_id, a.number)], files, held_by))
+        key = f"{a.bead_id}:{a.number}"
+        report = await self._post(wid, a.worker, f"File conflict on {a.bead_id}",
+                                  f"Need files: {files}. Currently held by: {held_by}. Requesting resolution.",
+                                  to=[COORDINATOR], key=f"conflict:{key}")
+        # The coordinator's answer: the bead goes back to ready, the worker waits for the release (pushed).
+        await self._post(wid, COORDINATOR, f"Re: File conflict on {a.bead_id}",
+                         f"{a.bead_id} is back in the ready list; you wait until {', '.join(held_by)} releases "
+                         f"{', '.join(files)} and are then given the next ready bead.", to=[a.worker],
+                         key=f"answer:{key}", reply_to=report)
+
+    async def _start_session(self, wf: Workflow, swarm: Swarm, a: Attempt) -> None:
+        wid = str(wf.id)
+        bead = swarm.beads[a.bead_id]
+        worker = swarm.workers[a.worker]
+        assert worker.worktree_path is not None
+        script = bead.id if a.number == 1 else f"{bead.id}-a{a.number}"
+        kickoff = kickoffs.bead_kickoff(wf, swarm, bead, a)
+        read_first: list[str] = []
+        if a.generation:
+            script += f"-h{a.generation}"
+            path = owner_file(swarm, a.worker)
+            handoff = next(d for d in reversed(swarm.handoff_documents) if d.owner_id.endswith(a.worker)
+                           or swarm.mode == "standalone")
+            files = {path: json.dumps(msgspec.to_builtins(handoff), indent=2) + "\n",
+                     MANIFEST: manifest_document(swarm.handoffs)}
+            await self._ask("git", "write_worker_files",
+                            WriteWorkerFiles(workflow_id=wid, worker=a.worker, files=files), WorkerFilesWritten)
+            kickoff = resume_briefing(handoff, path) + "\n" + kickoff
+            read_first = [path]
+        discipline = WorkerDiscipline(bead_id=bead.id, verify=list(bead.verify), testing_mode=bead.testing_mode,
+                                      tdd_steps=bead.tdd_steps, read_first=read_first,
+                                      handoff_at=self.settings.handoff_threshold, bead_file=_card(bead.id))
+        command = StartSession(session_id=a.session_id, role="pulsing", root=worker.worktree_path,
+                               kickoff=kickoff, workflow_id=wid, script=script, baselines=[], lease_holder=a.worker,
+                               discipline=discipline)
+        accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
+        await self.book.change(wid, lambda s: s.session_opened(s.attempts[(a.bead_id, a.number)], accepted.turn_id))
+
+    def _give_up(self, s: Swarm, a: Attempt, reason: str) -> None:
+        """End an attempt that cannot land; after too many, the bead goes to a person (bounced)."""
+        s.reopen(a, reason)
+        # Attempts that never ran (their files were leased elsewhere) are not failures of the bead.
+        failures = sum(1 for x in s.attempts.values() if x.bead_id == a.bead_id and x.ended == "reopened"
+                       and x.session_started)
+        if failures >= _MAX_ATTEMPTS:
+            s.bounce(a.bead_id, f"{failures} attempts did not land; the last: {reason}")
+
+    async def _merge(self, wid: str, a: Attempt) -> None:
+        merged = await self._ask("git", "merge_bead", MergeBead(workflow_id=wid, worker=a.worker, bead_id=a.bead_id,
+                                                                attempt=a.number), BeadMerged)
+        if merged.status == "merged":
+            swarm, _ = await self.book.change(wid, lambda s: s.merged_as(s.attempts[(a.bead_id, a.number)],
+                                                                         merged.commit))
+            log.info("workflow %s: %s landed as %s", wid, a.bead_id, (merged.commit or "")[:12])
+            await self._report_completion(wid, swarm, a, merged.commit)
+            return
+        conflict = ConflictRecord(kind="merge", attempt=a.number, files=list(merged.conflicting_files),
+                                  landed_since=list(merged.landed_since), at=datetime.now(UTC))
+        log.info("workflow %s: %s conflicts on %s; reopened", wid, a.bead_id, merged.conflicting_files)
+        await self.book.change(wid, lambda s: s.reopen(
+            s.attempts[(a.bead_id, a.number)],
+            f"merge conflict: {', '.join(merged.conflicting_files)} changed on the workflow branch since the "
+            "attempt began", conflict))
+
+    async def _release(self, wid: str, a: Attempt, reason: str) -> None:
+        if self.leases is not None:
+            await self.leases.release(wid, a.worker)
+        await self.book.change(wid, lambda s: s.released(s.attempts[(a.bead_id, a.number)], reason))
+
+    async def _close_stale(self, wid: str, a: Attempt, session_id: str) -> None:
+        """Close a session a handoff left behind (its turn ended; the attempt goes on in a fresh one)."""
+        await stop_agent_session(self.nc, self.settings, session_id, "handed off", close=True)
+        await self.book.change(wid, lambda s: s.stale_session_closed(s.attempts[(a.bead_id, a.number)], session_id))
+
+    async def _close_session(self, wid: str, a: Attempt) -> None:
+        await stop_agent_session(self.nc, self.settings, a.session_id, a.end_reason or "bead attempt over", close=True)
+        await self.book.change(wid, lambda s: s.session_closed(s.attempts[(a.bead_id, a.number)]))
+
+    async def _wind_up(self, wid: str, swarm: Swarm) -> None:
+        await self._ask("git", "sync_workflow_worktree", SyncWorkflowWorktree(workflow_id=wid),
+                        WorkflowWorktreeSynced)
+        for w in swarm.workers.values():
+            if w.status != "retired":
+                await self._ask("git", "close_worker", CloseWorker(workflow_id=wid, worker=w.name), WorkerClosed)
+                await self.book.change(wid, lambda s, n=w.name: s.retire(n))
+        await self.book.change(wid, Swarm.finish)
+
+    async def _finish_execution(self, wf: Workflow) -> object:
+        if wf.stage != "execution":
+            return IDLE
+        await self._finish_workflow(str(wf.id))
+        return None
+
+    async def _halt_for_people(self, wid: str, stuck: list[Any]) -> None:
+        names = ", ".join(f"{b.id} ({b.bounce_reason})" for b in stuck)
+        await self._halt_workflow(wid, f"beads need a person: {names}. Edit them (PATCH /api/beads/{wid}/<bead>) or "
+                                       "close them, then resume")
+
+    # --- coordination mail -------------------------------------------------------------------------------
+
+    async def _post(self, wid: str, sender: str, subject: str, body: str, *, to: list[str] | None = None,
+                    key: str, reply_to: object = None) -> object:
+        """Post on the epic thread (best effort: mail must never hold back the work it reports on)."""
+        if self._post_mail is None:
+            return None
+        try:
+            return await self._post_mail(wid, sender, to or [COORDINATOR], subject, body, key=key)
+        except Exception as exc:
+            log.warning("epic %s: mail %r not posted: %s", wid, subject, exc)
+            return None
+
+    async def _report_completion(self, wid: str, swarm: Swarm, a: Attempt, commit: str | None) -> None:
+        worker = swarm.workers[a.worker]
+        bead = swarm.beads[a.bead_id]
+        attempt = swarm.attempts[(a.bead_id, a.number)]
+        verification = "passed" if attempt.evidence is not None and attempt.evidence.passed else "none recorded"
+        await self._post(wid, a.worker, f"Completed {a.bead_id}",
+                         f"Runtime nickname: {worker.nickname}. Agent Mail name: {worker.name}. Implemented: "
+                         f"{attempt.summary or bead.title}. Files: {', '.join(attempt.files_changed or bead.files)}. "
+                         f"Verification: {verification} ({bead.verification_evidence or '-'}). "
+                         f"Commit: {(commit or '-')[:12]}.", key=f"done:{a.bead_id}:{a.number}")
+
+    # --- leases ------------------------------------------------------------------------------------------
+
+    async def _still_holding(self, wid: str, a: Attempt) -> bool:
+        """Renew the worker's leases before a step that relies on them; a lapsed lease reopens the bead."""
+        if self.leases is None or not a.leased:
+            return True
+        record = (await self.book.read(wid)).leases.get(a.worker)
+        if record is None or not record.patterns:
+            return True
+        if await self.leases.renew(wid, a.worker, self.settings.lease_ttl) > 0:
+            return True
+        await self.book.change(wid, lambda s: s.reopen(s.attempts[(a.bead_id, a.number)],
+                                                       f"the leases of {a.worker} lapsed"))
+        return False
+
+    @contextlib.asynccontextmanager
+    async def _renewing(self, wid: str, holder: str) -> AsyncIterator[None]:
+        if self.leases is None:
+            yield
+            return
+        leases = self.leases
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.settings.lease_ttl / 3)
+                with contextlib.suppress(Exception):
+                    await leases.renew(wid, holder, self.settings.lease_ttl)
+
+        task = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            await cancel_and_wait([task])
+
+    async def _follow_releases(self) -> None:
+        """Kick an epic whenever its lease table changes: a release by anyone (another workflow's worker, a
+        person) wakes the workers waiting for those files at once, without their polling."""
+        if self.leases is None:
+            return
+        while True:
+            try:
+                async for scope in self.leases.watch():
+                    if scope in self.book.active:
+                        self.kick(scope)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the watch ended (a reconnect): follow again
+                log.info("lease watch ended (%s); following again", exc)
+                await asyncio.sleep(1.0)
+
+    async def _watch_leases(self) -> None:
+        """Reopen beads whose worker stopped renewing (its runner died): the lease TTL ran out."""
+        if self.leases is None:
+            return
+        period = max(0.2, min(5.0, self.settings.lease_ttl / 2))
+        while True:
+            await asyncio.sleep(period)
+            for epic in sorted(self.book.active):
+                try:
+                    await self._expire(epic)
+                except Exception as exc:
+                    log.warning("epic %s: lease watch: %s", epic, exc)
+
+    async def _expire(self, epic: str) -> None:
+        assert self.leases is not None
+        swarm = await self.book.find(epic)
+        if swarm is None or swarm.finished:
+            return
+        expired = await self.leases.expire(epic)
+        holders = {lease.holder for lease in expired}
+        if not holders:
+            return
+        lapsed = [a for a in swarm.open_attempts() if a.worker in holders and a.leased]
+        if not lapsed:
+            return
+        log.info("epic %s: leases of %s lapsed; their beads are ready again", epic, sorted(holders))
+
+        def record(s: Swarm) -> None:
+            for a in lapsed:
+                s.reopen(s.attempts[(a.bead_id, a.number)], f"the leases of {a.worker} lapsed (no renewal within "
+                                                            f"{self.settings.lease_ttl:g}s)")
+                s.released(s.attempts[(a.bead_id, a.number)], "expired")
+
+        await self.book.change(epic, record)
+
+    # --- turns ---------------------------------------------------------------------------------------------
+
+    async def on_turn(self, event: TurnCompleted) -> bool:
+        """Record a worker's finished turn; False when the session is no worker's."""
+        swarm = await self.book.find(event.workflow_id)
+        if swarm is None:
+            return False
+        a = swarm.attempt_of_session(event.session_id)
+        if a is None:
+            return False
+        if event.turn_id in swarm.seen or not a.open or event.session_id != a.session_id:
+            return True
+        bead = swarm.beads[a.bead_id]
+        if event.outcome == "handoff":
+            await self._hand_off(event, swarm, a)
+            return True
+        summary = None
+        nudge = None
+        evidence = event.evidence
+        if event.tool == "complete_pulse" and event.arguments:
+            summary = str(event.arguments.get("summary") or "").strip() or bead.title
+        elif a.nudges < self.settings.stage_nudges and event.outcome != "error":
+            nudge = kickoffs.bead_nudge(bead)
+        wid = event.workflow_id
+
+        def record(s: Swarm) -> None:
+            attempt = s.attempts[(a.bead_id, a.number)]
+            s.turn_handled(attempt, event.turn_id, event.outcome, summary=summary, nudge=nudge)
+            if summary is not None and evidence is not None and evidence.passed:
+                path = s.beads[a.bead_id].verification_evidence
+                s.evidence_recorded(attempt, msgspec.structs.replace(evidence, attempt=a.number, path=path))
+            elif summary is not None:
+                # The runner lets a worker's close through only with a passing verification: none is a fault.
+                self._give_up(s, attempt, "the bead was closed without a passing verification")
+            elif nudge is None:
+                detail = event.detail or event.outcome
+                self._give_up(s, attempt, f"the worker's turn ended without completing ({detail})")
+
+        await self.book.change(wid, record)
+        if summary is not None and self.leases is not None and a.leased:
+            # The runner stopped renewing when the turn ended; verification comes next: keep the files meanwhile.
+            with contextlib.suppress(Exception):
+                await self.leases.renew(wid, a.worker, self.settings.lease_ttl)
+        return True
+
+    async def _hand_off(self, event: TurnCompleted, swarm: Swarm, a: Attempt) -> None:
+        """The worker's context passed its limit: record its handoff; a fresh session resumes the attempt."""
+        bead = swarm.beads[a.bead_id]
+        feature = _feature_of(bead)
+        path = owner_file(swarm, a.worker)
+        handoff = handoff_document(swarm, a, bead, feature=feature, tokens_used_pct=event.tokens_used_pct or 0.0,
+                                   paused_at=event.occurred_at)
+        log.info("workflow %s: %s hands off %s at %s", event.workflow_id, a.worker, a.bead_id, event.detail)
+        await self.book.change(event.workflow_id, lambda s: s.handed_off(s.attempts[(a.bead_id, a.number)],
+                                                                         event.turn_id, path, handoff))
+
+    async def catch_up(self, epic: str) -> None:
+        """Handle worker turns that ended while no orchestrator recorded them (see the workflow driver's)."""
+        swarm = await self.book.find(epic)
+        if swarm is None:
+            return
+        for a in swarm.open_attempts():
+            if not a.session_started:
+                continue
+            try:
+                view = await self._ask("agent_runner", "get_session", GetSession(session_id=a.session_id),
+                                       SessionView)
+            except RemoteError as exc:
+                log.info("epic %s: %s not caught up (%s)", epic, a.session_id, exc)
+                continue
+            for turn in view.turns:
+                if turn.outcome is not None and turn.turn_id not in swarm.seen:
+                    await self.on_turn(TurnCompleted(
+                        workflow_id=epic, occurred_at=turn.completed_at or turn.started_at,
+                        session_id=a.session_id, turn_id=turn.turn_id, text="\n\n".join(turn.messages),
+                        outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
+                        detail=turn.outcome.detail, evidence=turn.outcome.evidence))
+
+
+def _feature_of(bead: Bead) -> str:
+    """The feature a bead's evidence path names (``history/<feature>/verification/…``), for its handoff."""
+    parts = (bead.verification_evidence or "").split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "history" else "feature"
+
+
+def _card(bead_id: str) -> str:
+    return f".pulse/beads/{bead_id}.md"
+
+
+def _needs_step(a: Attempt) -> bool:
+    """Whether an open attempt has a step for the driver (else it waits for its agent)."""
+    return (a.base_commit is None or not a.leased or not a.session_started or a.pending_message is not None
+            or a.verified)
+
+
+async def _all(jobs: list[Awaitable[object]]) -> None:
+    """Run ``jobs`` at once; the first failure is raised once all have ended (the stepper retries the pass)."""
+    results = await asyncio.gather(*jobs, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+def _refusal_holders(outcome: Any) -> tuple[list[str], list[str]] | None:
+    """(files, holders) of a refused acquire; None when the leases were granted."""
+    conflicts = getattr(outcome, "conflicts", None)
+    if conflicts is None:
+        return None
+    files = sorted({getattr(c, "pattern", str(c)) for c in conflicts})
+    holders = sorted({getattr(c, "holder", "?") for c in conflicts})
+    return files, holders

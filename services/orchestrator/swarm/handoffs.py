@@ -1,0 +1,101 @@
+"""A worker's handoff at the context limit (seed 002), exactly in the seed's schema 2.0, and its manifest.
+
+The runner ends a worker's turn with outcome ``handoff`` once its context passes ``handoff_at`` of the window;
+the swarm driver then writes the handoff built here into the worker's worktree (``.pulse/handoffs/``, left out
+of bead commits) and resumes the bead in a fresh session whose first rule is to read it. The document is
+checked against ``docs/contracts/handoff.schema.json`` in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from autarch.contracts.beads import HandoffEntry
+from autarch.contracts.mail import COORDINATOR
+
+from .model import Attempt, Bead, HandoffDocument, Swarm
+
+__all__ = ["HANDOFF_DIR", "MANIFEST", "handoff_document", "manifest_document", "owner_file", "resume_briefing"]
+
+HANDOFF_DIR = ".pulse/handoffs"
+MANIFEST = f"{HANDOFF_DIR}/manifest.json"
+
+
+def owner_file(swarm: Swarm, worker: str) -> str:
+    if swarm.mode == "standalone":
+        return f"{HANDOFF_DIR}/single-worker.json"
+    return f"{HANDOFF_DIR}/worker-{worker}.json"
+
+
+def handoff_document(swarm: Swarm, a: Attempt, bead: Bead, *, feature: str, tokens_used_pct: float,
+                     paused_at: datetime) -> dict[str, Any]:
+    """The seed's handoff (schema 2.0) for a worker paused mid-bead."""
+    stamp = paused_at.isoformat()
+    worker = swarm.workers[a.worker]
+    path = owner_file(swarm, a.worker)
+    standalone = swarm.mode == "standalone"
+    owner = "single-worker" if standalone else f"worker-{worker.name}"
+    closed = worker.beads_closed[-1] if worker.beads_closed else None
+    read_first = ["AGENTS.md", ".pulse/STATE.md", f"history/{feature}/CONTEXT.md", path]
+    summary = ("Worker paused cleanly because context is near the limit. The next turn should rejoin "
+               "coordination, confirm the current graph state, and continue from the highest-priority executable "
+               f"bead: {bead.id} is claimed and in progress.")
+    payload: dict[str, Any] = {
+        "context_snapshot": {"tokens_used_pct": round(tokens_used_pct, 4), "last_bead_closed": closed},
+        "transfer": {
+            "status": "Worker is paused safely and no longer editing files.",
+            "completed": [f"Closed bead {b}" for b in worker.beads_closed] or ["No bead closed yet"],
+            "in_flight": [f"Bead {bead.id} ({bead.title}) claimed, attempt {a.number}: its worktree holds the "
+                          "work so far, uncommitted; it resumes in a fresh session"],
+            "blockers": [],
+            "resume_notes": [f"Read {path} first, then the bead's files before editing them",
+                             "Re-check file reservations before editing any file",
+                             f"Close the bead with complete_pulse once `{'`, `'.join(bead.verify)}` pass"],
+        },
+        "verification_evidence_paths": [bead.verification_evidence] if bead.verification_evidence else [],
+    }
+    if not standalone:
+        payload = {"runtime": {"runtime_nickname": worker.nickname, "agent_mail_name": worker.name,
+                               "epic_id": swarm.workflow_id, "epic_topic": f"epic-{swarm.workflow_id}",
+                               "coordinator_agent_name": COORDINATOR}, **payload}
+    return {
+        "schema_version": "2.0",
+        "handoff_id": f"{owner}-{stamp}",
+        "owner_type": "worker",
+        "owner_id": owner,
+        "skill": "pulse:executing",
+        "feature": feature,
+        "phase": "execution/standalone" if standalone else f"execution/{swarm.workflow_id}",
+        "status": "ready_to_resume",
+        "paused_at": stamp,
+        "reason": "context_critical",
+        "next_action": (f"Read {path}, then continue bead {bead.id} from its worktree and close it with "
+                        "complete_pulse."),
+        "read_first": read_first,
+        "summary": summary,
+        "payload": payload,
+    }
+
+
+def manifest_document(entries: list[HandoffEntry]) -> str:
+    """``.pulse/handoffs/manifest.json``: each handoff's owner file, summary and next action."""
+    return json.dumps({"schema_version": "2.0", "handoffs": [
+        {"handoff_id": e.handoff_id, "owner_id": e.owner_id, "owner_file": e.owner_file, "status": e.status,
+         "paused_at": e.paused_at.isoformat(), "summary": e.summary, "next_action": e.next_action,
+         "bead_id": e.bead_id} for e in entries]}, indent=2) + "\n"
+
+
+def resume_briefing(handoff: HandoffDocument, path: str) -> str:
+    """What the fresh session is told before its bead: resume from the handoff, re-reading first."""
+    transfer = handoff.payload.transfer
+    return "\n".join([
+        "## Resuming from a handoff",
+        f"An earlier session of yours stopped at the context limit and wrote {path}. Read it first (edits are "
+        "refused until you have), then the files it names that exist, then carry on.",
+        f"- Next action: {handoff.next_action}",
+        f"- In flight: {'; '.join(transfer.in_flight)}",
+        f"- Resume notes: {'; '.join(transfer.resume_notes)}",
+        "",
+    ])

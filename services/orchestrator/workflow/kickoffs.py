@@ -1,0 +1,126 @@
+"""The messages the orchestrator sends agents: each stage's kickoff and the messages that steer a running one.
+
+Each kickoff carries what the stage needs and nothing more (seed 000: message isolation per pulse —
+a pulse sees the scope, the plan and its own task, never another pulse's conversation).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from autarch.contracts.agents import Question, SubmitScopeArgs
+
+if TYPE_CHECKING:
+    from .model import Workflow
+    from .state import HaltDetails, PulseRun
+
+__all__ = [
+    "extension_approved",
+    "kickoff",
+    "nudge",
+    "questions_answered",
+    "resume_note",
+]
+
+
+def _bullets(items: list[str] | None) -> str:
+    return "\n".join(f"- {item}" for item in items or []) or "- (none)"
+
+
+def _scope(scope: SubmitScopeArgs | None) -> str:
+    # Every step after scoping starts from the approved scope.
+    assert scope is not None, "no approved scope"
+    parts = [f"## Approved scope: {scope.title}", scope.description, "",
+             "In scope:", _bullets(scope.in_scope), "", "Out of scope:", _bullets(scope.out_of_scope)]
+    if scope.constraints:
+        parts += ["", "Constraints (binding):", _bullets(scope.constraints)]
+    return "\n".join(parts)
+
+
+def _card(title: str, card: msgspec.Struct | None) -> str:
+    if card is None:
+        return ""
+    # The card as the agent submitted it (its wire shape: the tool's own field names).
+    return f"## {title}\n```json\n{json.dumps(msgspec.to_builtins(card), indent=2, ensure_ascii=False)}\n```"
+
+
+def kickoff(step: str, workflow: Workflow, run: PulseRun | None = None) -> str:
+    """The first message of the session that works on ``step`` of ``workflow``."""
+    request = f"# Request: {workflow.title}\n\n{workflow.request}"
+    scope = workflow.artifacts.scoping
+    if step == "scoping":
+        return (f"{request}\n\nScope this request against the repository. Ask with ask_questions if you cannot "
+                "proceed without the user's decision; end with submit_scope.")
+    if step == "research":
+        return (f"{request}\n\n{_scope(scope)}\n\nResearch how the codebase works where this change lands, "
+                "then end with submit_research.")
+    if step == "planning":
+        return (f"{request}\n\n{_scope(scope)}\n\n{_card('Approved research', workflow.artifacts.research)}"
+                "\n\nVerify the research against the code and plan the work as pulses; end with submit_plan.")
+    if step == "preflight":
+        return (f"{request}\n\n{_scope(scope)}\n\nPrepare the environment in this worktree before any pulse runs: "
+                "install dependencies, initialise submodules, run a baseline build, and record every pre-existing "
+                "error or warning with record_baseline. Do not modify tracked files. End with complete_preflight.")
+    if step == "review":
+        done = [r for r in workflow.runs if r.status == "succeeded"]
+        pulses = "\n".join(f"- {r.planned_pulse_id}: {r.description}" for r in done) or "- (none)"
+        return (f"{request}\n\n{_scope(scope)}\n\n## Pulses committed\n{pulses}\n\nReview the workflow's diff "
+                "against the approved scope with get_diff and get_scope_card, comment where it matters, and end "
+                "with complete_review.")
+    assert run is not None
+    return _pulse_kickoff(workflow, run, request, scope)
+
+
+def _pulse_kickoff(workflow: Workflow, run: PulseRun, request: str, scope: SubmitScopeArgs | None) -> str:
+    pulse = next(p for p in workflow.pulses if p.id == run.planned_pulse_id)
+    plan = workflow.artifacts.planning
+    done = [r for r in workflow.runs if r.status == "succeeded"]
+    lines = [request, "", _scope(scope), ""]
+    if plan is not None:
+        lines += ["## Plan approach", plan.approach_summary, ""]
+    if done:
+        lines += ["## Pulses already committed on this branch", *[f"- {r.planned_pulse_id}: {r.description}"
+                                                                  for r in done], ""]
+    lines += [f"## Your pulse: {pulse.id} — {pulse.title}", pulse.description, "",
+              "Expected changes:", _bullets(pulse.expected_changes), ""]
+    if workflow.baselines:
+        lines += ["## Known issues from preflight (not yours to fix)",
+                  *[f"- {b.issue_type} {b.source}: {b.pattern}" for b in workflow.baselines], ""]
+    if run.attempt > 1:
+        lines += [f"This is attempt {run.attempt}: the worktree is back at the branch head.", ""]
+    lines.append("Do only this pulse. When it is complete and clean, end with complete_pulse; its summary becomes "
+                 "the commit message (a Conventional Commit). If you run long, call request_extension.")
+    return "\n".join(lines)
+
+
+def nudge(step: str, block_tool: str) -> str:
+    return (f"Your turn ended without {block_tool}. This stage ends only with that tool call: finish your work "
+            f"and call {block_tool} (ask_questions if you need the user's decision).")
+
+
+def extension_approved(details: HaltDetails, message: str | None) -> str:
+    text = "Extension approved. Continue where you stopped."
+    if details.remaining:
+        text += f"\n\nRemaining, as you listed it:\n{_bullets(details.remaining)}"
+    if message:
+        text += f"\n\nFrom the user: {message}"
+    return text
+
+
+def questions_answered(questions: list[Question], answers: list[str]) -> str:
+    lines = ["The user answered your questions:"]
+    for i, answer in enumerate(answers):
+        question = questions[i].prompt if i < len(questions) else f"Question {i + 1}"
+        lines += [f"Q: {question}", f"A: {answer}", ""]
+    lines.append("Continue with these answers.")
+    return "\n".join(lines)
+
+
+def resume_note(reason: str, message: str | None) -> str:
+    text = f"The user resumed the workflow (it was halted: {reason}). Continue where you left off."
+    if message:
+        text += f"\n\nFrom the user: {message}"
+    return text

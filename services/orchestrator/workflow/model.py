@@ -1,0 +1,562 @@
+"""The Workflow aggregate: read this file and you know every event a workflow can record.
+
+Command methods (``submit_artifact``, ``approve``, …) check the rules of ``lifecycle`` first and
+raise ``LifecycleError`` before anything is triggered, so a refused command records nothing.
+The ``@event`` methods only apply state: replaying them rebuilds the workflow exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import typing
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+from uuid import UUID
+
+import msgspec
+from eventsourcing.domain import Aggregate, event
+
+from autarch.contracts.agents import (
+    PlannedPulse,
+    SubmitPlanArgs,
+    SubmitResearchArgs,
+    SubmitScopeArgs,
+    UnresolvedIssue,
+)
+from autarch.contracts.execution import HaltReason, PulseStatus
+from autarch.contracts.tool_catalog import Role
+from autarch.contracts.workflows import (
+    ReviewCard,
+    ReviewCommentView,
+    StageNote,
+    WorkflowBaseline,
+    WorkflowErrorCode,
+    WorkflowPath,
+    WorkflowStatus,
+)
+from autarch.runtime.aggregates import recorded_as
+
+from ..swarm.plan import bounce_feedback, bounced_pulses, is_bead_plan
+from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
+from .state import (
+    Cards,
+    ChangeRequest,
+    Execution,
+    Halt,
+    HaltDetails,
+    Preflight,
+    PreflightStatus,
+    PulseEnding,
+    PulseRun,
+    QueuedMessage,
+    Session,
+    Stage,
+    StageCard,
+    SwarmAdvice,
+    card_fits,
+)
+
+__all__ = ["STAGES", "Workflow"]
+
+STAGES: tuple[Stage, ...] = typing.get_args(Stage)
+"""Seed 003's stages, in order."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _seconds_between(start: str, end: str) -> float:
+    return max(0.0, (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds())
+
+
+class Workflow(Aggregate):
+    """A user's request for a change, taken through the stages to a reviewed branch."""
+
+    @staticmethod
+    def create_id(workflow_id: str, **_: object) -> UUID:
+        # The caller chooses the id (a UUID) so that a retried create is recognised, not doubled.
+        return UUID(workflow_id)
+
+    @event("Created")
+    def __init__(self, *, workflow_id: str, title: str, request: str, repo: str, base_branch: str,
+                 branch: str | None = None, script: str | None = None) -> None:
+        self.branch = branch or f"autarch/{workflow_id[:8]}"
+        self.script = script
+        self.title = title
+        self.request = request
+        self.repo = repo
+        self.base_branch = base_branch
+        self.stage: Stage = "scoping"
+        self.awaiting_approval = False
+        self.last_error: str | None = None
+        self.error_count = 0
+        self.path: WorkflowPath | None = None
+        """Chosen at scope approval (None before it)."""
+        self.artifacts = Cards()
+        self.pulses: list[PlannedPulse] = []
+        """The planned pulses, fixed when execution starts (the approved plan's, or the quick path's one)."""
+        self.review: ReviewCard | None = None
+        """The review card from the start of review: comments come in, then the recommendation."""
+        self.notes: list[StageNote] = []
+        self.baselines: list[WorkflowBaseline] = []
+        """Pre-existing issues preflight recorded (seed 000 baselines)."""
+        self.feedback: list[ChangeRequest] = []
+        self.last_feedback: str | None = None
+        self.seen: dict[str, str] = {}
+        """Idempotency key (or turn id) → what the first delivery answered: the stage of a card, the id of a note,
+        baseline or comment, the outcome of a turn (tool calls may be delivered twice)."""
+        # --- driving the agents (see driver.py): every external step is recorded, so a restart resumes it
+        self.sessions: dict[str, Session] = {}
+        """Step (``scoping``, ``research``, ``planning``, ``preflight``, ``review``, ``pulse:<run>``) → its
+        agent session."""
+        self.outbox: list[QueuedMessage] = []
+        """Messages for agent sessions, in the order they were queued."""
+        self.nudges: dict[str, int] = {}
+        self.halt: Halt | None = None
+        self.abandoned: str | None = None
+        self.execution: Execution | None = None
+        """The workflow branch and its worktree, once they exist."""
+        self.worktree_removed = False
+        self.preflight: Preflight | None = None
+        self.runs: list[PulseRun] = []
+        """Pulse runs in start order."""
+        self.execution_mode: Literal["pulses", "swarm"] = "pulses"
+        """``swarm``: the approved plan is a bead plan (seed 002), run by parallel workers from its epic."""
+        self.swarm_advice: SwarmAdvice | None = None
+        """What preflight said about running workers in parallel here."""
+
+    # --- events -------------------------------------------------------------------------------------
+
+    @event("ErrorRecorded")
+    def record_error(self, *, stage: str, message: str) -> None:
+        """Something failed; the workflow stays in its stage (seed 003: workflow:error)."""
+        self.last_error = message
+        self.error_count += 1
+
+    @event("ArtifactSubmitted")
+    def _artifact_submitted(self, *, stage: str, artifact: dict[str, Any], key: str | None) -> None:
+        self.awaiting_approval = True
+        self.last_feedback = None
+        # The event keeps the card's wire payload as recorded; the state is the typed card.
+        if stage == "review":
+            assert self.review is not None
+            self.review.recommendation = artifact.get("recommendation")
+            self.review.summary = artifact.get("summary")
+            self.artifacts.review = self.review
+        elif stage == "scoping":
+            self.artifacts.scoping = msgspec.convert(artifact, SubmitScopeArgs)
+        elif stage == "research":
+            self.artifacts.research = msgspec.convert(artifact, SubmitResearchArgs)
+        else:
+            self.artifacts.planning = msgspec.convert(artifact, SubmitPlanArgs)
+        if key:
+            self.seen[key] = stage
+
+    @event("StageChanged")
+    def _stage_changed(self, *, from_stage: Stage, to_stage: Stage, path: WorkflowPath | None) -> None:
+        self.stage = to_stage
+        self.awaiting_approval = False
+        self.last_feedback = None
+        if from_stage == "scoping":
+            self.path = path
+        if to_stage == "execution":
+            plan, scope = self.artifacts.planning, self.artifacts.scoping
+            if plan is not None:
+                self.pulses = copy.deepcopy(plan.pulses)
+                self.execution_mode = "swarm" if is_bead_plan(plan) else "pulses"
+            else:
+                assert scope is not None, "execution starts from an approved scope"
+                self.pulses = [quick_pulse(scope)]
+        if to_stage == "review":
+            self.review = ReviewCard()
+
+    @event("Completed")
+    def _completed(self, *, recommendation: str | None) -> None:
+        pass  # the stage is already "done"; the event tells subscribers the workflow is finished
+
+    @event("ChangesRequested")
+    def _changes_requested(self, *, stage: str, feedback: str) -> None:
+        self.awaiting_approval = False
+        self.last_feedback = feedback
+        self.feedback.append(ChangeRequest(stage=stage, feedback=feedback))
+
+    @event("PlanBounced")
+    def _plan_bounced(self, *, bounced: dict[str, list[str]], feedback: str) -> None:
+        # Like a change request, but made by the check, not the user: the plan goes back to its agent.
+        self.awaiting_approval = False
+        self.last_feedback = feedback
+        self.feedback.append(ChangeRequest(stage="planning", feedback=feedback))
+
+    @event("SwarmAdvised")
+    def _swarm_advised(self, *, mode: SwarmAdvice) -> None:
+        self.swarm_advice = mode
+
+    @event("NoteTaken")
+    def _note_taken(self, *, note_id: str, stage: str, session_id: str, note: str, taken_at: str, key: str) -> None:
+        # The wire's note is the state (its time parsed from the event's ISO string).
+        self.notes.append(msgspec.convert({"note_id": note_id, "stage": stage, "session_id": session_id, "note": note,
+                                           "taken_at": taken_at}, StageNote))
+        self.seen[key] = note_id
+
+    @event("BaselineRecorded")
+    def _baseline_recorded(self, *, baseline: dict[str, Any], key: str) -> None:
+        # The event keeps the baseline's payload as recorded; the state is a typed copy.
+        self.baselines.append(msgspec.convert(baseline, WorkflowBaseline))
+        self.seen[key] = str(baseline["baseline_id"])
+
+    @event("ReviewCommentAdded")
+    def _review_comment_added(self, *, comment: dict[str, Any], key: str) -> None:
+        assert self.review is not None
+        self.review.comments.append(msgspec.convert(comment, ReviewCommentView))
+        self.seen[key] = str(comment["comment_id"])
+
+    # --- commands -----------------------------------------------------------------------------------
+
+    def submit_artifact(self, stage: str, card: StageCard, *, key: str | None = None) -> bool:
+        """Record the card of ``stage`` and wait for the user; False when ``key`` was already seen."""
+        if key and key in self.seen:
+            return False
+        if stage not in ARTIFACT_STAGES:
+            raise LifecycleError.wrong_stage(self.stage, stage, "this artifact")
+        if self.stage != stage:
+            if stage == "review":
+                raise LifecycleError.not_found("review card not found: the workflow is not in review",
+                                               stage=self.stage)
+            raise LifecycleError.wrong_stage(self.stage, stage, f"the {stage} artifact")
+        if self.awaiting_approval:
+            raise LifecycleError(WorkflowErrorCode.AWAITING_APPROVAL,
+                                 f"the {stage} artifact already awaits approval; request changes before resubmitting",
+                                 stage=stage)
+        if not card_fits(stage, card):
+            raise TypeError(f"a {type(card).__name__} is not the card of the {stage} stage")
+        # The event records the card in its wire shape (the tool's field names): stored logs hold that shape.
+        artifact: dict[str, Any] = msgspec.to_builtins(card)
+        if stage == "planning":
+            validate_plan(artifact["pulses"])
+        self._artifact_submitted(stage=stage, artifact=artifact, key=key)
+        return True
+
+    def approve(self, path: WorkflowPath | None = None) -> None:
+        """Approve the waiting card: move to the next stage (at scoping, on the chosen path)."""
+        if not self.awaiting_approval:
+            raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
+                                 f"nothing awaits approval in the {self.stage} stage", stage=self.stage)
+        if path is not None and self.stage != "scoping":
+            raise LifecycleError(WorkflowErrorCode.WRONG_STAGE,
+                                 f"the path is chosen at scope approval; the workflow is in {self.stage}",
+                                 stage=self.stage)
+        if self.stage == "scoping":
+            scope = self.artifacts.scoping
+            path = path or (scope.recommended_path if scope is not None else None) or "full"
+        if self.stage == "planning" and is_bead_plan(self.artifacts.planning):
+            assert self.artifacts.planning is not None
+            bounced = bounced_pulses(self.artifacts.planning)
+            if bounced:
+                feedback = bounce_feedback(bounced)
+                self._plan_bounced(bounced=bounced, feedback=feedback)
+                if "planning" in self.sessions:
+                    self.queue_message("planning", feedback)
+                return
+        from_stage = self.stage
+        to_stage = next_stage(from_stage, path)
+        self._stage_changed(from_stage=from_stage, to_stage=to_stage, path=path)
+        if to_stage == "done":
+            self._completed(recommendation=self.review.recommendation if self.review is not None else None)
+
+    def request_changes(self, feedback: str) -> None:
+        """Send the waiting card back with ``feedback``; the agent revises and resubmits."""
+        if not self.awaiting_approval:
+            raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
+                                 f"nothing awaits approval in the {self.stage} stage", stage=self.stage)
+        self._changes_requested(stage=self.stage, feedback=feedback)
+        if self.stage in self.sessions:
+            self.queue_message(self.stage, revision_request(self.stage, feedback))
+
+    def finish_execution(self) -> bool:
+        """Every pulse is done: go to review with no approval. False when already past execution (a retry)."""
+        if self.stage in ("review", "done"):
+            return False
+        if self.stage != "execution":
+            raise LifecycleError.wrong_stage(self.stage, "execution", "finishing execution")
+        self._stage_changed(from_stage="execution", to_stage="review", path=self.path)
+        return True
+
+    def advise_swarm(self, mode: SwarmAdvice) -> None:
+        if self.swarm_advice != mode:
+            self._swarm_advised(mode=mode)
+
+    def take_note(self, *, session_id: str, note: str, key: str) -> str:
+        """Store a note for the current stage; the note id (the first one's, for a repeated ``key``)."""
+        if key in self.seen:
+            return self.seen[key]
+        note_id = str(uuid.uuid4())
+        self._note_taken(note_id=note_id, stage=self.stage, session_id=session_id, note=note,
+                         taken_at=datetime.now(UTC).isoformat(), key=key)
+        return note_id
+
+    def record_baseline(self, baseline: dict[str, Any], *, key: str) -> str:
+        """Record a pre-existing issue (preflight runs at the start of execution); the baseline id."""
+        if key in self.seen:
+            return self.seen[key]
+        if self.stage != "execution":
+            raise LifecycleError.wrong_stage(self.stage, "execution", "recording a baseline (preflight)")
+        baseline = {**baseline, "baseline_id": str(uuid.uuid4())}
+        self._baseline_recorded(baseline=baseline, key=key)
+        return str(baseline["baseline_id"])
+
+    def add_review_comment(self, comment: dict[str, Any], *, key: str) -> str:
+        """Add a comment to the open review card; ``not_found`` when there is none."""
+        if key in self.seen:
+            return self.seen[key]
+        if self.stage != "review" or self.review is None:
+            raise LifecycleError.not_found("review card not found: the workflow is not in review", stage=self.stage)
+        if self.awaiting_approval:
+            raise LifecycleError(WorkflowErrorCode.AWAITING_APPROVAL,
+                                 "the review is complete and awaits approval; request changes to reopen it")
+        comment = {**comment, "comment_id": str(uuid.uuid4())}
+        self._review_comment_added(comment=comment, key=key)
+        return str(comment["comment_id"])
+
+    # --- driving events (recorded by the driver; see driver.py) --------------------------------------
+
+    @event("SessionAssigned")
+    def assign_session(self, *, step: str, session_id: str, role: Role, root: str, kickoff: str,
+                       script: str | None, notes: list[str], assigned_at: str) -> None:
+        # The notes are copied: state changed later must not change the recorded event.
+        self.sessions[step] = Session(session_id=session_id, role=role, root=root, kickoff=kickoff, script=script,
+                                      notes=list(notes), assigned_at=assigned_at, running_since=assigned_at)
+
+    @event("SessionConfirmed")
+    def confirm_session(self, *, step: str, kickoff_turn_id: str | None = None) -> None:
+        # Events recorded before the kickoff turn id was kept carry none (the default).
+        self.sessions[step].started = True
+        self.sessions[step].kickoff_turn_id = kickoff_turn_id
+
+    @event("SessionClosed")
+    def session_closed(self, *, step: str, reason: str) -> None:
+        """The step's work is over and its agent session was closed (``session:completed``)."""
+        self.sessions[step].closed = True
+
+    @event("MessageQueued")
+    def _message_queued(self, *, step: str, session_id: str, message_id: str, text: str) -> None:
+        self.outbox.append(QueuedMessage(step=step, session_id=session_id, message_id=message_id, text=text))
+
+    @event("MessageDelivered")
+    def message_delivered(self, *, message_id: str) -> None:
+        for message in self.outbox:
+            if message.message_id == message_id:
+                message.delivered = True
+
+    @event("TurnHandled")
+    def turn_handled(self, *, turn_id: str, step: str, outcome: str) -> None:
+        self.seen[turn_id] = outcome
+        if step in self.sessions:
+            # The outcome of the step's latest turn: a pulse agent failing twice in a row is told apart by it.
+            self.sessions[step].last_outcome = outcome
+
+    @event("Nudged")
+    def _nudged(self, *, step: str) -> None:
+        self.nudges[step] = self.nudges.get(step, 0) + 1
+
+    @event("Halted")
+    def _halted(self, *, stage: str, reason: HaltReason, message: str, pulse_id: str | None,
+                details: dict[str, Any], at: str | None = None) -> None:
+        # ``at`` (when, for the step's running clock) is None in events recorded before the clock was kept.
+        # The event keeps the details' wire payload as recorded; the state is a typed copy.
+        self.halt = Halt(reason=reason, message=message, pulse_id=pulse_id,
+                         details=msgspec.convert(details, HaltDetails))
+        session = self.sessions.get(self.halt.step) if self.halt.step is not None else None
+        if session is not None and at is not None and session.running_since is not None:
+            # The halted step's clock stops: time waiting for the user is not running time.
+            session.ran_seconds += _seconds_between(session.running_since, at)
+            session.running_since = None
+
+    @event("Resumed")
+    def _resumed(self, *, stage: str, reason: str, message: str | None, at: str | None = None) -> None:
+        step = self.halt.step if self.halt is not None else None
+        session = self.sessions.get(step) if step is not None else None
+        if session is not None and at is not None and session.running_since is None:
+            session.running_since = at
+        self.halt = None
+
+    @event("Abandoned")
+    def _abandoned(self, *, stage: str, reason: str) -> None:
+        self.abandoned = reason
+        self.halt = None
+
+    @event("ExecutionPrepared")
+    def execution_prepared(self, *, branch: str, worktree_path: str, base_commit: str, repository_id: str) -> None:
+        self.execution = Execution(branch=branch, worktree_path=worktree_path, base_commit=base_commit,
+                                   repository_id=repository_id)
+
+    @event("WorktreeRemoved")
+    def worktree_removed_event(self) -> None:
+        self.worktree_removed = True
+
+    @event("PreflightCompleted")
+    def _preflight_completed(self, *, status: PreflightStatus, summary: str | None, setup_commands: list[str],
+                             build_success: bool | None, baselines_recorded: int, error: str | None) -> None:
+        self.preflight = Preflight(status=status, summary=summary, setup_commands=list(setup_commands),
+                                   build_success=build_success, baselines_recorded=baselines_recorded, error=error)
+
+    @event("PulseStarted")
+    def pulse_started(self, *, run: dict[str, Any]) -> None:
+        # The event keeps the run's payload as recorded; the state is a typed copy (so changing the run
+        # later cannot change the recorded event either).
+        self.runs.append(msgspec.convert(run, PulseRun))
+
+    @event("PulseCompletionRejected")
+    def _pulse_rejected(self, *, run_id: str, failures: list[str], escape_hatch: bool, rejections: int) -> None:
+        self.run(run_id).completion_rejections = rejections
+
+    @event("PulseCompletionAccepted")
+    def _pulse_accepted(self, *, run_id: str, description: str, files_changed: list[str],
+                        unresolved_issues: list[dict[str, Any]]) -> None:
+        # The event keeps the issues' wire payload as recorded; the state is typed.
+        run = self.run(run_id)
+        run.ending = "succeeded"
+        run.description = description
+        run.files_changed = list(files_changed)
+        run.unresolved_issues = msgspec.convert(unresolved_issues, list[UnresolvedIssue])
+        run.has_unresolved_issues = bool(unresolved_issues)
+
+    @event("PulseEnding")
+    def _pulse_ending(self, *, run_id: str, status: PulseEnding, reason: str) -> None:
+        run = self.run(run_id)
+        run.ending = status
+        run.failure_reason = reason
+
+    @event("PulseExtended")
+    def _pulse_extended(self, *, run_id: str) -> None:
+        self.run(run_id).extensions += 1
+
+    @event("PulseEnded")
+    def _pulse_ended(self, *, run_id: str, status: PulseStatus, commit: str | None, diff_artifact_id: str | None,
+                     is_recovery_checkpoint: bool, ended_at: str, description: str | None, files_changed: list[str],
+                     unresolved_issues: list[dict[str, Any]], failure_reason: str | None) -> None:
+        run = self.run(run_id)
+        run.status = status
+        run.checkpoint_commit = commit
+        run.diff_artifact_id = diff_artifact_id
+        run.is_recovery_checkpoint = is_recovery_checkpoint
+        run.ended_at = ended_at
+        run.ending = None
+
+    def pulse_ended(self, *, run_id: str, status: PulseStatus, commit: str | None, diff_artifact_id: str | None,
+                    is_recovery_checkpoint: bool, ended_at: str) -> None:
+        """Record the end of a pulse run (the event carries the run's summary for subscribers)."""
+        run = self.run(run_id)
+        self._pulse_ended(run_id=run_id, status=status, commit=commit, diff_artifact_id=diff_artifact_id,
+                          is_recovery_checkpoint=is_recovery_checkpoint, ended_at=ended_at,
+                          description=run.description, files_changed=list(run.files_changed),
+                          unresolved_issues=msgspec.to_builtins(run.unresolved_issues),
+                          failure_reason=run.failure_reason)
+
+    # --- driving commands ---------------------------------------------------------------------------
+
+    def queue_message(self, step: str, text: str) -> None:
+        """Send ``text`` to the session of ``step`` (delivered, and redelivered after a crash, by the driver)."""
+        session = self.sessions[step]
+        number = sum(1 for m in self.outbox if m.step == step) + 1
+        self._message_queued(step=step, session_id=session.session_id, message_id=f"{step}#{number}", text=text)
+
+    def halt_for(self, reason: HaltReason, message: str, *, pulse_id: str | None = None,
+                 details: HaltDetails | None = None, at: str | None = None) -> None:
+        self._halted(stage=self.stage, reason=reason, message=message, pulse_id=pulse_id,
+                     details=msgspec.to_builtins(details or HaltDetails()),
+                     at=at or _now())
+
+    def resume(self, expected: tuple[HaltReason, ...], message: str | None, *, at: str | None = None) -> Halt:
+        """Lift the halt when its reason is one of ``expected``; the halt that was lifted."""
+        if self.halt is None:
+            raise LifecycleError(WorkflowErrorCode.NOT_HALTED, f"the workflow is not halted (stage {self.stage})",
+                                 stage=self.stage)
+        if self.halt.reason not in expected:
+            hint = {"extension_requested": "approve the extension", "questions": "answer the questions"}.get(
+                self.halt.reason, "resume it")
+            raise LifecycleError(WorkflowErrorCode.WRONG_HALT,
+                                 f"the workflow is halted for {self.halt.reason}: {hint}",
+                                 reason=self.halt.reason)
+        halt = self.halt
+        self._resumed(stage=self.stage, reason=halt.reason, message=message, at=at or _now())
+        return halt
+
+    def abandon(self, reason: str) -> None:
+        self._abandoned(stage=self.stage, reason=reason)
+
+    def nudge(self, step: str, text: str) -> int:
+        self._nudged(step=step)
+        self.queue_message(step, text)
+        return self.nudges[step]
+
+    def complete_preflight(self, *, status: PreflightStatus, summary: str | None = None,
+                           setup_commands: list[str] | None = None, build_success: bool | None = None,
+                           baselines_recorded: int = 0, error: str | None = None) -> None:
+        self._preflight_completed(status=status, summary=summary, setup_commands=setup_commands or [],
+                                  build_success=build_success, baselines_recorded=baselines_recorded, error=error)
+
+    def reject_completion(self, run_id: str, failures: list[str], escape_hatch: bool) -> None:
+        """Record that the agent runner refused a ``complete_pulse`` (the run counts its refusals)."""
+        self._pulse_rejected(run_id=run_id, failures=failures, escape_hatch=escape_hatch,
+                             rejections=self.run(run_id).completion_rejections + 1)
+
+    def accept_completion(self, run_id: str, *, description: str, files_changed: list[str],
+                          unresolved_issues: list[UnresolvedIssue]) -> None:
+        self._pulse_accepted(run_id=run_id, description=description, files_changed=files_changed,
+                             unresolved_issues=msgspec.to_builtins(unresolved_issues))
+
+    def end_pulse_as(self, run_id: str, status: PulseEnding, reason: str) -> None:
+        """Decide that the running pulse ends ``failed`` or ``stopped``; the driver makes the recovery checkpoint."""
+        self._pulse_ending(run_id=run_id, status=status, reason=reason)
+
+    def extend_pulse(self, run_id: str) -> None:
+        self._pulse_extended(run_id=run_id)
+
+    def run(self, run_id: str) -> PulseRun:
+        for run in self.runs:
+            if run.id == run_id:
+                return run
+        raise KeyError(run_id)
+
+    def running_run(self) -> PulseRun | None:
+        return next((r for r in self.runs if r.status == "running"), None)
+
+    def running_seconds(self, step: str, now: str) -> float:
+        """How long ``step``'s session has been running at ``now``, not counting time spent halted."""
+        session = self.sessions[step]
+        ran = session.ran_seconds
+        if session.running_since is not None:
+            ran += _seconds_between(session.running_since, now)
+        return ran
+
+    def step_of(self, session_id: str) -> str | None:
+        return next((step for step, s in self.sessions.items() if s.session_id == session_id), None)
+
+    @property
+    def status(self) -> WorkflowStatus:
+        if self.abandoned:
+            return "abandoned"
+        if self.stage == "done":
+            return "done"
+        if self.halt is not None:
+            return "halted"
+        return "awaiting_approval" if self.awaiting_approval else "active"
+
+    # --- queries ------------------------------------------------------------------------------------
+
+    def approved_scope(self) -> SubmitScopeArgs | None:
+        """The scope card once the user approved it (the review agent checks the diff against it)."""
+        if self.stage == "scoping":
+            return None
+        return self.artifacts.scoping
+
+    def same_request(self, *, title: str, request: str, repo: str, base_branch: str) -> bool:
+        """True when a repeated create asks for exactly this workflow."""
+        return (self.title, self.request, self.repo, self.base_branch) == (title, request, repo, base_branch)
+
+
+# Until this module moved here, its events were stored as events of ``domainmodel`` (their topics say so).
+recorded_as(__name__, "autarch.services.orchestrator.domainmodel")
+
