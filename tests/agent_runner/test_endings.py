@@ -18,7 +18,7 @@ from autarch.services.scripted_model import ScriptedModelServer
 
 from .conftest import RUNNER, wait_turn
 from .runners import own_runner, run_turn
-from .scenarios import NEW, OLD, step, text, tool
+from .scenarios import NEW, OLD, PULSE_DONE, step, text, tool
 
 EDIT = {"reason": "Greet the world", "path": "greeter/core.py", "oldString": OLD, "newString": NEW}
 READ = step(tool("read_file", reason="Read greet before editing it", path="greeter/core.py"))
@@ -30,6 +30,11 @@ SCENARIO = {
     "scripts": {
         "pulsing:cut": [READ, CUT, step(tool("edit_file", **EDIT)), step(text("Edited."))],
         "pulsing:cut-at-the-cap": [CUT, CUT, step(text("I will write it in parts."))],
+        "pulsing:cut-then-complete": [
+            READ, CUT, step({"type": "tool_use", "name": "edit_file", "raw_input": '{"path": "greeter/co'}),
+            step(tool("edit_file", reason="Edit greet", path=["greeter/core.py"], oldString=7)),
+            step(tool("edit_file", **EDIT)), step(tool("complete_pulse", **PULSE_DONE)),
+        ],
         "pulsing:paused": [
             step(text("Looking through the module first"), stop_reason="pause_turn"),
             step(text("and now reading it."), tool("read_file", reason="Read greet", path="greeter/core.py")),
@@ -120,3 +125,15 @@ async def test_a_refusal_ends_the_turn_with_the_models_words_and_is_left_out_of_
     assert "Carry on with the task." in json.dumps(messages[-1])
     # The scripted model answers by step (assistant messages in the request): the same step, refused again.
     assert view.turns[1].outcome is not None and view.turns[1].outcome.kind == "refusal"
+
+
+async def test_calls_that_never_ran_leave_nothing_unresolved_for_complete_pulse(nc, data_dir, tools, model, repo):
+    # Cut by max_tokens, not JSON, of the wrong type: each is an error the model reads, none blocks completion.
+    async with own_runner(nc, data_dir, model):
+        _, turn = await run_turn(nc, role="pulsing", script="cut-then-complete", root=repo)
+    assert turn.outcome is not None and turn.outcome.kind == "block", turn.outcome
+    assert turn.outcome.tool == "complete_pulse"
+    errors = [json.loads(c.output or "")["error"] for c in turn.tool_calls[1:4]]
+    assert "max_tokens limit" in errors[0]
+    assert "not a JSON object" in errors[1]
+    assert "Invalid arguments for edit_file" in errors[2]
