@@ -207,7 +207,7 @@ class TurnLoop:
                 await self._complete({"kind": "handoff", "detail": f"context at {used:.0%} of the window",
                                       "tokens_used_pct": round(used, 4)})
                 return False
-        if await self._compact(int(window * settings.compaction_threshold)):
+        if self._compact(int(window * settings.compaction_threshold)):
             await self.deps.save(session)
         if self.deps.before_model is not None:
             await self.deps.before_model(session, turn)
@@ -242,7 +242,7 @@ class TurnLoop:
             self.deps.on_reply(session, reply, time.perf_counter())
         return True
 
-    async def _compact(self, threshold: int) -> bool:
+    def _compact(self, threshold: int) -> bool:
         """Compact older turns, else elide this turn's older results, when the last request was over
         ``threshold`` tokens (a negative one: both, whatever the size); whether anything changed."""
         session, turn = self.session, self.turn
@@ -260,7 +260,7 @@ class TurnLoop:
 
     async def _overflow(self, message: str) -> bool:
         """The API refused the request as too long: compact now and send it again, once; else end the turn."""
-        if not self._overflowed and await self._compact(-1):
+        if not self._overflowed and self._compact(-1):
             self._overflowed = True
             log.info("session %s: %s; compacted, asking again", self._sid, message)
             await self.deps.save(self.session)
