@@ -221,6 +221,7 @@ def drive(
             if on_event is not None:
                 on_event(event, received)
             if kind == "workflow:approval_needed":
+                watch.feed(event)  # not printed (the line below says more), but the plan card sets the pulse count
                 stage = str(event.get("stage", ""))
                 say(f"{_time_of(event)}  APPROVAL NEEDED — {card_summary(stage, event.get('artifact') or {})}")
                 asked = time.monotonic()

@@ -539,8 +539,9 @@ class Progress:
                 self.plan = _pulses(artifact.get("pulses"))  # a revised plan replaces the last
         elif kind == "workflow:stage_changed":
             self.stage = str(event.get("to_stage") or "")
-            if self.stage == "execution" and not self.plan:
-                # The quick path: one pulse made from the scope card.
+            if self.stage == "execution" and not self.plan and event.get("from_stage") == "scoping":
+                # The quick path: one pulse made from the scope card. After planning, the count comes from the
+                # plan card only: a plan not seen leaves the pulses uncounted rather than counted wrong.
                 self.plan = [("pulse-1", self.scope_title)]
         elif kind == "pulse:started":
             planned = str(event.get("planned_pulse_id") or event.get("pulse_id"))

@@ -457,11 +457,14 @@ class TurnOutcome(msgspec.Struct, kw_only=True):
     """How a turn ended.
 
     ``kind`` is ``block`` (``tool`` and ``arguments`` name the block tool, or ``complete_review``),
-    ``end_turn`` (the model stopped without a tool), ``cancelled``, ``error``, ``budget_exceeded`` or
-    ``step_limit`` (``agent_max_steps`` model calls in one turn: seed 000's iteration limit).
+    ``end_turn`` (the model stopped without a tool), ``cancelled``, ``error``, ``budget_exceeded``,
+    ``step_limit`` (``agent_max_steps`` model calls in one turn: seed 000's iteration limit), ``handoff``,
+    ``refusal`` (the model refused to go on: ``detail`` gives the API's reason and the model's words) or
+    ``context_overflow`` (the request stayed longer than the model's context window after compaction).
     """
 
-    kind: Literal["block", "end_turn", "cancelled", "error", "budget_exceeded", "step_limit", "handoff"]
+    kind: Literal["block", "end_turn", "cancelled", "error", "budget_exceeded", "step_limit", "handoff", "refusal",
+                  "context_overflow"]
     tool: str | None = None
     arguments: dict[str, Any] | None = None
     detail: str = ""

@@ -50,6 +50,7 @@ __all__ = [
     "SwarmMode",
     "SwarmView",
     "TddSteps",
+    "TddStepsBody",
     "TestingMode",
     "VerificationEvidence",
     "VerificationRun",
@@ -66,6 +67,17 @@ Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)
 Text = Annotated[str, msgspec.Meta(max_length=100_000, pattern=CLEAN_TEXT)]
 Path = Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
 CommandLine = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
+
+# What a person sends over HTTP is held to more than the records: a blank verify command would pass every
+# verification, a blank or control-character path leases nothing a worker writes (and reaches terminals raw).
+_TRIMMED_LINE = r"^[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?$(?!\n)"
+"""One line, no control character, neither starting nor ending with a space."""
+BodyPath = Annotated[str, msgspec.Meta(min_length=1, max_length=1024, pattern=_TRIMMED_LINE)]
+"""A file (or glob) of the repository, as a person gives it: visible, one line, no surrounding spaces."""
+BodyCommand = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000, pattern=TITLE)]
+"""A shell command line, as a person gives it: one line with something visible, no control character."""
+BodyRef = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=_TRIMMED_LINE)]
+"""A decision id (``D1``) or a learning file, as a person gives it."""
 Priority = Annotated[int, msgspec.Meta(ge=0, le=4)]
 
 BeadStatus = Literal["open", "in_progress", "closed", "bounced"]
@@ -104,6 +116,15 @@ class TddSteps(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     red: CommandLine
     """Run before production code: must fail."""
     green: CommandLine
+    """Run after: must pass."""
+
+
+class TddStepsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """:class:`TddSteps` as a person sends them over HTTP (each a :data:`BodyCommand`)."""
+
+    red: BodyCommand
+    """Run before production code: must fail."""
+    green: BodyCommand
     """Run after: must pass."""
 
 
@@ -390,13 +411,13 @@ class CreateBeadBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     title: Title
     description: Text = ""
     dependencies: list[Dependency] = []
-    files: list[Path] = []
-    verify: list[CommandLine] = []
-    verification_evidence: Path | None = None
+    files: list[BodyPath] = []
+    verify: list[BodyCommand] = []
+    verification_evidence: BodyPath | None = None
     testing_mode: TestingMode = "standard"
-    tdd_steps: TddSteps | None = None
-    decision_refs: list[str] = []
-    learning_refs: list[str] = []
+    tdd_steps: TddStepsBody | None = None
+    decision_refs: list[BodyRef] = []
+    learning_refs: list[BodyRef] = []
     priority: Priority = 2
 
 
@@ -405,13 +426,13 @@ class EditBeadBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     title: Title | None = None
     description: Text | None = None
-    files: list[Path] | None = None
-    verify: list[CommandLine] | None = None
-    verification_evidence: Path | None = None
+    files: list[BodyPath] | None = None
+    verify: list[BodyCommand] | None = None
+    verification_evidence: BodyPath | None = None
     testing_mode: TestingMode | None = None
-    tdd_steps: TddSteps | None = None
-    decision_refs: list[str] | None = None
-    learning_refs: list[str] | None = None
+    tdd_steps: TddStepsBody | None = None
+    decision_refs: list[BodyRef] | None = None
+    learning_refs: list[BodyRef] | None = None
     priority: Priority | None = None
 
 

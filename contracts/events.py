@@ -367,7 +367,8 @@ class TurnCompleted(TurnEvent, tag="turn:completed", kw_only=True):
     """A turn ended: the full text and thoughts (deltas may have been missed), usage, cost and outcome.
 
     ``outcome`` is ``block`` (``tool`` + ``arguments``: the block tool, e.g. ``submit_research``, or
-    ``complete_review``), ``end_turn``, ``cancelled``, ``error``, ``budget_exceeded`` or ``step_limit``.
+    ``complete_review``), ``end_turn``, ``cancelled``, ``error``, ``budget_exceeded``, ``step_limit``,
+    ``handoff``, ``refusal`` (``detail`` quotes the model) or ``context_overflow``.
     """
 
     text: str

@@ -11,6 +11,7 @@ from .base import UUID_PATTERN
 __all__ = [
     "BRANCH_NAME",
     "CLEAN_TEXT",
+    "GIT_BRANCH",
     "TEXT",
     "TITLE",
     "ChannelSessionBody",
@@ -36,13 +37,22 @@ TEXT = (r"^[^\S\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f]"
 """Free text with at least one visible character; tab, newline and carriage return are the only controls."""
 CLEAN_TEXT = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$(?!\n)"
 """Free text that may be empty (a description), with no control character but tab, newline and carriage return."""
-BRANCH_NAME = r"^[^\x00-\x20\x7f~^:?*\[\\/.-][^\x00-\x20\x7f~^:?*\[\\]*$(?!\n)"
-"""What a pattern can say of git's ref-format rules (the gateway checks the rest: ``..``, ``.lock``, ``@{``, …)."""
+_NO_REF_SEQUENCE = r"(?![\s\S]*(?:\.\.|@\{|//|/\.|\.lock(?:/|$)))"
+"""None of git's forbidden sequences anywhere: ``..``, ``@{``, ``//``, a component starting with ``.`` or ending
+with ``.lock`` (``[\\s\\S]`` rather than ``.``: ECMAScript's ``.`` stops at U+2028, Python's does not)."""
+BRANCH_NAME = (r"^" + _NO_REF_SEQUENCE + r"(?!(?:HEAD|@)$)(?!refs/)"
+               r"[^\x00-\x20\x7f~^:?*\[\\/.-](?:[^\x00-\x20\x7f~^:?*\[\\]*[^\x00-\x20\x7f~^:?*\[\\/.])?$(?!\n)")
+"""Every rule of ``git check-ref-format --branch`` (no control character, space or ``~^:?*[\\``; no ``..``, ``@{``,
+``//``; no component starting with ``.`` or ending with ``.lock``; not ending with ``/`` or ``.``), and the
+gateway's own: not ``HEAD`` or ``@``, not under ``refs/``, no leading ``-``."""
+GIT_BRANCH = (r"^" + _NO_REF_SEQUENCE + r"(?!HEAD$)[A-Za-z0-9](?:[A-Za-z0-9._/-]*[A-Za-z0-9_-])?$(?!\n)")
+"""A branch name of letters, digits and ``._/-`` that git takes (a loop session's branches)."""
 
 Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=TITLE)]
 Text = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=TEXT)]
 Reason = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000, pattern=TEXT)]
-Branch = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=BRANCH_NAME)]
+Branch = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=BRANCH_NAME)]
+"""At most 200 characters, as the git service takes them (``contracts.git.BranchName``)."""
 
 SessionId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
 
@@ -67,8 +77,9 @@ class CreateWorkflowBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
 class ChannelSessionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/channels/{id}/session``: open a discussion session (read-only tools) in a channel."""
 
-    repo: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
-    """The git repository the discussion is about (absolute, or relative to the gateway's directory)."""
+    repo: Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=r"^[^\x00]*$(?!\n)")]
+    """The git repository the discussion is about (absolute, or relative to the gateway's directory); no NUL,
+    which no path holds."""
     message: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
     """The first question."""
     session_id: SessionId | None = None

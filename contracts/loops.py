@@ -16,12 +16,14 @@ from typing import Annotated, Literal
 import msgspec
 
 from .base import UUID_PATTERN, Command, Query, Reply
-from .http import TEXT, TITLE, Reason
+from .http import GIT_BRANCH, TEXT, TITLE, Reason
 from .http import Text as VisibleText
 
 __all__ = [
+    "ADDRESS_RULES",
     "AbortLoop",
     "AbortLoopBody",
+    "AddressedTarget",
     "AnchorStrategy",
     "ContextStrategy",
     "CreatedBy",
@@ -71,6 +73,9 @@ Goal = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000, pattern=TEX
 MaxIterations = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
 """The orchestrator also refuses more than its ``loop_max_iterations_limit`` setting."""
 BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$(?!\n)")]
+BodyBranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=GIT_BRANCH)]
+"""A branch name at the HTTP door: every rule the git service applies (``..``, ``//``, ``.lock``, a trailing ``/``
+or ``.``, its 200 characters) is in the document, so a name it states as valid is one git takes."""
 TurnId = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Message = Annotated[str, msgspec.Meta(max_length=100_000)]
 Script = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$(?!\n)")]
@@ -96,6 +101,28 @@ class NotifyTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, ren
     """A Discord thread (or channel) id, a snowflake."""
     phone_number: Annotated[str, msgspec.Meta(pattern=r"^\+[1-9][0-9]{6,14}$(?!\n)")] | None = None
     """E.164: ``+`` and 7 to 15 digits."""
+
+
+def _has(*fields: str) -> dict[str, object]:
+    return {"required": list(fields), "properties": {f: {"type": "string"} for f in fields}}
+
+
+def _when(kind: str, then: dict[str, object]) -> dict[str, object]:
+    return {"if": {"properties": {"kind": {"const": kind}}, "required": ["kind"]}, "then": then}
+
+
+ADDRESS_RULES: dict[str, object] = {"allOf": [
+    _when("telegram", _has("chatId")),
+    _when("sms", _has("phoneNumber")),
+    _when("discord", {"anyOf": [_has("url"), _has("discordThreadId")]}),
+    _when("webhook", _has("url")),
+    _when("slack", _has("url")),
+]}
+""":func:`missing_address` as JSON Schema, for the API document: each kind with the address it needs."""
+
+AddressedTarget = Annotated[NotifyTarget, msgspec.Meta(extra_json_schema=ADDRESS_RULES)]
+"""A notify target whose document states the address its kind needs (decoding checks only the fields: the
+orchestrator refuses a start naming a target without its address, with :func:`missing_address`'s words)."""
 
 
 def missing_address(target: NotifyTarget) -> str | None:
@@ -298,11 +325,12 @@ class StartLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, re
     project_path: ProjectPath
     goal: Goal
     max_iterations: MaxIterations = 10
+    """At most 10 000, and at most the installation's ``loop_max_iterations_limit`` (the document's maximum)."""
     anchor_turn_id: TurnId | None = None
-    branch_name: BranchName | None = None
-    base_branch: BranchName | None = None
+    branch_name: BodyBranchName | None = None
+    base_branch: BodyBranchName | None = None
     context_strategy: ContextStrategy = "prefetch"
-    notify: list[NotifyTarget] = []
+    notify: list[AddressedTarget] = []
     created_by: CreatedBy = "api"
     session_id: SessionId | None = None
     """Optional: a client that retries its start sends the same id (default: a new UUID)."""

@@ -228,7 +228,20 @@ def truthful_document(generated: dict[str, Any], app: Litestar) -> dict[str, Any
             if path == "/api/events":
                 _events_operation(operation)
     _add_links(doc)
+    _installation_limits(schemas, app)
     return doc
+
+
+def _installation_limits(schemas: dict[str, Any], app: Litestar) -> None:
+    """State the limits this installation's settings add to the contracts' own (its ``loop_max_iterations_limit``)."""
+    settings = app.state.get("settings")
+    limit = getattr(settings, "loop_max_iterations_limit", None)
+    field = schemas.get("StartLoopBody", {}).get("properties", {}).get("maxIterations")
+    if limit is not None and field is not None:
+        bound = field.get("maximum", limit)
+        field["maximum"] = min(bound, limit)
+        field["description"] = (f"At most {field['maximum']} on this installation (its `loop_max_iterations_limit` "
+                                f"setting; the contract's own bound is {bound}).")
 
 
 def allowed_methods(app: Litestar) -> dict[str, str]:

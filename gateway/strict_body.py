@@ -4,9 +4,14 @@ Litestar builds a handler's arguments with ``msgspec.convert(..., strict=False)`
 ``false``, ``"5"`` for ``5`` and ``"true"`` for ``true``. The OpenAPI document (and every other client of our
 contracts) says those are wrong types, so a body is first decoded strictly against the handler's ``data`` type;
 what that refuses is a 400 with the path of the culprit, and the handler never runs.
+
+One thing JSON Schema allows that a strict decoder would not: a number with a zero fraction (``2.0``) is an
+``integer`` to JSON Schema, so it is taken as one (``2.5`` is still refused); the document keeps its word.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 from litestar.connection import ASGIConnection
@@ -27,12 +32,27 @@ async def strict_body(connection: ASGIConnection, handler: BaseRouteHandler) -> 
     if not body.strip() and data.has_default:
         return  # an optional body left out: the handler's default applies
     try:
-        msgspec.json.decode(body, type=data.annotation, strict=True)
+        try:
+            msgspec.json.decode(body, type=data.annotation, strict=True)
+        except msgspec.ValidationError:
+            # Checked again with whole floats as integers (rare: only a body the strict decoder refused).
+            msgspec.convert(_whole_floats_as_ints(msgspec.json.decode(body)), data.annotation, strict=True)
     except msgspec.ValidationError as exc:
         raise ValidationException(f"the body does not match the schema: {exc}",
                                   extra=[{"message": str(exc), "key": _where(str(exc))}]) from None
     except msgspec.DecodeError:
         return  # not JSON (or not UTF-8): Litestar's own decoding answers that, as before
+
+
+def _whole_floats_as_ints(value: Any) -> Any:
+    """``value`` (decoded JSON) with each float that has no fraction as an int: JSON Schema's ``integer``."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, list):
+        return [_whole_floats_as_ints(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _whole_floats_as_ints(v) for k, v in value.items()}
+    return value
 
 
 def _where(message: str) -> str:

@@ -85,6 +85,9 @@ class CommonSettings(msgspec.Struct, kw_only=True):
     """Partitions the orchestrator's workflows, epics and loop sessions are split into (by a hash of their id), each
     served by the one orchestrator instance holding its lease, so several instances work at once. Every process
     must agree on it: callers route each request to its partition (``autarch.svc.orchestrator.p<k>.<verb>``)."""
+    loop_max_iterations_limit: int = 200
+    """Largest ``maxIterations`` a loop session may be started with: the orchestrator refuses more, and the
+    gateway's API document states it as the field's maximum (so every process must agree on it)."""
     leader_ttl: float = 15.0
     """Seconds a leader lease (a stateful service's, a relay's) lives without renewal: how long a standby waits to
     take over from a leader killed without releasing it. A leader steps down after 80 % of it without a renewal, so
@@ -98,6 +101,8 @@ class CommonSettings(msgspec.Struct, kw_only=True):
             raise SettingsError(f"lease_ttl must be positive, got {self.lease_ttl}")
         if self.leader_ttl <= 0:
             raise SettingsError(f"leader_ttl must be positive, got {self.leader_ttl}")
+        if self.loop_max_iterations_limit < 1:
+            raise SettingsError(f"loop_max_iterations_limit must be 1 or more, got {self.loop_max_iterations_limit}")
         if not 1 <= self.orchestrator_partitions <= MAX_PARTITIONS:
             raise SettingsError(f"orchestrator_partitions must be between 1 and {MAX_PARTITIONS}, "
                                 f"got {self.orchestrator_partitions}")
@@ -156,8 +161,6 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
     """Seconds one Pulse-Protocol loop iteration (an agent turn and its commit) may take."""
     loop_no_progress_limit: int = 3
     """Iterations in a row with no commit, or with the same error, before a loop session is ``BLOCKED``."""
-    loop_max_iterations_limit: int = 200
-    """Largest ``maxIterations`` a loop session may be started with."""
     handoff_threshold: float = 0.65
     """Share of its context window past which a swarm worker stops after its current step and hands off to a
     fresh session (seed 002's 65 %)."""
@@ -175,8 +178,6 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
             raise SettingsError(f"loop_iteration_timeout must be positive, got {self.loop_iteration_timeout}")
         if self.loop_no_progress_limit < 1:
             raise SettingsError(f"loop_no_progress_limit must be 1 or more, got {self.loop_no_progress_limit}")
-        if self.loop_max_iterations_limit < 1:
-            raise SettingsError(f"loop_max_iterations_limit must be 1 or more, got {self.loop_max_iterations_limit}")
 
 
 class AgentRunnerSettings(CommonSettings, kw_only=True):

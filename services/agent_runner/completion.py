@@ -46,10 +46,12 @@ def unresolved_failures(history: Iterable[ToolCall], baselines: Sequence[Baselin
     for call in history:
         if not call.done or not isinstance(call.input, dict):
             continue
-        if call.name == "shell":
-            last_by_key[("shell", str(call.input.get("command", "")))] = call
-        elif call.name in _MUTATING_FILE_TOOLS:
-            last_by_key[("file", str(call.input.get("path", "")))] = call
+        # A call naming no command or file (arguments cut by max_tokens, not JSON, of the wrong type) never ran:
+        # it changed nothing and leaves nothing to put right; the model was told and called again.
+        if call.name == "shell" and _named(call.input.get("command")):
+            last_by_key[("shell", call.input["command"])] = call
+        elif call.name in _MUTATING_FILE_TOOLS and _named(call.input.get("path")):
+            last_by_key[("file", call.input["path"])] = call
     failures = []
     for (kind, key), call in last_by_key.items():
         if not call.is_error:
@@ -59,6 +61,10 @@ def unresolved_failures(history: Iterable[ToolCall], baselines: Sequence[Baselin
         what = f"shell `{key}`" if kind == "shell" else f"{call.name} {key}"
         failures.append(f"{what}: {(call.output or '')[:200]}")
     return failures
+
+
+def _named(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
 
 def check_completion(args: CompletePulseArgs, *, history: Iterable[ToolCall], baselines: Sequence[Baseline],

@@ -46,7 +46,7 @@ from autarch.runtime.settings import AgentRunnerSettings
 from .agents import AgentConfig
 from .pricing import model_info
 
-__all__ = ["ModelClient", "ModelError", "ModelReply"]
+__all__ = ["ContextOverflow", "ModelClient", "ModelError", "ModelReply"]
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,17 @@ _BLOCK_FIELDS = {
 }
 _encode_body = msgspec.json.Encoder().encode
 _RETRYABLE_STREAM_ERRORS = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+_TOO_LONG = "prompt is too long"
+"""How the API's 400 for a request over the context window begins (``prompt is too long: N tokens > M maximum``)."""
 
 
 class ModelError(Exception):
     """The model API refused or failed the request for good (after retries)."""
+
+
+class ContextOverflow(ModelError):
+    """The API refused the request as longer than the model's context window (400 ``prompt is too long``):
+    the same request can never succeed, a shorter one can."""
 
 
 @dataclass
@@ -74,6 +81,10 @@ class ModelReply:
     model: str
     malformed: dict[str, str] = field(default_factory=dict)
     """``tool_use`` id → the raw input text that was not a JSON object."""
+    cut: str | None = None
+    """The ``tool_use`` whose arguments ``max_tokens`` cut short (the reply's last block), if any."""
+    stop_details: dict[str, Any] | None = None
+    """What the API says of the stop (a refusal's ``category`` and ``explanation``), if anything."""
     received_at: float = 0.0
     """``time.perf_counter()`` when the last stream event was read (for overhead measurements)."""
 
@@ -87,6 +98,9 @@ class _Accumulator:
         self.malformed: dict[str, str] = {}
         self.usage = TurnUsage()
         self.stop_reason: str | None = None
+        self.stop_details: dict[str, Any] | None = None
+        self.empty_inputs: set[str] = set()
+        """tool_use ids whose streamed arguments were empty (a call without arguments, or one cut at once)."""
         self.model = ""
 
     def feed(self, event: dict[str, Any]) -> tuple[bool, str] | None:
@@ -119,7 +133,10 @@ class _Accumulator:
             self.model = message.get("model", "")
             self._usage(message.get("usage"))
         elif kind == "message_delta":
-            self.stop_reason = (event.get("delta") or {}).get("stop_reason")
+            delta = event.get("delta") or {}
+            self.stop_reason = delta.get("stop_reason")
+            details = delta.get("stop_details")
+            self.stop_details = details if isinstance(details, dict) else None
             self._usage(event.get("usage"))
         return None
 
@@ -137,6 +154,7 @@ class _Accumulator:
         raw = "".join(self.json_parts.pop(index, ()))
         if not raw.strip():
             block["input"] = block.get("input") or {}
+            self.empty_inputs.add(block["id"])
             return
         try:
             value = json.loads(raw)
@@ -153,6 +171,14 @@ class _Accumulator:
         for index in list(self.json_parts):
             self._finish(index)  # a stream cut short never sent content_block_stop
         return [self.blocks[i] for i in sorted(self.blocks)]
+
+    def cut(self, content: list[dict[str, Any]]) -> str | None:
+        """The tool call ``max_tokens`` stopped in: the reply's last block, its arguments incomplete."""
+        if self.stop_reason != "max_tokens" or not content or content[-1].get("type") != "tool_use":
+            return None
+        last = content[-1]["id"]
+        # Arguments that parsed whole were finished just as the budget ran out: that call is complete.
+        return last if last in self.malformed or last in self.empty_inputs else None
 
 
 class ModelClient:
@@ -179,6 +205,7 @@ class ModelClient:
         on_delta: Callable[[bool, str, bool], Awaitable[None]],
         on_sent: Callable[[], None] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
     ) -> ModelReply:
         """Stream one reply to ``messages``; ``on_delta(is_thinking, text, restart)`` is awaited for each delta.
 
@@ -186,14 +213,16 @@ class ModelClient:
         what was streamed of that kind before is void and the reply starts again with this delta (a kind the
         retry never streams again gets an empty ``restart`` delta once the reply is complete).
         ``on_sent()`` is called once the API has taken the request (it answers with a stream): from then on
-        the call only waits for the model. ``tools`` replaces ``agent.tools`` in the request when given.
+        the call only waits for the model. ``tools`` replaces ``agent.tools`` in the request when given, and
+        ``max_tokens`` the agent's ``max_tokens``.
 
         Raises:
+            ContextOverflow: the API refused the request as too long for the model's context window.
             ModelError: the API refused the request, or kept failing after every retry.
         """
         params: dict[str, Any] = {
             "model": agent.model,
-            "max_tokens": agent.max_tokens,
+            "max_tokens": max_tokens or agent.max_tokens,
             "system": agent.system,
             "tools": agent.tools if tools is None else tools,
             "messages": messages,
@@ -218,7 +247,10 @@ class ModelClient:
                     stream_cls=anthropic.AsyncStream[object],
                 )
             except anthropic.APIStatusError as exc:
-                raise ModelError(f"model API answered {exc.status_code}: {_message(exc)}") from exc
+                message = f"model API answered {exc.status_code}: {_message(exc)}"
+                if exc.status_code == 400 and _message(exc).startswith(_TOO_LONG):
+                    raise ContextOverflow(message) from exc
+                raise ModelError(message) from exc
             except anthropic.APIConnectionError as exc:
                 raise ModelError(f"model API unreachable: {exc}") from exc
             if on_sent is not None:
@@ -249,8 +281,10 @@ class ModelClient:
                 await stream.close()
             for is_thinking in sorted(restart):
                 await on_delta(is_thinking, "", True)  # the retry streamed nothing of this kind: clear it
-            return ModelReply(content=acc.content(), stop_reason=acc.stop_reason, usage=acc.usage,
-                              model=acc.model or agent.model, malformed=acc.malformed, received_at=received)
+            content = acc.content()
+            return ModelReply(content=content, stop_reason=acc.stop_reason, usage=acc.usage,
+                              model=acc.model or agent.model, malformed=acc.malformed, cut=acc.cut(content),
+                              stop_details=acc.stop_details, received_at=received)
 
 
 def _error_type(exc: Exception) -> str | None:

@@ -1,4 +1,4 @@
-"""Model prices and context windows, as data, and the cost of a reply's token usage.
+"""Model prices, context windows and output limits, as data, and the cost of a reply's token usage.
 
 PRICES ARE DATA, NOT TRUTH: they are Anthropic's public list prices (USD per million tokens) as
 published on the platform's pricing page at the time of writing (5-minute cache writes; 1-hour
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
-    """One model's list prices (USD per million tokens) and context window."""
+    """One model's list prices (USD per million tokens), context window and output limit."""
 
     input: float
     output: float
@@ -29,22 +29,26 @@ class ModelInfo:
     cache_read: float
     """Cache hits and refreshes."""
     context_window: int = 200_000
+    max_output: int = 64_000
+    """The most output tokens one reply may have (the largest ``max_tokens`` the model takes)."""
     adaptive_thinking: bool = False
     """The model takes ``thinking: {"type": "adaptive"}`` (and prefers it to a fixed budget)."""
 
 
 _OPUS_45 = ModelInfo(input=5.0, output=25.0, cache_write=6.25, cache_read=0.50)
-_OPUS_46 = ModelInfo(input=5.0, output=25.0, cache_write=6.25, cache_read=0.50, adaptive_thinking=True)
-_OPUS_4 = ModelInfo(input=15.0, output=75.0, cache_write=18.75, cache_read=1.50)
+_OPUS_46 = ModelInfo(input=5.0, output=25.0, cache_write=6.25, cache_read=0.50, max_output=128_000,
+                     adaptive_thinking=True)
+_OPUS_4 = ModelInfo(input=15.0, output=75.0, cache_write=18.75, cache_read=1.50, max_output=32_000)
 _SONNET_4 = ModelInfo(input=3.0, output=15.0, cache_write=3.75, cache_read=0.30)
-_SONNET_46 = ModelInfo(input=3.0, output=15.0, cache_write=3.75, cache_read=0.30, adaptive_thinking=True)
+_SONNET_46 = ModelInfo(input=3.0, output=15.0, cache_write=3.75, cache_read=0.30, max_output=128_000,
+                       adaptive_thinking=True)
 _HAIKU_45 = ModelInfo(input=1.0, output=5.0, cache_write=1.25, cache_read=0.10)
 
 
 def _gen5(input: float, output: float, *, cache_read: float) -> ModelInfo:
     # The 5.x generation: 1M-token context, adaptive thinking, 5-minute cache writes at 1.25x input.
     return ModelInfo(input=input, output=output, cache_write=input * 1.25, cache_read=cache_read,
-                     context_window=1_000_000, adaptive_thinking=True)
+                     context_window=1_000_000, max_output=128_000, adaptive_thinking=True)
 
 
 MODELS: dict[str, ModelInfo] = {

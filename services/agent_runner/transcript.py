@@ -9,6 +9,9 @@ Rules that keep the history valid for the API whatever happened before:
 - turns up to ``session.compacted_through`` are replaced by a digest; the leading tool results that
   answered the last compacted reply are dropped with it;
 - a turn's long tool results up to its ``elided_through`` reply are sent as stubs (in-turn compaction);
+- a refused reply (``stop_reason: refusal``) is left out: the API refuses again a conversation that keeps it;
+- a paused reply (``pause_turn``) that is the conversation's last is sent as its last message, so the model
+  carries on from it;
 - each turn's opening message carries the notes recorded for it, before the user's text.
 """
 
@@ -96,6 +99,8 @@ def build_messages(session: Session, *, current: Turn) -> list[dict[str, Any]]:
         last = len(turn.replies) - 1
         elided = turn.elided_through
         for n, reply in enumerate(turn.replies):
+            if reply.stop_reason == "refusal":
+                continue  # it ends its turn: a later turn's opening follows the reply before it
             messages.append({"role": "assistant", "content": _assistant_content(reply)})
             results = [*_results(turn, reply, elided=n <= elided), *_mail(turn, n + 1)]
             if n < last or turn is current:

@@ -1,12 +1,13 @@
 """The turn loop: a deterministic function of the session's recorded events.
 
 Each step looks at the turn's events and does the one thing they call for:
+- the last reply was refused (``stop_reason: refusal``) → record the turn's completion, with its words;
 - the last reply has tool calls without results → run the first of them (each result is recorded
   before the next one runs);
 - the last reply validly ended the turn (a block tool, ``complete_review`` that succeeded, or no tool
-  call at all) → record the turn's completion;
+  call at all, unless it was paused: ``pause_turn`` is carried on) → record the turn's completion;
 - otherwise → check the budget, compact if the context is too big, call the model, and record the
-  full reply before acting on it.
+  full reply before acting on it (``endings.py``: a reply cut by ``max_tokens``, a request too long).
 A runner that dies anywhere in this loop is replaced by one that rebuilds the session and takes the
 same decision again: a recorded reply is never requested twice, and a tool call repeated after a
 crash carries the same idempotency key (session, tool_use id), so the tools service answers it with
@@ -38,13 +39,14 @@ from autarch.runtime.settings import AgentRunnerSettings
 from .agents import AgentConfig
 from .blocks import classify
 from .budget import WorkflowBudget
-from .compaction import compaction_point, elision_point
+from .compaction import KEEP_RECENT_STEPS, compaction_point, elision_point
 from .completion import escape_hatch_open
 from .deltas import DeltaPublisher
 from .discipline import edit_refusal, refusal_text, run_verification, without_red_runs
 from .domainmodel import Session, Turn
 from .domainmodel import ToolCall as RecordedCall
-from .model_client import ModelClient, ModelError, ModelReply
+from .endings import cut_error, output_budget, refusal_detail
+from .model_client import ContextOverflow, ModelClient, ModelError, ModelReply
 from .pricing import cost_usd, model_info
 from .research_yield import RESEARCH_YIELD_ERROR, over_the_limit
 from .tool_cancel import STOP_TURN, cancel_timeout, cancel_tool_call
@@ -80,6 +82,9 @@ def next_action(turn: Turn) -> CallModel | RunTool | Complete:
     if not turn.replies:
         return CALL_MODEL
     reply = turn.replies[-1]
+    if reply.stop_reason == "refusal":
+        # Recorded with its completion as a rule; this serves a reply recorded without one.
+        return Complete({"kind": "refusal", "detail": refusal_detail(reply.content, None)})
     for call in reply.tool_calls:
         if call.done:
             continue
@@ -92,6 +97,8 @@ def next_action(turn: Turn) -> CallModel | RunTool | Complete:
             return Complete({"kind": "block", "tool": call.name, "arguments": call.input, "detail": ""})
         return CALL_MODEL  # complete_review failed (no review card, a bad recommendation): the model fixes it
     if not reply.tool_calls:
+        if reply.stop_reason == "pause_turn":
+            return CALL_MODEL  # the reply goes back as the last assistant message and the model carries on
         detail = "" if reply.stop_reason in (None, "end_turn") else f"stop_reason: {reply.stop_reason}"
         return Complete({"kind": "end_turn", "detail": detail})
     return CALL_MODEL
@@ -137,6 +144,8 @@ class TurnLoop:
         """Set by the service before it cancels the loop's task."""
         self._sid = str(session.id)
         self._where = "starting"
+        self._overflowed = False
+        """The last request was refused as too long and the conversation compacted: the next refusal ends it."""
         self._partial: list[str] = []
         self._deltas = DeltaPublisher(nc=deps.nc, workflow_id=session.workflow_id, session_id=self._sid,
                                       turn_id=turn.turn_id)
@@ -198,15 +207,7 @@ class TurnLoop:
                 await self._complete({"kind": "handoff", "detail": f"context at {used:.0%} of the window",
                                       "tokens_used_pct": round(used, 4)})
                 return False
-        threshold = int(window * settings.compaction_threshold)
-        through = compaction_point(session, current=turn, threshold_tokens=threshold)
-        if through is not None:
-            session.compact(turn_id=turn.turn_id, through=through, context_tokens=session.last_context_tokens())
-            await self.deps.save(session)
-        elif (step := elision_point(session, current=turn, threshold_tokens=threshold)) is not None:
-            # No older turn left to compact: this turn alone outgrew the window, so its older results go.
-            session.elide_results(turn_id=turn.turn_id, through_step=step,
-                                  context_tokens=session.last_context_tokens())
+        if self._compact(int(window * settings.compaction_threshold)):
             await self.deps.save(session)
         if self.deps.before_model is not None:
             await self.deps.before_model(session, turn)
@@ -219,17 +220,59 @@ class TurnLoop:
                 on_sent=self.deps.on_model_wait,
                 # complete_pulse offers unresolvedIssues only once the session's escape hatch is open.
                 tools=self.agent.tools_for(escape_hatch=escape_hatch_open(session.completion_rejections)),
+                max_tokens=output_budget(turn, self.agent),
             )
+        except ContextOverflow as exc:
+            return await self._overflow(str(exc))
         except ModelError as exc:
             await self._fail(str(exc))
             return False
+        self._overflowed = False
         self._record_reply(reply)
+        self._partial = []
+        if reply.stop_reason == "refusal":
+            # Recorded in the same save as the reply: a rebuilt session never asks for the refused reply again.
+            await self._complete({"kind": "refusal", "detail": refusal_detail(reply.content, reply.stop_details)})
+            if self.deps.on_reply is not None:
+                self.deps.on_reply(session, reply, time.perf_counter())
+            return False
         self._start_next_tool()
         await self.deps.save(session)
-        self._partial = []
         if self.deps.on_reply is not None:
             self.deps.on_reply(session, reply, time.perf_counter())
         return True
+
+    def _compact(self, threshold: int) -> bool:
+        """Compact older turns, else elide this turn's older results, when the last request was over
+        ``threshold`` tokens (a negative one: both, whatever the size); whether anything changed."""
+        session, turn = self.session, self.turn
+        through = compaction_point(session, current=turn, threshold_tokens=threshold)
+        if through is not None:
+            session.compact(turn_id=turn.turn_id, through=through, context_tokens=session.last_context_tokens())
+            if threshold >= 0:
+                return True
+        # No older turn left to compact (or a forced round): this turn alone outgrew the window, its older results go.
+        step = elision_point(session, current=turn, threshold_tokens=threshold)
+        if step is not None:
+            session.elide_results(turn_id=turn.turn_id, through_step=step,
+                                  context_tokens=session.last_context_tokens())
+        return through is not None or step is not None
+
+    async def _overflow(self, message: str) -> bool:
+        """The API refused the request as too long: compact now and send it again, once; else end the turn."""
+        if not self._overflowed and self._compact(-1):
+            self._overflowed = True
+            log.info("session %s: %s; compacted, asking again", self._sid, message)
+            await self.deps.save(self.session)
+            return True
+        if self._overflowed:
+            why = "compacting the conversation did not make it fit"
+        else:
+            why = (f"nothing is left to compact (earlier turns are a digest already, and this turn's last "
+                   f"{KEEP_RECENT_STEPS} replies and its short results are always sent whole)")
+        await self._fail(f"the request is longer than the model's context window ({message}); {why}",
+                         kind="context_overflow")
+        return False
 
     async def _on_delta(self, is_thinking: bool, text: str, restart: bool) -> None:
         if not is_thinking:
@@ -242,8 +285,18 @@ class TurnLoop:
         session, turn = self.session, self.turn
         usage = reply.usage
         cost = cost_usd(reply.model, usage)
+        limit = output_budget(turn, self.agent)  # the request's, before this reply counts
+        if reply.stop_reason == "refusal":
+            # Nothing of a refused reply runs: the turn ends with it.
+            session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,
+                                 usage=msgspec.structs.asdict(usage), cost_usd=cost, model=reply.model,
+                                 ending_id=None)
+            self.deps.budget.add(session.workflow_id, usage, cost)
+            return
         history = without_red_runs(session.discipline, [c for t in session.turns for c in t.calls.values()])
-        verdict = classify(content=reply.content, agent=self.agent, history=history,
+        # A call cut short is not judged by the block rules: it is answered as cut (below).
+        judged = [b for b in reply.content if reply.cut is None or b.get("id") != reply.cut]
+        verdict = classify(content=judged, agent=self.agent, history=history,
                            completion_rejections=session.completion_rejections, baselines=session.baselines)
         session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,
                              usage=msgspec.structs.asdict(usage), cost_usd=cost, model=reply.model,
@@ -257,7 +310,10 @@ class TurnLoop:
         for call in turn.replies[-1].tool_calls:
             if call.done:
                 continue
-            error = self._local_error(call, reply.malformed.get(call.tool_use_id))
+            if call.tool_use_id == reply.cut:
+                error: str | None = cut_error(call.name, limit=limit, next_limit=output_budget(turn, self.agent))
+            else:
+                error = self._local_error(call, reply.malformed.get(call.tool_use_id))
             if error is None:
                 runnable.append(call)
             else:
@@ -400,9 +456,9 @@ class TurnLoop:
         )
         await self.deps.save(self.session)
 
-    async def _fail(self, message: str) -> None:
+    async def _fail(self, message: str, *, kind: str = "error") -> None:
         self.session.record_error(turn_id=self.turn.turn_id, message=message)
-        await self._complete({"kind": "error", "detail": message})
+        await self._complete({"kind": kind, "detail": message})
 
     async def _record_cancelled(self) -> None:
         done = sum(1 for c in self.turn.calls.values() if c.done)

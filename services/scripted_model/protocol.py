@@ -24,6 +24,7 @@ from .scenario import ERROR_STATUSES, Step, TextBlock, ThinkingBlock, ToolUseBlo
 __all__ = [
     "DEFAULT_ERROR_MESSAGES",
     "MessageUsage",
+    "cut_tool_use",
     "error_body",
     "error_frame",
     "estimate_tokens",
@@ -278,14 +279,34 @@ def _tool_ids(step: Step, *, tool_id_prefix: str) -> Iterator[tuple[ToolUseBlock
             n += 1
 
 
+def cut_tool_use(step: Step) -> ToolUseBlock | None:
+    """The tool call a ``max_tokens`` step is cut inside: its last block, when that is a tool_use."""
+    if step.effective_stop_reason != "max_tokens" or not step.content:
+        return None
+    last = step.content[-1]
+    return last if isinstance(last, ToolUseBlock) else None
+
+
 def raw_tool_inputs(step: Step, *, tool_id_prefix: str) -> dict[str, str]:
-    """tool_use id → the raw argument text a streamed reply sends for it instead of ``input`` as JSON."""
-    return {tool_id: block.raw_input for block, tool_id in _tool_ids(step, tool_id_prefix=tool_id_prefix)
-            if block.raw_input is not None}
+    """tool_use id → the raw argument text a streamed reply sends for it instead of ``input`` as JSON.
+
+    A call cut by ``max_tokens`` sends the first half of its arguments' JSON (unless the step gives
+    ``raw_input``): the budget ran out while the model was writing them.
+    """
+    cut = cut_tool_use(step)
+    raw = {}
+    for block, tool_id in _tool_ids(step, tool_id_prefix=tool_id_prefix):
+        if block.raw_input is not None:
+            raw[tool_id] = block.raw_input
+        elif block is cut:
+            text = _encode(block.input).decode()
+            raw[tool_id] = text[: max(1, len(text) // 2)]
+    return raw
 
 
 def _reply_blocks(step: Step, *, tool_id_prefix: str, thinking: bool) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    cut = cut_tool_use(step)
     ids = (tool_id for _, tool_id in _tool_ids(step, tool_id_prefix=tool_id_prefix))
     for block in step.content:
         if isinstance(block, TextBlock):
@@ -297,7 +318,9 @@ def _reply_blocks(step: Step, *, tool_id_prefix: str, thinking: bool) -> list[di
                     {"type": "thinking", "thinking": block.thinking, "signature": thinking_signature(block.thinking)}
                 )
         elif isinstance(block, ToolUseBlock):
-            blocks.append({"type": "tool_use", "id": next(ids), "name": block.name, "input": block.input})
+            # A call cut by max_tokens has no complete arguments to give: a non-streaming reply carries {}.
+            arguments = {} if block is cut else block.input
+            blocks.append({"type": "tool_use", "id": next(ids), "name": block.name, "input": arguments})
     return blocks
 
 
@@ -309,14 +332,21 @@ def message_body(
     tool_id_prefix: str,
     thinking: bool,
     estimate: MessageUsage,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """The complete ``Message`` a step answers with (the non-streaming reply)."""
+    """The complete ``Message`` a step answers with (the non-streaming reply).
+
+    ``max_tokens`` is the request's: a reply that stops with ``max_tokens`` used all of it (unless the step
+    gives its own ``usage``). A refusal carries ``stop_details`` (category and explanation, or nulls).
+    """
     content = _reply_blocks(step, tool_id_prefix=tool_id_prefix, thinking=thinking)
     output = sum(
         estimate_tokens(b.get("text") or b.get("thinking") or _encode(b.get("input", {}))) for b in content
     )
+    if step.effective_stop_reason == "max_tokens" and max_tokens is not None:
+        output = max_tokens
     usage = _usage(step, estimate=msgspec.structs.replace(estimate, output_tokens=max(1, output)))
-    return {
+    body: dict[str, Any] = {
         "id": message_id,
         "type": "message",
         "role": "assistant",
@@ -326,6 +356,11 @@ def message_body(
         "stop_sequence": None,
         "usage": msgspec.to_builtins(usage),
     }
+    if step.effective_stop_reason == "refusal":
+        details = step.stop_details
+        body["stop_details"] = {"type": "refusal", "category": details.category if details else None,
+                                "explanation": details.explanation if details else None}
+    return body
 
 
 def _frame(event: str, data: Mapping[str, Any]) -> bytes:
@@ -381,20 +416,15 @@ def sse_frames(message: Mapping[str, Any], *, raw_inputs: Mapping[str, str] | No
     raw_inputs = raw_inputs or {}
     usage = message["usage"]
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start.pop("stop_details", None)  # sent with the stop reason, on message_delta
     start["usage"] = {**usage, "output_tokens": 1}
     frames = [_frame("message_start", {"type": "message_start", "message": start}), _frame("ping", {"type": "ping"})]
     for index, block in enumerate(message["content"]):
         frames.extend(_block_frames(index, block, raw_inputs.get(block.get("id", ""))))
-    frames.append(
-        _frame(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-                "usage": usage,
-            },
-        )
-    )
+    delta: dict[str, Any] = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    if "stop_details" in message:
+        delta["stop_details"] = message["stop_details"]
+    frames.append(_frame("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
     frames.append(_frame("message_stop", {"type": "message_stop"}))
     return frames
 

@@ -23,6 +23,7 @@ __all__ = [
     "ROLES",
     "ContentBlock",
     "Failure",
+    "RefusalDetails",
     "Scenario",
     "ScenarioError",
     "Step",
@@ -53,6 +54,7 @@ ERROR_STATUSES: dict[int, str] = {
 """HTTP statuses a step may fail with, and the Anthropic error type each one carries."""
 
 StopReason = Literal["end_turn", "tool_use", "max_tokens", "stop_sequence", "pause_turn", "refusal"]
+RefusalCategory = Literal["cyber", "bio", "frontier_llm", "reasoning_extraction", "general_harms"]
 ToolName = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_-]{1,128}$")]
 ToolUseId = Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_-]+$")]
 NonNegative = Annotated[int, Meta(ge=0)]
@@ -115,13 +117,25 @@ class Failure(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The error message; a status-specific default when left out."""
 
 
+class RefusalDetails(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The ``stop_details`` of a refused reply (``stop_reason: refusal``), as the API sends them."""
+
+    category: RefusalCategory | None = None
+    """The policy category that triggered the refusal; None when it maps to no named one."""
+    explanation: str | None = None
+    """A human-readable explanation; None when the API has none for the category."""
+
+
 class Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """One model reply: the answer to the request carrying as many assistant messages as the step's index."""
 
     content: list[ContentBlock]
     """The reply's content blocks, in order."""
     stop_reason: StopReason | None = None
-    """Defaults to ``tool_use`` when a tool_use block is present, else ``end_turn``."""
+    """Defaults to ``tool_use`` when a tool_use block is present, else ``end_turn``. ``max_tokens`` with a
+    tool_use block last plays a reply cut inside that call: its arguments stop half way."""
+    stop_details: RefusalDetails | None = None
+    """With ``stop_reason: refusal`` only: the category and explanation the API gives (default: both null)."""
     usage: Usage | None = None
     """Token counts overriding the estimates."""
     fail_first: list[int | Failure] = []
@@ -214,10 +228,15 @@ def _check_step(step: Step, where: str, source: str, seen_ids: dict[str, str]) -
         raise ScenarioError(
             f"{source}: stop_reason 'tool_use' needs a tool_use block in content - at `{where}.stop_reason`"
         )
-    if has_tool_use and step.stop_reason in ("end_turn", "stop_sequence", "refusal"):
+    if has_tool_use and step.stop_reason in ("end_turn", "stop_sequence", "pause_turn"):
+        # A paused turn stops in a server tool's loop: a client tool call would have stopped it with tool_use.
         raise ScenarioError(
             f"{source}: a step with tool_use blocks cannot stop with {step.stop_reason!r} "
-            f"(leave stop_reason out, or use 'tool_use' or 'max_tokens') - at `{where}.stop_reason`"
+            f"(leave stop_reason out, or use 'tool_use', 'max_tokens' or 'refusal') - at `{where}.stop_reason`"
+        )
+    if step.stop_details is not None and step.stop_reason != "refusal":
+        raise ScenarioError(
+            f"{source}: stop_details go with stop_reason 'refusal' only - at `{where}.stop_details`"
         )
     for n, failure in enumerate(step.fail_first):
         status = failure.status if isinstance(failure, Failure) else failure

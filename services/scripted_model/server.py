@@ -329,6 +329,7 @@ class ScriptedModelApp:
             tool_id_prefix=tool_id_prefix,
             thinking=protocol.thinking_enabled(body),
             estimate=_usage_estimate(body, step_index),
+            max_tokens=body["max_tokens"],
         )
         extra = [(b"x-autarch-scripted-step", f"{key}[{step_index}]".encode())]
         if step.latency_ms:

@@ -117,10 +117,39 @@ async def test_a_long_turn_elides_its_older_results_and_keeps_going_past_the_win
     assert paths == [f"parts/part{n}.txt" for n in range(READS)]
 
 
-async def test_without_compaction_the_same_turn_overflows_the_window(nc, data_dir, tools, windowed, long_repo):
+async def test_a_request_the_api_finds_too_long_is_compacted_and_sent_again(nc, data_dir, tools, windowed, long_repo):
     windowed.reset()
-    # A threshold at the window itself is never crossed by a request the model accepted: no compaction.
+    # A threshold at the window itself is never crossed by a request the model accepted: the runner never
+    # compacts ahead, so the API's own refusal ("prompt is too long") is what makes it compact.
     turn = await _run(nc, data_dir, windowed, long_repo, compaction_threshold=1.0)
-    assert turn.outcome is not None and turn.outcome.kind == "error"
-    assert "prompt is too long" in turn.outcome.detail
-    assert turn.model_calls == 6
+    assert turn.outcome is not None and turn.outcome.kind == "end_turn", turn.outcome
+    assert turn.model_calls == READS + 1 and not any(c.is_error for c in turn.tool_calls)
+    requests = [r for r in windowed.requests if r.key == "pulsing:long"]
+    refused = [r.step for r in requests if r.outcome == "rejected"]
+    assert refused and refused[0] == 6  # room for five results, not six
+    assert all("prompt is too long" in (r.error or "") for r in requests if r.outcome == "rejected")
+    # Each refused request was followed by one at the same step, compacted, which the model answered.
+    for n, r in enumerate(requests):
+        if r.outcome == "rejected":
+            after = requests[n + 1]
+            assert (after.step, after.outcome) == (r.step, "ok")
+            assert len(_stubs(_results(after.body["messages"]))) > len(_stubs(_results(r.body["messages"])))
+
+
+async def test_a_request_still_too_long_after_compacting_ends_the_turn_with_a_typed_outcome(
+        nc, data_dir, tools, windowed, long_repo):
+    windowed.reset()
+    # Six parts read in one reply: the next request is over the window, and one reply's results cannot be elided
+    # (the last replies of a turn are always sent whole).
+    reads = [tool("read_file", reason=f"Read part {n}", path=f"parts/part{n}.txt") for n in range(6)]
+    windowed.use({**SCENARIO, "scripts": {"pulsing:long": [{"content": reads}, step(text("Read them."))]}})
+    try:
+        turn = await _run(nc, data_dir, windowed, long_repo, compaction_threshold=1.0)
+    finally:
+        windowed.use(SCENARIO)
+    assert turn.outcome is not None and turn.outcome.kind == "context_overflow", turn.outcome
+    detail = turn.outcome.detail
+    assert detail.startswith("the request is longer than the model's context window (model API answered 400: "
+                             "prompt is too long: ")
+    assert "nothing is left to compact" in detail
+    assert turn.model_calls == 1

@@ -224,6 +224,15 @@ async def test_create_sends_every_field_and_answers_201(gateway: Gateway, beads:
     {"epic_id": EPIC, "title": "two\nlines"},
     {"epic_id": EPIC, "title": "final newline\n"},  # Python's ``$`` matches before it: the pattern says (?!\n)
     {"epic_id": EPIC, "title": "x", "description": "nul \x00"},
+    # A blank command would pass every verification; a blank or control-character path leases nothing.
+    {"epic_id": EPIC, "title": "x", "verify": [" "]},
+    {"epic_id": EPIC, "title": "x", "verify": ["make\ttest"]},
+    {"epic_id": EPIC, "title": "x", "files": ["a\x00b.py"]},
+    {"epic_id": EPIC, "title": "x", "files": [" a.py"]},
+    {"epic_id": EPIC, "title": "x", "verification_evidence": "two\nlines.md"},
+    {"epic_id": EPIC, "title": "x", "decision_refs": [""]},
+    {"epic_id": EPIC, "title": "x", "learning_refs": ["\x1b[31m"]},
+    {"epic_id": EPIC, "title": "x", "testing_mode": "tdd-required", "tdd_steps": {"red": "\t", "green": "true"}},
 ])
 async def test_a_bad_create_body_is_400_and_sends_nothing(gateway: Gateway, beads: StandInBeads,
                                                           body: dict[str, Any]):

@@ -66,7 +66,7 @@ def handle_turn(wf: Workflow, step: str, event: TurnCompleted, settings: Orchest
             if run is not None:
                 wf.end_pulse_as(run.id, "stopped", event.detail or "cancelled")
         return
-    if outcome in ("error", "budget_exceeded", "step_limit"):
+    if outcome in ("error", "budget_exceeded", "step_limit", "refusal", "context_overflow"):
         _failed_turn(wf, step, run, outcome, event.detail or outcome, again=previous == outcome)
         return
     turns = sum(1 for m in wf.outbox if m.step == step) + 1
@@ -96,7 +96,7 @@ def _failed_turn(wf: Workflow, step: str, run: PulseRun | None, outcome: str, de
         wf.abandon(f"preflight failed: {detail}")
     elif run is not None and outcome == "step_limit":
         wf.end_pulse_as(run.id, "failed", f"iteration limit: {detail}")
-    elif run is not None and outcome == "error" and again:
+    elif run is not None and outcome in ("error", "refusal", "context_overflow") and again:
         # Asked again by a resume, the pulse's agent failed at once the same way: its conversation cannot go on
         # (a model request refused whatever is added to it), and resuming it again would fail for ever. The
         # pulse fails (its work kept in a recovery commit), so the next resume runs it as a new attempt.
@@ -104,7 +104,8 @@ def _failed_turn(wf: Workflow, step: str, run: PulseRun | None, outcome: str, de
     else:
         # The pulse (or stage) stays open: resume asks the same agent session to carry on.
         wf.record_error(stage=wf.stage, message=f"{step}: {detail}")
-        wf.halt_for("error", f"the {step} agent failed: {detail}", details=HaltDetails(step=step),
+        wf.halt_for("error", f"the {step} agent {'stopped' if outcome == 'refusal' else 'failed'}: {detail}",
+                    details=HaltDetails(step=step),
                     pulse_id=run.id if run else None)
 
 
