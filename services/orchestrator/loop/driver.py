@@ -47,6 +47,7 @@ from autarch.runtime.requests import request
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
 
+from ..caught_up import turn_completed
 from ..partition import WHOLE, Partition
 from ..stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
 from . import signals
@@ -143,14 +144,7 @@ class LoopDriver:
         for turn in view.turns:
             if turn.outcome is None:
                 continue
-            usage = turn.usage
-            await self.on_turn(TurnCompleted(
-                workflow_id=session_id, occurred_at=turn.completed_at or turn.started_at, session_id=view.session_id,
-                turn_id=turn.turn_id, text="\n\n".join(turn.messages), thoughts="", outcome=turn.outcome.kind,
-                tool=turn.outcome.tool, arguments=turn.outcome.arguments, detail=turn.outcome.detail,
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                cache_read_input_tokens=usage.cache_read_input_tokens,
-                cache_creation_input_tokens=usage.cache_creation_input_tokens, cost_usd=turn.cost_usd))
+            await self.on_turn(turn_completed(session_id, view, turn))
 
     def kick(self, session_id: str) -> None:
         """Make sure ``session_id`` is advanced soon (coalesces kicks that come while it advances)."""

@@ -53,6 +53,7 @@ from autarch.runtime.errors import RemoteError
 from autarch.runtime.leases import patterns_overlap
 from autarch.runtime.settings import OrchestratorSettings
 
+from ..caught_up import turn_completed
 from ..stepping import Stepper, ask_service, stop_agent_session
 from . import kickoffs
 from .book import SwarmBook, ranked
@@ -601,11 +602,7 @@ class SwarmDriver:
                 continue
             for turn in view.turns:
                 if turn.outcome is not None and turn.turn_id not in swarm.seen:
-                    await self.on_turn(TurnCompleted(
-                        workflow_id=epic, occurred_at=turn.completed_at or turn.started_at,
-                        session_id=a.session_id, turn_id=turn.turn_id, text="\n\n".join(turn.messages),
-                        outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
-                        detail=turn.outcome.detail, evidence=turn.outcome.evidence))
+                    await self.on_turn(turn_completed(epic, view, turn))
 
 
 def _feature_of(bead: Bead) -> str:

@@ -32,7 +32,6 @@ from autarch.contracts.agents import (
     SessionView,
     StartSession,
     TurnAccepted,
-    TurnView,
 )
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.git import (
@@ -61,6 +60,7 @@ from autarch.runtime.requests import request
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
 
+from ..caught_up import turn_completed
 from ..partition import WHOLE, Partition
 from ..stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
 from ..swarm.driver import IDLE, SwarmDriver
@@ -168,16 +168,6 @@ def _worktree(wf: Workflow) -> str:
     return wf.execution.worktree_path
 
 
-def _completed(workflow_id: str, session: SessionView, turn: TurnView) -> TurnCompleted:
-    """The ``turn:completed`` event of a turn, from the runner's view of it."""
-    assert turn.outcome is not None
-    return TurnCompleted(
-        workflow_id=workflow_id, occurred_at=turn.completed_at or turn.started_at, session_id=session.session_id,
-        turn_id=turn.turn_id, text="\n\n".join(turn.messages), thoughts="\n\n".join(t.text for t in turn.thoughts),
-        outcome=turn.outcome.kind, tool=turn.outcome.tool, arguments=turn.outcome.arguments,
-        detail=turn.outcome.detail)
-
-
 class WorkflowDriver:
     """Runs every workflow's next step; one workflow's steps and turn outcomes are handled one at a time."""
 
@@ -232,7 +222,7 @@ class WorkflowDriver:
                 continue
             for turn in view.turns:
                 if turn.outcome is not None and turn.turn_id not in wf.seen:
-                    await self.on_turn(_completed(workflow_id, view, turn))
+                    await self.on_turn(turn_completed(workflow_id, view, turn))
 
     async def stop(self) -> None:
         await self._feed.stop(self.steps)
