@@ -333,6 +333,8 @@ class WorkflowView(Reply, kw_only=True):
     """The workflow branch (the deliverable), once execution created it."""
     worktree_path: str | None = None
     pulses_succeeded: int = 0
+    """Of the ``pulses_count`` planned pulses, those that succeeded (fix pulses are not counted: see
+    ``fix_rounds``)."""
     current_pulse: str | None = None
     """The pulse run that is running (or halted) now."""
     sessions: dict[str, str] = {}

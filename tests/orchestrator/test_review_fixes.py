@@ -50,6 +50,17 @@ def reviewed(*comments: dict[str, Any], plan: list[dict[str, Any]] = PLAN) -> Wo
     return wf
 
 
+def fix_run(wf: Workflow, planned: str, status: str, attempt: int = 1) -> None:
+    """A run of fix pulse ``planned`` (fix round 1), ended ``status`` unless running, as the driver records it."""
+    run_id = planned if attempt == 1 else f"{planned}-a{attempt}"
+    wf.pulse_started(run={"id": run_id, "planned_pulse_id": planned, "title": planned, "attempt": attempt,
+                          "status": "running", "session_id": "s", "pulse_branch": "b", "base_commit": "0" * 40,
+                          "description": f"fix: {planned}", "fix_round": 1})
+    if status != "running":
+        wf.pulse_ended(run_id=run_id, status=status, commit="c" * 40, diff_artifact_id=None,
+                       is_recovery_checkpoint=False, ended_at="2026-11-22T00:00:00+00:00")
+
+
 def ids(wf: Workflow) -> list[str]:
     assert wf.review is not None
     return [c.comment_id for c in wf.review.comments]
@@ -86,12 +97,13 @@ def test_the_fix_pulses_run_one_after_another_then_execution_is_done() -> None:
     assert not all_pulses_done(wf)
     pulse = next_pulse(wf)
     assert pulse is not None and pulse.id == "fix-1-1" and pulse.expected_changes == ["a.py"]
-    run(wf, "fix-1-1", "failed")
+    fix_run(wf, "fix-1-1", "failed")
     assert next_pulse(wf).id == "fix-1-1"  # a failed fix pulse runs again before the next one
-    run(wf, "fix-1-1", "succeeded", attempt=2)
+    fix_run(wf, "fix-1-1", "succeeded", attempt=2)
     assert next_pulse(wf).id == "fix-1-2" and not all_pulses_done(wf)
-    run(wf, "fix-1-2", "succeeded")
+    fix_run(wf, "fix-1-2", "succeeded")
     assert next_pulse(wf) is None and all_pulses_done(wf)
+    assert view_of(wf).pulses_succeeded == 2  # of the plan's two; the fix pulses are the round's
 
 
 def test_the_review_after_the_fixes_is_asked_again_with_what_changed_and_its_comments() -> None:
@@ -157,7 +169,7 @@ def test_refusals_record_nothing() -> None:
 def test_the_round_limit_counts_every_fix_round_of_the_workflow() -> None:
     wf = reviewed(comment("off by one", "a.py", 3))
     wf.request_fix("fix", None, limit=2)
-    run(wf, "fix-1-1", "succeeded")
+    fix_run(wf, "fix-1-1", "succeeded")
     wf.finish_execution()
     wf.add_review_comment(comment("still off by one", "a.py", 4), key="again")
     wf.submit_artifact("review", card("review", {"recommendation": "reject", "summary": "not yet"}))

@@ -193,7 +193,8 @@ function workflowsPage() {
   const renderRows = () => {
     body.replaceChildren(...[...workflows].reverse().map((wf) => {
       const { k, label } = stageOf(wf);
-      const pulses = wf.pulses_count ? ` · pulses ${wf.pulses_succeeded}/${wf.pulses_count}` : "";
+      const pulses = (wf.pulses_count ? ` · pulses ${wf.pulses_succeeded}/${wf.pulses_count}` : "")
+        + (wf.fix_rounds ? ` · ${wf.fix_rounds} fix round${wf.fix_rounds === 1 ? "" : "s"}` : "");
       return h("tr", { "data-workflow": wf.id },
         h("td", {}, h("a", { href: `/workflows/${wf.id}` }, wf.title), h("div", { class: "muted mono hide-narrow" }, wf.repo)),
         h("td", {}, label),

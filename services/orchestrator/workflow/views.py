@@ -133,7 +133,8 @@ def view_of(workflow: Workflow) -> WorkflowView:
         branch=workflow.execution.branch if workflow.execution else None,
         worktree_path=None if not workflow.execution or workflow.worktree_removed
         else workflow.execution.worktree_path,
-        pulses_succeeded=sum(1 for r in workflow.runs if r.status == "succeeded"),
+        # The plan's pulses, as ``pulses_count`` counts them (a fix round's are in the artifacts' pulse runs).
+        pulses_succeeded=sum(1 for r in workflow.runs if r.status == "succeeded" and r.fix_round is None),
         current_pulse=running.id if (running := workflow.running_run()) is not None else None,
         sessions={step: s.session_id for step, s in workflow.sessions.items()},
         fix_rounds=len(workflow.fix_rounds),
