@@ -164,12 +164,13 @@ class Workflow(Aggregate):
     def _stage_changed(self, *, from_stage: Stage, to_stage: Stage, path: WorkflowPath | None) -> None:
         self.stage = to_stage
         self.awaiting_approval = False
-        if from_stage != "review":
-            # A fix round's feedback (review → execution) stays the latest change request until the next card.
+        fix_round = from_stage == "review" and to_stage == "execution"
+        if not fix_round:
+            # A fix round's feedback stays the latest change request until the review's next card.
             self.last_feedback = None
         if from_stage == "scoping":
             self.path = path
-        if to_stage == "execution" and from_stage != "review":
+        if to_stage == "execution" and not fix_round:
             plan, scope = self.artifacts.planning, self.artifacts.scoping
             if plan is not None:
                 self.pulses = copy.deepcopy(plan.pulses)
