@@ -151,10 +151,14 @@ def build_server(args: argparse.Namespace) -> Any:
         return gw.call("POST", f"/api/workflows/{_path_id(workflowId, 'workflowId')}/approve", body)
 
     @tool()
-    def workflow_request_changes(workflowId: str, feedback: str) -> Json:
-        """Send the card the workflow waits on back to its agent with `feedback`."""
-        return gw.call("POST", f"/api/workflows/{_path_id(workflowId, 'workflowId')}/request-changes",
-                       {"feedback": feedback})
+    def workflow_request_changes(workflowId: str, feedback: str, fix: bool | list[str] = False) -> Json:
+        """Send the card the workflow waits on back to its agent with `feedback`. At review, `fix` true sends the
+        work itself back: fix pulses fix every comment of the review card (a list of comment ids: those only),
+        each one commit on the branch, then the review runs again; false re-runs the review with the feedback."""
+        body: Json = {"feedback": feedback}
+        if fix is not False:
+            body["fix"] = fix
+        return gw.call("POST", f"/api/workflows/{_path_id(workflowId, 'workflowId')}/request-changes", body)
 
     @tool()
     def workflow_list() -> Json:

@@ -27,6 +27,7 @@ __all__ = [
     "Watch",
     "approval_hint",
     "card_summary",
+    "comment_summary",
     "halt_hint",
     "parse_sse",
     "printable",
@@ -180,7 +181,8 @@ def _questions(details: Mapping[str, Any]) -> list[str]:
 def approval_hint(workflow_id: str, stage: str = "") -> str:
     """The commands that answer a card awaiting approval."""
     options = " [--path quick|full]" if stage == "scoping" else ""
-    return f"{_CMD} approve {workflow_id}{options}   or   {_CMD} request-changes {workflow_id} FEEDBACK"
+    fix = " [--fix]" if stage == "review" else ""
+    return f"{_CMD} approve {workflow_id}{options}   or   {_CMD} request-changes {workflow_id} FEEDBACK{fix}"
 
 
 def halt_hint(workflow_id: str, reason: str) -> str:
@@ -190,6 +192,16 @@ def halt_hint(workflow_id: str, reason: str) -> str:
     if reason == "extension_requested":
         return f"{_CMD} approve-extension {workflow_id}"
     return f"{_CMD} resume {workflow_id} [--message TEXT]"
+
+
+def comment_summary(comment: Mapping[str, Any]) -> str:
+    """``[High bug] api/mw.py:3-5: the description``: one review comment (a ReviewCommentView or its event)."""
+    where = comment.get("file_path") or "(whole change)"
+    if comment.get("start_line") is not None:
+        end = comment.get("end_line")
+        where += f":{comment['start_line']}" + (f"-{end}" if end not in (None, comment["start_line"]) else "")
+    return (f"[{_cut(comment.get('severity'), 10)} {_cut(comment.get('category'), 30)}] {_cut(where, 120)}: "
+            f"{_cut(comment.get('description', ''), 90)}")
 
 
 # --- events ---------------------------------------------------------------------------------------------
@@ -211,7 +223,8 @@ def _workflow_line(kind: str, e: Mapping[str, Any]) -> str | None:
         stage = str(e.get("stage", ""))
         return f"APPROVAL NEEDED — {card_summary(stage, e.get('artifact') or {})}\n    → {approval_hint(wf, stage)}"
     if kind == "changes_requested":
-        return f"changes requested for {e.get('stage')}: {_cut(e.get('feedback', ''), 100)}"
+        fix = " (the work goes back to be fixed)" if e.get("fix") else ""
+        return f"changes requested for {e.get('stage')}{fix}: {_cut(e.get('feedback', ''), 100)}"
     if kind == "completed":
         rec = e.get("recommendation")
         return "workflow completed" + (f" (review recommended {rec})" if rec else "")
@@ -222,11 +235,13 @@ def _workflow_line(kind: str, e: Mapping[str, Any]) -> str | None:
     if kind == "baseline_recorded":
         return f"baseline ({e.get('source')} {e.get('issue_type')}): {_cut(e.get('pattern', ''), 80)}"
     if kind == "review_comment_added":
-        where = e.get("file_path") or "(whole change)"
-        if e.get("start_line") is not None:
-            end = e.get("end_line")
-            where += f":{e['start_line']}" + (f"-{end}" if end not in (None, e["start_line"]) else "")
-        return f"review comment [{e.get('severity')} {e.get('category')}] {where}: {_cut(e.get('description', ''), 90)}"
+        return f"review comment {comment_summary(e)}"
+    if kind == "fix_round_opened":
+        pulses = [p for p in e.get("pulses") or [] if isinstance(p, Mapping)]
+        sent = len(e.get("comment_ids") or [])
+        where = ", ".join(f"{p.get('pulse_id')} ({p.get('file_path') or 'no file'})" for p in pulses)
+        return (f"review sent back (fix round {e.get('round')}): {sent} comment{'s' if sent != 1 else ''} → "
+                f"{len(pulses)} fix pulse{'s' if len(pulses) != 1 else ''}: {_cut(where, 120)}")
     if kind == "session_assigned":
         return f"session {str(e.get('session_id', ''))[:8]} assigned to {e.get('step')} ({e.get('role')})"
     if kind == "halted":
@@ -264,7 +279,8 @@ def _pulse_line(kind: str, e: Mapping[str, Any]) -> str | None:
     if kind == "started":
         attempt = e.get("attempt", 1)
         again = f" (attempt {attempt})" if attempt and attempt > 1 else ""
-        return f"pulse {pulse} started{again}: {_cut(e.get('title', ''), 80)}"
+        fix = f" (fix round {e['fix_round']})" if e.get("fix_round") else ""
+        return f"pulse {pulse} started{again}{fix}: {_cut(e.get('title', ''), 80)}"
     if kind == "completion_rejected":
         failures = "; ".join(_cut(f, 60) for f in e.get("failures") or [])
         hatch = " (told about unresolvedIssues)" if e.get("escape_hatch") else ""
@@ -507,6 +523,9 @@ class Progress:
     beads_added: set[str] = field(default_factory=set)
     """Beads a person added to the epic since (``bead:created`` by a user)."""
     beads_closed: set[str] = field(default_factory=set)
+    fixes: list[tuple[str, str]] = field(default_factory=list)
+    """The latest fix round's pulses in order: (id, title); a fix pulse is counted among them, not the plan's."""
+    fix_round: int = 0
 
     @classmethod
     def from_state(cls, view: Mapping[str, Any], artifacts: Mapping[str, Any] | None = None) -> Progress:
@@ -517,6 +536,9 @@ class Progress:
         if isinstance(scope, Mapping):
             progress.scope_title = str(scope.get("title") or "")
         progress.plan = _pulses(cards.get("pulses"))
+        rounds = [r for r in cards.get("fix_rounds") or [] if isinstance(r, Mapping)]
+        if rounds:
+            progress.know_fix_round(rounds[-1])
         for run in cards.get("pulse_runs") or []:
             if not isinstance(run, Mapping) or run.get("status") == "proposed":
                 continue
@@ -550,6 +572,8 @@ class Progress:
         elif kind == "pulse:completed" and event.get("status") == "succeeded":
             pulse = str(event.get("pulse_id"))
             self.done.add(self.runs.get(pulse, pulse))
+        elif kind == "workflow:fix_round_opened":
+            self.know_fix_round(event)
         elif kind == "swarm:started":
             self.beads_planned = int(event.get("beads") or 0)
         elif kind == "bead:created":
@@ -559,6 +583,12 @@ class Progress:
                 self.beads_added.add(str(bead.get("id")))
         elif kind == "bead:closed":
             self.beads_closed.add(str(event.get("bead_id")))
+
+    def know_fix_round(self, fix_round: Mapping[str, Any]) -> None:
+        """Count the pulses of a fix round (a ``workflow:fix_round_opened`` event, or a FixRoundView)."""
+        self.fix_round = int(fix_round.get("round") or 0)
+        self.fixes = [(str(p.get("pulse_id", "?")), str(p.get("title", ""))) for p in fix_round.get("pulses") or []
+                      if isinstance(p, Mapping)]
 
     def know_swarm(self, swarm: Mapping[str, Any]) -> None:
         """Count the beads of a running swarm as ``GET /api/beads/swarm`` describes it (a SwarmView)."""
@@ -581,16 +611,23 @@ class Progress:
         return f"stage {STAGES.index(self.stage) + 1}/{len(STAGES)}"
 
     def pulse_tag(self, planned: str | None = None) -> str | None:
-        """``pulse 2/3`` for ``planned`` (default: the current pulse), or None before the plan is known."""
+        """``pulse 2/3`` for ``planned`` (default: the current pulse), or None before the plan is known; a fix
+        pulse is ``fix 1/2 of round 1``."""
         planned = planned or self.current
+        fix_ids = [pulse_id for pulse_id, _ in self.fixes]
+        if planned is not None and planned in fix_ids:
+            return f"fix {fix_ids.index(planned) + 1}/{len(fix_ids)} of round {self.fix_round}"
         ids = [pulse_id for pulse_id, _ in self.plan]
         if not ids or planned is None:
             return None
         n = ids.index(planned) + 1 if planned in ids else "?"
         return f"pulse {n}/{len(ids)}"
 
-    def done_tag(self) -> str | None:
-        """``1/3 pulses done`` once the plan is known."""
+    def done_tag(self, planned: str | None = None) -> str | None:
+        """``1/3 pulses done`` once the plan is known; ``1/2 fixes done`` when ``planned`` is a fix pulse."""
+        fix_ids = {p for p, _ in self.fixes}
+        if planned is not None and planned in fix_ids:
+            return f"{len(self.done & fix_ids)}/{len(fix_ids)} fixes done"
         if not self.plan:
             return None
         return f"{len(self.done & {p for p, _ in self.plan})}/{len(self.plan)} pulses done"
@@ -606,7 +643,7 @@ class Progress:
         if self.stage == "execution" and beads:
             text += f", {beads}"  # a swarm runs beads, not pulses one after another
         elif self.stage == "execution" and pulse:
-            title = dict(self.plan).get(self.current or "", "")
+            title = dict([*self.plan, *self.fixes]).get(self.current or "", "")
             text += f", {pulse}" + (f" “{_cut(title, 60)}”" if title else "")
         return text
 
@@ -704,7 +741,8 @@ class Watch:
         elif kind == "pulse:started":
             tag = self.progress.pulse_tag(self.progress.runs.get(str(event.get("pulse_id"))))
         elif kind == "pulse:completed" and event.get("status") == "succeeded":
-            tag = self.progress.done_tag()
+            pulse = str(event.get("pulse_id"))
+            tag = self.progress.done_tag(self.progress.runs.get(pulse, pulse))
         elif kind == "bead:closed":
             tag = self.progress.bead_tag()
         return f"{line}  [{tag}]" if tag else line

@@ -21,7 +21,7 @@ from .gateway_client import (
     connection_from_args,
     print_json,
 )
-from .render import approval_hint, card_summary, halt_hint, printable
+from .render import approval_hint, card_summary, comment_summary, halt_hint, printable
 
 __all__ = ["bead_rows", "describe", "epic_get", "epic_verbs", "gateway_command", "is_bead_plan", "register",
            "show_lines"]
@@ -125,6 +125,8 @@ def _pulse_rows(artifacts: dict[str, Any]) -> list[str]:
             flag = " (recovery checkpoint)" if run.get("is_recovery_checkpoint") else ""
             if run.get("has_unresolved_issues"):
                 flag += f" ({len(run.get('unresolved_issues') or [])} unresolved issues)"
+            if run.get("fix_round"):
+                flag += f" (fix round {run['fix_round']})"
             rows.append(f"{run['id']:<14} {run.get('status', '?'):<10} {commit or '-':<8}  {extra}{flag}")
         return rows
     # Before execution starts only the plan's pulses exist.
@@ -224,9 +226,18 @@ def show_lines(view: dict[str, Any], artifacts: dict[str, Any], beads: dict[str,
             add(key, card_summary(stage, artifacts[key]))
     review = artifacts.get("review")
     if review:
-        comments = len(review.get("comments") or [])
+        comments = [c for c in review.get("comments") or [] if isinstance(c, dict)]
         text = card_summary("review", review) if review.get("recommendation") else "in progress"
-        add("review", f"{text} ({comments} comment{'s' if comments != 1 else ''})")
+        add("review", f"{text} ({len(comments)} comment{'s' if len(comments) != 1 else ''})")
+        for comment in comments:
+            add("", f"  {str(comment.get('comment_id', '?'))[:8]} {comment_summary(comment)}")
+    for fix_round in artifacts.get("fix_rounds") or []:
+        pulses = ", ".join(f"{p.get('pulse_id')} {p.get('file_path') or '(no file)'}" for p in fix_round.get("pulses")
+                           or [])
+        sent = len(fix_round.get("comment_ids") or [])
+        add("fixes" if fix_round is artifacts["fix_rounds"][0] else "",
+            printable(f"round {fix_round.get('round')}: {sent} comment{'s' if sent != 1 else ''} sent back → "
+                      f"{pulses}"))
     counts = [f"{view.get(k, 0)} {k.removesuffix('_count').replace('_', ' ')}" for k in ("notes_count",
                                                                                           "baselines_count")]
     add("recorded", ", ".join(counts))
@@ -281,8 +292,40 @@ def cmd_approve(client: GatewayClient, args: argparse.Namespace) -> int:
     return _post_and_describe(client, args, "approve", {"path": args.path} if args.path else None)
 
 
+FIX_FEEDBACK = "Fix the review's comments."
+"""The feedback of ``request-changes --fix`` given no words of its own."""
+
+
+def _comment_ids(client: GatewayClient, workflow_id: str, given: list[str]) -> list[str]:
+    """The review card's comment ids that ``given`` names, each in full or by a unique prefix (as ``show`` prints
+    them); an id matching none (or several) is sent as given, for the gateway to refuse with its reason."""
+    review = client.get(f"/api/workflows/{workflow_id}/artifacts").get("review") or {}
+    known = [str(c.get("comment_id")) for c in review.get("comments") or [] if isinstance(c, dict)]
+    chosen = []
+    for prefix in given:
+        matches = [c for c in known if c.startswith(prefix.lower())]
+        chosen.append(matches[0] if len(matches) == 1 else prefix)
+    return chosen
+
+
 def cmd_request_changes(client: GatewayClient, args: argparse.Namespace) -> int:
-    return _post_and_describe(client, args, "request-changes", {"feedback": " ".join(args.feedback)})
+    body: dict[str, Any] = {"feedback": " ".join(args.feedback) or FIX_FEEDBACK}
+    if args.comment:
+        body["fix"] = _comment_ids(client, client.workflow_id(args.workflow_id), args.comment)
+    elif args.fix:
+        body["fix"] = True
+    return _post_and_describe(client, args, "request-changes", body)
+
+
+def _feedback_or_fix(parser: argparse.ArgumentParser, handler: Callable[[argparse.Namespace], int]
+                     ) -> Callable[[argparse.Namespace], int]:
+    # Checked before the gateway is asked anything: a usage error, like a missing argument.
+    def run(args: argparse.Namespace) -> int:
+        if not args.feedback and not args.fix and not args.comment:
+            parser.error("FEEDBACK is required, unless --fix or --comment sends the work back to be fixed")
+        return handler(args)
+
+    return run
 
 
 def cmd_stop(client: GatewayClient, args: argparse.Namespace) -> int:
@@ -348,10 +391,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     approve.add_argument("workflow_id", metavar="ID")
     approve.add_argument("--path", choices=("quick", "full"), help="at scope approval: the path to take")
 
-    changes = verb("request-changes", cmd_request_changes, "send the awaiting card back with feedback",
+    changes = verb("request-changes", cmd_request_changes,
+                   "send the awaiting card back with feedback; at review, --fix sends the work back to be fixed",
                    json_flag=True)
     changes.add_argument("workflow_id", metavar="ID")
-    changes.add_argument("feedback", nargs="+", metavar="FEEDBACK", help="what to change (the words are joined)")
+    changes.add_argument("feedback", nargs="*", metavar="FEEDBACK",
+                         help=f"what to change (the words are joined); with --fix default {FIX_FEEDBACK!r}")
+    changes.add_argument("--fix", action="store_true",
+                         help="at review: fix pulses fix every comment of the review card, then it reviews again")
+    changes.add_argument("--comment", action="append", metavar="COMMENT_ID", default=[],
+                         help="at review: fix only this comment (its id or a unique prefix, as `show` prints it); "
+                              "repeat for more; implies --fix")
+    changes.set_defaults(handler=_feedback_or_fix(changes, gateway_command(cmd_request_changes)))
 
     stop = verb("stop", cmd_stop, "stop the running agent; the workflow halts", json_flag=True)
     stop.add_argument("workflow_id", metavar="ID")

@@ -16,6 +16,7 @@ from . import subjects
 from .beads import BeadView, ConflictRecord, LeaseMode, VerificationEvidence, WorkerStatus
 from .loops import AnchorStrategy, ContextStrategy, CreatedBy, IterationStatus, NotifyTarget, Signal
 from .mail import MailMessage
+from .workflows import FixPulseView
 
 __all__ = [
     "MAIL_EVENTS",
@@ -73,6 +74,7 @@ __all__ = [
     "WorkflowCreated",
     "WorkflowError",
     "WorkflowEvent",
+    "WorkflowFixRoundOpened",
     "WorkflowHalted",
     "WorkflowNoteTaken",
     "WorkflowResumed",
@@ -149,10 +151,27 @@ class WorkflowCompleted(WorkflowEvent, tag="workflow:completed", kw_only=True):
 
 
 class WorkflowChangesRequested(WorkflowEvent, tag="workflow:changes_requested", kw_only=True):
-    """The user sent the waiting card back; the agent revises and resubmits."""
+    """The user sent the waiting card back; the agent revises and resubmits (``fix`` false), or, at review, the
+    work goes back to execution to fix the review's comments (``fix`` true: ``workflow:fix_round_opened`` says
+    how)."""
 
     stage: str
     feedback: str
+    fix: bool = False
+
+
+class WorkflowFixRoundOpened(WorkflowEvent, tag="workflow:fix_round_opened", kw_only=True):
+    """A change request at review sent the work back: these fix pulses run in execution (the stage change
+    follows), each one commit on the workflow branch, then the review runs again."""
+
+    round: int
+    """1 for the workflow's first fix round, then 2, …"""
+    feedback: str
+    comment_ids: list[str]
+    """The review comments sent back to be fixed."""
+    pulses: list[FixPulseView]
+    """The fix pulses, in the order they run: each fixes the comments on one file (the last, with no file, those
+    on no file)."""
 
 
 class WorkflowNoteTaken(WorkflowEvent, tag="workflow:note_taken", kw_only=True):
@@ -270,6 +289,8 @@ class PulseStarted(PulseEvent, tag="pulse:started", kw_only=True):
     title: str
     pulse_branch: str
     base_commit: str
+    fix_round: int | None = None
+    """The fix round whose review comments this pulse fixes; None for a pulse of the plan."""
 
 
 class PulseCompletionRejected(PulseEvent, tag="pulse:completion_rejected", kw_only=True):
@@ -623,6 +644,7 @@ AnyEvent = (
     | WorkflowStageChanged
     | WorkflowCompleted
     | WorkflowChangesRequested
+    | WorkflowFixRoundOpened
     | WorkflowNoteTaken
     | WorkflowBaselineRecorded
     | WorkflowReviewCommentAdded
@@ -679,6 +701,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WorkflowStageChanged,
         WorkflowCompleted,
         WorkflowChangesRequested,
+        WorkflowFixRoundOpened,
         WorkflowNoteTaken,
         WorkflowBaselineRecorded,
         WorkflowReviewCommentAdded,

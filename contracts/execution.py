@@ -80,6 +80,9 @@ class PulseRunView(msgspec.Struct, kw_only=True):
     failure_reason: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    fix_round: int | None = None
+    """The fix round (``fix_rounds`` of the artifacts) this pulse fixes review comments for; None for a pulse of
+    the plan."""
 
 
 class PreflightView(msgspec.Struct, kw_only=True):

@@ -17,8 +17,12 @@ from .mail import MailMessage
 __all__ = [
     "ApproveBody",
     "ApproveWorkflow",
+    "CommentId",
     "CreateWorkflow",
     "FinishExecution",
+    "FixPulseView",
+    "FixRequest",
+    "FixRoundView",
     "GetArtifacts",
     "GetWorkflow",
     "ListWorkflows",
@@ -46,6 +50,11 @@ Title = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Request = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
 BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=250)]
 WorkflowId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
+CommentId = Annotated[str, msgspec.Meta(pattern=UUID_PATTERN)]
+"""A review comment's id (``comment_id`` of the review card's comments)."""
+FixRequest = bool | Annotated[list[CommentId], msgspec.Meta(min_length=1, max_length=1000)]
+"""What a change request at review sends back to execution: ``false`` nothing (the review agent reviews again),
+``true`` every comment of the review card, a list of comment ids those comments."""
 
 
 class CreateWorkflow(Command, kw_only=True):
@@ -105,8 +114,15 @@ class WorkflowErrorCode:
     FINISHED = "finished"
     """A command to a workflow that is done or abandoned."""
 
+    NO_REVIEW_COMMENTS = "no_review_comments"
+    """A fix round asked of a review card that has no comments (nothing to fix)."""
+    UNKNOWN_COMMENTS = "unknown_comments"
+    """A fix round names comment ids that are not on the review card awaiting approval."""
+    FIX_ROUNDS_EXHAUSTED = "fix_rounds_exhausted"
+    """A fix round asked after ``review_fix_rounds`` rounds already ran: a person decides how the work goes on."""
+
     CONFLICTS = frozenset({NOT_AWAITING_APPROVAL, AWAITING_APPROVAL, WRONG_STAGE, NOT_HALTED, WRONG_HALT,
-                           NOT_RUNNING, FINISHED})
+                           NOT_RUNNING, FINISHED, NO_REVIEW_COMMENTS, UNKNOWN_COMMENTS, FIX_ROUNDS_EXHAUSTED})
     """The codes that mean "not in this state" (HTTP 409)."""
 
 
@@ -143,11 +159,27 @@ class ApproveWorkflow(Command, kw_only=True):
     """Only at scope approval; defaults to the scope card's ``recommended_path``."""
 
 
+FIX_RULES = (
+    "Only at review. false (the default): the review agent reviews again, taking the feedback into account; the "
+    "code is not changed. true: the work goes back to execution: one fix pulse per file the review card's comments "
+    "name (and one for the comments on no file) fixes them, each one commit on the workflow branch, then the review "
+    "runs again on the whole branch and its card awaits approval again. A list of comment ids (comment_id of the "
+    "review card's comments): the same, for those comments only. Refused with 409: wrong_stage at another stage, "
+    "no_review_comments when the card has no comments, unknown_comments for an id not on the card, "
+    "fix_rounds_exhausted once review_fix_rounds fix rounds ran (default 3).")
+"""What ``fix`` of a change request means; the OpenAPI document carries it as the field's description."""
+
+
 class RequestChanges(Command, kw_only=True):
-    """The user sends the artifact back with feedback; the agent revises and resubmits."""
+    """The user sends the artifact back with feedback; the agent revises and resubmits.
+
+    At review, ``fix`` sends the work itself back: fix pulses made from the review's comments and the feedback
+    run in execution, each one commit on the workflow branch, and the review runs again on the new diff.
+    """
 
     workflow_id: WorkflowId
     feedback: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
+    fix: FixRequest = False
 
 
 class ApproveBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -161,7 +193,10 @@ class RequestChangesBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     """``POST /api/workflows/{id}/request-changes``."""
 
     feedback: Text
-    """What to change: at least one visible character; tab and newlines are the only control characters."""
+    """What to change: at least one visible character; tab and newlines are the only control characters. With
+    ``fix``, it is handed to every fix pulse and to the review that follows them."""
+    fix: Annotated[FixRequest, msgspec.Meta(description=FIX_RULES)] = False
+    """See ``FIX_RULES`` (the document states them)."""
 
 
 class FinishExecution(Command, kw_only=True):
@@ -214,6 +249,30 @@ class ReviewCard(msgspec.Struct, kw_only=True):
     summary: str | None = None
 
 
+class FixPulseView(msgspec.Struct, kw_only=True):
+    """One fix pulse of a fix round: the review comments it fixes (its runs are in ``pulse_runs``)."""
+
+    pulse_id: str
+    """The planned id of the pulse (``fix-<round>-<n>``); its runs have it as ``planned_pulse_id``."""
+    title: str
+    file_path: str | None = None
+    """The file whose comments it fixes; None for the comments on no file (the review's general comments)."""
+    comment_ids: list[str] = []
+
+
+class FixRoundView(msgspec.Struct, kw_only=True):
+    """A change request at review that sent the work back to execution: what was sent back, and its fix pulses."""
+
+    round: int
+    """1 for the first fix round of the workflow, then 2, …"""
+    feedback: str
+    comment_ids: list[str]
+    """The review comments sent back to be fixed."""
+    pulses: list[FixPulseView]
+    review: ReviewCard
+    """The review card that was sent back (the review that follows the fixes starts a new card)."""
+
+
 class WorkflowArtifacts(Reply, kw_only=True):
     """Every card of a workflow (the latest submission of each), its notes, baselines and pulses."""
 
@@ -234,6 +293,8 @@ class WorkflowArtifacts(Reply, kw_only=True):
     preflight: PreflightView | None = None
     pulse_runs: list[PulseRunView] = []
     """Every pulse run in the order started (retries included), then the pulses not started yet."""
+    fix_rounds: list[FixRoundView] = []
+    """Every change request at review that sent the work back to execution, oldest first."""
 
 
 WorkflowStatus = Literal["active", "awaiting_approval", "halted", "done", "abandoned"]
@@ -272,11 +333,16 @@ class WorkflowView(Reply, kw_only=True):
     """The workflow branch (the deliverable), once execution created it."""
     worktree_path: str | None = None
     pulses_succeeded: int = 0
+    """Of the ``pulses_count`` planned pulses, those that succeeded (fix pulses are not counted: see
+    ``fix_rounds``)."""
     current_pulse: str | None = None
     """The pulse run that is running (or halted) now."""
     sessions: dict[str, str] = {}
     """Agent session of each step: ``scoping``, ``research``, ``planning``, ``preflight``, ``review`` and
     ``pulse:<run id>`` for each pulse run → session id."""
+    fix_rounds: int = 0
+    """Change requests at review that sent the work back to execution so far (see ``fix_rounds`` of
+    ``GET …/artifacts``)."""
 
 
 class WorkflowList(Reply, kw_only=True):

@@ -68,15 +68,27 @@ async def approve_workflow(
 
 
 @post("/api/workflows/{workflow_id:str}/request-changes", status_code=200,
-      summary="Send the awaiting artifact back with feedback", tags=["workflows"])
+      summary="Send the awaiting artifact back with feedback (at review, optionally the work itself)",
+      tags=["workflows"])
 async def request_changes(
     workflow_id: FromPath[str], state: State, data: JSONBody[RequestChangesBody]
 ) -> WorkflowView | Response[ErrorReply]:
-    """Record the feedback; the stage's agent revises and resubmits. 409 when nothing awaits approval."""
+    """Record the feedback; the stage's agent revises and resubmits its card.
+
+    At review, ``fix`` sends the work back instead: the review card's comments (all of them, or the ids listed)
+    become fix pulses in execution, one per file they name and one for the comments on no file, each one commit on
+    the workflow branch; the review then runs again on the whole branch and its card awaits approval again
+    (``workflow:changes_requested`` with ``fix: true``, ``workflow:fix_round_opened``, ``workflow:stage_changed``
+    review → execution). Without ``fix`` the review agent reviews again with the feedback and the code is left
+    as it is.
+
+    409 ``not_awaiting_approval`` when nothing awaits approval; with ``fix``: ``wrong_stage`` outside review,
+    ``no_review_comments`` when the card has none, ``unknown_comments`` for an id not on the card,
+    ``fix_rounds_exhausted`` once ``review_fix_rounds`` fix rounds ran. A refused request changes nothing."""
     wf = workflow_id_of(workflow_id)
     if wf is None:
         return not_found(workflow_id)
-    command = RequestChanges(workflow_id=wf, feedback=data.feedback)
+    command = RequestChanges(workflow_id=wf, feedback=data.feedback, fix=data.fix)
     return await lifecycle(state, "request_changes", command, WorkflowView, idempotent=False)
 
 

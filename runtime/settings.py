@@ -157,6 +157,9 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
     """Completion rejections before the agent is told about ``unresolvedIssues`` (progressive rejection)."""
     stage_nudges: int = 2
     """Times an agent that ends its turn without its stage's block tool is reminded before the workflow halts."""
+    review_fix_rounds: int = 3
+    """Times a workflow's review may send the work back to execution to fix its comments (``fix`` of a change
+    request at review); past that a person decides (approve, ask the review again, or start a new workflow)."""
     loop_iteration_timeout: float = 300.0
     """Seconds one Pulse-Protocol loop iteration (an agent turn and its commit) may take."""
     loop_no_progress_limit: int = 3
@@ -178,6 +181,8 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
             raise SettingsError(f"loop_iteration_timeout must be positive, got {self.loop_iteration_timeout}")
         if self.loop_no_progress_limit < 1:
             raise SettingsError(f"loop_no_progress_limit must be 1 or more, got {self.loop_no_progress_limit}")
+        if self.review_fix_rounds < 0:
+            raise SettingsError(f"review_fix_rounds must be 0 (no fix rounds) or more, got {self.review_fix_rounds}")
 
 
 class AgentRunnerSettings(CommonSettings, kw_only=True):

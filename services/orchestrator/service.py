@@ -77,7 +77,8 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     # Each driver's stepper comes first: the books kick it when something changed, the driver starts it.
     workflow_steps = Stepper(kind="workflow", log=logging.getLogger("orchestrator.driver"), gate=gate_for(nc))
     loop_steps = Stepper(kind="loop", log=logging.getLogger("orchestrator.loops"), gate=gate_for(nc))
-    workflows = WorkflowBook(app=app, writer=writer, kick=workflow_steps.kick if drive else ignore)
+    workflows = WorkflowBook(app=app, writer=writer, kick=workflow_steps.kick if drive else ignore,
+                             review_fix_rounds=settings.review_fix_rounds)
     loops = LoopBook(app=app, writer=writer, nc=nc, settings=settings, kick=loop_steps.kick if drive else ignore)
     epics = SwarmBook(app=app, writer=writer, kick=workflow_steps.kick if drive else ignore,
                       live_leases=leases.leases if leases is not None else None)

@@ -83,6 +83,14 @@ async def test_tools_over_stdio(system: System, tmp_path: Path):
         unknown_wf = typed_error(await client.call_tool("workflow_status",
                                                         {"workflowId": "0123abcd-0000-4000-8000-000000000000"}))
         assert unknown_wf["code"] == "not_found"
+        # A change request may send a review's work back (``fix``); the gateway checks what the tool forwards.
+        assert "fix" in tools["workflow_request_changes"].input_schema["properties"]
+        fix_all = typed_error(await client.call_tool("workflow_request_changes", {
+            "workflowId": "0123abcd-0000-4000-8000-000000000000", "feedback": "fix them", "fix": True}))
+        assert fix_all["code"] == "not_found"
+        bad_ids = typed_error(await client.call_tool("workflow_request_changes", {
+            "workflowId": "0123abcd-0000-4000-8000-000000000000", "feedback": "fix it", "fix": ["not-an-id"]}))
+        assert bad_ids["code"] == "bad_request"
 
 
 async def test_a_gateway_that_is_not_running(tmp_path: Path):

@@ -61,6 +61,7 @@ def test_workflow_arguments():
     ["workflow", "show"],
     ["workflow", "approve", WF, "--path", "sideways"],
     ["workflow", "request-changes", WF],
+    ["workflow", "request-changes", WF, "--comment"],
     ["workflow", "answer", WF],
     ["workflow", "answer", WF, ""],
     ["workflow", "stop", WF, "--reason"],
@@ -158,6 +159,11 @@ def test_each_command_sends_its_request(gateway, capsys, tmp_path: Path):
         (["approve", WF, "--path", "quick"], ("POST", f"/api/workflows/{WF}/approve", {}, {"path": "quick"})),
         (["request-changes", WF, "no", "tests"],
          ("POST", f"/api/workflows/{WF}/request-changes", {}, {"feedback": "no tests"})),
+        (["request-changes", WF, "--fix"],
+         ("POST", f"/api/workflows/{WF}/request-changes", {}, {"feedback": "Fix the review's comments.",
+                                                               "fix": True})),
+        (["request-changes", WF, "keep", "the", "API", "--fix"],
+         ("POST", f"/api/workflows/{WF}/request-changes", {}, {"feedback": "keep the API", "fix": True})),
         (["stop", WF], ("POST", f"/api/workflows/{WF}/stop", {}, None)),
         (["stop", WF, "--reason", "lunch"], ("POST", f"/api/workflows/{WF}/stop", {}, {"reason": "lunch"})),
         (["resume", WF], ("POST", f"/api/workflows/{WF}/resume", {}, None)),
@@ -379,3 +385,22 @@ def test_autarch_up_says_where_agent_turns_go_and_warns_without_a_key():
         "Anthropic API (key from the settings)")
     assert _model_line(Settings(data_dir="/tmp/unused", anthropic_base_url="http://127.0.0.1:9/")) == (
         "http://127.0.0.1:9/ (no API key set)")
+
+
+def test_request_changes_fixes_the_comments_named_by_a_unique_prefix(monkeypatch, tmp_path: Path, capsys):
+    first, second = "0d9d6a42-5c1b-4f57-9a1e-3f2c1b0a9e81", "0d9e0000-0000-4000-8000-000000000000"
+    cards = {"workflow_id": WF, "review": {"comments": [{"comment_id": first}, {"comment_id": second}]}}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=cards if request.url.path.endswith("/artifacts") else VIEW)
+
+    fake = FakeGateway(answer)
+    transport = httpx.MockTransport(lambda request: fake(request))
+    monkeypatch.setattr(workflow_cmd, "GatewayClient", lambda conn: GatewayClient(conn, transport=transport))
+    (tmp_path / "token").write_text("tok")
+    conn = ["--url", "http://gw.test", "--token-file", str(tmp_path / "token")]
+    # ``0d9d`` names one comment; ``0d9`` names two and ``ffff`` none: those go as given, for the gateway to refuse.
+    assert main(["workflow", "request-changes", WF, "only", "these", "--comment", "0d9d", "--comment", "0d9",
+                 "--comment", "ffff", *conn]) == 0, capsys.readouterr().err
+    posted = [body for method, _, _, body in fake.seen if method == "POST"]
+    assert posted == [{"feedback": "only these", "fix": [first, "0d9", "ffff"]}]

@@ -21,6 +21,7 @@ from autarch.cli.render import (
 )
 from autarch.contracts import events as ev
 from autarch.contracts.agents import TurnDelta
+from autarch.contracts.workflows import FixPulseView
 
 WF = "99f31dc9-0000-4000-8000-000000000001"
 SID = "5e55105e-0000-4000-8000-000000000002"
@@ -49,6 +50,12 @@ SAMPLES: dict[str, tuple[ev.Event, list[str]]] = {
                            ["workflow completed (review recommended approve)"]),
     "workflow:changes_requested": (ev.WorkflowChangesRequested(**COMMON, stage="planning", feedback="smaller"),
                                    ["changes requested for planning: smaller"]),
+    "workflow:fix_round_opened": (
+        ev.WorkflowFixRoundOpened(**COMMON, round=1, feedback="keep the API", comment_ids=["c1", "c2", "c3"],
+                                  pulses=[FixPulseView(pulse_id="fix-1-1", title="t", file_path="api/mw.py",
+                                                       comment_ids=["c1", "c2"]),
+                                          FixPulseView(pulse_id="fix-1-2", title="t", comment_ids=["c3"])]),
+        ["review sent back (fix round 1): 3 comments → 2 fix pulses: fix-1-1 (api/mw.py), fix-1-2 (no file)"]),
     "workflow:note_taken": (ev.WorkflowNoteTaken(**COMMON, note_id="n", stage="research", session_id=SID,
                                                  note="mw is old"), ["note (research): mw is old"]),
     "workflow:baseline_recorded": (ev.WorkflowBaselineRecorded(**COMMON, baseline_id="b", issue_type="Warning",
@@ -344,6 +351,34 @@ def test_progress_from_the_workflows_state():
     assert Progress.from_state({"stage": "planning"}).summary() == "planning (stage 3/5)"
 
 
+def test_a_fix_round_counts_its_own_pulses_not_the_plans():
+    watch = Watch()
+    fed(watch, ev.WorkflowApprovalNeeded(**COMMON, stage="planning", artifact=PLAN))
+    fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="planning", to_stage="execution"))
+    for pulse in ("pulse-1", "pulse-2"):
+        fed(watch, started(pulse, pulse, pulse))
+        fed(watch, succeeded(pulse))
+    fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="execution", to_stage="review"))
+    changed = fed(watch, ev.WorkflowChangesRequested(**COMMON, stage="review", feedback="keep the API", fix=True))
+    assert changed.endswith("changes requested for review (the work goes back to be fixed): keep the API")
+    fed(watch, ev.WorkflowFixRoundOpened(**COMMON, round=1, feedback="keep the API", comment_ids=["c1", "c2"], pulses=[
+        FixPulseView(pulse_id="fix-1-1", title="Fix mw", file_path="api/mw.py", comment_ids=["c1"]),
+        FixPulseView(pulse_id="fix-1-2", title="Fix tests", file_path="tests/t.py", comment_ids=["c2"])]))
+    assert fed(watch, ev.WorkflowStageChanged(**COMMON, from_stage="review", to_stage="execution")).endswith(
+        "stage review → execution  [stage 4/5]")
+    line = fed(watch, ev.PulseStarted(**COMMON, pulse_id="fix-1-1", planned_pulse_id="fix-1-1", attempt=1,
+                                      title="Fix mw", pulse_branch="b", base_commit="c", fix_round=1))
+    assert line.endswith("pulse fix-1-1 started (fix round 1): Fix mw  [fix 1/2 of round 1]")
+    assert watch.progress.summary() == "execution (stage 4/5), fix 1/2 of round 1 “Fix mw”"
+    assert fed(watch, succeeded("fix-1-1")).endswith("[1/2 fixes done]")
+    # The plan's count is left as it was.
+    assert watch.progress.done_tag() == "2/2 pulses done"
+    state = Progress.from_state({"stage": "execution"}, {"pulses": PLAN["pulses"], "fix_rounds": [
+        {"round": 1, "pulses": [{"pulse_id": "fix-1-1", "title": "Fix mw"}]}], "pulse_runs": [
+        {"id": "fix-1-1", "planned_pulse_id": "fix-1-1", "status": "running", "fix_round": 1}]})
+    assert state.summary() == "execution (stage 4/5), fix 1/1 of round 1 “Fix mw”"
+
+
 # --- streamed text --------------------------------------------------------------------------------------
 
 
@@ -396,3 +431,24 @@ def test_streamed_text_is_ignored_unless_asked():
     assert watch.feed(delta("Hello\nworld\n")) is None
     line = watch.feed(wire(ev.TurnCompleted(**TURN, text="Hello\nworld", thoughts="", outcome="end_turn")))
     assert line is not None and "\n" not in line and (watch.turns, watch.total()) == (1, "0 tokens, $0.0000")
+
+
+def test_show_lists_the_review_comments_and_the_fix_rounds():
+    from autarch.cli.workflow_cmd import show_lines
+
+    view = {"id": WF, "title": "JWT", "request": "r", "repo": "/r", "base_branch": "main", "stage": "review",
+            "status": "awaiting_approval", "awaiting_approval": True}
+    comment = {"comment_id": "0d9d6a42-5c1b-4f57-9a1e-3f2c1b0a9e81", "kind": "line", "severity": "Medium",
+               "category": "bug\x1b[2J", "description": "off by one", "file_path": "api/mw.py", "start_line": 3,
+               "end_line": 4}
+    cards = {"review": {"comments": [comment], "recommendation": "reject", "summary": "one bug"},
+             "pulse_runs": [{"id": "fix-1-1", "status": "succeeded", "checkpoint_commit": "abcdef0123",
+                             "description": "fix(mw): stop the off-by-one", "fix_round": 1}],
+             "fix_rounds": [{"round": 1, "comment_ids": ["c"], "pulses": [{"pulse_id": "fix-1-1",
+                                                                          "file_path": "api/mw.py"}]}]}
+    lines = show_lines(view, cards)
+    assert f"            → autarch workflow approve {WF}   or   autarch workflow request-changes {WF} FEEDBACK " \
+           "[--fix]" in lines
+    assert "              0d9d6a42 [Medium bug\\x1b[2J] api/mw.py:3-4: off by one" in lines
+    assert "  fixes     round 1: 1 comment sent back → fix-1-1 api/mw.py" in lines
+    assert any(line.endswith("fix(mw): stop the off-by-one (fix round 1)") for line in lines)

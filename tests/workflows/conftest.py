@@ -50,9 +50,10 @@ def scripted_system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedMod
 
 @pytest.fixture(scope="package")
 def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer) -> Iterator[System]:
+    # One fix round per workflow, so that test_review_fixes reaches the limit after one round.
     yield from scripted_system(tmp_path_factory, model, "workflows", AUTARCH_PULSE_MAX_TURNS="4",
                                AUTARCH_AGENT_MAX_STEPS="10", AUTARCH_PREFLIGHT_TIMEOUT="6",
-                               AUTARCH_REQUEST_TIMEOUT="30")
+                               AUTARCH_REQUEST_TIMEOUT="30", AUTARCH_REVIEW_FIX_ROUNDS="1")
 
 
 def make_repo(root: Path, files: dict[str, str]) -> Path:

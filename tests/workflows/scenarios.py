@@ -129,3 +129,53 @@ def review_with_every_comment_kind() -> dict[str, Any]:
                    "description": "Small, focused change with a test."}},
     ]})
     return s
+
+
+REVIEW_CORE_COMMENT = "Collapse the two-line default into one: name = name or world."
+REVIEW_TEST_COMMENT = "Say in a docstring what test_greet_empty_name covers."
+
+
+def review_sends_comments_back() -> dict[str, Any]:
+    """The demo, its review commenting on both files and recommending ``reject``; asked again after a fix round
+    (one fix pulse per file, scripts ``fix-1-1`` and ``fix-1-2``), it approves with one Low remark."""
+    s = base()
+    first_look = s["scripts"]["review"][0]
+    s["scripts"]["review"] = [
+        first_look,
+        {"content": [
+            {"type": "tool_use", "name": "add_line_comment",
+             "input": {"reason": "The default takes two lines", "file_path": "greeter/core.py", "start_line": 3,
+                       "end_line": 4, "severity": "Medium", "category": "style",
+                       "description": REVIEW_CORE_COMMENT}},
+            {"type": "tool_use", "name": "add_file_comment",
+             "input": {"reason": "The new test is not explained", "file_path": "tests/test_core.py",
+                       "severity": "Medium", "category": "testing", "description": REVIEW_TEST_COMMENT}},
+        ]},
+        tool("complete_review", reason="Record the verdict", recommendation="reject",
+             summary="Two things to fix before merging."),
+        # Asked again once the fix pulses are committed.
+        tool("get_diff", reason="See the branch with the fixes"),
+        tool("add_review_comment", reason="A remark", severity="Low", category="documentation",
+             description="A changelog line would help readers."),
+        tool("complete_review", reason="Record the verdict", recommendation="approve",
+             summary="Both comments sent back are resolved: the default is one line and the test says what it "
+                     "covers."),
+    ]
+    s["scripts"]["pulsing:fix-1-1"] = [
+        tool("read_file", reason="Read greet before changing it", path="greeter/core.py"),
+        tool("edit_file", reason="Default the name in one line", path="greeter/core.py",
+             oldString='    if not name:\n        name = "world"\n', newString='    name = name or "world"\n'),
+        tool("shell", reason="Check both greetings",
+             command="python3 -c \"from greeter.core import greet; assert greet('') == 'Hello, world!'; "
+                     "assert greet('Ada') == 'Hello, Ada!'; print('ok')\""),
+        complete("fix(greeter): default an empty name in one line"),
+    ]
+    s["scripts"]["pulsing:fix-1-2"] = [
+        tool("read_file", reason="Read the test before changing it", path="tests/test_core.py"),
+        tool("edit_file", reason="Say what the test covers", path="tests/test_core.py",
+             oldString="def test_greet_empty_name():\n",
+             newString='def test_greet_empty_name():\n    """An empty name greets the world."""\n'),
+        tool("complete_pulse", summary="test(greeter): say what the empty-name test covers",
+             filesChanged=["tests/test_core.py"]),
+    ]
+    return s

@@ -8,7 +8,7 @@ const MAIN = document.getElementById("main");
 const STAGES = ["scoping", "research", "planning", "execution", "review"];
 const RECORDED = [
   "workflow:created", "workflow:approval_needed", "workflow:stage_changed", "workflow:changes_requested",
-  "workflow:completed", "workflow:error", "workflow:note_taken", "workflow:baseline_recorded",
+  "workflow:fix_round_opened", "workflow:completed", "workflow:error", "workflow:note_taken", "workflow:baseline_recorded",
   "workflow:review_comment_added", "workflow:session_assigned", "workflow:halted", "workflow:resumed",
   "workflow:abandoned", "preflight:started", "preflight:completed", "pulse:started", "pulse:completion_rejected",
   "pulse:completed", "session:started", "session:completed", "session:error", "turn:started",
@@ -162,6 +162,8 @@ function debounce(fn, ms) {
 function keepInputs(container, render) {
   const values = {};
   for (const field of container.querySelectorAll("textarea[id], input[type=text][id]")) values[field.id] = field.value;
+  const checked = {};
+  for (const box of container.querySelectorAll("input[type=checkbox][id]")) checked[box.id] = box.checked;
   const opened = {};
   for (const box of container.querySelectorAll("details.keep[id]")) opened[box.id] = box.open;
   const focused = document.activeElement && container.contains(document.activeElement) ? document.activeElement.id : null;
@@ -173,6 +175,10 @@ function keepInputs(container, render) {
   for (const [id, value] of Object.entries(values)) {
     const field = document.getElementById(id);
     if (field && value) field.value = value;
+  }
+  for (const [id, on] of Object.entries(checked)) {
+    const box = document.getElementById(id);
+    if (box) box.checked = on;
   }
   if (focused) document.getElementById(focused)?.focus();
 }
@@ -187,7 +193,8 @@ function workflowsPage() {
   const renderRows = () => {
     body.replaceChildren(...[...workflows].reverse().map((wf) => {
       const { k, label } = stageOf(wf);
-      const pulses = wf.pulses_count ? ` · pulses ${wf.pulses_succeeded}/${wf.pulses_count}` : "";
+      const pulses = (wf.pulses_count ? ` · pulses ${wf.pulses_succeeded}/${wf.pulses_count}` : "")
+        + (wf.fix_rounds ? ` · ${wf.fix_rounds} fix round${wf.fix_rounds === 1 ? "" : "s"}` : "");
       return h("tr", { "data-workflow": wf.id },
         h("td", {}, h("a", { href: `/workflows/${wf.id}` }, wf.title), h("div", { class: "muted mono hide-narrow" }, wf.repo)),
         h("td", {}, label),
@@ -270,10 +277,12 @@ function value(v) {
   return h("span", {}, String(v));
 }
 
+const where = (c) => (c.file_path ? `${c.file_path}${c.start_line ? `:${c.start_line}${c.end_line && c.end_line !== c.start_line ? `-${c.end_line}` : ""}` : ""}` : "");
+
 function reviewComment(c) {
-  const where = c.file_path ? `${c.file_path}${c.start_line ? `:${c.start_line}${c.end_line && c.end_line !== c.start_line ? `-${c.end_line}` : ""}` : ""}` : "";
+  const at = where(c);
   return h("div", { class: "comment", "data-comment": c.comment_id },
-    h("strong", {}, `${c.severity} · ${c.category}`), where ? [" ", h("span", { class: "mono" }, where)] : null,
+    h("strong", {}, `${c.severity} · ${c.category}`), at ? [" ", h("span", { class: "mono" }, at)] : null,
     h("div", {}, c.description));
 }
 
@@ -317,11 +326,46 @@ function approvalForm(name, card, wf, onChange) {
       onChange(await api("POST", `/api/workflows/${wf.id}/approve`, path ? { path } : undefined));
     }, "primary")),
     h("details", { class: "changes keep", id: `changes-${name}` }, h("summary", {}, "Request changes"),
+      name === "review" ? h("p", { class: "muted" }, "The review agent reviews again with your feedback; the code is not changed.") : null,
       h("label", { for: feedback.id }, "What should change"), feedback,
       h("div", { class: "row" }, ...action("Send feedback", async () => {
         onChange(await api("POST", `/api/workflows/${wf.id}/request-changes`, { feedback: feedback.value }));
       }))));
+  if (name === "review" && card.comments.length) form.append(fixForm(card, wf, onChange));
   return form;
+}
+
+const FIX_FEEDBACK = "Fix the review's comments.";
+
+// At review: send the checked comments back as fix pulses (one per file), then the review runs again.
+function fixForm(card, wf, onChange) {
+  const boxes = card.comments.map((c) => h("input", { type: "checkbox", id: `fix-${c.comment_id}`, checked: true, "data-fix": c.comment_id }));
+  const note = h("textarea", { id: "fix-feedback", placeholder: FIX_FEEDBACK });
+  return h("details", { class: "changes keep", id: "fix-review" }, h("summary", {}, "Send the work back to fix the comments"),
+    h("p", { class: "muted" }, "A fix pulse per file fixes the checked comments, one commit each on the branch; then the review runs again on the whole branch."),
+    h("fieldset", {}, h("legend", {}, "Comments to fix"),
+      card.comments.map((c, i) => h("label", { class: "fix-choice", for: boxes[i].id }, boxes[i], ` ${c.severity} · ${where(c) || "the change as a whole"}: ${short(c.description, 100)}`))),
+    h("label", { for: note.id }, "Feedback for the fix pulses"), note,
+    h("div", { class: "row" }, ...action("Fix the comments", async () => {
+      const chosen = boxes.filter((b) => b.checked).map((b) => b.dataset.fix);
+      if (!chosen.length) throw new Error("Check at least one comment to fix.");
+      const fix = chosen.length === boxes.length ? true : chosen;
+      onChange(await api("POST", `/api/workflows/${wf.id}/request-changes`, { feedback: note.value.trim() ? note.value : FIX_FEEDBACK, fix }));
+    })));
+}
+
+// The change requests at review that sent the work back: what each sent, and its fix pulses.
+function fixRounds(rounds) {
+  return h("details", { class: "panel keep", id: "fix-rounds" }, h("summary", {}, `Review rounds sent back (${rounds.length})`),
+    rounds.map((r) => {
+      const sent = new Set(r.comment_ids);
+      return h("section", { class: "sub", "data-round": r.round },
+        h("h3", {}, `Fix round ${r.round}`, r.review.recommendation ? ` · the review recommended ${r.review.recommendation}` : ""),
+        h("div", { class: "msg" }, r.feedback),
+        h("ul", {}, r.pulses.map((p) => h("li", {}, h("strong", {}, p.pulse_id), " ", p.file_path || "comments on no file",
+          ` (${p.comment_ids.length} comment${p.comment_ids.length === 1 ? "" : "s"})`))),
+        r.review.comments.filter((c) => sent.has(c.comment_id)).map(reviewComment));
+    }));
 }
 
 // --- halts -------------------------------------------------------------------------------------------------
@@ -816,6 +860,7 @@ function workflowPage() {
     for (const name of ["scope", "research", "plan", "review"]) {
       if (cards[name]) parts.push(cardView(name, cards[name], wf, cards, onChange));
     }
+    if (cards.fix_rounds && cards.fix_rounds.length) parts.push(fixRounds(cards.fix_rounds));
     if (cards.feedback && cards.feedback.length) {
       parts.push(h("details", { class: "panel" }, h("summary", {}, `Feedback sent (${cards.feedback.length})`),
         cards.feedback.map((f) => h("div", { class: "sub" }, h("strong", {}, human(f.stage)), h("div", { class: "msg" }, f.feedback)))));
@@ -827,7 +872,8 @@ function workflowPage() {
       parts.push(h("section", { class: "panel", id: "pulses" }, h("h2", {}, "Pulses"), h("table", {},
         h("thead", {}, h("tr", {}, h("th", {}, "Pulse"), h("th", {}, "Status"), h("th", {}, "Commit"), h("th", { class: "hide-narrow" }, "Files"), h("th", {}, ""))),
         h("tbody", {}, cards.pulse_runs.map((run) => h("tr", { "data-pulse": run.id },
-          h("td", {}, h("strong", {}, run.id), " ", run.title || "", run.description ? h("div", { class: "muted msg" }, short(run.description, 300)) : null),
+          h("td", {}, h("strong", {}, run.id), " ", run.title || "", run.fix_round ? [" ", h("span", { class: "badge" }, `fix round ${run.fix_round}`)] : null,
+            run.description ? h("div", { class: "muted msg" }, short(run.description, 300)) : null),
           h("td", {}, badge(run.status)),
           h("td", { class: "mono" }, run.checkpoint_commit ? run.checkpoint_commit.slice(0, 10) : ""),
           h("td", { class: "hide-narrow mono" }, (run.files_changed || []).join(", ")),

@@ -32,6 +32,11 @@ DON'T:
 - Paste code blocks in explanations; reference code as path:line.
 - Guess at file contents without reading them.
 
+Fix pulses: after a review, the user may send its comments back to be fixed. A fix pulse's task is the review
+comments it lists (with the user's feedback on them): fix those, and only those; other fix pulses of the same
+round handle the other files. Line numbers in the comments are those of the branch as reviewed: read the file
+first. The commit is usually `fix(scope): ...` (or test, docs, refactor when that is what the change is).
+
 Quality bar: a pulse is a promise. If you mark it done, the code must be correct, complete and boring to review.
 If you would not confidently merge it yourself, it is not done.
 

@@ -15,4 +15,10 @@ How to work:
   description precise enough to act on.
 - When all comments are added, call complete_review once, with recommendation "approve", "reject" or
   "manual_review" and a summary explaining it. complete_review ends your turn: call it alone, last, and then stop.
+
+Reviewing again after fixes: the user may send your comments back to be fixed. Fix pulses then commit on the
+branch and you are asked to review again, told which commits were added and which of your comments were sent
+back. Your new card starts empty. Review the whole branch again with get_diff (the fixes included); in the
+summary, say for each comment sent back whether it is resolved; comment again only on what is still wrong, or
+new. End with complete_review as before.
 """

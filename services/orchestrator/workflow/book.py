@@ -45,6 +45,8 @@ class WorkflowBook:
     """Read model: every workflow's current view, rebuilt from the store at start."""
     kick: Callable[[str], None] = ignore
     """Wakes the workflow driver for a workflow whose state changed (``ignore``: nobody drives them)."""
+    review_fix_rounds: int = 3
+    """Fix rounds a workflow's review may send back to execution (the ``review_fix_rounds`` setting)."""
     unsettled: list[str] = field(default_factory=list)
     """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
     book: Book[Workflow] = field(init=False)

@@ -32,6 +32,7 @@ def artifacts_of(workflow: Workflow) -> WorkflowArtifacts:
         feedback=[{"stage": f.stage, "feedback": f.feedback} for f in workflow.feedback],
         preflight=_preflight(workflow),
         pulse_runs=_pulse_runs(workflow),
+        fix_rounds=copy.deepcopy(workflow.fix_rounds),
     )
 
 
@@ -64,6 +65,9 @@ def _pulse_runs(workflow: Workflow) -> list[PulseRunView]:
     started = {run.planned_pulse_id for run in workflow.runs}
     runs += [PulseRunView(id=p.id, planned_pulse_id=p.id, title=p.title, attempt=0, status="proposed")
              for p in workflow.pulses if p.id not in started]
+    runs += [PulseRunView(id=p.pulse_id, planned_pulse_id=p.pulse_id, title=p.title, attempt=0, status="proposed",
+                          fix_round=r.round)
+             for r in workflow.fix_rounds for p in r.pulses if p.pulse_id not in started]
     return runs
 
 

@@ -73,6 +73,7 @@ from .steps import (
     all_pulses_done,
     close_reason,
     current_step,
+    fixing,
     next_pulse,
     preflight_overdue,
     session_baselines,
@@ -151,7 +152,8 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
         return None
     if wf.preflight.status != "completed" or run is not None:
         return None
-    if wf.execution_mode == "swarm" and driver.swarm is not None:
+    if wf.execution_mode == "swarm" and driver.swarm is not None and fixing(wf) is None:
+        # A fix round after a swarm's review runs as pulses in the workflow's worktree, like any other.
         swarm = driver.swarm
         return lambda: swarm.step(wf)
     pulse = next_pulse(wf)
@@ -338,6 +340,7 @@ class WorkflowDriver:
         started = await self._ask("git", "start_pulse", StartPulse(workflow_id=workflow_id, pulse_id=run_id),
                                   GitPulseStarted)
         step = f"pulse:{run_id}"
+        fix_round = fixing(wf)
         # The ``PulseStarted`` payload (stored as is: its keys stay those of earlier logs).
         payload = {"id": run_id, "planned_pulse_id": pulse.id, "title": pulse.title, "attempt": attempt,
                "status": "running", "session_id": session_id_for(workflow_id, step),
@@ -345,7 +348,8 @@ class WorkflowDriver:
                "checkpoint_commit": None, "diff_artifact_id": None, "description": None, "files_changed": [],
                "has_unresolved_issues": False, "unresolved_issues": [], "is_recovery_checkpoint": False,
                "completion_rejections": 0, "extensions": 0, "failure_reason": None, "started_at": _now(),
-               "ended_at": None, "ending": None, "worktree_path": started.worktree_path}
+               "ended_at": None, "ending": None, "worktree_path": started.worktree_path,
+               "fix_round": fix_round.round if fix_round is not None else None}
 
         def record(w: Workflow) -> None:
             w.pulse_started(run=payload)

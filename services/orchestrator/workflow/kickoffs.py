@@ -13,6 +13,8 @@ import msgspec
 
 from autarch.contracts.agents import Question, SubmitScopeArgs
 
+from .fixes import comment_line
+
 if TYPE_CHECKING:
     from .model import Workflow
     from .state import HaltDetails, PulseRun
@@ -71,28 +73,64 @@ def kickoff(step: str, workflow: Workflow, run: PulseRun | None = None) -> str:
                 "against the approved scope with get_diff and get_scope_card, comment where it matters, and end "
                 "with complete_review.")
     assert run is not None
+    if run.fix_round is not None:
+        return _fix_kickoff(workflow, run, request, scope)
     return _pulse_kickoff(workflow, run, request, scope)
 
 
-def _pulse_kickoff(workflow: Workflow, run: PulseRun, request: str, scope: SubmitScopeArgs | None) -> str:
-    pulse = next(p for p in workflow.pulses if p.id == run.planned_pulse_id)
-    plan = workflow.artifacts.planning
+def _committed(workflow: Workflow) -> list[str]:
     done = [r for r in workflow.runs if r.status == "succeeded"]
-    lines = [request, "", _scope(scope), ""]
-    if plan is not None:
-        lines += ["## Plan approach", plan.approach_summary, ""]
-    if done:
-        lines += ["## Pulses already committed on this branch", *[f"- {r.planned_pulse_id}: {r.description}"
-                                                                  for r in done], ""]
-    lines += [f"## Your pulse: {pulse.id} — {pulse.title}", pulse.description, "",
-              "Expected changes:", _bullets(pulse.expected_changes), ""]
+    if not done:
+        return []
+    return ["## Pulses already committed on this branch", *[f"- {r.planned_pulse_id}: {r.description}"
+                                                            for r in done], ""]
+
+
+def _known_issues(workflow: Workflow, run: PulseRun) -> list[str]:
+    lines = []
     if workflow.baselines:
         lines += ["## Known issues from preflight (not yours to fix)",
                   *[f"- {b.issue_type} {b.source}: {b.pattern}" for b in workflow.baselines], ""]
     if run.attempt > 1:
         lines += [f"This is attempt {run.attempt}: the worktree is back at the branch head.", ""]
+    return lines
+
+
+def _pulse_kickoff(workflow: Workflow, run: PulseRun, request: str, scope: SubmitScopeArgs | None) -> str:
+    pulse = next(p for p in workflow.pulses if p.id == run.planned_pulse_id)
+    plan = workflow.artifacts.planning
+    lines = [request, "", _scope(scope), ""]
+    if plan is not None:
+        lines += ["## Plan approach", plan.approach_summary, ""]
+    lines += _committed(workflow)
+    lines += [f"## Your pulse: {pulse.id} — {pulse.title}", pulse.description, "",
+              "Expected changes:", _bullets(pulse.expected_changes), ""]
+    lines += _known_issues(workflow, run)
     lines.append("Do only this pulse. When it is complete and clean, end with complete_pulse; its summary becomes "
                  "the commit message (a Conventional Commit). If you run long, call request_extension.")
+    return "\n".join(lines)
+
+
+def _fix_kickoff(workflow: Workflow, run: PulseRun, request: str, scope: SubmitScopeArgs | None) -> str:
+    """A fix pulse's kickoff: the review comments it fixes, the user's feedback, and which files are others'."""
+    fix_round = next(r for r in workflow.fix_rounds if r.round == run.fix_round)
+    pulse = next(p for p in fix_round.pulses if p.pulse_id == run.planned_pulse_id)
+    comments = {c.comment_id: c for c in fix_round.review.comments}
+    lines = [request, "", _scope(scope), "", *_committed(workflow),
+             f"## Your pulse: {pulse.pulse_id} — {pulse.title}",
+             f"The review of this branch made these comments, and the user sent them back to be fixed (fix round "
+             f"{fix_round.round}):", *[f"- {comment_line(comments[i])}" for i in pulse.comment_ids], "",
+             "The user's feedback on this round (it steers every fix pulse of the round; act on what concerns your "
+             "comments):", *[f"> {line}" for line in fix_round.feedback.splitlines()], ""]
+    others = [p for p in fix_round.pulses if p.pulse_id != pulse.pulse_id]
+    if others:
+        lines += ["Other fix pulses of this round handle the rest; leave their comments to them:",
+                  *[f"- {p.pulse_id}: {p.file_path or 'the comments on no file'}" for p in others], ""]
+    lines += _known_issues(workflow, run)
+    lines.append("Line numbers are those of the branch as reviewed: read each file before you edit it. Fix only "
+                 "these comments. When they are fixed and the code is clean, end with complete_pulse; its summary "
+                 "becomes the commit message, a Conventional Commit such as `fix(<scope>): …` (or `test`, `docs`, "
+                 "`refactor` when that is what the change is). If you run long, call request_extension.")
     return "\n".join(lines)
 
 

@@ -27,6 +27,8 @@ from autarch.contracts.agents import (
 from autarch.contracts.execution import HaltReason, PulseStatus
 from autarch.contracts.tool_catalog import Role
 from autarch.contracts.workflows import (
+    FixPulseView,
+    FixRoundView,
     ReviewCard,
     ReviewCommentView,
     StageNote,
@@ -38,6 +40,7 @@ from autarch.contracts.workflows import (
 from autarch.runtime.aggregates import recorded_as
 
 from ..swarm.plan import bounce_feedback, bounced_pulses, is_bead_plan
+from .fixes import fix_pulses, review_again
 from .lifecycle import ARTIFACT_STAGES, LifecycleError, next_stage, quick_pulse, revision_request, validate_plan
 from .state import (
     Cards,
@@ -126,6 +129,9 @@ class Workflow(Aggregate):
         """``swarm``: the approved plan is a bead plan (seed 002), run by parallel workers from its epic."""
         self.swarm_advice: SwarmAdvice | None = None
         """What preflight said about running workers in parallel here."""
+        self.fix_rounds: list[FixRoundView] = []
+        """Change requests at review that sent the work back to execution, oldest first; the last one is running
+        while the workflow is in execution again."""
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -158,10 +164,13 @@ class Workflow(Aggregate):
     def _stage_changed(self, *, from_stage: Stage, to_stage: Stage, path: WorkflowPath | None) -> None:
         self.stage = to_stage
         self.awaiting_approval = False
-        self.last_feedback = None
+        fix_round = from_stage == "review" and to_stage == "execution"
+        if not fix_round:
+            # A fix round's feedback stays the latest change request until the review's next card.
+            self.last_feedback = None
         if from_stage == "scoping":
             self.path = path
-        if to_stage == "execution":
+        if to_stage == "execution" and not fix_round:
             plan, scope = self.artifacts.planning, self.artifacts.scoping
             if plan is not None:
                 self.pulses = copy.deepcopy(plan.pulses)
@@ -177,10 +186,20 @@ class Workflow(Aggregate):
         pass  # the stage is already "done"; the event tells subscribers the workflow is finished
 
     @event("ChangesRequested")
-    def _changes_requested(self, *, stage: str, feedback: str) -> None:
+    def _changes_requested(self, *, stage: str, feedback: str, fix: bool = False) -> None:
+        # ``fix`` is absent (False) in events recorded before fix rounds existed.
         self.awaiting_approval = False
         self.last_feedback = feedback
         self.feedback.append(ChangeRequest(stage=stage, feedback=feedback))
+
+    @event("FixRoundOpened")
+    def _fix_round_opened(self, *, number: int, feedback: str, comment_ids: list[str],
+                          pulses: list[dict[str, Any]]) -> None:
+        # The round keeps the card it sends back; the review after the fixes starts a new one.
+        assert self.review is not None
+        self.fix_rounds.append(FixRoundView(round=number, feedback=feedback, comment_ids=list(comment_ids),
+                                            pulses=msgspec.convert(pulses, list[FixPulseView]),
+                                            review=copy.deepcopy(self.review)))
 
     @event("PlanBounced")
     def _plan_bounced(self, *, bounced: dict[str, list[str]], feedback: str) -> None:
@@ -270,17 +289,66 @@ class Workflow(Aggregate):
         if not self.awaiting_approval:
             raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
                                  f"nothing awaits approval in the {self.stage} stage", stage=self.stage)
-        self._changes_requested(stage=self.stage, feedback=feedback)
+        self._changes_requested(stage=self.stage, feedback=feedback, fix=False)
         if self.stage in self.sessions:
             self.queue_message(self.stage, revision_request(self.stage, feedback))
 
+    def request_fix(self, feedback: str, comment_ids: list[str] | None, *, limit: int) -> FixRoundView:
+        """Send the review's comments (those of ``comment_ids``, else all) back to execution as fix pulses.
+
+        Refused (recording nothing) unless the review card awaits approval and has the comments, and fewer than
+        ``limit`` fix rounds ran.
+        """
+        if not self.awaiting_approval:
+            raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
+                                 f"nothing awaits approval in the {self.stage} stage", stage=self.stage)
+        if self.stage != "review":
+            raise LifecycleError(WorkflowErrorCode.WRONG_STAGE,
+                                 f"a fix round sends the review's comments back to execution; the workflow is in "
+                                 f"{self.stage}: request changes without fix", stage=self.stage, expected="review")
+        assert self.review is not None
+        comments = self.review.comments
+        if not comments:
+            raise LifecycleError(WorkflowErrorCode.NO_REVIEW_COMMENTS,
+                                 "the review card has no comments to fix: approve it, or request changes without "
+                                 "fix to have the review run again with your feedback")
+        if comment_ids is not None:
+            known = {c.comment_id for c in comments}
+            unknown = [i for i in dict.fromkeys(comment_ids) if i not in known]
+            if unknown:
+                raise LifecycleError(WorkflowErrorCode.UNKNOWN_COMMENTS,
+                                     f"not comments of the review card awaiting approval: {', '.join(unknown)}",
+                                     comment_ids=unknown)
+            chosen = set(comment_ids)
+            comments = [c for c in comments if c.comment_id in chosen]
+        if len(self.fix_rounds) >= limit:
+            raise LifecycleError(WorkflowErrorCode.FIX_ROUNDS_EXHAUSTED,
+                                 f"{len(self.fix_rounds)} fix round(s) ran, the most this installation allows "
+                                 f"(review_fix_rounds = {limit}): approve the review, request changes without fix, "
+                                 "or start a new workflow for the rest", rounds=len(self.fix_rounds), limit=limit)
+        number = len(self.fix_rounds) + 1
+        taken = [p.id for p in self.pulses] + [r.id for r in self.runs] + [
+            p.pulse_id for r in self.fix_rounds for p in r.pulses]
+        pulses = fix_pulses(comments, number, taken)
+        self._changes_requested(stage="review", feedback=feedback, fix=True)
+        self._fix_round_opened(number=number, feedback=feedback, comment_ids=[c.comment_id for c in comments],
+                               pulses=msgspec.to_builtins(pulses))
+        self._stage_changed(from_stage="review", to_stage="execution", path=self.path)
+        return self.fix_rounds[-1]
+
     def finish_execution(self) -> bool:
-        """Every pulse is done: go to review with no approval. False when already past execution (a retry)."""
+        """Every pulse is done: go to review with no approval. False when already past execution (a retry).
+
+        After a fix round the review's agent session is asked to review the branch again (a first review opens
+        its session from the driver).
+        """
         if self.stage in ("review", "done"):
             return False
         if self.stage != "execution":
             raise LifecycleError.wrong_stage(self.stage, "execution", "finishing execution")
         self._stage_changed(from_stage="execution", to_stage="review", path=self.path)
+        if self.fix_rounds and "review" in self.sessions:
+            self.queue_message("review", review_again(self.fix_rounds[-1], self.runs))
         return True
 
     def advise_swarm(self, mode: SwarmAdvice) -> None:

@@ -3,8 +3,8 @@
 These are state, not wire: the stored events keep their own attributes (eventsourcing stores those, and old
 logs must still replay), and the wire views (``contracts``) are built from these by ``cards`` and ``views``.
 Mutable Structs, because the aggregate's events update them in place. Where a piece of state would copy a wire
-type field for field (a stage's note, a baseline), the state is that wire type (``StageNote``,
-``WorkflowBaseline``) and this module does not repeat it.
+type field for field (a stage's note, a baseline, a fix round), the state is that wire type (``StageNote``,
+``WorkflowBaseline``, ``FixRoundView``) and this module does not repeat it.
 """
 
 from __future__ import annotations
@@ -202,6 +202,8 @@ class PulseRun(msgspec.Struct, kw_only=True):
     ended_at: str | None = None
     ending: PulseEnding | None = None
     """Set while the pulse waits for its git step; None again once it ended."""
+    fix_round: int | None = None
+    """The fix round whose review comments the run fixes (None: a pulse of the plan)."""
 
 
 class Execution(msgspec.Struct, kw_only=True, frozen=True):

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 import msgspec
 
 from autarch.contracts.agents import Baseline, PlannedPulse
+from autarch.contracts.workflows import FixRoundView
 
 from .model import STAGES, Workflow
 from .state import PulseRun
@@ -21,6 +22,7 @@ __all__ = [
     "all_pulses_done",
     "close_reason",
     "current_step",
+    "fixing",
     "needs_driving",
     "next_pulse",
     "preflight_overdue",
@@ -39,13 +41,30 @@ def stage_of_step(step: str) -> str:
     return step if step in STAGES else "execution"
 
 
+def fixing(workflow: Workflow) -> FixRoundView | None:
+    """The fix round being worked on: the latest one while the workflow is back in execution (else None)."""
+    if workflow.stage == "execution" and workflow.fix_rounds:
+        return workflow.fix_rounds[-1]
+    return None
+
+
+def _queue(workflow: Workflow) -> list[PlannedPulse]:
+    """What execution runs now: the open fix round's pulses, one after another, else the planned pulses."""
+    fix_round = fixing(workflow)
+    if fix_round is None:
+        return workflow.pulses
+    return [PlannedPulse(id=p.pulse_id, title=p.title, description=p.title,
+                         expected_changes=[p.file_path] if p.file_path else [], estimated_size="small")
+            for p in fix_round.pulses]
+
+
 def next_pulse(workflow: Workflow) -> PlannedPulse | None:
-    """The first planned pulse whose dependencies succeeded and whose latest run did not (None: none can run)."""
+    """The first pulse to run whose dependencies succeeded and whose latest run did not (None: none can run)."""
     latest: dict[str, PulseRun] = {}
     for run in workflow.runs:
         latest[run.planned_pulse_id] = run
     done = {pid for pid, run in latest.items() if run.status == "succeeded"}
-    for pulse in workflow.pulses:
+    for pulse in _queue(workflow):
         if pulse.id in done:
             continue
         if all(dep in done for dep in pulse.depends_on or []):
@@ -55,7 +74,7 @@ def next_pulse(workflow: Workflow) -> PlannedPulse | None:
 
 def all_pulses_done(workflow: Workflow) -> bool:
     latest = {run.planned_pulse_id: run.status for run in workflow.runs}
-    return all(latest.get(p.id) == "succeeded" for p in workflow.pulses)
+    return all(latest.get(p.id) == "succeeded" for p in _queue(workflow))
 
 
 def current_step(wf: Workflow) -> str | None:

@@ -87,7 +87,12 @@ def register_lifecycle(service: TypedService, orch: WorkflowBook, controls: Work
         return view_of(workflow)
 
     async def request_changes(cmd: RequestChanges) -> WorkflowView:
-        workflow, _ = await orch.change(cmd.workflow_id, lambda wf: wf.request_changes(cmd.feedback))
+        if cmd.fix is False:
+            workflow, _ = await orch.change(cmd.workflow_id, lambda wf: wf.request_changes(cmd.feedback))
+        else:
+            chosen = None if cmd.fix is True else cmd.fix
+            workflow, _ = await orch.change(cmd.workflow_id, lambda wf: wf.request_fix(
+                cmd.feedback, chosen, limit=orch.review_fix_rounds))
         return view_of(workflow)
 
     async def finish_execution(cmd: FinishExecution) -> WorkflowView:

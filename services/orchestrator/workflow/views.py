@@ -21,6 +21,7 @@ from autarch.contracts.events import (
     WorkflowCompleted,
     WorkflowCreated,
     WorkflowError,
+    WorkflowFixRoundOpened,
     WorkflowHalted,
     WorkflowNoteTaken,
     WorkflowResumed,
@@ -29,7 +30,7 @@ from autarch.contracts.events import (
     WorkflowStageChanged,
 )
 from autarch.contracts.execution import HaltView
-from autarch.contracts.workflows import WorkflowView
+from autarch.contracts.workflows import FixPulseView, WorkflowView
 
 from .model import Workflow
 from .state import Halt
@@ -52,7 +53,10 @@ def to_contract(domain_event: DomainEvent) -> Event | None:
     if isinstance(e, Workflow.Completed):
         return WorkflowCompleted(**base, recommendation=e.recommendation)
     if isinstance(e, Workflow.ChangesRequested):
-        return WorkflowChangesRequested(**base, stage=e.stage, feedback=e.feedback)
+        return WorkflowChangesRequested(**base, stage=e.stage, feedback=e.feedback, fix=getattr(e, "fix", False))
+    if isinstance(e, Workflow.FixRoundOpened):
+        return WorkflowFixRoundOpened(**base, round=e.number, feedback=e.feedback, comment_ids=e.comment_ids,
+                                      pulses=msgspec.convert(e.pulses, list[FixPulseView]))
     if isinstance(e, Workflow.PlanBounced):
         # The check, not the user, sent the plan back: its feedback names each bounced bead and its gaps.
         return WorkflowChangesRequested(**base, stage="planning", feedback=e.feedback)
@@ -85,7 +89,7 @@ def _execution_contract(e: DomainEvent, base: dict[str, Any]) -> Event | None:
         run = e.run
         return PulseStarted(**base, pulse_id=run["id"], planned_pulse_id=run["planned_pulse_id"],
                             attempt=run["attempt"], title=run["title"], pulse_branch=run["pulse_branch"],
-                            base_commit=run["base_commit"])
+                            base_commit=run["base_commit"], fix_round=run.get("fix_round"))
     if isinstance(e, Workflow.PulseCompletionRejected):
         return PulseCompletionRejected(**base, pulse_id=e.run_id, rejections=e.rejections, failures=e.failures,
                                        escape_hatch=e.escape_hatch)
@@ -129,7 +133,9 @@ def view_of(workflow: Workflow) -> WorkflowView:
         branch=workflow.execution.branch if workflow.execution else None,
         worktree_path=None if not workflow.execution or workflow.worktree_removed
         else workflow.execution.worktree_path,
-        pulses_succeeded=sum(1 for r in workflow.runs if r.status == "succeeded"),
+        # The plan's pulses, as ``pulses_count`` counts them (a fix round's are in the artifacts' pulse runs).
+        pulses_succeeded=sum(1 for r in workflow.runs if r.status == "succeeded" and r.fix_round is None),
         current_pulse=running.id if (running := workflow.running_run()) is not None else None,
         sessions={step: s.session_id for step, s in workflow.sessions.items()},
+        fix_rounds=len(workflow.fix_rounds),
     )
