@@ -235,6 +235,16 @@ class ToolsSettings(CommonSettings, kw_only=True):
     """More directories agent commands may write in, e.g. a shared build cache (env: comma-separated)."""
     sandbox_env: tuple[str, ...] = ()
     """More environment variable names agent commands inherit (env: comma-separated)."""
+    sandbox_memory_mib: int = 8192
+    """Memory one agent command may use, all its processes together (MiB; 0: no limit)."""
+    sandbox_processes: int = 4096
+    """Processes and threads one agent command may have at once (0: no limit)."""
+    sandbox_file_size_mib: int = 4096
+    """Size of any one file an agent command writes (MiB; 0: no limit)."""
+    sandbox_write_mib: int = 8192
+    """Bytes one agent command may write to files in total (MiB; 0: no limit)."""
+    sandbox_cpu_seconds: int = 1800
+    """CPU time one agent command may use, all its processes together (seconds; 0: no limit)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -245,6 +255,10 @@ class ToolsSettings(CommonSettings, kw_only=True):
         bad_ports = [port for port in self.sandbox_network_ports if not 0 < port < 65536]
         if bad_ports:
             raise SettingsError(f"sandbox_network_ports must be between 1 and 65535, got {bad_ports}")
+        for name in ("sandbox_memory_mib", "sandbox_processes", "sandbox_file_size_mib", "sandbox_write_mib",
+                     "sandbox_cpu_seconds"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name} must be 0 (no limit) or more, got {getattr(self, name)}")
 
 
 class GitSettings(CommonSettings, kw_only=True):

@@ -29,7 +29,7 @@ from .cancelling import CancelRouter
 from .context import Forwarder, ToolSettings
 from .executor import ToolExecutor
 from .grep_pool import GrepEngine
-from .sandbox import SandboxPolicy, capabilities
+from .sandbox import MIB, SandboxLimits, SandboxPolicy, capabilities
 from .sensitivity import Redactor, platform_secret_values
 from .store import SessionStore
 
@@ -50,6 +50,13 @@ def sandbox_policy(settings: ToolsSettings) -> SandboxPolicy:
         write_paths=settings.sandbox_write_paths,
         env=settings.sandbox_env,
         data_dir=str(settings.data_path),
+        limits=SandboxLimits(
+            memory=settings.sandbox_memory_mib * MIB,
+            processes=settings.sandbox_processes,
+            file_size=settings.sandbox_file_size_mib * MIB,
+            write=settings.sandbox_write_mib * MIB,
+            cpu=settings.sandbox_cpu_seconds,
+        ),
     )
 
 
@@ -110,6 +117,14 @@ async def start(nc: Client, settings: ToolsSettings) -> Callable[[], Awaitable[N
         caps = capabilities()
         log.info("agent commands confined (Landlock ABI %d, user/PID/mount/network namespaces)",
                  caps.landlock_abi)
+    if settings.sandbox != "off":
+        # Started now, from this (the loop's) thread, whose end would take it down: not at the first command.
+        held = await executor.launcher.limits()
+        if held:
+            log.info("agent commands' resource limits held by: %s",
+                     "; ".join(f"{name}: {how}" for name, how in held.items()))
+        else:
+            log.warning("the sandbox's launch server did not start; shell commands will fail until it does")
     await asyncio.to_thread(executor.store.prune, older_than=time.time() - _KEEP_SESSIONS_SECONDS)
     await asyncio.to_thread(executor.engine.start)
     router = CancelRouter(executor, nc)
