@@ -232,8 +232,12 @@ class Cgroup:
         self.v2 = layout.v2
         self.dirs = {controller: os.path.join(parent, name) for controller, parent in layout.dirs.items()}
         self._applied: dict[str, int] = {}
-        for directory in set(self.dirs.values()):
-            os.mkdir(directory)
+        try:
+            for directory in sorted(set(self.dirs.values())):
+                os.mkdir(directory)
+        except OSError:
+            self.remove()
+            raise
 
     @property
     def controllers(self) -> set[str]:

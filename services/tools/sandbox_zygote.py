@@ -77,11 +77,9 @@ class Job:
 
     @property
     def polled(self) -> bool:
-        """Whether any of its limits needs measuring while it runs."""
-        held = self.cgroup.controllers if self.cgroup else set()
-        return bool(self.limits["write"] or self.limits["cpu"]
-                    or (self.limits["memory"] and "memory" not in held)
-                    or (self.limits["processes"] and "pids" not in held))
+        """Whether any of its limits needs a look while it runs (a cgroup's too: its counters say when the kernel
+        killed a process for memory or refused a fork; only the file size limit stops a writer by itself)."""
+        return any(self.limits[name] for name in ("memory", "processes", "write", "cpu"))
 
 
 class Spare:
@@ -435,21 +433,40 @@ class Server:
         job.killed_at = time.monotonic()
         init = self.init_of(job)
         if init is not None and job.init_pidfd is None:
-            try:
-                job.init_pidfd = os.pidfd_open(init)
+            job.init_pidfd = self.pidfd_of_child(init, parent=job.pid)
+            if job.init_pidfd is not None:
                 self.register(job.init_pidfd, "init", job)
-            except OSError:
-                job.init_pidfd = None
-        for target in (lambda: os.killpg(job.pid, signal.SIGKILL), lambda: init and os.kill(init, signal.SIGKILL)):
+        try:
+            os.killpg(job.pid, signal.SIGKILL)  # the launcher (our child, not reaped: its number is its own)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if job.init_pidfd is not None:
             try:
-                target()
-            except (ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(job.init_pidfd, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
                 pass
         if job.cgroup:
             try:
                 job.cgroup.kill()
             except OSError:
                 pass
+
+    @staticmethod
+    def pidfd_of_child(pid: int, *, parent: int) -> int | None:
+        """A pidfd of ``pid`` if it is (still) ``parent``'s child: never of a process that took over its number."""
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return None
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+            if int(stat[stat.rfind(b")") + 2:].split()[1]) == parent:
+                return pidfd  # checked after the pidfd was taken: the pidfd is of that very process
+        except (OSError, ValueError, IndexError):
+            pass
+        os.close(pidfd)
+        return None
 
     @staticmethod
     def init_of(job: Job) -> int | None:
