@@ -107,6 +107,8 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
     limit_field = None
     if outcome.timed_out:
         errors.append(f"Command timed out after {timeout:g} seconds")
+    if outcome.lost is not None:
+        errors.append(outcome.lost)
     if outcome.limit is not None:
         sentence, limit_field = limit_report(outcome.limit)
         errors.append(sentence)

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .sandbox import LAUNCH_FAILED, Launch
+from .sandbox import Launch
 from .shell import Capture, LimitHit, ShellOutcome
 
 __all__ = ["LaunchServer"]
@@ -27,6 +27,8 @@ _ANSWER_BYTES = 64 * 1024
 _KILL_WAIT_SECONDS = 15.0
 """How long a killed command may take to be reported gone before the call gives up waiting."""
 _OUTPUT_DRAIN_SECONDS = 2.0
+SERVER_LOST = ("The sandbox's launch server stopped while the command ran, and the command was killed with it: it "
+               "may have done part of its work. Check the current state before running it again")
 
 
 class LaunchServer:
@@ -157,8 +159,7 @@ async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
 async def _answer(loop: asyncio.AbstractEventLoop, channel: socket.socket) -> dict[str, Any]:
     data = await loop.sock_recv(channel, _ANSWER_BYTES)
     if not data:
-        return {"status": LAUNCH_FAILED, "limit": None,
-                "error": "the sandbox's launch server stopped (a command it had started was killed with it)"}
+        return {"status": None, "limit": None, "lost": SERVER_LOST}
     return marshal.loads(data)
 
 
@@ -167,7 +168,7 @@ async def _kill(loop: asyncio.AbstractEventLoop, channel: socket.socket) -> dict
         await loop.sock_sendall(channel, b"kill")
         return await asyncio.wait_for(_answer(loop, channel), _KILL_WAIT_SECONDS)
     except (OSError, TimeoutError):
-        return {"status": None, "limit": None}
+        return {"status": None, "limit": None, "lost": SERVER_LOST}
 
 
 def _drain(loop: asyncio.AbstractEventLoop, fd: int, capture: Capture) -> asyncio.Future[None]:
@@ -218,4 +219,5 @@ def _outcome(answer: dict[str, Any], out: Capture, err: Capture, *, timed_out: b
         stderr=stderr,
         timed_out=timed_out,
         limit=LimitHit(limit["name"], int(limit["value"]), limit["used"], bool(limit["stopped"])) if limit else None,
+        lost=None if timed_out else answer.get("lost"),
     )

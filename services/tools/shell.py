@@ -68,6 +68,8 @@ class ShellOutcome:
     stderr: str
     timed_out: bool
     limit: LimitHit | None = None
+    lost: str | None = None
+    """Why the command's end is not known from the command itself (the launch server stopped under it)."""
 
 
 def effective_timeout(requested: float | None) -> float:

@@ -29,7 +29,7 @@ from autarch.services.tools.commands import limit_report
 from autarch.services.tools.service import start
 from autarch.services.tools.shell import LimitHit
 
-from .helpers import Tools, wait_gone
+from .helpers import Tools, processes_with, wait_gone
 from .test_sandbox import Layout, tools_for
 
 pytestmark = pytest.mark.skipif(
@@ -260,3 +260,23 @@ async def test_the_tools_service_keeps_answering_when_a_command_runs_out_of_memo
         assert not answer.is_error and "still here" in answer.content
     finally:
         await stop()
+
+
+async def test_a_launch_server_that_dies_takes_its_commands_with_it_and_is_started_again(layout: Layout):
+    marker = f"7.{time.time_ns() % 10**6:06d}{os.getpid() % 1000}"
+    for tools in tools_for(layout):
+        await still_answers(tools)
+        server = tools.executor.launcher.pid
+        call = asyncio.create_task(sh(tools, f"(setsid sleep {marker} &); sleep {marker}; echo never"))
+        while not processes_with(marker):
+            assert not call.done(), call.result()
+            await asyncio.sleep(0.02)
+        os.kill(server, signal.SIGKILL)
+        value = await asyncio.wait_for(call, 30)
+        assert value["success"] is False and "never" not in value.get("stdout", ""), value
+        assert value["error"] == ("The sandbox's launch server stopped while the command ran, and the command was "
+                                  "killed with it: it may have done part of its work. Check the current state "
+                                  "before running it again")
+        assert not wait_gone(marker)  # the launcher, the init and the command (setsid or not) died with it
+        await still_answers(tools)
+        assert tools.executor.launcher.pid not in (None, server)
