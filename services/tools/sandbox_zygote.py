@@ -13,13 +13,15 @@ Protocol, over ``SOCK_SEQPACKET`` unix sockets (one message per packet, ``marsha
   bubblewrap), with three descriptors: the command's own socket, its stdout and its stderr.
 - on the command's socket the tools service may send ``b"kill"`` (a timeout, a cancel); when it closes its
   end, the command is killed too. The server answers once, when every process of the command has ended:
-  ``{"status": code, "limit": None or {"name", "value", "stopped"}}`` (``code`` is 128 + N for signal N; 125
-  with an ``autarch-sandbox:`` line on stderr when the sandbox could not be set up).
+  ``{"status": code, "limit": None or {"name", "value", "used", "stopped"}}`` (``code`` is 128 + N for signal N;
+  125 with an ``autarch-sandbox:`` line on stderr when the sandbox could not be set up, or with ``"error"`` when
+  the server could not even start it).
 
 Joining a cgroup costs the joiner an RCU grace period (5-15 ms on a loaded machine), and each new process
-waits for a CPU, so the server keeps one *spare* launcher ready: forked, in its cgroup, its namespaces made and
-its init waiting; the next command of the same shape is handed to that init, which only mounts, forks the
-command and confines it. A new spare is made once a command has been answered (off the path of the next one).
+waits for a CPU, so the server keeps one *spare* launcher ready: forked, in its cgroup, its namespaces made, its
+init and the command's own process waiting; the next command of the same shape (namespaces, network, cgroups) is
+sent to that process, which only does its mounts, limits and Landlock rules and executes the command. A new spare
+is made once the server is idle, or a second after the last command started (off the path of the next one).
 
 Every command runs in cgroups of its own where this machine lets the service make them (reused between
 commands), and the server polls each running command's use of its limits (:mod:`.sandbox_limits`) every
