@@ -348,6 +348,7 @@ class Server:
         os.setpgid(0, 0)
         sandbox_launch._die_with_parent(server)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # ignored by the server; an ignored signal survives execve
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null if stdout < 0 else stdout, 1)
@@ -643,6 +644,9 @@ def main() -> None:
     if os.getppid() != int(sys.argv[2]):
         sys.exit(0)
     signal.signal(signal.SIGTERM, _stop)
+    # A ^C at the terminal reaches the whole foreground process group, this server too: the tools service decides
+    # when it stops (it closes the control socket), and its death would stop this server anyway.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = Server(control)
     try:
         server.serve()
