@@ -11,13 +11,15 @@ double the launcher's start-up). The process tree:
   server, or, started on its own, whoever started it) joins the command's cgroups (:mod:`.sandbox_limits`),
   creates a user namespace with a PID, a mount and — when the network is off — a network namespace, and forks
 - an init (PID 1 of the new PID namespace): it makes the mounts private, mounts a fresh ``/proc`` (so no
-  process outside is even visible), gives ``/dev/shm`` a private tmpfs, brings up loopback, and forks
+  process outside is even visible), gives ``/dev/shm`` a private tmpfs, brings up loopback, and forks (then,
+  with a private network, starts a preflight command's forwarder to the registry proxy, :mod:`.egress_forward`,
+  when the command's process hands it the forwarder's listener, and reaps)
 - the command's process: it hides ``/run`` and ``/tmp`` under empty tmpfs (bringing back only the allowed paths
   beneath them), makes the repository's git directory read-only and non-executable, bounds the namespace's PIDs
-  where no cgroup counts processes, starts a preflight command's forwarder to the registry proxy
-  (:mod:`.egress_forward`, which the init adopts), lowers its resource limits, confines itself with Landlock to
-  the rules of the spec, gives SIGPIPE and SIGXFSZ back their default action (Python ignores both, and an ignored
-  signal stays ignored across ``execve``), and ``execve``-s the command.
+  where no cgroup counts processes, opens a preflight command's listener for the forwarder and hands it to the
+  init, lowers its resource limits, confines itself with Landlock to the rules of the spec, gives SIGPIPE and
+  SIGXFSZ back their default action (Python ignores both, and an ignored signal stays ignored across
+  ``execve``), and ``execve``-s the command.
 
 All of that up to the command's own part needs no command: the launch server makes a *spare* launcher this far
 ahead of time, whose command's process waits for the spec (:func:`run_launcher`'s ``command``).
@@ -29,13 +31,15 @@ the command's status (128 + N for signal N); a failure of its own is exit code 1
 line on stderr.
 
 What the init sets up for every command is :func:`_prepare_namespace`, one step after another. What depends on
-the command is :func:`_prepare_for`; a step there that must serve the command while it runs (the forwarder)
-forks a process of its own that the init adopts, which the kernel ends with the namespace.
+the command is :func:`_prepare_for`; a process that must serve the command while it runs (the forwarder) is
+forked by the init on what the command's process hands it (:func:`_start_forwarder`), so the command does not
+wait for that fork, and the kernel ends it with the namespace.
 """
 
 from __future__ import annotations
 
 import _signal  # the C module: ``signal`` would cost enum's start-up
+import _socket  # likewise: ``socket`` would cost enum's and selectors' start-up
 import ctypes
 import marshal
 import os
@@ -172,10 +176,10 @@ def _prepare_namespace(private_network: bool) -> None:
         _loopback_up()
 
 
-def _prepare_for(spec: dict, held: set[str]) -> None:
+def _prepare_for(spec: dict, held: set[str], init: _socket.socket | None) -> None:
     """What depends on the command (in its own process, before it is confined): the paths brought back into
     the hidden directories, the read-only git directory, the namespace's PID cap, and a preflight command's
-    forwarder to the registry proxy."""
+    listener for the registry forwarder, handed to the init (``init``: the channel to it)."""
     for directory in spec.get("hidden", []):
         if os.path.isdir(directory) and not os.path.islink(directory):
             _hide(directory, [path for path, _ in spec["rules"]])
@@ -183,12 +187,12 @@ def _prepare_for(spec: dict, held: set[str]) -> None:
         if os.path.isdir(path):
             _read_only(path)
     _bound_pids(spec, held)
-    if spec.get("egress"):
+    if spec.get("egress") and init is not None:
         # After the hiding (the proxy's directory is among the paths brought back), before the limits and
-        # Landlock, which are the command's own; the forwarder is adopted by the init (see egress_forward).
+        # Landlock, which are the command's own.
         import egress_forward  # the sibling module; the launch server has it imported already
 
-        egress_forward.start(spec["egress"])
+        egress_forward.hand_over(spec["egress"], init)
 
 
 def _confine(spec: dict) -> None:
@@ -208,11 +212,13 @@ def _fail(exc: Exception) -> None:
     os._exit(LAUNCH_FAILED)
 
 
-def _exec_command(spec: dict, env: dict[str, str], held: set[str]) -> None:
-    """In the process that becomes the command: its mounts and resource limits, confinement, then the command."""
+def _exec_command(spec: dict, env: dict[str, str], held: set[str], init: _socket.socket | None = None) -> None:
+    """In the process that becomes the command: its mounts and resource limits, confinement, then the command
+    (whose ``execve`` closes ``init``, the channel to the namespace's init, which then knows it has nothing to
+    start)."""
     try:
         if spec.get("namespaces"):
-            _prepare_for(spec, held)
+            _prepare_for(spec, held, init)
         limits = sandbox_limits.rlimits(spec.get("limits") or {}, held, own_user_namespace=bool(spec.get("namespaces")))
         sandbox_limits.set_rlimits(limits)
         os.chdir(spec["cwd"])
@@ -235,20 +241,51 @@ Command = tuple[dict, dict, set]
 """What a launcher runs: the spec, the environment, and the controllers whose cgroup holds a limit."""
 
 
+def _start_forwarder(channel: _socket.socket) -> None:
+    """In the init, until the command's process is executed (or gone): if it hands over a listener (a preflight
+    command's, :func:`egress_forward.hand_over`), fork the forwarder on it, a child of the init.
+
+    The command's process only listens and sends; the fork is the init's, so the command never waits for it.
+    """
+    try:
+        data, ancillary, _, _ = channel.recvmsg(4096, _socket.CMSG_SPACE(4), _socket.MSG_CMSG_CLOEXEC)
+    except OSError:
+        return
+    finally:
+        channel.close()
+    fds = [int.from_bytes(payload[:4], sys.byteorder) for level, kind, payload in ancillary
+           if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS]
+    if not data or len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        return
+    import egress_forward  # the sibling module; the launch server has it imported already
+
+    egress_forward.fork_forwarder(fds[0], data.decode())
+
+
 def _run_as_init(private_network: bool, command: Callable[[], Command]) -> None:
-    """PID 1 of the namespace: prepare it, fork the command, reap orphans, exit with the command."""
+    """PID 1 of the namespace: prepare it, fork the command, start what it asks for, reap orphans, exit with the
+    command."""
     _libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     try:
         _prepare_namespace(private_network)
+        # Only a private network has a forwarder to the registry proxy (sandbox_network gives no proxy).
+        channel = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET) if private_network else None
     except (OSError, SandboxFailure) as exc:
         _fail(exc)
     child = os.fork()
     if child == 0:
+        if channel is not None:
+            channel[0].close()
         try:
             spec, env, held = command()
         except (OSError, ValueError) as exc:
             _fail(exc)
-        _exec_command(spec, env, held)
+        _exec_command(spec, env, held, channel[1] if channel is not None else None)
+    if channel is not None:
+        channel[1].close()
+        _start_forwarder(channel[0])
     while True:
         try:
             pid, status = os.waitpid(-1, 0)

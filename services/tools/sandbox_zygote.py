@@ -22,9 +22,9 @@ waits for a CPU, so the server keeps one *spare* launcher ready: forked, in its 
 init and the command's own process waiting; the next command of the same shape (namespaces, network, cgroups) is
 sent to that process, which only does its mounts, limits and Landlock rules and executes the command. A new spare
 is made once the server is idle, or a second after the last command started (off the path of the next one).
-A preflight command's forwarder to the registry proxy (:mod:`.egress_forward`) is started by that process too,
-from its spec: a spare holds nothing of any command, so one made after a preflight command serves a pulse's just
-as well (no shape of its own), and reaches no proxy.
+A preflight command's forwarder to the registry proxy (:mod:`.egress_forward`) is forked by the spare's init on
+the listener that process hands it once the spec is there: a spare holds nothing of any command, so one made
+after a preflight command serves a pulse's just as well (no shape of its own), and reaches no proxy.
 
 Every command runs in cgroups of its own where this machine lets the service make them (reused between
 commands), and the server polls each running command's use of its limits (:mod:`.sandbox_limits`) every

@@ -69,7 +69,7 @@ async def test_the_forwarder_is_the_inits_child_and_ends_with_the_command(tools:
     )}, role="preflight")
     assert value["exit_code"] == 0, value
     namespace, children, *others, fetched = value["stdout"].splitlines()
-    # One process beside the init and the shell: the forwarder, adopted by the init, not the shell's child.
+    # One process beside the init and the shell: the forwarder, a child of the init, not of the shell.
     assert children == "shell children: []", value
     assert len(others) == 1 and others[0].startswith("other: ") and others[0].endswith(" 1"), value
     assert fetched == "served by the registry"
