@@ -287,6 +287,16 @@ class ToolsSettings(CommonSettings, kw_only=True):
     """``name=address`` pairs the registry proxy uses instead of DNS, like ``curl --resolve`` (a mirror on an
     internal address, say); only such a name, or ``localhost``, may lead to a loopback address (env:
     comma-separated)."""
+    sandbox_memory_mib: int = 8192
+    """Memory one agent command may use, all its processes together (MiB; 0: no limit)."""
+    sandbox_processes: int = 4096
+    """Processes and threads one agent command may have at once (0: no limit)."""
+    sandbox_file_size_mib: int = 4096
+    """Size of any one file an agent command writes (MiB; 0: no limit)."""
+    sandbox_write_mib: int = 8192
+    """Bytes one agent command may write to files in total (MiB; 0: no limit)."""
+    sandbox_cpu_seconds: int = 1800
+    """CPU time one agent command may use, all its processes together (seconds; 0: no limit)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -305,6 +315,10 @@ class ToolsSettings(CommonSettings, kw_only=True):
         if bad_pairs:
             raise SettingsError(f"sandbox_registry_resolve takes name=address pairs like "
                                 f"mirror.internal=10.0.0.5, got {bad_pairs}")
+        for name in ("sandbox_memory_mib", "sandbox_processes", "sandbox_file_size_mib", "sandbox_write_mib",
+                     "sandbox_cpu_seconds"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name} must be 0 (no limit) or more, got {getattr(self, name)}")
 
 
 class GitSettings(CommonSettings, kw_only=True):

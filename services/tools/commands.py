@@ -1,6 +1,9 @@
 """The ``shell`` tool, in its pulsing and preflight variants.
 
-Every command runs in the sandbox of :mod:`.sandbox` (or is refused with the reason where none exists).
+Every command runs in the sandbox of :mod:`.sandbox` (or is refused with the reason where none exists), started
+by the executor's launch server (:mod:`.sandbox_client`); a command stopped at one of the sandbox's resource
+limits fails with a sentence naming the limit, its value and the setting that raises it, and a ``limit`` field
+(``{"name", "value", "unit", "setting"}``) beside the seed's fields.
 Output is redacted before it is truncated (a secret cut in half would no longer be recognised),
 with the values found in the worktree's sensitive files added to the redactor: a command is not
 confined by the path checks (the worktree is all its own), so ``cat .env`` must still not leak ``.env``'s
@@ -21,11 +24,41 @@ from .context import ToolContext
 from .egress import CommandNetwork, command_network
 from .gitstate import GitStateError, changed_tracked_files, tracked_state
 from .lease_guard import ShellLeaseGuard
-from .sandbox import LAUNCH_FAILED, Launch, SandboxUnavailable, prepare_launch, sandbox_environment
+from .sandbox import LAUNCH_FAILED, MIB, Launch, SandboxUnavailable, prepare_launch, sandbox_environment
 from .sensitivity import worktree_secret_values
-from .shell import effective_timeout, run_command, truncate_output
+from .shell import LimitHit, ShellOutcome, effective_timeout, run_command, truncate_output
 
-__all__ = ["shell"]
+__all__ = ["limit_report", "shell"]
+
+_LIMITS = {
+    # name: (setting, unit, bytes per unit, what it bounds)
+    "memory": ("sandbox_memory_mib", "MiB", MIB, "memory limit"),
+    "processes": ("sandbox_processes", "processes and threads", 1, "limit"),
+    "file_size": ("sandbox_file_size_mib", "MiB", MIB, "file size limit"),
+    "write": ("sandbox_write_mib", "MiB", MIB, "limit on bytes written to files"),
+    "cpu": ("sandbox_cpu_seconds", "seconds", 1, "CPU time limit"),
+}
+
+
+def limit_report(hit: LimitHit) -> tuple[str, dict[str, Any]]:
+    """The sentence and the ``limit`` field of a result whose command reached ``hit``."""
+    setting, unit, scale, what = _LIMITS[hit.name]
+    value = hit.value // scale if hit.value % scale == 0 else round(hit.value / scale, 2)
+    field = {"name": hit.name, "value": value, "unit": unit, "setting": setting}
+    limit = f"the sandbox's {what} of {value} {unit} (setting {setting})"
+    if hit.name == "file_size":
+        return (f"A process of the command was killed (SIGXFSZ) for writing a file past {limit}; the file was cut "
+                "at the limit", field)
+    # Memory and processes are held by the kernel itself (an OOM kill, a refused fork), whenever it is noticed.
+    if hit.name == "memory":
+        return f"Command stopped: its processes reached {limit}", field
+    if hit.name == "processes":
+        return f"Command stopped: it reached {limit}", field
+    used = f"it wrote {hit.used / MIB:.0f} MiB to files" if hit.name == "write" else \
+        f"its processes used {hit.used:g} s of CPU time"
+    if not hit.stopped:
+        return f"Command exceeded {limit}: {used} before it ended by itself", field
+    return f"Command stopped: {used}, past {limit}", field
 
 
 async def shell(ctx: ToolContext, args: ShellArgs) -> Any:
@@ -62,8 +95,7 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
         if refused is not None:
             return {"success": False, "error": refused}
     try:
-        outcome = await run_command(launch.argv, cwd=root, timeout=timeout, env=launch.env,
-                                    own_session=launch.own_session)
+        outcome = await _execute(ctx, launch, timeout=timeout)
     except OSError as exc:
         return {"success": False, "error": f"Could not start the command: {exc.strerror or exc}"}
     except asyncio.CancelledError:
@@ -80,8 +112,14 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
     stdout = truncate_output(redactor.redact(outcome.stdout), limit)
     stderr = truncate_output(redactor.redact(outcome.stderr), limit)
     errors = []
+    limit_field = None
     if outcome.timed_out:
         errors.append(f"Command timed out after {timeout:g} seconds")
+    if outcome.lost is not None:
+        errors.append(outcome.lost)
+    if outcome.limit is not None:
+        sentence, limit_field = limit_report(outcome.limit)
+        errors.append(sentence)
     if before is not None:
         try:
             changed = changed_tracked_files(before, await tracked_state(root, env=git_env))
@@ -94,6 +132,8 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
         errors.append(leased.pop("error"))
     if errors:
         result: dict[str, Any] = {"success": False, "error": "; ".join(errors), **(leased or {})}
+        if limit_field is not None:
+            result["limit"] = limit_field
         if outcome.exit_code is not None:
             result["exit_code"] = outcome.exit_code
         result.update(stdout=stdout, stderr=stderr)
@@ -104,3 +144,10 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
     if note:
         result["sandbox"] = note
     return result
+
+
+async def _execute(ctx: ToolContext, launch: Launch, *, timeout: float) -> ShellOutcome:
+    if launch.confined and ctx.launcher is not None:
+        return await ctx.launcher.run(launch, timeout=timeout)
+    return await run_command(launch.argv, cwd=launch.cwd or ctx.worktree.root, timeout=timeout, env=launch.env,
+                             own_session=launch.own_session)

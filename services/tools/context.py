@@ -20,6 +20,7 @@ from .egress import EgressPolicy
 from .grep_pool import GrepEngine
 from .paths import Worktree
 from .sandbox import SandboxPolicy
+from .sandbox_client import LaunchServer
 from .sensitivity import Redactor
 from .store import SessionStore
 
@@ -88,6 +89,8 @@ class ToolContext:
     settings: ToolSettings
     leases: LeaseTable | None = None
     """The swarm's lease table, checked for calls with a ``lease_holder`` (None: not connected to NATS)."""
+    launcher: LaunchServer | None = None
+    """Starts confined commands (None: each is started by a launcher process of its own)."""
 
     @property
     def idempotency_key(self) -> str:

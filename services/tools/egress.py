@@ -3,9 +3,9 @@
 A preflight command (it installs dependencies) runs, like every agent command, in a network namespace with only
 its own loopback. Unless the user opened the network (``sandbox_network = true``), it reaches the registries
 through a proxy the tools service runs for that one call (:class:`~.egress_proxy.EgressGate`): the sandbox binds
-the gate's socket directory in, the namespace's init starts the forwarder (:mod:`.egress_forward`) on
-``127.0.0.1:`` :data:`PROXY_PORT`, and the command's ``HTTP(S)_PROXY`` variables (and npm's) name it. It also
-gets this machine's pip and npm registry configuration (:mod:`.registries`): their user-level files in its
+the gate's socket directory in, the launcher starts the forwarder (:mod:`.egress_forward`) in the command's
+namespaces on ``127.0.0.1:`` :data:`PROXY_PORT`, and the command's ``HTTP(S)_PROXY`` variables (and npm's) name
+it. It also gets this machine's pip and npm registry configuration (:mod:`.registries`): their user-level files in its
 private ``HOME``, their variables, read access to the local indexes and files they name. A pulse gets none of
 it: no socket is bound into its sandbox, so it has no network at all.
 

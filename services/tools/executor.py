@@ -51,6 +51,7 @@ from .grep_pool import GrepEngine
 from .lease_guard import lease_refusal
 from .paths import PathRefused, Worktree
 from .registry import HANDLERS
+from .sandbox_client import LaunchServer
 from .sensitivity import Redactor
 from .shell import MAX_TIMEOUT_SECONDS
 from .store import SessionStore
@@ -130,8 +131,11 @@ class ToolExecutor:
         self._early_cancels: dict[tuple[str, str], tuple[float, str]] = {}
         self.leases: LeaseTable | None = None
         """Set by the service once connected: the file leases checked for calls with a ``lease_holder``."""
+        self.launcher = LaunchServer()
+        """Starts the confined commands of ``shell`` (its server process starts with the first one)."""
 
     def close(self) -> None:
+        self.launcher.close()
         self.engine.close()
         self.store.close()
 
@@ -174,6 +178,7 @@ class ToolExecutor:
             redactor=self.redactor,
             settings=self.settings,
             leases=self.leases,
+            launcher=self.launcher,
         )
         if tool in MUTATING_TOOLS:
             return await self._once(ctx, args, started)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 
 __all__ = [
     "ACCESS_FS",
@@ -124,6 +125,8 @@ class Ruleset:
         if abi >= 6:
             attr.scoped = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL
             size = 24
+        self._rule = _PathBeneathAttr()  # one struct for every rule: the kernel copies it
+        self._rule_ref = ctypes.byref(self._rule)
         self.fd = _check(
             self._libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)),
             "landlock_create_ruleset",
@@ -140,10 +143,11 @@ class Ruleset:
         except OSError:
             return False
         try:
-            if not os.path.isdir(path):
+            if not stat.S_ISDIR(os.fstat(fd).st_mode):
                 rights &= FILE_RIGHTS
-            rule = _PathBeneathAttr(allowed_access=rights & self.handled, parent_fd=fd)
-            _check(self._libc.syscall(_ADD_RULE, self.fd, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)),
+            self._rule.allowed_access = rights & self.handled
+            self._rule.parent_fd = fd
+            _check(self._libc.syscall(_ADD_RULE, self.fd, _RULE_PATH_BENEATH, self._rule_ref, 0),
                    f"landlock_add_rule({path})")
         finally:
             os.close(fd)

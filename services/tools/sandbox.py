@@ -12,7 +12,11 @@ The policy is an allow-list at every level:
   ``sandbox_network_ports`` only, so the gateway and NATS stay unreachable); a preflight command also reaches
   the package registries through the registry proxy of :mod:`.egress`;
 - processes: a PID namespace whose init ends everything with the command; no signal or ptrace across;
+- resources: memory, processes, file size, bytes written and CPU time, each bounded (:class:`SandboxLimits`,
+  held as :mod:`.sandbox_limits` says);
 - environment: only the variables named in :data:`PASSED_VARIABLES` and ``sandbox_env``.
+
+Commands start through the launch server of :mod:`.sandbox_client` (one warm process forks each launcher).
 
 Where the kernel has no Landlock, bubblewrap (``bwrap``) builds the same allow-list out of mounts; where neither
 exists the shell refuses to run, unless the user set ``sandbox = "off"``.
@@ -41,6 +45,7 @@ __all__ = [
     "PASSED_VARIABLES",
     "Capabilities",
     "Launch",
+    "SandboxLimits",
     "SandboxPolicy",
     "SandboxUnavailable",
     "capabilities",
@@ -79,6 +84,30 @@ class SandboxUnavailable(Exception):
     """The command cannot run confined; the message says why and what the user can do."""
 
 
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """What one command may use (0: no limit); the ``sandbox_*`` settings of the same names, in bytes here."""
+
+    memory: int = 8192 * MIB
+    """Memory of all its processes together."""
+    processes: int = 4096
+    """Processes and threads at once."""
+    file_size: int = 4096 * MIB
+    """Size of any one file it writes."""
+    write: int = 8192 * MIB
+    """Bytes it writes to files, in total."""
+    cpu: int = 1800
+    """CPU seconds of all its processes together."""
+
+    def spec(self) -> dict[str, int]:
+        return {"memory": self.memory, "processes": self.processes, "file_size": self.file_size,
+                "write": self.write, "cpu": self.cpu}
+
+
+
 @dataclass(frozen=True)
 class SandboxPolicy:
     """The user's settings for agent commands (``sandbox*`` in :class:`autarch.runtime.settings.ToolsSettings`)."""
@@ -96,6 +125,10 @@ class SandboxPolicy:
     """More environment variable names a command inherits."""
     data_dir: str | None = None
     """Autarch's data dir: must stay out of reach, so no read or write path may contain it."""
+    limits: SandboxLimits = SandboxLimits()
+    cgroups: bool = True
+    """Hold limits by cgroups where this machine lets the service make them; False: by the fallbacks alone (what
+    a machine without cgroup write access gets; for tests)."""
 
 
 @dataclass(frozen=True)
@@ -232,7 +265,12 @@ def sandbox_environment(policy: SandboxPolicy, *, home: str | None, environ: dic
 
 @dataclass
 class Launch:
-    """How to start one command: the argv and environment, and the private temp dir to remove after."""
+    """How to start one command: the argv and environment, and the private temp dir to remove after.
+
+    A confined command goes through the launch server (:mod:`.sandbox_client`): ``spec`` for the launcher, or,
+    under bubblewrap, ``argv`` with ``limits`` and ``cwd``. ``argv`` of a launcher spec also starts the launcher
+    on its own (``python -I -S sandbox_launch.py SPEC``), which is what :func:`capabilities` does.
+    """
 
     argv: list[str]
     env: dict[str, str]
@@ -240,6 +278,14 @@ class Launch:
     own_session: bool = False
     """Start it in a session of its own: only an unconfined command, which has no PID namespace to end what it
     leaves behind (see :mod:`.shell`)."""
+    spec: dict | None = None
+    limits: dict[str, int] | None = None
+    cwd: str | None = None
+    cgroups: bool = True
+
+    @property
+    def confined(self) -> bool:
+        return self.limits is not None
 
     def cleanup(self) -> None:
         if self.temp_dir:
@@ -300,10 +346,13 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str, network: C
         # Where unix sockets live: hidden, since Landlock does not govern connecting to one by path.
         "hidden": list(HIDDEN) if caps.namespaces else [],
     }
+    spec["limits"] = policy.limits.spec()
+    spec["cgroups"] = policy.cgroups
     env = sandbox_environment(policy, home=temp_dir, readable=(*readable, root))
     if network is not None:  # the registries (and their proxy) of a preflight command
         network.apply(spec, env, temp_dir)
-    return Launch([sys.executable, "-I", "-S", _LAUNCHER, encode_spec(spec)], env, temp_dir)
+    return Launch([sys.executable, "-I", "-S", _LAUNCHER, encode_spec(spec)], env, temp_dir, spec=spec,
+                  limits=spec["limits"], cwd=root)
 
 
 def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root: str) -> Launch:
@@ -333,4 +382,5 @@ def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root
         argv += ["--ro-bind", git_dir, git_dir]
     argv += ["--chdir", root, "--", *shell]
     readable = tuple(path for path, _ in rules)
-    return Launch(argv, sandbox_environment(policy, home=temp_dir, readable=(*readable, root)), temp_dir)
+    return Launch(argv, sandbox_environment(policy, home=temp_dir, readable=(*readable, root)), temp_dir,
+                  limits=policy.limits.spec(), cwd=root, cgroups=policy.cgroups)

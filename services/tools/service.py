@@ -32,7 +32,7 @@ from .egress_allow import AllowList
 from .executor import ToolExecutor
 from .grep_pool import GrepEngine
 from .registries import machine_registries
-from .sandbox import SYSTEM_SECRETS, SandboxPolicy, capabilities
+from .sandbox import MIB, SYSTEM_SECRETS, SandboxLimits, SandboxPolicy, capabilities
 from .sensitivity import Redactor, platform_secret_values
 from .store import SessionStore
 
@@ -53,6 +53,13 @@ def sandbox_policy(settings: ToolsSettings) -> SandboxPolicy:
         write_paths=settings.sandbox_write_paths,
         env=settings.sandbox_env,
         data_dir=str(settings.data_path),
+        limits=SandboxLimits(
+            memory=settings.sandbox_memory_mib * MIB,
+            processes=settings.sandbox_processes,
+            file_size=settings.sandbox_file_size_mib * MIB,
+            write=settings.sandbox_write_mib * MIB,
+            cpu=settings.sandbox_cpu_seconds,
+        ),
     )
 
 
@@ -125,6 +132,14 @@ async def start(nc: Client, settings: ToolsSettings) -> Callable[[], Awaitable[N
         caps = capabilities()
         log.info("agent commands confined (Landlock ABI %d, user/PID/mount/network namespaces)",
                  caps.landlock_abi)
+    if settings.sandbox != "off":
+        # Started now, from this (the loop's) thread, whose end would take it down: not at the first command.
+        held = await executor.launcher.limits()
+        if held:
+            log.info("agent commands' resource limits held by: %s",
+                     "; ".join(f"{name}: {how}" for name, how in held.items()))
+        else:
+            log.warning("the sandbox's launch server did not start; shell commands will fail until it does")
     egress = executor.settings.egress
     for problem in egress.registries.problems:
         log.warning("a registry configuration could not be read, preflight will not use it: %s", problem)

@@ -1,6 +1,8 @@
 """Running one command: its own process group, a timeout that kills everything, output captured head and tail.
 
-A confined command (the sandbox launcher of :mod:`.sandbox`, or bubblewrap, running ``bash -c``) starts in the
+A confined command goes through the sandbox's launch server (:mod:`.sandbox_client`, which captures its output
+with :class:`Capture` too); :func:`run_command` starts the rest. A confined command started here (the sandbox
+launcher of :mod:`.sandbox`, or bubblewrap, running ``bash -c``, where no launch server is at hand) starts in the
 worktree as the leader of a new process group; an unconfined one (``sandbox = "off"``) as the leader of a new
 session. When it times out, when its call is cancelled, or when it finishes but left background processes
 behind, every process of its process group *and* of its session is killed with SIGKILL. Inside the sandbox that
@@ -12,8 +14,8 @@ Why a confined command gets no session of its own: with the kernel's autogroup s
 desktop and most server kernels), every new session is a scheduling group of its own that the CPU is shared
 between equally. Twenty commands each in a session of their own would then get twenty shares to the whole
 control plane's handful, and every event, approval and stream would wait behind them; in the tools service's
-session they share its one. The sandbox's PID namespace already ends everything a command starts, which is what
-a session added for an unconfined one.
+session they share its one (the launch server, started by the service, is in its session too). The sandbox's PID
+namespace already ends everything a command starts, which is what a session added for an unconfined one.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "MAX_TIMEOUT_SECONDS",
     "OUTPUT_TRUNCATION_CHARS",
+    "Capture",
+    "LimitHit",
     "ShellOutcome",
     "effective_timeout",
     "run_command",
@@ -44,13 +48,28 @@ _CAPTURE_BYTES = 256 * 1024  # kept from each end of a stream; far more than is 
 
 
 @dataclass(frozen=True)
+class LimitHit:
+    """A resource limit a command reached: its name (``memory``, ``processes``, ``file_size``, ``write``,
+    ``cpu``), its value (bytes, processes or CPU seconds), what was used, and whether the command was stopped for
+    it (False: it ended by itself, over the limit)."""
+
+    name: str
+    value: int
+    used: float
+    stopped: bool
+
+
+@dataclass(frozen=True)
 class ShellOutcome:
-    """What a command did: its exit code (None when it timed out) and its captured output."""
+    """What a command did: its exit code (None when it timed out), its captured output, the limit it reached."""
 
     exit_code: int | None
     stdout: str
     stderr: str
     timed_out: bool
+    limit: LimitHit | None = None
+    lost: str | None = None
+    """Why the command's end is not known from the command itself (the launch server stopped under it)."""
 
 
 def effective_timeout(requested: float | None) -> float:
@@ -70,7 +89,7 @@ def truncate_output(text: str, limit: int = OUTPUT_TRUNCATION_CHARS) -> str:
     return f"{text[:head]}\n... [{omitted} characters omitted] ...\n{text[-tail:]}"
 
 
-class _Capture:
+class Capture:
     """Keeps the head and the tail of a stream without holding all of it."""
 
     def __init__(self) -> None:
@@ -95,7 +114,7 @@ class _Capture:
         return bytes(self.head + middle + self.tail).decode("utf-8", "replace")
 
 
-async def _pump(stream: asyncio.StreamReader, capture: _Capture) -> None:
+async def _pump(stream: asyncio.StreamReader, capture: Capture) -> None:
     while chunk := await stream.read(65536):
         capture.feed(chunk)
 
@@ -187,7 +206,7 @@ async def run_command(
         stderr=subprocess.PIPE,
         **group,
     )
-    out, err = _Capture(), _Capture()
+    out, err = Capture(), Capture()
     pumps = [
         asyncio.ensure_future(_pump(proc.stdout, out)),  # type: ignore[arg-type]
         asyncio.ensure_future(_pump(proc.stderr, err)),  # type: ignore[arg-type]
