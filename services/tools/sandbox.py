@@ -33,12 +33,9 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import landlock
-
-if TYPE_CHECKING:
-    from .egress import CommandNetwork
 
 __all__ = [
     "LAUNCH_FAILED",
@@ -78,6 +75,16 @@ HIDDEN = ("/run", "/tmp", "/var/tmp")
 _DEVICE_RW = landlock.ACCESS_FS["read_file"] | landlock.ACCESS_FS["write_file"] | landlock.ACCESS_FS["truncate"] \
     | landlock.ACCESS_FS["ioctl_dev"]
 _ALL = (1 << 16) - 1  # masked by the kernel's ABI in the launcher's Ruleset
+
+
+class NetworkAmendment(Protocol):
+    """What a command's way out adds to its launch (preflight's registry proxy, :mod:`.egress`).
+
+    A protocol rather than the class itself: :mod:`.egress` builds on this module, not the other way round.
+    """
+
+    def apply(self, spec: dict, env: dict[str, str], temp_dir: str) -> None:
+        """Add its rules and spec keys to ``spec`` and its variables to ``env``."""
 
 
 class SandboxUnavailable(Exception):
@@ -292,7 +299,8 @@ class Launch:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def prepare_launch(policy: SandboxPolicy, command: str, *, root: str, network: CommandNetwork | None = None) -> Launch:
+def prepare_launch(policy: SandboxPolicy, command: str, *, root: str,
+                   network: NetworkAmendment | None = None) -> Launch:
     """The confined (or, with ``sandbox = "off"``, plain) start of ``bash -c command`` in ``root``.
 
     ``network``: the command's way to the package registries (a preflight command's, :mod:`.egress`), added to
