@@ -39,8 +39,10 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
-from litestar.response import ServerSentEventMessage
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.response.base import ASGIResponse
 from nats.aio.client import Client
 
 from autarch.contracts import subjects
@@ -48,7 +50,11 @@ from autarch.contracts import subjects
 from .fanout import DeltaFeed, Encoded, RecordedFeed, fanout_of, recorded_message
 from .stream_reader import StreamReader
 
-__all__ = ["BATCH", "BUFFER", "LiveEvents", "end_streams_on_signals", "event_stream"]
+if TYPE_CHECKING:
+    from litestar import Litestar, Request
+    from litestar.types import Receive, Scope, Send
+
+__all__ = ["BATCH", "BUFFER", "EventStream", "LiveEvents", "end_streams_on_signals", "event_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +109,7 @@ class LiveEvents:
         self._waiter: asyncio.Future[None] | None = None
         self._failure: BaseException | None = None
         self._stopped = False
+        self._hung_up = False
         self._last_sent = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self.dropped_deltas = 0
@@ -149,6 +156,8 @@ class LiveEvents:
             self._last_sent = loop.time()
             reported = 0
             while True:
+                if self._hung_up:
+                    return
                 if self._stopped:
                     # The client resumes from its last event id once the gateway is back.
                     yield ServerSentEventMessage(data=None, comment="gateway stopping")
@@ -190,6 +199,11 @@ class LiveEvents:
                 stop.cancel()
             if self._timer is not None:
                 self._timer.cancel()
+
+    def hang_up(self) -> None:
+        """The client is gone: :meth:`messages` ends (at once if it waits, else after its current write)."""
+        self._hung_up = True
+        self._wake()
 
     # --- what the shared feeds call ---------------------------------------------------------------------------
 
@@ -300,13 +314,57 @@ class LiveEvents:
         return subjects.deltas(self._workflow, "*") if self._workflow else subjects.DELTAS_ALL
 
 
+class EventStream(ServerSentEvent):
+    """The response of one SSE connection: Litestar's ``ServerSentEvent`` (same headers, same bytes), whose body
+    is written by a loop of our own (see :class:`_EventStreamBody`)."""
+
+    def __init__(self, live: LiveEvents) -> None:
+        super().__init__(b"")
+        self.live = live
+
+    def to_asgi_response(self, app: Litestar | None, request: Request, **kwargs: Any) -> ASGIResponse:
+        return _EventStreamBody(super().to_asgi_response(app, request, **kwargs), self.live)  # type: ignore[return-value]
+
+
+class _EventStreamBody:
+    """Sends the response's start as Litestar would, then each message of the connection in one ASGI send.
+
+    With a thousand clients, every event is a thousand writes, and the cost of each is what a client waits for
+    behind the others: Litestar's streaming body runs each write through two more async iterators and a task
+    group, and its first chunk through a worker thread. This loop does only the send, and notices the client
+    hanging up through ``receive`` (uvicorn answers ``http.disconnect`` once the connection is lost).
+    """
+
+    def __init__(self, response: ASGIResponse, live: LiveEvents) -> None:
+        self._response = response
+        self._live = live
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._response.start_response(send)
+        if not self._response.is_head_response:
+            watcher = asyncio.ensure_future(_until_disconnected(receive))
+            watcher.add_done_callback(lambda _: self._live.hang_up())
+            try:
+                async for message in self._live.messages():
+                    await send({"type": "http.response.body", "body": message.encode(), "more_body": True})
+            finally:
+                watcher.cancel()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await self._response.after_response()
+
+
+async def _until_disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 def event_stream(
     nc: Client, *, workflow: str | None, after: int | None, keepalive: float, deltas: bool = True,
     stopping: asyncio.Event | None = None,
-) -> AsyncIterator[ServerSentEventMessage]:
-    """The SSE messages of one connection (see :class:`LiveEvents`); it ends when ``stopping`` is set."""
-    return LiveEvents(nc, workflow=workflow, after=after, keepalive=keepalive, deltas=deltas,
-                      stopping=stopping).messages()
+) -> EventStream:
+    """The SSE response of one connection (see :class:`LiveEvents`); it ends when ``stopping`` is set."""
+    return EventStream(LiveEvents(nc, workflow=workflow, after=after, keepalive=keepalive, deltas=deltas,
+                                  stopping=stopping))
 
 
 def end_streams_on_signals(stopping: asyncio.Event) -> Callable[[], None]:
