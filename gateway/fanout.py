@@ -27,6 +27,7 @@ from litestar.response import ServerSentEventMessage
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from nats.errors import ConnectionClosedError
 
 from autarch.contracts import subjects
 from autarch.contracts.agents import TurnDelta
@@ -263,7 +264,8 @@ class Fanout:
     """The shared feeds of one NATS connection, by subject."""
 
     def __init__(self, nc: Client) -> None:
-        self._nc = nc
+        # Weakly: the registry below is keyed by the connection, and must not keep a closed one alive.
+        self._nc = weakref.ref(nc)
         self._recorded: dict[str, RecordedFeed] = {}
         self._deltas: dict[str, DeltaFeed] = {}
 
@@ -276,7 +278,7 @@ class Fanout:
         once done (``attach`` hands it events)."""
         feed = self._recorded.get(subject)
         if feed is None:
-            feed = self._recorded[subject] = RecordedFeed(self._nc, subject, self._forget)
+            feed = self._recorded[subject] = RecordedFeed(self._client(), subject, self._forget)
         return await _join(feed, member)
 
     async def join_deltas(self, subject: str, member: Member) -> DeltaFeed:
@@ -284,8 +286,14 @@ class Fanout:
         ``leave`` once done."""
         feed = self._deltas.get(subject)
         if feed is None:
-            feed = self._deltas[subject] = DeltaFeed(self._nc, subject, self._forget)
+            feed = self._deltas[subject] = DeltaFeed(self._client(), subject, self._forget)
         return await _join(feed, member)
+
+    def _client(self) -> Client:
+        nc = self._nc()
+        if nc is None:
+            raise ConnectionClosedError
+        return nc
 
     def _forget(self, feed: RecordedFeed | DeltaFeed) -> None:
         feeds: dict = self._recorded if isinstance(feed, RecordedFeed) else self._deltas
