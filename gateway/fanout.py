@@ -219,7 +219,9 @@ class DeltaFeed:
         try:
             self._sub = await self._nc.subscribe(self.subject, cb=self._on_delta, pending_msgs_limit=_NATS_PENDING)
             # The server has the subscription once it answers a PING sent after it: only then are the deltas
-            # live (nats.py sends the SUB in the background).
+            # live. nats.py queues the SUB for its flusher task but writes flush()'s PING to the socket at once,
+            # ahead of it: yield first, so the flusher (woken by the SUB) puts the SUB on the wire before it.
+            await asyncio.sleep(0)
             await self._nc.flush()
         except Exception as exc:
             self.ready.set_exception(exc)
