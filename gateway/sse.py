@@ -105,6 +105,7 @@ class LiveEvents:
         self._feed: RecordedFeed | None = None
         self._behind = False  # not attached to the shared feed: catching up on its own
         self._catch_up: asyncio.Task[None] | None = None
+        self._reader: StreamReader | None = None  # the catch-up's own consumer, while there is one
         self._room = asyncio.Event()  # set when the client took messages out of the queue
         self._waiter: asyncio.Future[None] | None = None
         self._failure: BaseException | None = None
@@ -142,7 +143,7 @@ class LiveEvents:
                 self.last = self._after
                 self._behind = True
                 mark = recorded.position
-                reader = StreamReader(self._nc, subject=recorded.subject, after=self.last)
+                reader = self._reader = StreamReader(self._nc, subject=recorded.subject, after=self.last)
                 await reader.open()  # failing here fails the request, before anything is sent
                 self._catch_up = asyncio.ensure_future(self._catching_up(reader, mark))
             if self._deltas:
@@ -191,6 +192,8 @@ class LiveEvents:
         finally:
             if self._catch_up is not None:
                 self._catch_up.cancel()
+            if self._reader is not None:
+                self._reader.close()  # a catch-up cancelled before it ran never closed it
             recorded.leave(self)
             if deltas is not None:
                 deltas.leave(self)
@@ -246,7 +249,7 @@ class LiveEvents:
         assert feed is not None
         try:
             if reader is None:
-                reader = StreamReader(self._nc, subject=feed.subject, after=self.last)
+                reader = self._reader = StreamReader(self._nc, subject=feed.subject, after=self.last)
                 await reader.open()
             try:
                 while True:
@@ -255,7 +258,7 @@ class LiveEvents:
                             # Synchronously with the check: the feed hands out nothing in between.
                             self._behind = False
                             feed.attach(self)
-                            self._catch_up = None
+                            self._catch_up = self._reader = None
                             return
                         await self._wait_for_room()
                         continue
@@ -264,7 +267,7 @@ class LiveEvents:
                         await self._wait_for_room()
                         continue
                     mark = feed.position
-                    for msg in await reader.fetch(min(room, BATCH)):
+                    for msg in await reader.fetch(room):
                         self._queue.append(recorded_message(msg))
                         self.last = msg.metadata.sequence.stream
                     if self._queue:
