@@ -34,9 +34,14 @@ from autarch.contracts.agents import TurnDelta
 
 from .stream_reader import StreamReader, in_background
 
-__all__ = ["FOLLOW_BATCH", "DeltaFeed", "Encoded", "Fanout", "Member", "RecordedFeed", "fanout_of", "recorded_message"]
+__all__ = ["CATCH_UPS", "FOLLOW_BATCH", "DeltaFeed", "Encoded", "Fanout", "Member", "RecordedFeed", "fanout_of",
+           "recorded_message"]
 
 log = logging.getLogger(__name__)
+
+CATCH_UPS = 128
+"""Connections of one NATS connection that may read the stream on their own at once (each holds a consumer
+while it does; the server allows a thousand per stream); the others wait their turn."""
 
 FOLLOW_BATCH = 256
 """Events one pull request of a shared feed asks for; the next request goes out when they have come."""
@@ -270,6 +275,8 @@ class Fanout:
         self._nc = weakref.ref(nc)
         self._recorded: dict[str, RecordedFeed] = {}
         self._deltas: dict[str, DeltaFeed] = {}
+        self.catch_ups = asyncio.Semaphore(CATCH_UPS)
+        """Taken by a connection while it reads the stream on its own (see :data:`CATCH_UPS`)."""
 
     def recorded_feeds(self) -> list[RecordedFeed]:
         """The recorded feeds running now."""

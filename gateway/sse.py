@@ -47,7 +47,7 @@ from nats.aio.client import Client
 
 from autarch.contracts import subjects
 
-from .fanout import DeltaFeed, Encoded, RecordedFeed, fanout_of, recorded_message
+from .fanout import DeltaFeed, Encoded, Fanout, RecordedFeed, fanout_of, recorded_message
 from .stream_reader import StreamReader
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ class LiveEvents:
         self._queue: deque[ServerSentEventMessage] = deque()
         self.last = 0
         """The stream sequence of the last recorded event queued for the client (or before its first one)."""
+        self._fanout: Fanout | None = None
         self._feed: RecordedFeed | None = None
         self._behind = False  # not attached to the shared feed: catching up on its own
         self._catch_up: asyncio.Task[None] | None = None
@@ -128,7 +129,7 @@ class LiveEvents:
 
     async def messages(self) -> AsyncIterator[ServerSentEventMessage]:
         """Yield a ``connected`` comment once live, then events, and keep-alives when nothing flows."""
-        fanout = fanout_of(self._nc)
+        fanout = self._fanout = fanout_of(self._nc)
         loop = asyncio.get_running_loop()
         recorded = await fanout.join_recorded(self._recorded_subject(), self)
         deltas: DeltaFeed | None = None
@@ -140,12 +141,11 @@ class LiveEvents:
                 self.last = recorded.position if self._after is None else self._after
                 recorded.attach(self)
             else:
+                # Behind from the start: the events after ``after`` come from its own reading of the stream, so
+                # none recorded from now on can be missed, even before that reading starts.
                 self.last = self._after
                 self._behind = True
-                mark = recorded.position
-                reader = self._reader = StreamReader(self._nc, subject=recorded.subject, after=self.last)
-                await reader.open()  # failing here fails the request, before anything is sent
-                self._catch_up = asyncio.ensure_future(self._catching_up(reader, mark))
+                self._catch_up = asyncio.ensure_future(self._catching_up())
             if self._deltas:
                 deltas = await fanout.join_deltas(self._delta_subject(), self)
                 deltas.attach(self)
@@ -223,7 +223,7 @@ class LiveEvents:
         if feed is None or self._behind:
             return
         self._behind = True
-        self._catch_up = asyncio.ensure_future(self._catching_up(None, feed.position))
+        self._catch_up = asyncio.ensure_future(self._catching_up())
 
     def take_delta(self, message: Encoded) -> None:
         # Behind, the connection keeps room for the recorded events it owes.
@@ -238,42 +238,49 @@ class LiveEvents:
 
     # --- catching up on its own -------------------------------------------------------------------------------
 
-    async def _catching_up(self, reader: StreamReader | None, mark: int) -> None:
+    async def _catching_up(self) -> None:
         """Read the stream after ``last`` with a consumer of our own, as the client makes room, until nothing the
         shared feed handed out is missing; then join the feed.
 
-        ``mark`` is the feed's position when the reader last asked the server: "nothing pending" answered after
-        that, with the feed still there, means every event up to the feed's position is already here.
+        A consumer is held only while reading: at most ``CATCH_UPS`` of them at once per NATS connection (a
+        thousand clients reconnecting after a gateway restart would otherwise meet the server's limit of a
+        thousand consumers per stream), none while the client has no room. ``mark`` is the feed's position
+        when the reader last asked the server: "nothing pending" answered after that, with the feed's position
+        unchanged, means every event up to the position is already here.
         """
         feed = self._feed
         assert feed is not None
+        mark, caught = feed.position, False  # caught: the reader found nothing after ``last``, the feed at ``mark``
         try:
-            if reader is None:
-                reader = self._reader = StreamReader(self._nc, subject=feed.subject, after=self.last)
-                await reader.open()
-            try:
-                while True:
-                    if self.last >= feed.position or (reader.pending == 0 and mark == feed.position):
-                        if len(self._queue) <= self._buffer // 2:
-                            # Synchronously with the check: the feed hands out nothing in between.
-                            self._behind = False
-                            feed.attach(self)
-                            self._catch_up = self._reader = None
-                            return
-                        await self._wait_for_room()
-                        continue
-                    room = self._buffer - len(self._queue)
-                    if room <= 0:
-                        await self._wait_for_room()
-                        continue
+            while True:
+                # Half the buffer free at least: room for what the feed brings once joined, or for a useful batch.
+                while len(self._queue) > self._buffer // 2:
+                    await self._wait_for_room()
+                if self.last >= feed.position or (caught and mark == feed.position):
+                    # Synchronously with the check: the feed hands out nothing in between.
+                    self._behind = False
+                    feed.attach(self)
+                    self._catch_up = None
+                    return
+                async with self._fanout.catch_ups:
                     mark = feed.position
-                    for msg in await reader.fetch(room):
-                        self._queue.append(recorded_message(msg))
-                        self.last = msg.metadata.sequence.stream
-                    if self._queue:
-                        self._wake()
-            finally:
-                reader.close()
+                    reader = self._reader = StreamReader(self._nc, subject=feed.subject, after=self.last)
+                    try:
+                        await reader.open(retry=True)
+                        while True:
+                            caught = reader.pending == 0
+                            room = self._buffer - len(self._queue)
+                            if self.last >= feed.position or (caught and mark == feed.position) or room <= 0:
+                                break  # to join (or to wait for room) without holding a consumer
+                            mark = feed.position
+                            for msg in await reader.fetch(room):
+                                self._queue.append(recorded_message(msg))
+                                self.last = msg.metadata.sequence.stream
+                            if self._queue:
+                                self._wake()
+                    finally:
+                        reader.close()
+                        self._reader = None
         except asyncio.CancelledError:
             raise
         except BaseException as exc:

@@ -82,8 +82,9 @@ class StreamReader:
         """The name of the consumer being read now."""
         return self._name
 
-    async def open(self) -> None:
-        """Subscribe to the replies and create the consumer (once: failing here fails the caller)."""
+    async def open(self, *, retry: bool = False) -> None:
+        """Subscribe to the replies and create the consumer: once (failing here fails the caller), or with
+        ``retry`` until it is made (NATS away, the server's consumer limit reached) or the connection closes."""
         self._inbox = self._nc.new_inbox()
 
         async def put(msg: Msg) -> None:
@@ -91,7 +92,7 @@ class StreamReader:
 
         self._sub = await self._nc.subscribe(f"{self._inbox}.*", cb=put)
         try:
-            await self._create()
+            await (self._recreate() if retry else self._create())
         except BaseException:
             self.close()
             raise
@@ -145,8 +146,9 @@ class StreamReader:
     async def _recreate(self) -> None:
         await retry(self._create, policy=REQUEST_UNAVAILABLE, name=f"event stream consumer for {self.subject}",
                     retry_on=lambda exc: not self._nc.is_closed, log_level=logging.DEBUG)
+        if self._lost:
+            log.info("recreated the consumer of %s after sequence %d", self.subject, self.last)
         self._lost = False
-        log.info("recreated the consumer of %s after sequence %d", self.subject, self.last)
 
     async def _pull(self, batch: int, *, handle: Callable[[Msg], None] | None, linger: bool) -> list[Msg]:
         """One pull request; the events it brought (with ``handle``: handed to it instead, and none returned)."""

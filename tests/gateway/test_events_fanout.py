@@ -21,6 +21,7 @@ from nats.errors import Error as NatsError
 
 from autarch.contracts import subjects
 from autarch.contracts.agents import TurnDelta
+from autarch.gateway.fanout import fanout_of
 from autarch.gateway.sse import LiveEvents
 from autarch.runtime.bus import connect, ensure_event_stream
 from autarch.runtime.natsserver import EmbeddedNats
@@ -190,6 +191,55 @@ async def test_a_slow_client_falls_behind_on_its_own_and_never_delays_a_fast_one
     finally:
         await slow_messages.aclose()  # type: ignore[attr-defined]
         await fast_messages.aclose()  # type: ignore[attr-defined]
+
+
+class CountingSlots(asyncio.Semaphore):
+    """A semaphore that remembers the most slots held at once."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.held = self.most = 0
+
+    async def acquire(self) -> bool:
+        await super().acquire()
+        self.held += 1
+        self.most = max(self.most, self.held)
+        return True
+
+    def release(self) -> None:
+        self.held -= 1
+        super().release()
+
+
+async def test_clients_resuming_at_once_read_the_stream_a_few_at_a_time_and_each_gets_everything(nc: Client):
+    """Each resuming client holds a consumer of its own only while it reads (at most ``CATCH_UPS`` at once: the
+    server allows a thousand consumers per stream), and none while it waits for its reader to make room."""
+    wf = new_id()
+    sequences = [await record(nc, wf, f"note {n}") for n in range(40)]
+    slots = fanout_of(nc).catch_ups = CountingSlots(2)
+    feeds = [LiveEvents(nc, workflow=wf, after=0, keepalive=30, deltas=False, buffer=8) for _ in range(6)]
+    streams = [feed.messages() for feed in feeds]
+
+    async def read_all(messages: AsyncIterator) -> list[int]:
+        assert (await anext(messages)).comment == "connected"
+        got: list[int] = []
+        while len(got) < len(sequences):
+            item = await anext(messages)
+            got += [m.id for m in getattr(item, "messages", [item]) if m.id is not None]
+            await asyncio.sleep(0.001)  # a reader slower than the stream: the buffer (8) fills
+        return got
+
+    try:
+        results = await asyncio.wait_for(asyncio.gather(*(read_all(m) for m in streams)), 30)
+        assert all(got == sequences for got in results)
+        deadline = time.monotonic() + 5
+        while slots.held or any(feed.behind for feed in feeds):  # the last ones join once their reader made room
+            assert time.monotonic() < deadline, (slots.held, [feed.behind for feed in feeds])
+            await asyncio.sleep(0.01)
+        assert slots.most == 2
+    finally:
+        for messages in streams:
+            await messages.aclose()  # type: ignore[attr-defined]
 
 
 async def test_a_client_following_one_workflow_sees_only_that_workflow(gateway: Gateway, nc: Client):
