@@ -64,6 +64,7 @@ from typing import Any
 import httpx
 import msgspec
 import nats
+import nats.js.errors
 from nats.js.api import AckPolicy, ConsumerConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -425,13 +426,25 @@ def _one_run(system: System, clients: int, *, deltas: bool, client_processes: in
         rss_connected = proc_status_mb(system.gateway_pid, "VmRSS")
         cpu_before, load_before = cpu_seconds(system.gateway_pid), load_avg()
         started = time.monotonic()
-        if system.source == "demo":
-            outcome = run_demo_workflow(system, key, timeout=timeout)
-        else:
-            outcome = asyncio.run(run_synthetic_workflow(system.nats_url, workflow_id, **(synthetic or {})))
+        try:
+            if system.source == "demo":
+                outcome = run_demo_workflow(system, key, timeout=timeout)
+            else:
+                outcome = asyncio.run(run_synthetic_workflow(system.nats_url, workflow_id, **(synthetic or {})))
+        except Exception as exc:  # an overwhelmed gateway: what the clients got is still measured
+            outcome = f"failed: {exc}"
         ran = time.monotonic() - started
-        expected = asyncio.run(recorded_events(system.nats_url, workflow_id))
-        seen = crowd.finish(expected[-1][0] if expected else 0)
+        try:
+            expected: list[tuple[int, float, float]] | None = asyncio.run(recorded_events(system.nats_url,
+                                                                                        workflow_id))
+        except nats.js.errors.BadRequestError:  # no consumer left for reading back (today's main, 1,000 clients)
+            expected = None
+        # Without the last sequence to wait for, whatever came within half a minute counts.
+        seen = crowd.finish(expected[-1][0] if expected else (0 if expected == [] else 1 << 62),
+                            timeout=60 if expected is not None else 30)
+        knew_last = expected is not None
+        if expected is None:
+            expected = asyncio.run(recorded_events(system.nats_url, workflow_id))
         rss_after = proc_status_mb(system.gateway_pid, "VmRSS")
     finally:
         crowd.kill()
@@ -454,7 +467,7 @@ def _one_run(system: System, clients: int, *, deltas: bool, client_processes: in
         run["stream_to_last"].append((kernel / 1e9 - stored) * 1000)
         run["to_last_user"].append((user / 1e9 - occurred) * 1000)
     run["every"] = (run["missing"] == 0 and seen["repeats"] == 0 and seen["status_ok"] == clients
-                    and seen["short"] == 0 and all(r == len(expected) for r in seen["received"]))
+                    and (seen["short"] == 0 or not knew_last) and all(r == len(expected) for r in seen["received"]))
     return run
 
 
