@@ -110,26 +110,12 @@ class RecordedFeed:
         self._reader: StreamReader | None = None
         self._on_end = on_end
         self.ended = False
-        self.error: BaseException | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.ensure_future(self._run())
-
-    @property
-    def attached(self) -> int:
-        """Connections the feed hands events to now."""
-        return len(self._attached)
-
-    @property
-    def consumer(self) -> str | None:
-        """The name of the feed's consumer (it changes when the consumer is recreated)."""
-        return self._reader.consumer if self._reader is not None else None
 
     def attach(self, member: Member) -> None:
         """Hand ``member`` every event after ``member.last`` from now on."""
         self._attached[member] = None
-
-    def detach(self, member: Member) -> None:
-        self._attached.pop(member, None)
 
     def join(self, member: Member) -> None:
         self._members[member] = None
@@ -170,7 +156,6 @@ class RecordedFeed:
             member.fell_behind()
 
     def _fail(self, error: BaseException) -> None:
-        self.error = error
         if not self.ready.done():
             self.ready.set_exception(error)
             self.ready.exception()  # retrieved: joiners that gave up meanwhile leave no warning behind
@@ -206,9 +191,6 @@ class DeltaFeed:
 
     def attach(self, member: Member) -> None:
         self._attached[member] = None
-
-    def detach(self, member: Member) -> None:
-        self._attached.pop(member, None)
 
     def join(self, member: Member) -> None:
         self._members[member] = None
@@ -277,10 +259,6 @@ class Fanout:
         self._deltas: dict[str, DeltaFeed] = {}
         self.catch_ups = asyncio.Semaphore(CATCH_UPS)
         """Taken by a connection while it reads the stream on its own (see :data:`CATCH_UPS`)."""
-
-    def recorded_feeds(self) -> list[RecordedFeed]:
-        """The recorded feeds running now."""
-        return list(self._recorded.values())
 
     async def join_recorded(self, subject: str, member: Member) -> RecordedFeed:
         """The running feed of ``subject`` (started if need be), joined by ``member``, who calls ``leave``

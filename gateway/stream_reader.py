@@ -77,11 +77,6 @@ class StreamReader:
         self._requests = 0
         self._closed = False
 
-    @property
-    def consumer(self) -> str | None:
-        """The name of the consumer being read now."""
-        return self._name
-
     async def open(self, *, retry: bool = False) -> None:
         """Subscribe to the replies and create the consumer: once (failing here fails the caller), or with
         ``retry`` until it is made (NATS away, the server's consumer limit reached) or the connection closes."""
