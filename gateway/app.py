@@ -123,9 +123,8 @@ async def events(
     if after is not None:
         # Checked before the stream opens, so a bad resume point is an HTTP 400, not a stream that never speaks.
         check_resume_point(after, last=await _last_sequence(nc_of(state), settings.request_timeout), field=field)
-    stream = event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive,
-                          deltas=deltas, stopping=state.get("stopping"))
-    return ServerSentEvent(stream)
+    return event_stream(nc_of(state), workflow=workflow, after=after, keepalive=settings.sse_keepalive,
+                        deltas=deltas, stopping=state.get("stopping"))
 
 
 async def _last_sequence(nc: Client, timeout: float) -> int:

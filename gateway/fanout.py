@@ -1,0 +1,313 @@
+"""The gateway's shared live feeds: one reading of the event stream, and one delta subscription, per filter.
+
+However many SSE connections follow the same filter (every event, or one workflow's), the gateway reads the
+stream for them once: a :class:`RecordedFeed` follows it with one consumer of its own (a
+:class:`~autarch.gateway.stream_reader.StreamReader`), encodes each event once and hands the same message to
+every connection attached to it; a :class:`DeltaFeed` does the same with one core-NATS subscription to the live
+deltas. A feed starts with its first connection and ends with its last.
+
+A connection joins the recorded feed at a stream sequence ``last`` (the last event it has): at once when it
+wants only new events or already has everything the feed has handed out (``last >= position``), otherwise
+after catching up on its own (see :mod:`autarch.gateway.sse`). From then on the feed hands it each event with
+a sequence above ``last``: the feed itself misses nothing after ``position``, so the connection misses
+nothing and gets nothing twice. A connection whose buffer is full when an event comes is detached and told it
+fell behind: it catches up on its own again, and the feed never waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+import msgspec
+from litestar.response import ServerSentEventMessage
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import ConnectionClosedError
+
+from autarch.contracts import subjects
+from autarch.contracts.agents import TurnDelta
+
+from .stream_reader import StreamReader, in_background
+
+__all__ = ["CATCH_UPS", "FOLLOW_BATCH", "DeltaFeed", "Encoded", "Fanout", "Member", "RecordedFeed", "fanout_of",
+           "recorded_message"]
+
+log = logging.getLogger(__name__)
+
+CATCH_UPS = 128
+"""Connections of one NATS connection that may read the stream on their own at once (each holds a consumer
+while it does; the server allows a thousand per stream); the others wait their turn."""
+
+FOLLOW_BATCH = 256
+"""Events one pull request of a shared feed asks for; the next request goes out when they have come."""
+
+_NATS_PENDING = 65536
+"""Deltas nats.py may hold before the shared delta callback sees them (it drains at once unless the loop is
+starved)."""
+
+_delta_decoder = msgspec.json.Decoder(TurnDelta)
+
+
+class Encoded(ServerSentEventMessage):
+    """A message encoded once, however many connections send it."""
+
+    def __init__(self, *, data: str | None, event: str | None = None, id: int | None = None,
+                 comment: str | None = None) -> None:
+        super().__init__(data=data, event=event, id=id, comment=comment)
+        self._encoded = super().encode()
+
+    def encode(self) -> bytes:
+        return self._encoded
+
+
+def recorded_message(msg: Msg) -> Encoded:
+    """A recorded event as SSE: ``event:`` its seed-003 name, ``id:`` its stream sequence."""
+    event_type = (msg.headers or {}).get("Autarch-Event") or subjects.event_type_from_subject(msg.subject)
+    return Encoded(data=msg.data.decode(), event=event_type, id=msg.metadata.sequence.stream)
+
+
+class Member(Protocol):
+    """What a feed asks of a connection attached to it."""
+
+    last: int
+    """The stream sequence of the last recorded event the connection has (queued or sent)."""
+
+    def take_recorded(self, message: Encoded, sequence: int) -> bool:
+        """Queue a recorded event; False when the buffer is full (nothing queued)."""
+        ...
+
+    def fell_behind(self) -> None:
+        """The feed detached the connection (its buffer was full): it catches up on its own."""
+        ...
+
+    def take_delta(self, message: Encoded) -> None:
+        """Queue a delta, or count it dropped."""
+        ...
+
+    def feed_failed(self, error: BaseException) -> None:
+        """The feed ended for good (the NATS connection closed): the connection ends."""
+        ...
+
+
+class RecordedFeed:
+    """One consumer of the stream filtered on ``subject``, shared by every connection following it.
+
+    ``position`` is the sequence of the last event handed out (at start, the stream's last sequence): every
+    later event of the filter is handed out, in order, after it.
+    """
+
+    def __init__(self, nc: Client, subject: str, on_end: Callable[[RecordedFeed | DeltaFeed], None]) -> None:
+        self._nc = nc
+        self.subject = subject
+        self.position = 0
+        self._members: dict[Member, None] = {}  # joined and not left: attached, or catching up on their own
+        self._attached: dict[Member, None] = {}
+        self._reader: StreamReader | None = None
+        self._on_end = on_end
+        self.ended = False
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.ensure_future(self._run())
+
+    def attach(self, member: Member) -> None:
+        """Hand ``member`` every event after ``member.last`` from now on."""
+        self._attached[member] = None
+
+    def join(self, member: Member) -> None:
+        self._members[member] = None
+
+    def leave(self, member: Member) -> None:
+        """``member`` is gone; the last one ends the feed."""
+        self._attached.pop(member, None)
+        self._members.pop(member, None)
+        if not self._members:
+            self._end()
+
+    async def _run(self) -> None:
+        try:
+            # "New events only" as a sequence, not DeliverPolicy.NEW: the restart point must be known.
+            info = await self._nc.jetstream().stream_info(subjects.EVENTS_STREAM)
+            self.position = info.state.last_seq
+            self._reader = StreamReader(self._nc, subject=self.subject, after=self.position)
+            await self._reader.open()
+            self.ready.set_result(None)
+            await self._reader.follow(self._dispatch, batch=FOLLOW_BATCH)
+        except asyncio.CancelledError:
+            raise  # ended by its last member leaving
+        except Exception as exc:
+            if self.ready.done():
+                log.warning("the shared feed of %s ended: %r", self.subject, exc)
+            self._fail(exc)
+
+    def _dispatch(self, msg: Msg) -> None:
+        sequence = msg.metadata.sequence.stream
+        self.position = sequence
+        message = recorded_message(msg)
+        behind: list[Member] = []
+        for member in self._attached:
+            if sequence > member.last and not member.take_recorded(message, sequence):
+                behind.append(member)
+        for member in behind:
+            del self._attached[member]
+            member.fell_behind()
+
+    def _fail(self, error: BaseException) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(error)
+            self.ready.exception()  # retrieved: joiners that gave up meanwhile leave no warning behind
+        self._end()
+        self._attached.clear()
+        for member in list(self._members):
+            member.feed_failed(error)
+
+    def _end(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self._on_end(self)
+        if not self._task.done() and self._task is not asyncio.current_task():
+            self._task.cancel()
+        if self._reader is not None:
+            self._reader.close()
+
+
+class DeltaFeed:
+    """One core-NATS subscription to the live deltas of ``subject``, shared by every connection that wants them."""
+
+    def __init__(self, nc: Client, subject: str, on_end: Callable[[RecordedFeed | DeltaFeed], None]) -> None:
+        self._nc = nc
+        self.subject = subject
+        self._attached: dict[Member, None] = {}
+        self._members: dict[Member, None] = {}
+        self._sub: Subscription | None = None
+        self._on_end = on_end
+        self.ended = False
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.ensure_future(self._start())
+
+    def attach(self, member: Member) -> None:
+        self._attached[member] = None
+
+    def join(self, member: Member) -> None:
+        self._members[member] = None
+
+    def leave(self, member: Member) -> None:
+        """``member`` is gone; the last one ends the subscription."""
+        self._attached.pop(member, None)
+        self._members.pop(member, None)
+        if not self._members:
+            self._end()
+
+    async def _start(self) -> None:
+        try:
+            self._sub = await self._nc.subscribe(self.subject, cb=self._on_delta, pending_msgs_limit=_NATS_PENDING)
+            # The server has the subscription once it answers a PING sent after it: only then are the deltas
+            # live. nats.py queues the SUB for its flusher task but writes flush()'s PING to the socket at once,
+            # ahead of it: yield first, so the flusher (woken by the SUB) puts the SUB on the wire before it.
+            await asyncio.sleep(0)
+            await self._nc.flush()
+        except Exception as exc:
+            self.ready.set_exception(exc)
+            self.ready.exception()  # retrieved: joiners that gave up meanwhile leave no warning behind
+            self._end()
+            return
+        if self.ended:  # every member left while it started
+            if self._sub is not None:
+                in_background(_unsubscribe(self._sub))
+                self._sub = None
+            return
+        self.ready.set_result(None)
+
+    async def _on_delta(self, msg: Msg) -> None:
+        try:
+            delta = _delta_decoder.decode(msg.data)
+        except msgspec.DecodeError:  # not ours to forward: the subject is shared, the payload is checked
+            log.debug("ignored a malformed delta on %s", msg.subject)
+            return
+        message = Encoded(data=msg.data.decode(), event=delta.type)
+        for member in self._attached:
+            member.take_delta(message)
+
+    def _end(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self._on_end(self)
+        if self._sub is not None:
+            in_background(_unsubscribe(self._sub))
+            self._sub = None
+
+
+async def _unsubscribe(sub: Subscription) -> None:
+    try:
+        await sub.unsubscribe()
+    except Exception:  # the connection may already be closing
+        log.debug("unsubscribe failed", exc_info=True)
+
+
+class Fanout:
+    """The shared feeds of one NATS connection, by subject."""
+
+    def __init__(self, nc: Client) -> None:
+        # Weakly: the registry below is keyed by the connection, and must not keep a closed one alive.
+        self._nc = weakref.ref(nc)
+        self._recorded: dict[str, RecordedFeed] = {}
+        self._deltas: dict[str, DeltaFeed] = {}
+        self.catch_ups = asyncio.Semaphore(CATCH_UPS)
+        """Taken by a connection while it reads the stream on its own (see :data:`CATCH_UPS`)."""
+
+    async def join_recorded(self, subject: str, member: Member) -> RecordedFeed:
+        """The running feed of ``subject`` (started if need be), joined by ``member``, who calls ``leave``
+        once done (``attach`` hands it events)."""
+        feed = self._recorded.get(subject)
+        if feed is None:
+            feed = self._recorded[subject] = RecordedFeed(self._client(), subject, self._forget)
+        return await _join(feed, member)
+
+    async def join_deltas(self, subject: str, member: Member) -> DeltaFeed:
+        """The live delta subscription of ``subject`` (made if need be), joined by ``member``, who calls
+        ``leave`` once done."""
+        feed = self._deltas.get(subject)
+        if feed is None:
+            feed = self._deltas[subject] = DeltaFeed(self._client(), subject, self._forget)
+        return await _join(feed, member)
+
+    def _client(self) -> Client:
+        nc = self._nc()
+        if nc is None:
+            raise ConnectionClosedError
+        return nc
+
+    def _forget(self, feed: RecordedFeed | DeltaFeed) -> None:
+        feeds: dict = self._recorded if isinstance(feed, RecordedFeed) else self._deltas
+        if feeds.get(feed.subject) is feed:
+            del feeds[feed.subject]
+
+
+_Feed = TypeVar("_Feed", RecordedFeed, DeltaFeed)
+
+
+async def _join(feed: _Feed, member: Member) -> _Feed:
+    feed.join(member)
+    try:
+        # Shielded: one joiner giving up must not cancel the start the others wait for.
+        await asyncio.shield(feed.ready)
+    except BaseException:
+        feed.leave(member)
+        raise
+    return feed
+
+
+_fanouts: weakref.WeakKeyDictionary[Client, Fanout] = weakref.WeakKeyDictionary()
+
+
+def fanout_of(nc: Client) -> Fanout:
+    """The shared feeds of ``nc`` (one set per NATS connection, made on first use)."""
+    fanout = _fanouts.get(nc)
+    if fanout is None:
+        fanout = _fanouts[nc] = Fanout(nc)
+    return fanout
