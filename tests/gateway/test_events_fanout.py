@@ -19,12 +19,12 @@ import pytest
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.contracts import subjects
 from autarch.contracts.agents import TurnDelta
 from autarch.gateway.fanout import fanout_of
 from autarch.gateway.sse import LiveEvents
 from autarch.runtime.bus import connect, ensure_event_stream
-from autarch.runtime.natsserver import EmbeddedNats
 from autarch.runtime.settings import Settings
 
 from .conftest import REQUEST_TIMEOUT, Gateway, new_id, serve_gateway
