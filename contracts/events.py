@@ -419,7 +419,8 @@ class LoopEvent(Event, kw_only=True):
 
 
 class LoopStarted(LoopEvent, tag="loop:started", kw_only=True):
-    """A loop session was created; its first iteration starts."""
+    """A loop session was accepted (status ``pending``): its branch exists and its first iteration is being
+    prepared; that iteration's ``loop:iteration_started`` makes it ``running``."""
 
     project_name: str
     project_path: str

@@ -16,7 +16,8 @@ def new_session(max_iterations: int = 3) -> LoopSession:
                        max_iterations=max_iterations, anchor_turn_id=None, branch_name="autarch/loop-x",
                        base_branch="main", context_strategy="prefetch",
                        notify=[{"kind": "webhook", "url": "http://127.0.0.1:9/h"}], created_by="api", script=None,
-                       created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None)
+                       created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None,
+                       status="pending")
 
 
 def run_iteration(session: LoopSession, signal: str, commit: str | None, *, reason: str | None = None) -> None:
@@ -94,7 +95,8 @@ def test_every_event_of_a_session_becomes_its_wire_event():
                           context_strategy="prefetch", created_by="api", script=None,
                           notify=[{"kind": "webhook", "url": "http://127.0.0.1:9/h"},
                                   {"kind": "telegram", "chatId": "42"}],
-                          created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None)
+                          created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None,
+                          status="pending")
     run_iteration(session, "CONTINUE", "c1" * 20)
     session.request_pause()
     session.resume(None)
@@ -108,3 +110,27 @@ def test_every_event_of_a_session_becomes_its_wire_event():
     assert kinds[0] == "loop:started" and wire[0].notify[1].chat_id == "42"
     assert {"loop:iteration_started", "loop:iteration_completed", "loop:paused", "loop:blocked", "loop:resumed",
             "loop:aborted"} <= set(kinds)
+
+
+def test_a_session_is_pending_until_its_first_iteration_starts():
+    session = new_session()
+    assert session.status == "pending" and view_of(session).status == "pending"
+    assert view_of(replayed(new_session())).status == "pending"
+    run_iteration(session, "CONTINUE", "c1" * 20)
+    assert session.status == "running"
+    assert view_of(replayed(session)).status == "running"
+
+
+def test_a_pending_session_pauses_at_once_blocks_and_aborts():
+    paused = new_session()
+    paused.request_pause()
+    assert paused.status == "paused" and not paused.pause_requested
+    paused.resume(None)
+    assert paused.status == "running"
+    blocked = new_session()
+    blocked.block("the agent runner refused the session: bad_request")
+    assert blocked.status == "blocked"
+    aborted = new_session()
+    aborted.abort("wrong goal")
+    assert aborted.status == "aborted" and aborted.iterations == []
+

@@ -8,6 +8,8 @@ and gets the same answer, so no iteration runs twice and none is lost.
 An iteration: build its context (anchor, slice, prompt) → start the git pulse ``i<n>`` (its worktree) → record
 the iteration → start the agent session (role ``loop``) → the turn ends (``turn:completed`` on the stream) →
 record its signal and output → commit when files changed (else discard the pulse) → branch on the signal.
+
+A session waits ``pending`` from its start until its first iteration is recorded.
 """
 
 from __future__ import annotations
@@ -60,8 +62,6 @@ __all__ = ["LoopDriver", "next_step"]
 log = logging.getLogger("orchestrator.loops")
 
 _CONSUMER = "orchestrator-loop-turns"
-_MEMORY_TIMEOUT = 2.0
-"""Seconds an anchor lookup may take before the iteration goes on without the turn memory."""
 
 Step = Callable[[], Awaitable[None]]
 T = TypeVar("T")
@@ -89,7 +89,7 @@ def next_step(driver: LoopDriver, session: LoopSession) -> Step | None:
         if session.branch is not None and not session.worktree_removed:
             return partial(driver.remove_worktree, sid)
         return None
-    if session.status != "running":
+    if session.status not in ("pending", "running"):
         return None
     return partial(driver.start_iteration, sid)
 
@@ -181,7 +181,8 @@ class LoopDriver:
 
     async def _ask_memory(self, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
         # No retries: without a reachable indexer the iteration goes on without the turn memory.
-        return await request(self.nc, subjects.request("indexer", verb), payload, reply, timeout=_MEMORY_TIMEOUT)
+        return await request(self.nc, subjects.request("indexer", verb), payload, reply,
+                             timeout=self.settings.loop_memory_timeout)
 
     # --- steps ---------------------------------------------------------------------------------------
 
@@ -197,7 +198,7 @@ class LoopDriver:
             log.info("loop %s iteration %d: %s", session_id, number, context.memory_error)
 
         def record(s: LoopSession) -> None:
-            if len(s.iterations) + 1 != number or s.status != "running":
+            if len(s.iterations) + 1 != number or s.status not in ("pending", "running"):
                 return  # paused, aborted or already started meanwhile: the git pulse is picked up or ended later
             s.start_iteration(task_content=context.prompt, pulse_worktree=started.worktree_path,
                               base_commit=started.base_commit, anchor=context.anchor,

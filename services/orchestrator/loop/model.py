@@ -131,7 +131,10 @@ class LoopSession(Aggregate):
     def __init__(self, *, session_id: str, project_name: str, project_path: str, goal: str, max_iterations: int,
                  anchor_turn_id: str | None, branch_name: str, base_branch: str, context_strategy: ContextStrategy,
                  notify: list[dict[str, Any]], created_by: CreatedBy, script: str | None, created_at: str,
-                 max_tokens: int | None = None, max_cost_usd: float | None = None) -> None:
+                 max_tokens: int | None = None, max_cost_usd: float | None = None,
+                 status: LoopStatus = "running") -> None:
+        # ``status``: ``pending`` since sessions wait in it for their first iteration; a session recorded before
+        # that has no status in its event and was running from its start.
         self.project_name = project_name
         self.project_path = project_path
         self.goal = goal
@@ -148,7 +151,7 @@ class LoopSession(Aggregate):
         self.max_cost_usd = max_cost_usd
         self.created_at = created_at
         self.updated_at = created_at
-        self.status: LoopStatus = "running"
+        self.status: LoopStatus = status
         self.status_reason: str | None = None
         self.pause_requested = False
         self.resume_message: str | None = None
@@ -180,6 +183,8 @@ class LoopSession(Aggregate):
             number=number, status="dispatched", task_content=task_content, agent_session_id=agent_session_id,
             pulse_id=pulse_id, pulse_worktree=pulse_worktree, base_commit=base_commit,
             anchor=msgspec.convert(anchor, Anchor), context_tokens=context_tokens, started_at=at))
+        if self.status == "pending":
+            self.status = "running"  # the first iteration starts: the session is no longer waiting for it
         self.resume_message = None
         self.updated_at = at
 
@@ -351,12 +356,12 @@ class LoopSession(Aggregate):
 
     def block(self, reason: str) -> None:
         """A step failed for a reason a retry will not fix: wait for a person (resume tries again)."""
-        if self.status == "running":
+        if self.status in ("pending", "running"):
             self._set_status("blocked", reason)
 
     def request_pause(self) -> None:
         self._check_open("pause")
-        if self.status != "running":
+        if self.status not in ("pending", "running"):
             raise LoopError(LoopErrorCode.NOT_RUNNING, f"the session is {self.status}, not running: nothing to pause",
                             status=self.status)
         if self.pause_requested:
