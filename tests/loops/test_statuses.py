@@ -1,5 +1,6 @@
 """Seed 001's statuses a session reaches beyond an iteration's signal: ``pending`` until its first iteration starts,
-seen as a user sees it (the HTTP API, ``autarch pulse show``, the MCP tools, the event stream)."""
+``failed`` when it cannot go on (its repository gone), each seen as a user sees it (the HTTP API, ``autarch pulse
+show``, the MCP tools, the event stream) and, for ``failed``, told to a webhook in the seed's words."""
 
 from __future__ import annotations
 
@@ -8,18 +9,31 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from autarch.cli.main import main
+from autarch.contracts.loops import NotifyTarget, ResumeLoop
 
-from .conftest import FILES, Loops, iteration, write
+from .conftest import FILES, Loops, iteration, text, write
+from .webhook import Webhook
+
+GONE = "the project repository is gone or no longer a git repository"
+
+
+@pytest.fixture(scope="module")
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook().start()
+    yield hook
+    hook.stop()
 
 
 @contextlib.contextmanager
@@ -76,3 +90,61 @@ def test_a_session_is_pending_until_its_first_iteration_starts(model, loops: Loo
     kinds = [k for k in loops.events(started["id"]) if k.startswith("loop:")]
     assert kinds == ["loop:started", "loop:iteration_started", "loop:iteration_completed", "loop:completed"]
 
+
+def test_a_loop_whose_repository_is_removed_mid_iteration_fails(model, loops: Loops, webhook: Webhook):
+    # The model thinks for a while in iteration 2: the repository goes meanwhile; the agent's work cannot be
+    # committed anywhere.
+    model.use({"files": FILES, "scripts": {
+        "loop:gone.i1": iteration([write("one.txt", "1\n")], "feat(shop): one\n<signal>CONTINUE</signal>"),
+        "loop:gone.i2": [{"content": [text("Writing two."), write("two.txt", "2\n")], "latency_ms": 3000},
+                         "feat(shop): two\n<signal>CONTINUE</signal>"],
+    }})
+    repo = loops.repo("gone")
+    started = loops.start(repo, "gone", notify=[NotifyTarget(kind="webhook", url=webhook.url("gone"))])
+    loops.wait(started.id, lambda v: len(v.iterations) == 2 and v.iterations[1].status == "running",
+               "iteration 2 running")
+    shutil.rmtree(repo)
+
+    view = loops.wait(started.id, lambda v: v.status not in ("pending", "running"), "the session's end")
+    assert view.status == "failed", view
+    assert view.status_reason.startswith(f"{GONE}: ") and str(repo) in view.status_reason
+    first, second = view.iterations
+    assert (first.status, first.signal, first.commit_hash is not None) == ("complete", "CONTINUE", True)
+    assert (second.status, second.signal, second.commit_hash, second.reason) == (
+        "failed", "CONTINUE", None, view.status_reason)
+    assert view.total_commits == 1
+    # Nothing a person does brings it back.
+    refused = loops.ask_error("resume_loop", ResumeLoop(session_id=started.id))
+    assert refused.code == "loop_finished"
+
+    kinds = [k for k in loops.events(started.id) if k.startswith("loop:")]
+    assert kinds == ["loop:started", "loop:iteration_started", "loop:iteration_completed", "loop:iteration_started",
+                     "loop:iteration_completed", "loop:failed"]
+    assert webhook.wait("gone", 2) == ["📍 Iteration 1/5: feat(shop): one. Continuing...",
+                                       f"❌ Failed: {view.status_reason}"]
+    failed = [body for _, _, body in webhook.received if body.get("event") == "loop:failed"]
+    assert failed[0]["session_id"] == started.id and failed[0]["iteration"] == 2
+
+
+def test_a_repository_removed_while_the_session_waits_fails_it_on_resume(model, loops: Loops, webhook: Webhook):
+    model.use({"files": FILES, "scripts": {
+        "loop:gone-blocked.i1": iteration("<signal>BLOCKED: which database?</signal>"),
+        "loop:gone-blocked.i2": iteration("<signal>COMPLETE</signal>"),
+    }})
+    repo = loops.repo("gone-blocked")
+    started = loops.start(repo, "gone-blocked",
+                          notify=[NotifyTarget(kind="webhook", url=webhook.url("gone-blocked"))])
+    blocked = loops.wait_status(started.id, "blocked")
+    assert blocked.status_reason == "which database?"
+    # Its worktree is removed only once the session ends: the branch is still wanted.
+    assert blocked.worktree_path is not None
+    shutil.rmtree(repo)
+
+    loops.ask("resume_loop", ResumeLoop(session_id=started.id, message="postgres"), type(blocked))
+    view = loops.wait(started.id, lambda v: v.status not in ("pending", "running"), "the session's end")
+    assert view.status == "failed" and view.status_reason.startswith(f"{GONE}: "), view
+    # The next iteration could not be given a worktree: it never started.
+    assert len(view.iterations) == 1
+    kinds = [k for k in loops.events(started.id) if k.startswith("loop:")]
+    assert kinds[-3:] == ["loop:blocked", "loop:resumed", "loop:failed"], kinds
+    assert webhook.wait("gone-blocked", 2) == ["⏸️ Blocked: which database?", f"❌ Failed: {view.status_reason}"]

@@ -92,7 +92,7 @@ class LoopBook:
         for session_id in filter(owns, self.app.loop_ids()):
             session = self.book.load(session_id)
             self._remember(session)
-            if not session.finished or not session.worktree_removed:
+            if not session.settled:
                 self.unsettled.append(session_id)
 
     def _remember(self, session: LoopSession) -> LoopView:
