@@ -24,6 +24,7 @@ from autarch.cli.main import main
 from autarch.contracts.loops import NotifyTarget, ResumeLoop
 
 from .conftest import FILES, Loops, iteration, text, write
+from .test_http import events
 from .webhook import Webhook
 
 GONE = "the project repository is gone or no longer a git repository"
@@ -120,6 +121,10 @@ def test_a_loop_whose_repository_is_removed_mid_iteration_fails(model, loops: Lo
     kinds = [k for k in loops.events(started.id) if k.startswith("loop:")]
     assert kinds == ["loop:started", "loop:iteration_started", "loop:iteration_completed", "loop:iteration_started",
                      "loop:iteration_completed", "loop:failed"]
+    # As a client of the gateway sees it.
+    with httpx.Client(base_url=loops.system.url, headers=loops.system.headers, timeout=30, trust_env=False) as http:
+        seen = events(http, started.id, "loop:failed")
+    assert seen[-1]["reason"] == view.status_reason and seen[-1]["iteration_number"] == 2
     assert webhook.wait("gone", 2) == ["📍 Iteration 1/5: feat(shop): one. Continuing...",
                                        f"❌ Failed: {view.status_reason}"]
     failed = [body for _, _, body in webhook.received if body.get("event") == "loop:failed"]
