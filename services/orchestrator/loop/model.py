@@ -160,7 +160,8 @@ class LoopSession(Aggregate):
         self.iterations: list[Iteration] = []
         self.worktree_removed = False
         self.worktree_left: str | None = None
-        """Why the session's worktree could not be removed when it ended (its repository is gone), if so."""
+        """Why the session's worktree could not be removed when it ended (its repository is gone, or git refused for
+        good), if so: it is left where it is."""
         self.total_tokens_used = 0
         self.total_cost_usd = 0.0
         self.notes: list[str] = []
@@ -392,7 +393,8 @@ class LoopSession(Aggregate):
                               cost_usd=it.cost_usd, anchor_hint_next=it.anchor_hint_next)
 
     def leave_worktree(self, reason: str) -> None:
-        """The ended session's worktree cannot be removed (its repository is gone): say so once, stop trying."""
+        """The ended session's worktree cannot be removed (its repository is gone, or git refuses for good): say so
+        once, stop trying."""
         if self.worktree_left is None and not self.worktree_removed:
             self.worktree_left_event(reason=reason, at=_now())
 
