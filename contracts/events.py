@@ -419,7 +419,8 @@ class LoopEvent(Event, kw_only=True):
 
 
 class LoopStarted(LoopEvent, tag="loop:started", kw_only=True):
-    """A loop session was created; its first iteration starts."""
+    """A loop session was accepted (status ``pending``): its branch exists and its first iteration is being
+    prepared; that iteration's ``loop:iteration_started`` makes it ``running``."""
 
     project_name: str
     project_path: str
@@ -474,7 +475,9 @@ class LoopResumed(LoopEvent, tag="loop:resumed", kw_only=True):
 
 
 class LoopBlocked(LoopEvent, tag="loop:blocked", kw_only=True):
-    """The session waits for a person: a BLOCKED signal, the no-progress breaker, or a failed step."""
+    """The session waits for a person, who may resume it: a BLOCKED signal, an iteration that failed (the model API
+    refusing every retry, a refusal, a spent budget) or timed out, the no-progress breaker, a spent session budget,
+    or a step another service refused."""
 
     reason: str
     iteration_number: int
@@ -491,10 +494,14 @@ class LoopCompleted(LoopEvent, tag="loop:completed", kw_only=True):
 
 
 class LoopFailed(LoopEvent, tag="loop:failed", kw_only=True):
-    """The session cannot go on (its repository or branch could not be prepared)."""
+    """The session cannot go on: its project repository is gone or no longer a git repository, or the git service
+    no longer knows its branch. Final: the open iteration ended without a commit."""
 
     reason: str
     notify: list[NotifyTarget] = []
+    iteration_number: int | None = None
+    """The session's last iteration when it failed (0: it failed before its first one started); None in events
+    sent before it was given."""
 
 
 class LoopAborted(LoopEvent, tag="loop:aborted", kw_only=True):

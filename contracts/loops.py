@@ -49,7 +49,9 @@ __all__ = [
 ]
 
 LoopStatus = Literal["pending", "running", "complete", "blocked", "failed", "aborted", "paused"]
-"""pending → running → complete | blocked | failed | aborted | paused (seed 001)."""
+"""pending → running → complete | blocked | failed | aborted | paused (seed 001). ``pending``: accepted, its first
+iteration not started yet; ``blocked``: waits for a person, who may resume it; ``failed``: cannot go on (its
+repository is gone)."""
 FINISHED_STATUSES: frozenset[str] = frozenset({"complete", "failed", "aborted"})
 """Statuses a session never leaves (blocked and paused sessions can be resumed)."""
 IterationStatus = Literal["pending", "dispatched", "running", "complete", "failed", "timeout"]

@@ -79,7 +79,8 @@ async def start_pulse(state: State, data: JSONBody[StartLoopBody]) -> LoopView |
     (``none``/``prefetch``/``mcp``/``hybrid``), ``notify`` (``[{"kind": "webhook", "url": …}]``; ``slack`` with
     ``url``, ``discord`` with ``url`` or ``discordThreadId``, ``telegram`` with ``chatId``, ``sms`` with
     ``phoneNumber``), ``maxTokens``, ``maxCostUsd``, ``createdBy`` (``telegram``/``sms``/``api``/``cli``/``mcp``)
-    and ``sessionId`` (send the same one to retry a start safely).
+    and ``sessionId`` (send the same one to retry a start safely). The session answered is ``pending``: its
+    first iteration is being prepared.
     400 for a path that is not a repository, an unknown anchor or base branch, a bad branch name, a notify target
     without its address or an absurd ``maxIterations``; 409 when the branch exists or ``sessionId`` names a
     session with other fields."""

@@ -164,6 +164,9 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
     """Seconds one Pulse-Protocol loop iteration (an agent turn and its commit) may take."""
     loop_no_progress_limit: int = 3
     """Iterations in a row with no commit, or with the same error, before a loop session is ``BLOCKED``."""
+    loop_memory_timeout: float = 2.0
+    """Seconds a loop iteration waits for one answer of the turn memory (the indexer) before it goes on without it;
+    until its first iteration starts a session is ``pending``."""
     handoff_threshold: float = 0.65
     """Share of its context window past which a swarm worker stops after its current step and hands off to a
     fresh session (seed 002's 65 %)."""
@@ -181,6 +184,8 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
             raise SettingsError(f"loop_iteration_timeout must be positive, got {self.loop_iteration_timeout}")
         if self.loop_no_progress_limit < 1:
             raise SettingsError(f"loop_no_progress_limit must be 1 or more, got {self.loop_no_progress_limit}")
+        if self.loop_memory_timeout <= 0:
+            raise SettingsError(f"loop_memory_timeout must be positive, got {self.loop_memory_timeout}")
         if self.review_fix_rounds < 0:
             raise SettingsError(f"review_fix_rounds must be 0 (no fix rounds) or more, got {self.review_fix_rounds}")
 

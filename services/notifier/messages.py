@@ -19,8 +19,8 @@ def text_for(event: LoopEvent) -> str | None:
     """The notification of ``event``, or None when it says nothing (an iteration that ended the session: the
     session's own event says it, so nothing is said twice)."""
     if isinstance(event, LoopIterationCompleted):
-        if event.signal != "CONTINUE":
-            return None
+        if event.signal != "CONTINUE" or event.status != "complete":
+            return None  # its CONTINUE was not followed: the iteration failed (``loop:failed`` says why)
         summary = event.output_summary.strip().rstrip(".") or "done"
         return f"📍 Iteration {event.iteration_number}/{event.max_iterations}: {summary}. Continuing..."
     if isinstance(event, LoopCompleted):

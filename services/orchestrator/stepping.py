@@ -34,9 +34,9 @@ from autarch.runtime.settings import OrchestratorSettings
 
 from .partition import Partition
 
-__all__ = ["TURN_ACK_WAIT", "Stepper", "TurnFeed", "ask_service", "stop_agent_session", "turn_consumer"]
+__all__ = ["RETRIED", "TURN_ACK_WAIT", "Stepper", "TurnFeed", "ask_service", "stop_agent_session", "turn_consumer"]
 
-_RETRIED = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CONFLICT}
+RETRIED = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.CONFLICT}
 """A service restarting, or a session still finishing its turn: worth asking again shortly."""
 
 
@@ -116,7 +116,7 @@ class Stepper:
                     waits = DRIVER_STEP.delays()
                     delay = next(waits)
                 except RemoteError as exc:
-                    if exc.code not in _RETRIED:
+                    if exc.code not in RETRIED:
                         await fail(key, f"{exc.subject}: {exc.code}: {exc.message}")
                         continue
                     service = subjects.service_of(exc.subject)

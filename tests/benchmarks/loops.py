@@ -96,7 +96,7 @@ async def run_sessions(nats_url: str, tmp: Path, sessions: int, iterations: int)
                                 goal="Write the benchmark steps", max_iterations=iterations, script="bench")
             view = await request(nc, subjects.request("orchestrator", "start_loop"), command, LoopView, timeout=30)
             deadline = time.monotonic() + 60 + 10 * iterations
-            while view.status == "running" and time.monotonic() < deadline:
+            while view.status in ("pending", "running") and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
                 view = await request(nc, subjects.request("orchestrator", "get_loop"),
                                      GetLoop(session_id=view.id), LoopView, timeout=30)

@@ -41,6 +41,8 @@ def system(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModelServer)
     # Every service: the indexer keeps the turn memory the anchors are resolved in.
     yield from scripted_system(tmp_path_factory, model, "loops", services=SERVICES, AUTARCH_REQUEST_TIMEOUT="30",
                                AUTARCH_AGENT_MAX_STEPS="10", AUTARCH_LOOP_ITERATION_TIMEOUT="20",
+                               # A frozen indexer holds a session in ``pending`` this long (test_statuses).
+                               AUTARCH_LOOP_MEMORY_TIMEOUT="10",
                                AUTARCH_NOTIFY_BACKOFF_INITIAL="0.1", AUTARCH_NOTIFY_BACKOFF_MAX="0.5",
                                AUTARCH_NOTIFY_MAX_ATTEMPTS="200")
 

@@ -45,7 +45,7 @@ def test_start_follow_and_show_a_session_over_http(model, loops, http):
                                                  "createdBy": "api"})
     assert reply.status_code == 201, reply.text
     session = reply.json()
-    assert session["status"] == "running" and session["max_iterations"] == 4 and session["created_by"] == "api"
+    assert session["status"] == "pending" and session["max_iterations"] == 4 and session["created_by"] == "api"
     seen = events(http, session["id"], "loop:completed")
     kinds = [e["type"] for e in seen if e["type"].startswith("loop:")]
     assert kinds == ["loop:started", "loop:iteration_started", "loop:iteration_completed",

@@ -29,7 +29,7 @@ def test_a_session_iterates_commits_each_step_and_ends_complete(model, loops):
     repo = loops.repo("done")
     before = git(repo, "status", "--porcelain"), git(repo, "rev-parse", "HEAD")
     started = loops.start(repo, "done")
-    assert started.status == "running" and started.branch_name == f"autarch/loop-{started.id[:8]}"
+    assert started.status == "pending" and started.branch_name == f"autarch/loop-{started.id[:8]}"
     view = loops.wait_status(started.id, "complete")
     assert [it.signal for it in view.iterations] == ["CONTINUE", "CONTINUE", "COMPLETE"]
     assert [it.signal_source for it in view.iterations] == ["explicit", "inferred", "inferred"]

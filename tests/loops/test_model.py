@@ -16,7 +16,8 @@ def new_session(max_iterations: int = 3) -> LoopSession:
                        max_iterations=max_iterations, anchor_turn_id=None, branch_name="autarch/loop-x",
                        base_branch="main", context_strategy="prefetch",
                        notify=[{"kind": "webhook", "url": "http://127.0.0.1:9/h"}], created_by="api", script=None,
-                       created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None)
+                       created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None,
+                       status="pending")
 
 
 def run_iteration(session: LoopSession, signal: str, commit: str | None, *, reason: str | None = None) -> None:
@@ -94,7 +95,8 @@ def test_every_event_of_a_session_becomes_its_wire_event():
                           context_strategy="prefetch", created_by="api", script=None,
                           notify=[{"kind": "webhook", "url": "http://127.0.0.1:9/h"},
                                   {"kind": "telegram", "chatId": "42"}],
-                          created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None)
+                          created_at="2026-11-25T05:00:00+00:00", max_tokens=None, max_cost_usd=None,
+                          status="pending")
     run_iteration(session, "CONTINUE", "c1" * 20)
     session.request_pause()
     session.resume(None)
@@ -108,3 +110,91 @@ def test_every_event_of_a_session_becomes_its_wire_event():
     assert kinds[0] == "loop:started" and wire[0].notify[1].chat_id == "42"
     assert {"loop:iteration_started", "loop:iteration_completed", "loop:paused", "loop:blocked", "loop:resumed",
             "loop:aborted"} <= set(kinds)
+
+
+def test_a_session_is_pending_until_its_first_iteration_starts():
+    session = new_session()
+    assert session.status == "pending" and view_of(session).status == "pending"
+    assert view_of(replayed(new_session())).status == "pending"
+    run_iteration(session, "CONTINUE", "c1" * 20)
+    assert session.status == "running"
+    assert view_of(replayed(session)).status == "running"
+
+
+def test_a_pending_session_pauses_at_once_blocks_and_aborts():
+    paused = new_session()
+    paused.request_pause()
+    assert paused.status == "paused" and not paused.pause_requested
+    paused.resume(None)
+    assert paused.status == "running"
+    blocked = new_session()
+    blocked.block("the agent runner refused the session: bad_request")
+    assert blocked.status == "blocked"
+    aborted = new_session()
+    aborted.abort("wrong goal")
+    assert aborted.status == "aborted" and aborted.iterations == []
+
+
+def test_a_failure_ends_the_open_iteration_without_a_commit_and_is_final():
+    from autarch.contracts.events import LoopFailed, LoopIterationCompleted
+    from autarch.services.orchestrator.loop.views import loop_to_contract
+
+    session = new_session()
+    session.branch_prepared(branch="autarch/loop-x", worktree_path="/w", base_commit="b" * 40,
+                            repository_id="0" * 16, at="2026-11-25T05:00:00+00:00")
+    run_iteration(session, "CONTINUE", "c1" * 20)
+    it = session.start_iteration(task_content="x", pulse_worktree="/w", base_commit="b", anchor=Anchor(
+        strategy="none"), context_tokens=1)
+    recorded = session.collect_events()
+    session.fail("the project repository is gone or no longer a git repository: /srv/shop is not a directory")
+    assert session.status == "failed" and session.finished and not session.settled
+    assert it.over and it.status == "failed" and it.commit_hash is None and it.reason.startswith("the project")
+    recorded += (failing := session.collect_events())
+    wire = [loop_to_contract(e, lambda _: (3, [])) for e in failing]
+    ended, failed = [w for w in wire if w is not None]
+    assert isinstance(ended, LoopIterationCompleted) and ended.status == "failed" and ended.iteration_number == 2
+    assert isinstance(failed, LoopFailed) and failed.iteration_number == 2 and "/srv/shop" in failed.reason
+    with pytest.raises(LoopError) as refused:
+        session.resume(None)
+    assert refused.value.code == "loop_finished"
+    session.leave_worktree("the project repository is gone")
+    session.leave_worktree("again")
+    assert session.settled and session.worktree_left == "the project repository is gone"
+    assert view_of(project(None, recorded + session.collect_events())) == view_of(session)
+
+
+def test_a_failure_after_the_agents_turn_keeps_its_signal_and_says_why_it_ended():
+    session = new_session()
+    it = session.start_iteration(task_content="x", pulse_worktree="/w", base_commit="b", anchor=Anchor(
+        strategy="none"), context_tokens=1)
+    session.record_turn(it.number, turn_id="t1", ending="complete", signal="CONTINUE", signal_source="explicit",
+                        reason=None, output_summary="wrote a", output_full="…", commit_subject="feat: a",
+                        commit_body="", anchor_hint_next=None, anchor_hint_reason=None, tokens_used=5, cost_usd=0.0)
+    session.fail("the project repository is gone or no longer a git repository: gone")
+    assert (it.status, it.signal, it.signal_source, it.output_summary) == ("failed", "CONTINUE", "explicit", "wrote a")
+    assert it.reason.endswith(": gone") and session.total_tokens_used == 5
+
+
+def test_an_aborted_session_whose_repository_went_stays_aborted():
+    session = new_session()
+    it = session.start_iteration(task_content="x", pulse_worktree="/w", base_commit="b", anchor=Anchor(
+        strategy="none"), context_tokens=1)
+    session.abort("enough")
+    session.fail("the project repository is gone or no longer a git repository: gone")
+    assert session.status == "aborted" and session.status_reason == "enough" and it.over and it.status == "failed"
+
+
+def test_a_git_step_that_fails_for_good_after_the_turn_ends_the_iteration_and_blocks():
+    # An iteration past its time limit whose recovery commit is refused: the step is not tried again and again.
+    session = new_session()
+    it = session.start_iteration(task_content="x", pulse_worktree="/w", base_commit="b", anchor=Anchor(
+        strategy="none"), context_tokens=1)
+    session.record_turn(it.number, turn_id="timeout:1", ending="timeout", signal="BLOCKED", signal_source="limit",
+                        reason="iteration 1 ran past its time limit (20s)", output_summary="", output_full="",
+                        commit_subject="", commit_body="", anchor_hint_next=None, anchor_hint_reason=None,
+                        tokens_used=0, cost_usd=0.0)
+    session.block("autarch.svc.git.recovery_checkpoint: internal: disk full")
+    assert it.over and it.status == "failed" and it.reason.endswith("disk full") and it.commit_hash is None
+    assert session.status == "blocked" and session.status_reason.endswith("disk full")
+    session.resume(None)
+    assert session.status == "running" and session.current_iteration().over

@@ -43,7 +43,7 @@ def _record_everything(path: Path) -> tuple[str, str]:
         session = LoopSession(session_id=sid, project_name="p", project_path="/p", goal="g", max_iterations=3,
                               anchor_turn_id=None, branch_name="autarch/loop-x", base_branch="main",
                               context_strategy="prefetch", notify=[], created_by="api", script=None, created_at=AT,
-                              max_tokens=None, max_cost_usd=None)
+                              max_tokens=None, max_cost_usd=None, status="pending")
         swarm = Swarm(workflow_id=wid, mode="swarm", max_workers=1, at=AT,
                       beads=[{"id": "b1", "title": "b1", "files": ["a.py"], "verify": ["true"]}])
         mailbox = Mailbox(epic_id=wid)

@@ -125,8 +125,8 @@ def test_the_keys_that_bypassed_the_loader_are_settings_now(tmp_path):
 def test_loop_and_notifier_settings(tmp_path):
     s = load_settings(environ={"AUTARCH_DATA_DIR": str(tmp_path)})
     loop = s.for_service("orchestrator")
-    assert (loop.loop_iteration_timeout, loop.loop_no_progress_limit, loop.loop_max_iterations_limit) == (
-        300.0, 3, 200)
+    assert (loop.loop_iteration_timeout, loop.loop_no_progress_limit, loop.loop_max_iterations_limit,
+            loop.loop_memory_timeout) == (300.0, 3, 200, 2.0)
     notifier = s.for_service("notifier")
     assert notifier.notify_webhooks == () and notifier.notify_telegram_token is None
     assert (notifier.notify_max_attempts, notifier.notify_backoff_initial, notifier.notify_backoff_max,
@@ -140,6 +140,8 @@ def test_loop_and_notifier_settings(tmp_path):
     assert "notify_telegram_token" in SECRET_SETTINGS
     with pytest.raises(SettingsError, match="loop_no_progress_limit must be 1 or more"):
         load_settings(environ={**env, "AUTARCH_LOOP_NO_PROGRESS_LIMIT": "0"})
+    with pytest.raises(SettingsError, match="loop_memory_timeout must be positive"):
+        load_settings(environ={**env, "AUTARCH_LOOP_MEMORY_TIMEOUT": "0"})
 
 
 def test_discord_sms_and_telegram_command_settings(tmp_path):

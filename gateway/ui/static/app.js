@@ -746,12 +746,12 @@ function loopView(loop, view, open, repaint) {
   }
   const post = (verb, body) => async () => { await api("POST", `/api/pulse/${loop.id}/${verb}`, body); repaint(); };
   const message = h("textarea", { id: `loop-message-${loop.id}` });
-  if (view.status === "running" && !view.pause_requested) box.append(h("div", { class: "row" }, ...action("Pause", post("pause"))));
+  if (["pending", "running"].includes(view.status) && !view.pause_requested) box.append(h("div", { class: "row" }, ...action("Pause", post("pause"))));
   if (view.status === "paused" || view.status === "blocked") {
     box.append(h("label", { for: message.id }, "Message for the next iteration (optional)"), message,
       h("div", { class: "row" }, ...action("Resume", async () => post("resume", message.value.trim() ? { message: message.value } : undefined)(), "primary")));
   }
-  if (["running", "paused", "blocked"].includes(view.status)) {
+  if (["pending", "running", "paused", "blocked"].includes(view.status)) {
     box.append(h("div", { class: "row" }, ...action("Abort", post("abort", { reason: "aborted from the web UI" }), "danger")));
   }
   return box;

@@ -3,7 +3,8 @@
 The loop verbs (``start_loop`` … ``abort_loop``) are served here. A start is checked before anything is
 recorded: the repository is registered and the session's branch and worktree made by the git service, and an
 explicit anchor is looked up in the turn memory, so a bad path, branch or anchor is a typed error at once, not
-a failed session after paid iterations.
+a failed session after paid iterations. The session is then recorded ``pending``: the driver prepares its first
+iteration (the anchor, the prompt, the iteration's worktree), whose start makes it ``running``.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class LoopBook:
         for session_id in filter(owns, self.app.loop_ids()):
             session = self.book.load(session_id)
             self._remember(session)
-            if not session.finished or not session.worktree_removed:
+            if not session.settled:
                 self.unsettled.append(session_id)
 
     def _remember(self, session: LoopSession) -> LoopView:
@@ -147,7 +148,7 @@ class LoopBook:
                 max_iterations=cmd.max_iterations, anchor_turn_id=cmd.anchor_turn_id, branch_name=branch.branch,
                 base_branch=repo.base_branch, context_strategy=cmd.context_strategy,
                 notify=[msgspec.to_builtins(n) for n in cmd.notify], created_by=cmd.created_by, script=cmd.script,
-                created_at=now, max_tokens=cmd.max_tokens, max_cost_usd=cmd.max_cost_usd)
+                created_at=now, max_tokens=cmd.max_tokens, max_cost_usd=cmd.max_cost_usd, status="pending")
             session.branch_prepared(branch=branch.branch, worktree_path=branch.worktree_path,
                                     base_commit=branch.base_commit, repository_id=repo.repository_id, at=now)
             await self.book.save(cmd.session_id, session)

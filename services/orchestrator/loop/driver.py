@@ -8,6 +8,11 @@ and gets the same answer, so no iteration runs twice and none is lost.
 An iteration: build its context (anchor, slice, prompt) → start the git pulse ``i<n>`` (its worktree) → record
 the iteration → start the agent session (role ``loop``) → the turn ends (``turn:completed`` on the stream) →
 record its signal and output → commit when files changed (else discard the pulse) → branch on the signal.
+
+A session waits ``pending`` from its start until its first iteration is recorded. A step that cannot succeed
+blocks the session for a person (``resume`` tries again), except when the project repository is gone or no longer
+a git repository, or the git service no longer knows the session's branch: nothing a person does to the session
+brings its branch back, so it ends ``failed`` (:func:`failure_of`).
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from autarch.contracts.agents import (
     StartSession,
     TurnAccepted,
 )
+from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.git import (
     CheckpointPulse,
+    GitErrorCode,
     PulseCheckpointed,
     RecoveryCheckpoint,
     RecoveryCheckpointed,
@@ -49,19 +56,17 @@ from autarch.runtime.settings import OrchestratorSettings
 
 from ..caught_up import turn_completed
 from ..partition import WHOLE, Partition
-from ..stepping import TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
+from ..stepping import RETRIED, TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, stop_agent_session
 from . import signals
 from .book import LoopBook
 from .context import build_context, estimate_tokens
 from .model import Iteration, LoopSession
 
-__all__ = ["LoopDriver", "next_step"]
+__all__ = ["LoopDriver", "failure_of", "next_step"]
 
 log = logging.getLogger("orchestrator.loops")
 
 _CONSUMER = "orchestrator-loop-turns"
-_MEMORY_TIMEOUT = 2.0
-"""Seconds an anchor lookup may take before the iteration goes on without the turn memory."""
 
 Step = Callable[[], Awaitable[None]]
 T = TypeVar("T")
@@ -69,6 +74,25 @@ T = TypeVar("T")
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+_GONE = {
+    GitErrorCode.NOT_A_REPOSITORY: "the project repository is gone or no longer a git repository",
+    ErrorCode.NOT_FOUND: "the git service no longer knows the session's branch",
+}
+"""The git service's answers after which the session cannot go on: its branch and commits lived there."""
+
+
+def failure_of(exc: RemoteError) -> str | None:
+    """Why the session cannot go on after ``exc``, or None when a retry or a person can still fix what failed.
+
+    Only the git service's answers end a session: any other service refusing, the model API refusing every retry
+    (a bad key, an outage), a refusal or a spent budget leave the session ``blocked``, for a person to fix and resume.
+    """
+    if subjects.service_of(exc.subject) != "git":
+        return None
+    what = _GONE.get(exc.code)
+    return f"{what}: {exc.message}" if what is not None else None
 
 
 def next_step(driver: LoopDriver, session: LoopSession) -> Step | None:
@@ -86,10 +110,10 @@ def next_step(driver: LoopDriver, session: LoopSession) -> Step | None:
     if it is not None and not it.session_closed:
         return partial(driver.close_agent, sid, it)
     if session.finished:
-        if session.branch is not None and not session.worktree_removed:
+        if not session.settled:
             return partial(driver.remove_worktree, sid)
         return None
-    if session.status != "running":
+    if session.status not in ("pending", "running"):
         return None
     return partial(driver.start_iteration, sid)
 
@@ -157,7 +181,17 @@ class LoopDriver:
                 step = next_step(self, session)
                 if step is None:
                     return
-                await step()
+                try:
+                    await step()
+                except RemoteError as exc:
+                    if (reason := failure_of(exc)) is None:
+                        raise
+                    await self._fail(session_id, reason)
+
+    async def _fail(self, session_id: str, reason: str) -> None:
+        """The session cannot go on: its open iteration ends without a commit and the session ``failed``."""
+        log.warning("loop %s fails: %s", session_id, reason)
+        await self.book.change(session_id, lambda s: s.fail(reason))
 
     async def _block(self, session_id: str, reason: str) -> None:
         """A step failed for a reason a retry will not fix: the session waits for a person (resume retries)."""
@@ -181,7 +215,8 @@ class LoopDriver:
 
     async def _ask_memory(self, verb: str, payload: msgspec.Struct, reply: type[T]) -> T:
         # No retries: without a reachable indexer the iteration goes on without the turn memory.
-        return await request(self.nc, subjects.request("indexer", verb), payload, reply, timeout=_MEMORY_TIMEOUT)
+        return await request(self.nc, subjects.request("indexer", verb), payload, reply,
+                             timeout=self.settings.loop_memory_timeout)
 
     # --- steps ---------------------------------------------------------------------------------------
 
@@ -197,7 +232,7 @@ class LoopDriver:
             log.info("loop %s iteration %d: %s", session_id, number, context.memory_error)
 
         def record(s: LoopSession) -> None:
-            if len(s.iterations) + 1 != number or s.status != "running":
+            if len(s.iterations) + 1 != number or s.status not in ("pending", "running"):
                 return  # paused, aborted or already started meanwhile: the git pulse is picked up or ended later
             s.start_iteration(task_content=context.prompt, pulse_worktree=started.worktree_path,
                               base_commit=started.base_commit, anchor=context.anchor,
@@ -253,6 +288,22 @@ class LoopDriver:
                                            reason=(reason or status)[:10_000]), RecoveryCheckpointed)
         return None, []
 
+    async def _keep_work_or_stop(self, session_id: str, number: int, ending: str | None, subject: str | None,
+                                 body: str, reason: str | None
+                                 ) -> tuple[str | None, list[str], Callable[[LoopSession], None] | None]:
+        """:meth:`_keep_work`; when git refuses for good, how the session stops instead of branching on the signal
+        (failed when its repository is gone, else blocked), with the iteration ended without a commit."""
+        try:
+            commit, files = await self._keep_work(session_id, number, ending, subject, body, reason)
+        except RemoteError as exc:
+            if exc.code in RETRIED:
+                raise  # git restarting or busy: the turn event comes again
+            failure, refusal = failure_of(exc), str(exc)
+            if failure is not None:
+                return None, [], lambda s: s.fail(failure)
+            return None, [], lambda s: s.block(refusal)
+        return commit, files, None
+
     def _log_end(self, session: LoopSession, number: int) -> None:
         ended = session.iteration(number)
         commit = f" · {ended.commit_hash[:10]}" if ended.commit_hash else ""
@@ -266,7 +317,17 @@ class LoopDriver:
 
     async def remove_worktree(self, session_id: str) -> None:
         """The session is over: its worktree goes (its branch, with every commit, stays)."""
-        await self._ask("git", "remove_worktree", RemoveWorktree(workflow_id=session_id, force=True), WorktreeRemoved)
+        try:
+            await self._ask("git", "remove_worktree", RemoveWorktree(workflow_id=session_id, force=True),
+                            WorktreeRemoved)
+        except RemoteError as exc:
+            if exc.code in RETRIED:
+                raise  # git restarting, or busy with the workflow: asked again
+            # No repository to remove it from (or git refuses for good): the worktree stays where it is, said once,
+            # rather than the ended session asking again and again.
+            reason = failure_of(exc) or f"the worktree could not be removed: {exc}"
+            await self.book.change(session_id, lambda s: s.leave_worktree(reason))
+            return
         await self.book.change(session_id, lambda s: None if s.worktree_removed else s.worktree_removed_event())
 
     # --- turns ---------------------------------------------------------------------------------------
@@ -303,8 +364,8 @@ class LoopDriver:
             # The git step first, then the turn and the end in one save: the commit is idempotent on the pulse, so
             # a crash in between redoes it on the redelivered turn event and gets the same commit. The turn goes to
             # the turn memory meanwhile, so that once the iteration shows as ended its turn can be an anchor.
-            (commit, files), _ = await asyncio.gather(
-                self._keep_work(session_id, it.number, ending, subject, body, reason),
+            (commit, files, stop), _ = await asyncio.gather(
+                self._keep_work_or_stop(session_id, it.number, ending, subject, body, reason),
                 self._remember_turn(session, it, event))
 
             def record(s: LoopSession) -> None:
@@ -314,7 +375,10 @@ class LoopDriver:
                                  anchor_hint_next=hint.turn_id if hint else None,
                                  anchor_hint_reason=hint.reason if hint else None, tokens_used=tokens,
                                  cost_usd=event.cost_usd):
-                    s.end_iteration(it.number, commit_hash=commit, files_changed=files, no_progress_limit=limit)
+                    if stop is None:
+                        s.end_iteration(it.number, commit_hash=commit, files_changed=files, no_progress_limit=limit)
+                    else:
+                        stop(s)
 
             session, _ = await self.book.change(session_id, record)
         self._log_end(session, it.number)

@@ -131,7 +131,10 @@ class LoopSession(Aggregate):
     def __init__(self, *, session_id: str, project_name: str, project_path: str, goal: str, max_iterations: int,
                  anchor_turn_id: str | None, branch_name: str, base_branch: str, context_strategy: ContextStrategy,
                  notify: list[dict[str, Any]], created_by: CreatedBy, script: str | None, created_at: str,
-                 max_tokens: int | None = None, max_cost_usd: float | None = None) -> None:
+                 max_tokens: int | None = None, max_cost_usd: float | None = None,
+                 status: LoopStatus = "running") -> None:
+        # ``status``: ``pending`` since sessions wait in it for their first iteration; a session recorded before
+        # that has no status in its event and was running from its start.
         self.project_name = project_name
         self.project_path = project_path
         self.goal = goal
@@ -148,7 +151,7 @@ class LoopSession(Aggregate):
         self.max_cost_usd = max_cost_usd
         self.created_at = created_at
         self.updated_at = created_at
-        self.status: LoopStatus = "running"
+        self.status: LoopStatus = status
         self.status_reason: str | None = None
         self.pause_requested = False
         self.resume_message: str | None = None
@@ -156,6 +159,9 @@ class LoopSession(Aggregate):
         self.branch: LoopBranch | None = None
         self.iterations: list[Iteration] = []
         self.worktree_removed = False
+        self.worktree_left: str | None = None
+        """Why the session's worktree could not be removed when it ended (its repository is gone, or git refused for
+        good), if so: it is left where it is."""
         self.total_tokens_used = 0
         self.total_cost_usd = 0.0
         self.notes: list[str] = []
@@ -180,6 +186,8 @@ class LoopSession(Aggregate):
             number=number, status="dispatched", task_content=task_content, agent_session_id=agent_session_id,
             pulse_id=pulse_id, pulse_worktree=pulse_worktree, base_commit=base_commit,
             anchor=msgspec.convert(anchor, Anchor), context_tokens=context_tokens, started_at=at))
+        if self.status == "pending":
+            self.status = "running"  # the first iteration starts: the session is no longer waiting for it
         self.resume_message = None
         self.updated_at = at
 
@@ -221,6 +229,7 @@ class LoopSession(Aggregate):
         # The event repeats the turn's outcome (signal, summary, …) for subscribers: ``loop:iteration_completed``.
         it = self.iteration(number)
         it.status = status
+        it.reason = reason  # the turn's, or why the session failed at this iteration's git step
         it.commit_hash = commit_hash
         it.files_changed = list(files_changed)
         it.ending = None
@@ -256,6 +265,11 @@ class LoopSession(Aggregate):
     @event("WorktreeRemoved")
     def worktree_removed_event(self) -> None:
         self.worktree_removed = True
+
+    @event("WorktreeLeft")
+    def worktree_left_event(self, *, reason: str, at: str) -> None:
+        self.worktree_left = reason
+        self.updated_at = at
 
     @event("NoteTaken")
     def _note_taken(self, *, note_id: str, agent_session_id: str, note: str, taken_at: str, key: str) -> None:
@@ -347,16 +361,46 @@ class LoopSession(Aggregate):
         return note_id
 
     def fail(self, reason: str) -> None:
-        self._set_status("failed", reason)
+        """The session cannot go on (its repository is gone): the open iteration ends ``failed`` without a commit,
+        then the session. An aborted session stays aborted (the person's stop decided it); its iteration ends."""
+        self._end_without_commit(reason)
+        if not self.finished:
+            self._set_status("failed", reason)
 
     def block(self, reason: str) -> None:
-        """A step failed for a reason a retry will not fix: wait for a person (resume tries again)."""
-        if self.status == "running":
+        """A step failed for a reason a retry will not fix: wait for a person (resume tries again). An iteration
+        whose turn had ended but whose git step failed ends without a commit, so that the step is not tried again."""
+        it = self.current_iteration()
+        if it is not None and not it.over and it.ending is not None:
+            self._end_without_commit(reason)
+        if self.status in ("pending", "running"):
             self._set_status("blocked", reason)
+
+    def _end_without_commit(self, reason: str) -> None:
+        """End the open iteration ``failed``, keeping what its turn recorded (its signal, its output) if it ended."""
+        it = self.current_iteration()
+        if it is None or it.over:
+            return
+        if it.ending is None:
+            self._turn_recorded(number=it.number, turn_id=it.turn_id or f"failed:{it.number}", ending="failed",
+                                signal="BLOCKED", signal_source="limit", reason=reason, output_summary=reason,
+                                output_full="", commit_subject="", commit_body="", anchor_hint_next=None,
+                                anchor_hint_reason=None, tokens_used=0, cost_usd=0.0, at=_now())
+        assert it.signal is not None and it.signal_source is not None
+        self._iteration_ended(number=it.number, status="failed", commit_hash=None, files_changed=[], at=_now(),
+                              signal=it.signal, signal_source=it.signal_source, reason=reason,
+                              output_summary=it.output_summary or "", tokens_used=it.tokens_used,
+                              cost_usd=it.cost_usd, anchor_hint_next=it.anchor_hint_next)
+
+    def leave_worktree(self, reason: str) -> None:
+        """The ended session's worktree cannot be removed (its repository is gone, or git refuses for good): say so
+        once, stop trying."""
+        if self.worktree_left is None and not self.worktree_removed:
+            self.worktree_left_event(reason=reason, at=_now())
 
     def request_pause(self) -> None:
         self._check_open("pause")
-        if self.status != "running":
+        if self.status not in ("pending", "running"):
             raise LoopError(LoopErrorCode.NOT_RUNNING, f"the session is {self.status}, not running: nothing to pause",
                             status=self.status)
         if self.pause_requested:
@@ -411,6 +455,11 @@ class LoopSession(Aggregate):
     @property
     def finished(self) -> bool:
         return self.status in FINISHED_STATUSES
+
+    @property
+    def settled(self) -> bool:
+        """Over, with nothing left to clean up (its worktree removed, or left where its repository went)."""
+        return self.finished and (self.branch is None or self.worktree_removed or self.worktree_left is not None)
 
     @property
     def total_commits(self) -> int:

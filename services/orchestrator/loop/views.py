@@ -103,7 +103,7 @@ def loop_to_contract(domain_event: DomainEvent, settled: Settled) -> Event | Non
         if e.status == "blocked":
             return LoopBlocked(**base, reason=reason, iteration_number=e.iteration_number, notify=notify)
         if e.status == "failed":
-            return LoopFailed(**base, reason=reason, notify=notify)
+            return LoopFailed(**base, reason=reason, iteration_number=e.iteration_number, notify=notify)
         if e.status == "aborted":
             return LoopAborted(**base, reason=reason, iteration_number=e.iteration_number)
         if e.status == "paused":
