@@ -1,0 +1,86 @@
+"""What an install holds is what its processes import: a plain install runs every service, an image its own.
+
+Each test runs a real Python in an environment holding only the distributions that install would bring
+(:mod:`.envs`), so a dependency left out of ``pyproject.toml`` fails here as it would for a user, without a
+download. ``.ci/run`` does the same for real: it builds the wheel, installs it in a fresh venv and runs
+``autarch demo``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autarch.cli.local.supervisor import SERVICE_ORDER
+from autarch.cli.local_system import scrubbed_env
+from tests.infra.manifests import INFRA, image_requirements
+
+from .envs import PYPROJECT, restricted_env
+
+PLAIN = PYPROJECT["project"]["dependencies"]
+"""What ``pip install autarch`` (no extra) asks for."""
+
+IMPORT_ALL = """
+import importlib, json, pkgutil, sys
+names = []
+for package in sys.argv[1:]:
+    module = importlib.import_module(package)
+    names.append(package)
+    if hasattr(module, "__path__"):
+        names += [info.name for info in pkgutil.walk_packages(module.__path__, package + ".")]
+failed = {}
+for name in names:
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:
+        failed[name] = f"{type(exc).__name__}: {exc}"
+print(json.dumps({"imported": len(names) - len(failed), "failed": failed}))
+"""
+"""Import every module of the packages named as arguments; print what failed, and why."""
+
+def import_all(python: Path, *packages: str) -> dict:
+    done = subprocess.run([str(python), "-c", IMPORT_ALL, *packages], capture_output=True, text=True, timeout=240,
+                          env=scrubbed_env())
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_plain_install_imports_every_module_of_every_service_the_gateway_and_the_cli(tmp_path: Path):
+    python = restricted_env(tmp_path / "plain", PLAIN)
+    found = import_all(python, *(f"autarch.{p}" for p in ("contracts", "runtime", "cli", "services", "gateway")))
+    assert found["failed"] == {}
+    assert found["imported"] > 250
+
+
+def _images() -> dict[str, list[str]]:
+    """Each compose service built from the Dockerfile, with the extras its image installs."""
+    compose = yaml.safe_load((INFRA / "compose.yaml").read_text())
+    images = {}
+    for spec in compose["services"].values():
+        args = (spec.get("build") or {}).get("args") or {}
+        if "SERVICE" in args:
+            images[args["SERVICE"]] = [e for e in args.get("EXTRAS", "").split(",") if e]
+    return images
+
+
+IMAGES = _images()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("service", sorted(IMAGES))
+def test_an_image_imports_every_module_of_its_own_service(service: str, tmp_path: Path):
+    python = restricted_env(tmp_path / service, image_requirements(IMAGES[service]))
+    package = "autarch.gateway" if service == "gateway" else f"autarch.services.{service}"
+    found = import_all(python, package)  # with whatever of runtime and contracts its modules import
+    assert found["failed"] == {}, f"the {service} image (extras {IMAGES[service]}) cannot import these"
+
+
+def test_every_service_extra_is_in_a_plain_install():
+    optional = PYPROJECT["project"]["optional-dependencies"]
+    for extra in (*SERVICE_ORDER, "gateway", "scripted_model"):
+        assert set(optional.get(extra, [])) <= set(PLAIN), extra
