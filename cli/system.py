@@ -97,13 +97,18 @@ def cmd_up(args: argparse.Namespace) -> int:
     print("  stop     Ctrl-C", flush=True)
     if "agent_runner" in services:
         print(f"  model    {_model_line(settings)}", flush=True)
+    supervisor = Supervisor(settings, services=services, cluster=cluster, instances=instances)
     try:
-        return asyncio.run(Supervisor(settings, services=services, cluster=cluster, instances=instances).run())
+        code = asyncio.run(supervisor.run())
     except (RuntimeError, ValueError) as exc:
         if not cluster:
             raise
         print(f"autarch up: the local cluster did not start: {exc}", file=sys.stderr)
         return 1
+    if supervisor.cannot_start:
+        print(f"autarch up: stopped: {supervisor.cannot_start} cannot start (its reason is in the log above)",
+              file=sys.stderr)
+    return code
 
 
 def _store_line(url: str) -> str:

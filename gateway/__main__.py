@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-import uvicorn
-
-from autarch.runtime.process import configure_logging, settle_heap
-from autarch.runtime.settings import GatewaySettings, load_settings, narrow
-
-from .app import create_app
+from autarch.runtime.startup import require_extra
 
 
 def main() -> None:
+    require_extra("gateway")  # before litestar and uvicorn are imported: a missing one is named with its extra
+    import uvicorn
+
+    from autarch.runtime.process import configure_logging, settle_heap
+    from autarch.runtime.settings import GatewaySettings, load_settings, narrow
+
+    from .app import create_app
+
     settings = narrow(load_settings(), GatewaySettings)
     configure_logging(settings.log_level)
     app = create_app(settings)

@@ -10,6 +10,9 @@ no process is orphaned. SIGKILL, not SIGTERM: with nobody left to escalate, a gr
 waits on something (a client's open SSE stream held the gateway) would never end; and a SIGKILL
 loses nothing (event stores are transactional, relays publish again, JetStream recovers its store).
 
+A child that exits with ``CANNOT_START`` (a dependency not installed: it said which) is not restarted, since it
+would fail the same way again: the system stops and :meth:`Supervisor.run` returns 1.
+
 ``cluster`` > 0 runs the local scale-out shape instead (``autarch up --cluster N``): N nats-servers forming one
 JetStream cluster on loopback (client ports ``nats_port`` … ``nats_port + N - 1``, the event stream with
 min(N, 3) replicas, every write fsynced), event stores in PostgreSQL (``postgres_url``; a ``?schema=`` that does
@@ -35,6 +38,7 @@ from pathlib import Path
 from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.retry import SUPERVISOR_RESTART, Backoff
 from autarch.runtime.settings import Settings
+from autarch.runtime.startup import CANNOT_START
 
 from .natsserver import EmbeddedNats, die_with_parent, local_cluster
 
@@ -136,6 +140,8 @@ class Supervisor:
     nats: EmbeddedNats | None = None
     nodes: list[EmbeddedNats] = field(default_factory=list)
     """The local cluster's servers (``cluster`` > 0)."""
+    cannot_start: str | None = None
+    """The child that exited with ``CANNOT_START`` and so stopped the system, if one did."""
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -173,6 +179,7 @@ class Supervisor:
         tmp.replace(self.run_file)
 
     async def run(self) -> int:
+        """Run the system until SIGINT/SIGTERM (0) or a child that cannot start (1)."""
         self.settings.data_path.mkdir(parents=True, exist_ok=True)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -218,7 +225,7 @@ class Supervisor:
             for node in self.nodes:
                 node.stop()
             self.run_file.unlink(missing_ok=True)
-        return 0
+        return 0 if self.cannot_start is None else 1
 
     async def _start_cluster(self) -> None:
         """Start the cluster's nodes, create the PostgreSQL schema, and wait until the replicated stream exists."""
@@ -252,6 +259,12 @@ class Supervisor:
             if child.stopping or self._stop.is_set():
                 return
             up_for = time.monotonic() - child.started_at
+            if code == CANNOT_START:
+                log.error("%s cannot start (it said why above); stopping the system instead of restarting it, "
+                          "which would fail the same way", child.name)
+                self.cannot_start = child.name
+                self._stop.set()
+                return
             if up_for > self.stable_after:
                 delays = self.backoff.delays()  # it ran fine for a while: this is a new failure, not a crash loop
             backoff = next(delays)

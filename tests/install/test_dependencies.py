@@ -9,14 +9,17 @@ download. ``.ci/run`` does the same for real: it builds the wheel, installs it i
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from autarch.cli.local.natsserver import free_port
 from autarch.cli.local.supervisor import SERVICE_ORDER
 from autarch.cli.local_system import scrubbed_env
+from autarch.runtime.startup import CANNOT_START
 from tests.infra.manifests import INFRA, image_requirements
 
 from .envs import PYPROJECT, restricted_env
@@ -41,6 +44,11 @@ for name in names:
 print(json.dumps({"imported": len(names) - len(failed), "failed": failed}))
 """
 """Import every module of the packages named as arguments; print what failed, and why."""
+
+MISSING_RUSTWORKX = (
+    "orchestrator: cannot start: a dependency is not installed: rustworkx>=0.15. The 'orchestrator' extra brings "
+    "it: pip install 'autarch[orchestrator]' (a plain `pip install autarch` has every service's).")
+
 
 def import_all(python: Path, *packages: str) -> dict:
     done = subprocess.run([str(python), "-c", IMPORT_ALL, *packages], capture_output=True, text=True, timeout=240,
@@ -78,9 +86,44 @@ def test_an_image_imports_every_module_of_its_own_service(service: str, tmp_path
     package = "autarch.gateway" if service == "gateway" else f"autarch.services.{service}"
     found = import_all(python, package)  # with whatever of runtime and contracts its modules import
     assert found["failed"] == {}, f"the {service} image (extras {IMAGES[service]}) cannot import these"
+    check = subprocess.run([str(python), "-c", f"from autarch.runtime.startup import require_extra; "
+                            f"require_extra({service!r})"], capture_output=True, text=True, env=scrubbed_env())
+    assert (check.returncode, check.stderr) == (0, "")
 
 
 def test_every_service_extra_is_in_a_plain_install():
     optional = PYPROJECT["project"]["optional-dependencies"]
     for extra in (*SERVICE_ORDER, "gateway", "scripted_model"):
         assert set(optional.get(extra, [])) <= set(PLAIN), extra
+
+
+def test_a_service_without_its_extra_names_the_dependency_and_the_extra_once_and_exits_78(tmp_path: Path):
+    python = restricted_env(tmp_path / "env", PLAIN, without=frozenset({"rustworkx"}))
+    done = subprocess.run([str(python), "-m", "autarch.services.orchestrator"], capture_output=True, text=True,
+                          timeout=60, env=scrubbed_env())
+    assert (done.returncode, done.stderr, done.stdout) == (CANNOT_START, MISSING_RUSTWORKX + "\n", "")
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_autarch_up_stops_when_a_service_cannot_start_instead_of_restarting_it(tmp_path: Path):
+    # Every service and the gateway as processes, from an install that lacks the orchestrator's rustworkx.
+    python = restricted_env(tmp_path / "env", PLAIN, without=frozenset({"rustworkx"}))
+    data, port, nats_port = tmp_path / "data", free_port(), free_port()
+    env = {**scrubbed_env(), "AUTARCH_DATA_DIR": str(data), "AUTARCH_PORT": str(port),
+           "AUTARCH_NATS_PORT": str(nats_port)}
+    # Restarted forever, it would never exit: the timeout fails the test.
+    done = subprocess.run([str(python), "-m", "autarch.cli.main", "up"], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120, env=env)
+
+    log = done.stdout
+    assert done.returncode == 1, log
+    assert f"orchestrator | {MISSING_RUSTWORKX}\n" in log and log.count(MISSING_RUSTWORKX) == 1, log
+    assert "exited with" not in log and "; restarting in" not in log, log
+    assert "ERROR supervisor: orchestrator cannot start (it said why above); stopping the system" in log
+    assert log.endswith("autarch up: stopped: orchestrator cannot start (its reason is in the log above)\n"), log
+    assert not _listening(port) and not _listening(nats_port)
+    assert not (data / "run.json").exists()
