@@ -50,7 +50,7 @@ def _common(parser: argparse.ArgumentParser, *, port: bool = False) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from autarch.cli.local.supervisor import AVAILABLE_SERVICES, Supervisor
+    from autarch.cli.local.supervisor import AVAILABLE_SERVICES, CannotStart, Supervisor
     from autarch.runtime.process import configure_logging
     from autarch.runtime.token import ensure_token
 
@@ -78,6 +78,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("autarch up: --cluster runs its own NATS nodes (no --nats) and needs PostgreSQL event stores: "
               "--postgres-url postgresql://user@host:5432/db?schema=NAME (or AUTARCH_POSTGRES_URL)", file=sys.stderr)
         return 2
+    supervisor = Supervisor(settings, services=services, cluster=cluster, instances=instances)
+    try:
+        supervisor.claim()  # the data dir's lock, before the banner says anything is starting
+    except CannotStart as exc:
+        print(f"autarch up: {exc}", file=sys.stderr)
+        return 1
     if cluster:
         nodes = ",".join(str(settings.nats_port + i) for i in range(cluster))
         print(f"Autarch starting a local cluster: {cluster} NATS nodes (ports {nodes}), {instances} instances of "
@@ -97,7 +103,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     print("  stop     Ctrl-C", flush=True)
     if "agent_runner" in services:
         print(f"  model    {_model_line(settings)}", flush=True)
-    supervisor = Supervisor(settings, services=services, cluster=cluster, instances=instances)
     try:
         code = asyncio.run(supervisor.run())
     except (RuntimeError, ValueError) as exc:

@@ -10,8 +10,10 @@ no process is orphaned. SIGKILL, not SIGTERM: with nobody left to escalate, a gr
 waits on something (a client's open SSE stream held the gateway) would never end; and a SIGKILL
 loses nothing (event stores are transactional, relays publish again, JetStream recovers its store).
 
-A child that exits with ``CANNOT_START`` (a dependency not installed: it said which) is not restarted, since it
-would fail the same way again: the system stops and :meth:`Supervisor.run` returns 1.
+Before it starts anything it claims the data dir (``system.lock``: one system per data dir, see
+:mod:`.system_lock`); a refusal is :class:`CannotStart`, and nothing is started. A child that exits with
+``CANNOT_START`` (a dependency not installed: it said which) is not restarted, since it would fail the same way
+again: the system stops and :meth:`Supervisor.run` returns 1.
 
 ``cluster`` > 0 runs the local scale-out shape instead (``autarch up --cluster N``): N nats-servers forming one
 JetStream cluster on loopback (client ports ``nats_port`` … ``nats_port + N - 1``, the event stream with
@@ -41,8 +43,9 @@ from autarch.runtime.settings import Settings
 from autarch.runtime.startup import CANNOT_START
 
 from .natsserver import EmbeddedNats, die_with_parent, local_cluster
+from .system_lock import SystemLock
 
-__all__ = ["AVAILABLE_SERVICES", "Child", "Supervisor"]
+__all__ = ["AVAILABLE_SERVICES", "CannotStart", "Child", "Supervisor"]
 
 log = logging.getLogger("supervisor")
 
@@ -62,6 +65,11 @@ def _available() -> tuple[str, ...]:
 
 AVAILABLE_SERVICES = _available()
 """Services installed in this environment, in start order."""
+
+
+class CannotStart(RuntimeError):
+    """The system cannot start here as asked (another live system holds the data dir); the message says why."""
+
 
 @dataclass
 class Child:
@@ -142,6 +150,7 @@ class Supervisor:
     """The local cluster's servers (``cluster`` > 0)."""
     cannot_start: str | None = None
     """The child that exited with ``CANNOT_START`` and so stopped the system, if one did."""
+    _lock: SystemLock | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -154,6 +163,29 @@ class Supervisor:
         if self.nodes:
             return ",".join(node.url for node in self.nodes)
         return self.settings.effective_nats_url
+
+    def _gateway_ports(self) -> list[int]:
+        return [self.settings.port + i for i in range(self.instances)] if self.gateway else []
+
+    def _nats_ports(self) -> list[int]:
+        if self.cluster > 0:
+            return [self.settings.nats_port + i for i in range(self.cluster)]
+        return [] if self.settings.nats_url is not None else [self.settings.nats_port]
+
+    def claim(self) -> None:
+        """Take the data dir's lock before anything starts (``run`` does it when not done); :class:`CannotStart`
+        when another system holds the data dir (naming its pid, gateway and NATS)."""
+        if self._lock is not None:
+            return
+        host = self.settings.host
+        gateways = [f"http://{host}:{port}" for port in self._gateway_ports()]
+        nats = ",".join(f"nats://127.0.0.1:{port}" for port in self._nats_ports()) or self.settings.effective_nats_url
+        lock = SystemLock(self.settings.data_path)
+        try:
+            lock.acquire({"gateway": ",".join(gateways), "nats": nats, "data_dir": str(self.settings.data_path)})
+        except RuntimeError as exc:
+            raise CannotStart(str(exc)) from None
+        self._lock = lock
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -179,8 +211,17 @@ class Supervisor:
         tmp.replace(self.run_file)
 
     async def run(self) -> int:
-        """Run the system until SIGINT/SIGTERM (0) or a child that cannot start (1)."""
-        self.settings.data_path.mkdir(parents=True, exist_ok=True)
+        """Run the system until SIGINT/SIGTERM (0) or a child that cannot start (1); :class:`CannotStart` when
+        it cannot start at all (nothing is left running then)."""
+        self.claim()
+        try:
+            return await self._run()
+        finally:
+            assert self._lock is not None
+            self._lock.release()  # last: everything this system started has stopped
+            self._lock = None
+
+    async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)

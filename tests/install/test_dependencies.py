@@ -8,6 +8,7 @@ download. ``.ci/run`` does the same for real: it builds the wheel, installs it i
 
 from __future__ import annotations
 
+import fcntl
 import json
 import socket
 import subprocess
@@ -127,3 +128,5 @@ def test_autarch_up_stops_when_a_service_cannot_start_instead_of_restarting_it(t
     assert log.endswith("autarch up: stopped: orchestrator cannot start (its reason is in the log above)\n"), log
     assert not _listening(port) and not _listening(nats_port)
     assert not (data / "run.json").exists()
+    with open(data / "system.lock") as lock:  # released: the next `autarch up` may have the data dir
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
