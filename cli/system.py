@@ -80,7 +80,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 2
     supervisor = Supervisor(settings, services=services, cluster=cluster, instances=instances)
     try:
-        supervisor.claim()  # the data dir's lock, before the banner says anything is starting
+        supervisor.claim()  # the data dir's lock and free ports, before the banner says anything is starting
     except CannotStart as exc:
         print(f"autarch up: {exc}", file=sys.stderr)
         return 1
@@ -105,6 +105,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(f"  model    {_model_line(settings)}", flush=True)
     try:
         code = asyncio.run(supervisor.run())
+    except CannotStart as exc:
+        print(f"autarch up: {exc}", file=sys.stderr)
+        return 1
     except (RuntimeError, ValueError) as exc:
         if not cluster:
             raise

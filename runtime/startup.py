@@ -5,17 +5,19 @@ service's extra (``pyproject.toml``). A service whose extra is not fully install
 deep inside it, and a supervisor would restart it forever: instead its ``__main__`` calls
 :func:`require_extra` first, which names the missing distribution and the extra that brings it, once, and exits
 with :data:`CANNOT_START`. ``autarch up`` stops the whole system on that status rather than restarting the
-process (``cli/local/supervisor.py``).
+process (``cli/local/supervisor.py``), as it does for a gateway whose port another program holds (:func:`listen`).
 """
 
 from __future__ import annotations
 
+import errno
 import re
+import socket
 import sys
 from importlib import metadata
 from typing import NoReturn
 
-__all__ = ["CANNOT_START", "cannot_start", "missing_requirements", "require_extra"]
+__all__ = ["CANNOT_START", "cannot_start", "listen", "missing_requirements", "require_extra"]
 
 CANNOT_START = 78
 """Exit status of a process that cannot run as installed or configured (sysexits' ``EX_CONFIG``): started
@@ -87,3 +89,19 @@ def require_extra(name: str, extra: str | None = None) -> None:
     cannot_start(name, f"{'these dependencies are' if len(missing) > 1 else 'a dependency is'} not installed: "
                        f"{listed}. The '{extras}' extra brings {'them' if len(missing) > 1 else 'it'}: "
                        f"pip install 'autarch[{extras}]' (a plain `pip install autarch` has every service's).")
+
+
+def listen(name: str, host: str, port: int, *, setting: str) -> socket.socket:
+    """A TCP socket listening on ``host:port`` for ``name`` to serve on; when it cannot be had (another program
+    holds the port, say), say so once, naming the port and ``setting`` that chooses it, and exit with
+    :data:`CANNOT_START`: a restart would find the port taken just the same."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        # SO_REUSEADDR (create_server's default on POSIX), as uvicorn binds: a restart is not refused over the
+        # last process's connections still in TIME_WAIT; only a live listener makes the port taken.
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            cannot_start(name, f"port {port} on {host} is already in use by another program; stop it, or choose "
+                               f"another port with {setting}.")
+        cannot_start(name, f"cannot listen on {host}:{port}: {exc.strerror or exc}")

@@ -11,9 +11,10 @@ waits on something (a client's open SSE stream held the gateway) would never end
 loses nothing (event stores are transactional, relays publish again, JetStream recovers its store).
 
 Before it starts anything it claims the data dir (``system.lock``: one system per data dir, see
-:mod:`.system_lock`); a refusal is :class:`CannotStart`, and nothing is started. A child that exits with
-``CANNOT_START`` (a dependency not installed: it said which) is not restarted, since it would fail the same way
-again: the system stops and :meth:`Supervisor.run` returns 1.
+:mod:`.system_lock`) and checks that the gateway's and NATS ports are free (:mod:`.ports`); either refusal is
+:class:`CannotStart`, and nothing is left running. A child that exits with ``CANNOT_START`` (a dependency not
+installed, its port taken: it said why) is not restarted, since it would fail the same way again: the system
+stops and :meth:`Supervisor.run` returns 1.
 
 ``cluster`` > 0 runs the local scale-out shape instead (``autarch up --cluster N``): N nats-servers forming one
 JetStream cluster on loopback (client ports ``nats_port`` … ``nats_port + N - 1``, the event stream with
@@ -43,6 +44,7 @@ from autarch.runtime.settings import Settings
 from autarch.runtime.startup import CANNOT_START
 
 from .natsserver import EmbeddedNats, die_with_parent, local_cluster
+from .ports import ensure_free
 from .system_lock import SystemLock
 
 __all__ = ["AVAILABLE_SERVICES", "CannotStart", "Child", "Supervisor"]
@@ -68,7 +70,8 @@ AVAILABLE_SERVICES = _available()
 
 
 class CannotStart(RuntimeError):
-    """The system cannot start here as asked (another live system holds the data dir); the message says why."""
+    """The system cannot start here as asked (the data dir in use, a port taken, NATS not starting); the
+    message says why."""
 
 
 @dataclass
@@ -173,8 +176,11 @@ class Supervisor:
         return [] if self.settings.nats_url is not None else [self.settings.nats_port]
 
     def claim(self) -> None:
-        """Take the data dir's lock before anything starts (``run`` does it when not done); :class:`CannotStart`
-        when another system holds the data dir (naming its pid, gateway and NATS)."""
+        """Take the data dir's lock and check the ports, before anything starts (``run`` does it when not done).
+
+        :class:`CannotStart` when another system holds the data dir (naming its pid, gateway and NATS) or a port
+        is taken (naming it); the lock is then not kept.
+        """
         if self._lock is not None:
             return
         host = self.settings.host
@@ -184,6 +190,15 @@ class Supervisor:
         try:
             lock.acquire({"gateway": ",".join(gateways), "nats": nats, "data_dir": str(self.settings.data_path)})
         except RuntimeError as exc:
+            raise CannotStart(str(exc)) from None
+        try:
+            for port in self._gateway_ports():
+                ensure_free(host, port, what="the gateway's", setting="--port or AUTARCH_PORT")
+            for port in self._nats_ports():
+                what = "a NATS node's client port" if self.cluster else "the embedded NATS server's"
+                ensure_free("127.0.0.1", port, what=what, setting="AUTARCH_NATS_PORT (nats_port in config.toml)")
+        except (RuntimeError, OSError) as exc:
+            lock.release()
             raise CannotStart(str(exc)) from None
         self._lock = lock
 
@@ -231,7 +246,10 @@ class Supervisor:
             self.nats = EmbeddedNats(self.settings.data_path / "nats", port=self.settings.nats_port,
                                      parent_death_signal=signal.SIGKILL)
             # In this (main) thread: the server's parent-death signal is tied to the thread that forks it.
-            self.nats.start()
+            try:
+                self.nats.start()
+            except (RuntimeError, OSError) as exc:
+                raise CannotStart(f"the embedded nats-server did not start: {exc}") from None
             log.info("embedded nats-server on %s (JetStream in %s)", self.nats.url, self.nats.data_dir)
         env = self._child_env()
         py = sys.executable

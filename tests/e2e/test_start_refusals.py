@@ -1,8 +1,8 @@
-"""What ``autarch up`` refuses before it starts anything: a data dir another live system holds.
+"""What ``autarch up`` refuses before it starts anything: a data dir another live system holds, a taken port.
 
-The refusal is said once, names what is in the way (the holding system's pid, gateway and NATS), exits
-non-zero, and leaves nothing running; the live system it refused to join goes on working. Every service runs
-as its own process, with the scripted model behind the agent runner.
+Each refusal is said once, names what is in the way (the holding system's pid, gateway and NATS; the port),
+exits non-zero, and leaves nothing running; the live system it refused to join goes on working. Every service
+runs as its own process, with the scripted model behind the agent runner.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 
 from autarch.cli.demo_cmd import create_workflow, demo_scenario, drive, make_sample_repo
-from autarch.cli.local.natsserver import free_port
+from autarch.cli.local.natsserver import EmbeddedNats, free_port
 from autarch.cli.local.supervisor import AVAILABLE_SERVICES
 from autarch.cli.local_system import LocalSystem, pid_alive, scrubbed_env
 from autarch.services.scripted_model import ScriptedModelServer
+
+GATEWAY_SETTING = "--port or AUTARCH_PORT"
+NATS_SETTING = "AUTARCH_NATS_PORT (nats_port in config.toml)"
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +104,46 @@ def test_a_second_system_on_a_live_data_dir_is_refused_naming_the_first_which_ke
             assert client.get(f"/api/workflows/{workflow_id}")["status"] == "done"
     finally:
         assert again.stop() == 0
+
+
+def test_a_taken_gateway_port_fails_fast_with_one_message(tmp_path: Path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # another program's server on the port
+        port = taken.getsockname()[1]
+        nats_port = free_port()
+        done = up(tmp_path / "data", port=port, nats_port=nats_port)
+    assert done.returncode == 1
+    assert (done.stdout, done.stderr) == ("", (
+        f"autarch up: port {port} on 127.0.0.1 (the gateway's) is already in use by another program; stop it, "
+        f"or choose another port with {GATEWAY_SETTING}.\n"))
+    assert not listening(nats_port)
+    assert not (tmp_path / "data" / "run.json").exists()
+
+
+def test_a_taken_nats_port_fails_fast_with_one_message(tmp_path: Path):
+    # Another system's nats-server: it would greet our services as if it were ours.
+    other = EmbeddedNats(tmp_path / "other-nats").start()
+    try:
+        port = free_port()
+        done = up(tmp_path / "data", port=port, nats_port=other.port)
+        assert other.process is not None and other.process.poll() is None
+    finally:
+        other.stop()
+    assert done.returncode == 1
+    assert (done.stdout, done.stderr) == ("", (
+        f"autarch up: port {other.port} on 127.0.0.1 (the embedded NATS server's) is already in use by another "
+        f"program; stop it, or choose another port with {NATS_SETTING}.\n"))
+    assert not listening(port)
+    assert not (tmp_path / "data" / "run.json").exists()
+
+
+def test_a_gateway_whose_port_is_taken_says_so_once_and_exits_78(tmp_path: Path):
+    # What ``autarch up`` relies on when the port is taken after its own check (a restart, a race).
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        env = {**scrubbed_env(), "AUTARCH_DATA_DIR": str(tmp_path / "data"), "AUTARCH_PORT": str(port),
+               "AUTARCH_NATS_URL": f"nats://127.0.0.1:{free_port()}"}
+        done = subprocess.run([sys.executable, "-m", "autarch.gateway"], env=env, capture_output=True, text=True,
+                              timeout=60)
+    assert (done.returncode, done.stdout) == (78, "")
+    assert done.stderr == (f"gateway: cannot start: port {port} on 127.0.0.1 is already in use by another "
+                           f"program; stop it, or choose another port with {GATEWAY_SETTING}.\n")
