@@ -34,13 +34,13 @@ def _requirements_of(extra: str) -> list[tuple[str, str, str]]:
         declared = metadata.requires("autarch") or []
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed: nothing to check
         return []
-    by_extra: dict[str, list[tuple[str, str]]] = {}
+    by_extra: dict[str, list[tuple[str, str, str]]] = {}
     for line in declared:
         requirement, _, marker = line.partition(";")
         named = _EXTRA.search(marker)
         match = _NAME.match(requirement)
         if named and match:
-            by_extra.setdefault(named[1], []).append((match[1], requirement.strip()))
+            by_extra.setdefault(named[1], []).append((match[1], match[2] or "", requirement.strip()))
     found: list[tuple[str, str, str]] = []
     pending, seen = [extra], set()
     while pending:
@@ -48,10 +48,9 @@ def _requirements_of(extra: str) -> list[tuple[str, str, str]]:
         if current in seen:
             continue
         seen.add(current)
-        for name, requirement in by_extra.get(current, []):
-            match = _NAME.match(requirement)
-            if name.lower() == "autarch" and match and match[2]:
-                pending.extend(part.strip() for part in match[2].split(","))
+        for name, extras, requirement in by_extra.get(current, []):
+            if name.lower() == "autarch":
+                pending.extend(part.strip() for part in extras.split(",") if part.strip())
             else:
                 found.append((name, requirement, current))
     return found

@@ -6,7 +6,9 @@ downloading anything, :func:`restricted_env` makes a venv whose ``site-packages`
 distributions of that closure (resolved, markers and extras included, from what this test environment has
 installed) plus this checkout as the ``autarch`` package, with ``autarch``'s metadata written from the
 ``pyproject.toml`` of the checkout (what a wheel built from it would carry). Its ``python`` has no other
-``site-packages``, so an import of anything outside the closure fails as it would for the user.
+``site-packages``, so an import of anything outside the closure fails as it would for the user. Run it in a
+directory of its own: the current directory comes first on ``sys.path``, and a checkout's ``autarch.egg-info``
+there would stand in for the metadata written here.
 """
 
 from __future__ import annotations
