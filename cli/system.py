@@ -50,7 +50,7 @@ def _common(parser: argparse.ArgumentParser, *, port: bool = False) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from autarch.cli.local.supervisor import AVAILABLE_SERVICES, Supervisor
+    from autarch.cli.local.supervisor import AVAILABLE_SERVICES, CannotStart, Supervisor
     from autarch.runtime.process import configure_logging
     from autarch.runtime.token import ensure_token
 
@@ -78,6 +78,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("autarch up: --cluster runs its own NATS nodes (no --nats) and needs PostgreSQL event stores: "
               "--postgres-url postgresql://user@host:5432/db?schema=NAME (or AUTARCH_POSTGRES_URL)", file=sys.stderr)
         return 2
+    supervisor = Supervisor(settings, services=services, cluster=cluster, instances=instances)
+    try:
+        supervisor.claim()  # the data dir's lock and free ports, before the banner says anything is starting
+    except CannotStart as exc:
+        print(f"autarch up: {exc}", file=sys.stderr)
+        return 1
     if cluster:
         nodes = ",".join(str(settings.nats_port + i) for i in range(cluster))
         print(f"Autarch starting a local cluster: {cluster} NATS nodes (ports {nodes}), {instances} instances of "
@@ -98,12 +104,19 @@ def cmd_up(args: argparse.Namespace) -> int:
     if "agent_runner" in services:
         print(f"  model    {_model_line(settings)}", flush=True)
     try:
-        return asyncio.run(Supervisor(settings, services=services, cluster=cluster, instances=instances).run())
+        code = asyncio.run(supervisor.run())
+    except CannotStart as exc:
+        print(f"autarch up: {exc}", file=sys.stderr)
+        return 1
     except (RuntimeError, ValueError) as exc:
         if not cluster:
             raise
         print(f"autarch up: the local cluster did not start: {exc}", file=sys.stderr)
         return 1
+    if supervisor.cannot_start:
+        print(f"autarch up: stopped: {supervisor.cannot_start} cannot start (its reason is in the log above)",
+              file=sys.stderr)
+    return code
 
 
 def _store_line(url: str) -> str:

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .ports import ensure_free
+
 __all__ = ["ClusterNode", "EmbeddedNats", "NatsServerNotFound", "die_with_parent", "find_nats_server", "free_port",
            "local_cluster"]
 
@@ -156,7 +158,13 @@ class EmbeddedNats:
         return f"nats://127.0.0.1:{self.port}"
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        """Start the process (same port, same store: a restart keeps the JetStream data)."""
+        """Start the process (same port, same store: a restart keeps the JetStream data).
+
+        :class:`~.ports.PortInUse` when something listens on the port already: the server would fail to bind
+        and exit, while whatever holds the port (another nats-server, say) answered our clients for it.
+        """
+        what = f"NATS node {self.cluster.name}'s client port" if self.cluster else "the embedded NATS server's"
+        ensure_free("127.0.0.1", self.port, what=what, setting="AUTARCH_NATS_PORT (nats_port in config.toml)")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         conf = self.data_dir / "nats.conf"
         conf.write_text(render_config(port=self.port, store_dir=self.data_dir / "jetstream", cluster=self.cluster))
@@ -189,7 +197,7 @@ class EmbeddedNats:
                 raise self._exited(process)
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
-                    if sock.recv(4) == b"INFO":
+                    if sock.recv(4) == b"INFO" and process.poll() is None:
                         return self
             except OSError:
                 pass
@@ -217,7 +225,7 @@ class EmbeddedNats:
                 writer.close()
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
-            if greeting == b"INFO":
+            if greeting == b"INFO" and process.poll() is None:
                 return self
             await asyncio.sleep(0.02)
         process.kill()

@@ -10,6 +10,12 @@ no process is orphaned. SIGKILL, not SIGTERM: with nobody left to escalate, a gr
 waits on something (a client's open SSE stream held the gateway) would never end; and a SIGKILL
 loses nothing (event stores are transactional, relays publish again, JetStream recovers its store).
 
+Before it starts anything it claims the data dir (``system.lock``: one system per data dir, see
+:mod:`.system_lock`) and checks that the gateway's and NATS ports are free (:mod:`.ports`); either refusal is
+:class:`CannotStart`, and nothing is left running. A child that exits with ``CANNOT_START`` (a dependency not
+installed, its port taken: it said why) is not restarted, since it would fail the same way again: the system
+stops and :meth:`Supervisor.run` returns 1.
+
 ``cluster`` > 0 runs the local scale-out shape instead (``autarch up --cluster N``): N nats-servers forming one
 JetStream cluster on loopback (client ports ``nats_port`` … ``nats_port + N - 1``, the event stream with
 min(N, 3) replicas, every write fsynced), event stores in PostgreSQL (``postgres_url``; a ``?schema=`` that does
@@ -35,10 +41,13 @@ from pathlib import Path
 from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.retry import SUPERVISOR_RESTART, Backoff
 from autarch.runtime.settings import Settings
+from autarch.runtime.startup import CANNOT_START
 
 from .natsserver import EmbeddedNats, die_with_parent, local_cluster
+from .ports import ensure_free
+from .system_lock import SystemLock
 
-__all__ = ["AVAILABLE_SERVICES", "Child", "Supervisor"]
+__all__ = ["AVAILABLE_SERVICES", "CannotStart", "Child", "Supervisor"]
 
 log = logging.getLogger("supervisor")
 
@@ -58,6 +67,12 @@ def _available() -> tuple[str, ...]:
 
 AVAILABLE_SERVICES = _available()
 """Services installed in this environment, in start order."""
+
+
+class CannotStart(RuntimeError):
+    """The system cannot start here as asked (the data dir in use, a port taken, NATS not starting); the
+    message says why."""
+
 
 @dataclass
 class Child:
@@ -136,6 +151,9 @@ class Supervisor:
     nats: EmbeddedNats | None = None
     nodes: list[EmbeddedNats] = field(default_factory=list)
     """The local cluster's servers (``cluster`` > 0)."""
+    cannot_start: str | None = None
+    """The child that exited with ``CANNOT_START`` and so stopped the system, if one did."""
+    _lock: SystemLock | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -148,6 +166,41 @@ class Supervisor:
         if self.nodes:
             return ",".join(node.url for node in self.nodes)
         return self.settings.effective_nats_url
+
+    def _gateway_ports(self) -> list[int]:
+        return [self.settings.port + i for i in range(self.instances)] if self.gateway else []
+
+    def _nats_ports(self) -> list[int]:
+        if self.cluster > 0:
+            return [self.settings.nats_port + i for i in range(self.cluster)]
+        return [] if self.settings.nats_url is not None else [self.settings.nats_port]
+
+    def claim(self) -> None:
+        """Take the data dir's lock and check the ports, before anything starts (``run`` does it when not done).
+
+        :class:`CannotStart` when another system holds the data dir (naming its pid, gateway and NATS) or a port
+        is taken (naming it); the lock is then not kept.
+        """
+        if self._lock is not None:
+            return
+        host = self.settings.host
+        gateways = [f"http://{host}:{port}" for port in self._gateway_ports()]
+        nats = ",".join(f"nats://127.0.0.1:{port}" for port in self._nats_ports()) or self.settings.effective_nats_url
+        lock = SystemLock(self.settings.data_path)
+        try:
+            lock.acquire({"gateway": ",".join(gateways), "nats": nats, "data_dir": str(self.settings.data_path)})
+        except RuntimeError as exc:
+            raise CannotStart(str(exc)) from None
+        try:
+            for port in self._gateway_ports():
+                ensure_free(host, port, what="the gateway's", setting="--port or AUTARCH_PORT")
+            for port in self._nats_ports():
+                what = "a NATS node's client port" if self.cluster else "the embedded NATS server's"
+                ensure_free("127.0.0.1", port, what=what, setting="AUTARCH_NATS_PORT (nats_port in config.toml)")
+        except (RuntimeError, OSError) as exc:
+            lock.release()
+            raise CannotStart(str(exc)) from None
+        self._lock = lock
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -173,7 +226,17 @@ class Supervisor:
         tmp.replace(self.run_file)
 
     async def run(self) -> int:
-        self.settings.data_path.mkdir(parents=True, exist_ok=True)
+        """Run the system until SIGINT/SIGTERM (0) or a child that cannot start (1); :class:`CannotStart` when
+        it cannot start at all (nothing is left running then)."""
+        self.claim()
+        try:
+            return await self._run()
+        finally:
+            assert self._lock is not None
+            self._lock.release()  # last: everything this system started has stopped
+            self._lock = None
+
+    async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
@@ -183,7 +246,10 @@ class Supervisor:
             self.nats = EmbeddedNats(self.settings.data_path / "nats", port=self.settings.nats_port,
                                      parent_death_signal=signal.SIGKILL)
             # In this (main) thread: the server's parent-death signal is tied to the thread that forks it.
-            self.nats.start()
+            try:
+                self.nats.start()
+            except (RuntimeError, OSError) as exc:
+                raise CannotStart(f"the embedded nats-server did not start: {exc}") from None
             log.info("embedded nats-server on %s (JetStream in %s)", self.nats.url, self.nats.data_dir)
         env = self._child_env()
         py = sys.executable
@@ -218,7 +284,7 @@ class Supervisor:
             for node in self.nodes:
                 node.stop()
             self.run_file.unlink(missing_ok=True)
-        return 0
+        return 0 if self.cannot_start is None else 1
 
     async def _start_cluster(self) -> None:
         """Start the cluster's nodes, create the PostgreSQL schema, and wait until the replicated stream exists."""
@@ -252,6 +318,12 @@ class Supervisor:
             if child.stopping or self._stop.is_set():
                 return
             up_for = time.monotonic() - child.started_at
+            if code == CANNOT_START:
+                log.error("%s cannot start (it said why above); stopping the system instead of restarting it, "
+                          "which would fail the same way", child.name)
+                self.cannot_start = child.name
+                self._stop.set()
+                return
             if up_for > self.stable_after:
                 delays = self.backoff.delays()  # it ran fine for a while: this is a new failure, not a crash loop
             backoff = next(delays)

