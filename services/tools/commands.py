@@ -110,7 +110,10 @@ async def shell(ctx: ToolContext, args: ShellArgs) -> Any:
         try:
             git: HostGit | str = no_record
             if record is not None and ctx.git_records is not None:
-                git = await ctx.git_records.host_git(record, sandbox_environment(policy, home=None))
+                try:
+                    git = await ctx.git_records.host_git(record, sandbox_environment(policy, home=None))
+                except NoGitRecord as exc:
+                    git = str(exc)
             return await _run(ctx, args, launch, timeout=timeout, git=git, record=record, network=network)
         finally:
             await asyncio.to_thread(launch.cleanup)

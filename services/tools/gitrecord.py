@@ -50,7 +50,7 @@ GIT_FILE_TAMPERED = "git_file_tampered"
 
 _MAX_DOT_GIT = 64 * 1024
 _ASK_TIMEOUT = 5.0
-_ASK_GRACE = 2.0
+_ASK_GRACE = 1.0
 """How long a restarting git service is waited for before the local records are used."""
 
 _FIXED_OPTIONS = (
@@ -203,7 +203,8 @@ class GitRecords:
         return _from_reply(reply, root), "the git service answered for another path"
 
     async def host_git(self, record: GitRecord, base_env: dict[str, str]) -> HostGit:
-        """How to run git on ``record``'s work tree outside the sandbox."""
+        """How to run git on ``record``'s work tree outside the sandbox; :class:`NoGitRecord` when its config
+        cannot be read (so the drivers to switch off are unknown)."""
         env = _host_env(record, base_env)
         options = self._options.get(record)
         if options is None:
@@ -236,7 +237,9 @@ async def _driver_overrides(env: dict[str, str]) -> tuple[str, ...]:
         "git", *_FIXED_OPTIONS, "config", "--list", "--show-scope", "--includes", "-z", env=env,
         cwd=env["GIT_WORK_TREE"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
-    out, _ = await proc.communicate()
+    out, err = await proc.communicate()
+    if proc.returncode != 0:  # fail closed: without the list, a repository's own driver could run
+        raise NoGitRecord(f"its git config cannot be read: {err.decode('utf-8', 'replace').strip()}")
     user: set[tuple[str, str]] = set()
     other: set[tuple[str, str]] = set()
     fields = out.split(b"\x00")

@@ -9,7 +9,10 @@ run a program the worktree chose, and the sandbox must never grant a path the wo
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -28,6 +31,7 @@ from autarch.contracts.git import (
     WorkflowBranchView,
     WorktreeRecord,
 )
+from autarch.contracts.tools import ToolCall
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.leases import LeaseGrant, LeaseTable
 from autarch.runtime.requests import request
@@ -295,8 +299,6 @@ async def test_the_lease_guard_runs_on_the_record_and_restores_dot_git(nc: Clien
     executor.git_records.trust_repository(str(layout.repo))
     executor.leases = table
     try:
-        from autarch.contracts.tools import ToolCall
-
         command = (
             f"mkdir -p evil; git init -q --separate-git-dir=$PWD/evil/g evil/wt; "
             f"git -C evil/wt config filter.x.clean \"sh -c 'id > {layout.marker}; cat'\"; "
@@ -309,8 +311,6 @@ async def test_the_lease_guard_runs_on_the_record_and_restores_dot_git(nc: Clien
         ))
     finally:
         executor.close()
-    import json
-
     value = json.loads(result.content)
     assert value["code"] == GIT_FILE_TAMPERED, value
     assert not layout.marker.exists()
@@ -366,3 +366,22 @@ async def test_the_git_service_records_its_worktrees_and_the_tools_follow_them(
             assert done["exit_code"] == 0 and "initial" in done["stdout"], done
     finally:
         executor.close()
+
+
+# --- the first reproduction, as a person runs it -----------------------------------------------------
+
+
+@pytest.mark.parametrize("repository", [True, False])
+def test_the_cli_preflight_never_runs_the_worktrees_filter(layout: Layout, repository: bool):
+    named = ["--repository", str(layout.repo)] if repository else []
+    done = subprocess.run(
+        [sys.executable, "-m", "autarch.cli.main", "tools", "call", "shell", "--root", str(layout.worktree),
+         "--role", "preflight", "--data-dir", str(layout.data), *named,
+         json.dumps({"reason": "r", "command": layout.evil_command(), "timeoutSeconds": 60})],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 1, done
+    assert not layout.marker.exists(), layout.marker.read_text()
+    assert (layout.worktree / ".git").read_bytes() == layout.dot_git
+    if not repository:  # no record: the guard's git is not run at all, and neither is the command
+        assert "its .git file alone is not trusted" in done.stdout, done.stdout
