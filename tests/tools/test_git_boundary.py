@@ -385,3 +385,15 @@ def test_the_cli_preflight_never_runs_the_worktrees_filter(layout: Layout, repos
     assert (layout.worktree / ".git").read_bytes() == layout.dot_git
     if not repository:  # no record: the guard's git is not run at all, and neither is the command
         assert "its .git file alone is not trusted" in done.stdout, done.stdout
+
+
+async def test_the_file_tools_never_write_dot_git(tools: Tools, layout: Layout):
+    # Already held by the sensitive-path rule (sensitivity.py: .git and anything under it); kept here as part of
+    # the boundary: no tool but a confined command reaches .git, and a command only through a read-only mount.
+    (layout.worktree / "link").symlink_to(".git")
+    for path in (".git", "link", ".git/config"):
+        value = await tools("write_file", {"path": path, "content": "gitdir: /root\n"})
+        assert value.get("blocked") is True, (path, value)
+    edited = await tools("edit_file", {"path": ".git", "oldString": "gitdir", "newString": "x"})
+    assert edited.get("blocked") is True, edited
+    assert (layout.worktree / ".git").read_bytes() == layout.dot_git
