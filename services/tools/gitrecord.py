@@ -30,6 +30,7 @@ from typing import Any
 from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import GetWorktreeRecord, WorktreeRecord
+from autarch.contracts.tools import ToolErrorCode
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
 
@@ -45,7 +46,7 @@ __all__ = [
 
 log = logging.getLogger("tools")
 
-GIT_FILE_TAMPERED = "git_file_tampered"
+GIT_FILE_TAMPERED = ToolErrorCode.GIT_FILE_TAMPERED
 """The ``code`` of a tool result whose worktree's ``.git`` file was not what the records say (docs/tools.md)."""
 
 _MAX_DOT_GIT = 64 * 1024
