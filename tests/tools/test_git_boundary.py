@@ -40,7 +40,7 @@ from autarch.services.git.commits import Identity
 from autarch.services.git.service import GitService
 from autarch.services.tools import sandbox
 from autarch.services.tools.executor import ToolExecutor
-from autarch.services.tools.gitrecord import GIT_FILE_TAMPERED, GitRecords
+from autarch.services.tools.gitrecord import GIT_FILE_TAMPERED, GitRecords, NoGitRecord
 from autarch.services.tools.gitstate import changed_paths, tracked_state
 from autarch.services.tools.sandbox import SandboxPolicy, sandbox_environment
 from autarch.services.tools.service import build_executor
@@ -397,3 +397,39 @@ async def test_the_file_tools_never_write_dot_git(tools: Tools, layout: Layout):
     edited = await tools("edit_file", {"path": ".git", "oldString": "gitdir", "newString": "x"})
     assert edited.get("blocked") is True, edited
     assert (layout.worktree / ".git").read_bytes() == layout.dot_git
+
+
+async def test_a_submodule_in_the_worktree_is_never_looked_into(layout: Layout):
+    # A submodule's checkout is the agent's, .git and config included: the guards' status does not enter it.
+    head = git(layout.repo, "rev-parse", "HEAD").strip()
+    git(layout.repo, "update-index", "--add", "--cacheinfo", f"160000,{head},sub")
+    git(layout.repo, "commit", "-qm", "a submodule")
+    git(layout.worktree, "reset", "-q", "--hard", git(layout.repo, "rev-parse", "HEAD").strip())
+    sub = layout.worktree / "sub"
+    sub.mkdir(exist_ok=True)
+    git(sub, "init", "-q")
+    (sub / "g").write_text("x\n")
+    git(sub, "add", "g")
+    git(sub, "commit", "-qm", "x")
+    git(sub, "config", "core.fsmonitor", f"sh -c 'id > {layout.marker}'")
+    git(sub, "config", "filter.x.clean", f"sh -c 'id > {layout.marker}; cat'")
+    (sub / ".gitattributes").write_text("g filter=x\n")
+    await asyncio.sleep(1.1)
+    (sub / "g").write_text("y\n")
+    records = GitRecords(repositories=(str(layout.repo),))
+    host = await records.host_git(await records.lookup(str(layout.worktree)),
+                                  sandbox_environment(SandboxPolicy(), home=None))
+    await tracked_state(host)
+    await changed_paths(host)
+    assert not layout.marker.exists()
+
+
+async def test_a_plain_roots_linked_dot_git_is_no_record(tmp_path: Path):
+    # A root's own .git counts only as a real directory: a link could lead anywhere a command chose.
+    real = make_repo(tmp_path / "real", {"a": "1\n"})
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / ".git").symlink_to(real / ".git")
+    with pytest.raises(NoGitRecord):
+        await GitRecords().lookup(str(root))
+    assert (await GitRecords().lookup(str(real))).source == "own .git directory"
