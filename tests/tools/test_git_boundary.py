@@ -433,3 +433,32 @@ async def test_a_plain_roots_linked_dot_git_is_no_record(tmp_path: Path):
     with pytest.raises(NoGitRecord):
         await GitRecords().lookup(str(root))
     assert (await GitRecords().lookup(str(real))).source == "own .git directory"
+
+
+@pytest.mark.skipif(CAPS.landlock_abi < 1, reason="no Landlock on this kernel")
+async def test_with_landlock_alone_the_checks_hold_the_dot_git_file(layout: Layout, monkeypatch: pytest.MonkeyPatch):
+    # Without user namespaces nothing can be mounted read-only: the command can rewrite .git, and the check after
+    # it puts it back before anything else runs; the next command's sandbox reads nothing the file named.
+    monkeypatch.setattr(sandbox, "capabilities", lambda: sandbox.Capabilities(CAPS.landlock_abi, False, "forbidden"))
+    for tools in tools_for(layout):
+        changed = await tools("shell", {"command": f"printf 'gitdir: {layout.outside}\\n' > .git"})
+        after = await tools("shell", {"command": f"cat {layout.outside}/secret.txt; git log -1 --format=%s"})
+    assert changed["code"] == GIT_FILE_TAMPERED, changed
+    assert (layout.worktree / ".git").read_bytes() == layout.dot_git
+    assert "outside-secret" not in after["stdout"] and after["stdout"].endswith("initial\n"), after
+
+
+def test_bubblewrap_binds_the_recorded_git_dirs_and_the_dot_git_file_read_only(layout: Layout):
+    (layout.worktree / ".git").write_text(f"gitdir: {layout.outside}\n")  # never read: the record decides
+    record = asyncio.run(GitRecords(repositories=(str(layout.repo),)).lookup(str(layout.worktree)))
+    (layout.worktree / ".git").write_bytes(layout.dot_git)
+    launch = sandbox._bubblewrap_launch("/usr/bin/bwrap", SandboxPolicy(), ["/bin/true"], str(layout.worktree),
+                                        record)
+    try:
+        argv = launch.argv
+        pairs = [(argv[i], argv[i + 1]) for i in range(len(argv) - 1)]
+        assert ("--ro-bind", record.common_dir) in pairs and ("--ro-bind", record.dot_git) in pairs
+        assert pairs.index(("--ro-bind", record.dot_git)) > pairs.index(("--bind", str(layout.worktree)))
+        assert not any(str(layout.outside) in arg for arg in argv)
+    finally:
+        launch.cleanup()
