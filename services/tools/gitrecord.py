@@ -51,8 +51,10 @@ GIT_FILE_TAMPERED = ToolErrorCode.GIT_FILE_TAMPERED
 
 _MAX_DOT_GIT = 64 * 1024
 _ASK_TIMEOUT = 5.0
-_ASK_GRACE = 1.0
-"""How long a restarting git service is waited for before the local records are used."""
+_ASK_GRACE = 0.5
+"""How long a restarting git service is waited for before a root's own ``.git`` directory is used."""
+_ASK_GRACE_LINKED = 5.0
+"""The same for a root with no ``.git`` directory of its own (a linked worktree), which only a record can serve."""
 
 _FIXED_OPTIONS = (
     "-c", "core.fsmonitor=false",
@@ -175,14 +177,18 @@ class GitRecords:
         known = self._known.get(root)
         if known is not None and os.path.isdir(known.git_dir):  # noqa: ASYNC240 - one stat, cheaper than a thread hop
             return known
-        record, why = await self._ask(root)
+        record, why = None, "no repository named for it"
+        for repository in self._repositories:  # named by the user: asked first, no service to wait for
+            record = await asyncio.to_thread(_from_repository, repository, root)
+            if record is not None:
+                break
         if record is None:
-            for repository in self._repositories:
-                record = await asyncio.to_thread(_from_repository, repository, root)
-                if record is not None:
-                    break
-        if record is None:
-            record = await asyncio.to_thread(_own_record, root)
+            own = await asyncio.to_thread(_own_record, root)
+            # A restarting git service is waited for longer where a .git file says this is a linked worktree, which
+            # only its record can serve; the look only chooses how long to wait, it names no path.
+            linked = own is None and os.path.lexists(os.path.join(root, ".git"))  # noqa: ASYNC240 - one lstat
+            record, why = await self._ask(root, grace=_ASK_GRACE_LINKED if linked else _ASK_GRACE)
+            record = record or own
         if record is None:
             raise NoGitRecord(
                 f"{root} is not a worktree or repository Autarch has a record of ({why}); its .git file alone is "
@@ -191,12 +197,12 @@ class GitRecords:
         self._known[root] = record
         return record
 
-    async def _ask(self, root: str) -> tuple[GitRecord | None, str]:
+    async def _ask(self, root: str, *, grace: float) -> tuple[GitRecord | None, str]:
         if self.nc is None or not self.nc.is_connected:
             return None, "no git service to ask: not connected to NATS"
         try:
             reply = await request(self.nc, subjects.request("git", "worktree_record"), GetWorktreeRecord(path=root),
-                                  WorktreeRecord, timeout=_ASK_TIMEOUT, retry_unavailable=_ASK_GRACE)
+                                  WorktreeRecord, timeout=_ASK_TIMEOUT, retry_unavailable=grace)
         except RemoteError as exc:
             if exc.code == ErrorCode.NOT_FOUND:
                 return None, f"the git service: {exc.reply.message}"
