@@ -1,0 +1,248 @@
+"""The git service against a worktree an agent made hostile (issue 32's audit; docs/security.md).
+
+A pulse's commands may leave anything in its worktree: links out of it, FIFOs, a rewritten ``.git``, a
+``.gitattributes`` that names a filter, names git would refuse. The snapshot, the commit, the reset after
+it, the diff, the swarm's merge and the worker files the service writes must each end in a correct
+commit or a typed error; none may hang, run a program, or carry a file from outside the worktree into
+the repository. Every pulse here runs over a real nats-server against a real repository, and git's own
+command line is the judge.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from autarch.contracts.git import (
+    CheckpointPulse,
+    DiffArtifact,
+    DiffArtifactRef,
+    GetDiffArtifact,
+    PulseCheckpointed,
+    PulseDiff,
+    PulseStarted,
+    StartPulse,
+)
+from autarch.runtime.errors import RemoteError
+
+from .gitcli import GIT_ENV, fsck, git
+
+SECRET = "the-secret-outside-the-worktree-4711"
+
+
+def _objects(repo: Path) -> bytes:
+    """Every object of the repository, as ``git cat-file`` prints them."""
+    return subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, env=GIT_ENV, capture_output=True, check=True
+    ).stdout
+
+
+def _tree(repo: Path, ref: str = "autarch/wf-1") -> list[bytes]:
+    out = subprocess.run(
+        ["git", "ls-tree", "-r", "-z", "--full-tree", ref], cwd=repo, env=GIT_ENV, capture_output=True, check=True
+    ).stdout
+    return [line.split(b"\t", 1)[1] for line in out.split(b"\0") if line]
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory beside the worktree holding a secret file (the agent's target)."""
+    path = tmp_path / "outside"
+    path.mkdir()
+    (path / "secret.txt").write_text(SECRET + "\n")
+    return path
+
+
+Hostile = Callable[[Path, Path, Path], None]
+"""Makes the worktree hostile: (worktree, outside dir, marker file a filter would create)."""
+
+
+def _symlink_to_secret(wt: Path, outside: Path, _marker: Path) -> None:
+    (wt / "leak.txt").symlink_to(outside / "secret.txt")
+
+
+def _symlinked_directory(wt: Path, outside: Path, _marker: Path) -> None:
+    (wt / "leakdir").symlink_to(outside, target_is_directory=True)
+
+
+def _symlink_loop(wt: Path, _outside: Path, _marker: Path) -> None:
+    (wt / "loop-a").symlink_to("loop-b")
+    (wt / "loop-b").symlink_to("loop-a")
+    (wt / "self").symlink_to("self")
+
+
+def _fifo_and_socket(wt: Path, _outside: Path, _marker: Path) -> None:
+    os.mkfifo(wt / "pipe")
+    os.mkfifo(wt / "src" / "pipe.py")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(wt / "sock"))
+    server.close()  # the socket file stays behind
+
+
+def _nested_git_directory(wt: Path, outside: Path, _marker: Path) -> None:
+    nested = wt / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "lib.py").write_text(SECRET + "\n")
+    # A directory named like git's own, in another case: git refuses to track it, on every platform.
+    (wt / ".GIT").mkdir()
+    (wt / ".GIT" / "config").write_text("[core]\n\tfsmonitor = touch /tmp/x\n")
+    (wt / "sub" / ".Git").mkdir(parents=True)
+    (wt / "sub" / ".Git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (wt / "sub" / "kept.txt").write_text("kept\n")
+
+
+def _rewritten_dot_git(wt: Path, outside: Path, _marker: Path) -> None:
+    other = outside / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    (wt / ".git").write_text(f"gitdir: {other / '.git'}\n")
+
+
+def _symlinked_dot_git(wt: Path, outside: Path, _marker: Path) -> None:
+    (wt / ".git").unlink()
+    (wt / ".git").symlink_to(outside, target_is_directory=True)
+
+
+def _filters_and_ident(wt: Path, _outside: Path, marker: Path) -> None:
+    (wt / ".gitattributes").write_text("*.txt filter=evil diff=evil\n*.c ident\n*.md export-subst\n")
+    # The repository's config is the user's; the agent's .gitattributes names a driver anyway.
+    git(wt, "config", "filter.evil.clean", f"touch {marker}; cat")
+    git(wt, "config", "filter.evil.process", f"touch {marker}")
+    git(wt, "config", "diff.evil.textconv", f"touch {marker}; cat")
+    (wt / "notes.txt").write_text("kept as written\n")
+    (wt / "id.c").write_text("/* $Id$ */\n")
+    (wt / "sub.md").write_text("$Format:%H$\n")
+
+
+def _gitmodules_ext(wt: Path, _outside: Path, marker: Path) -> None:
+    (wt / ".gitmodules").write_text(
+        f'[submodule "x"]\n\tpath = x\n\turl = ext::sh -c touch% {marker}\n\tupdate = !touch {marker}\n'
+    )
+    (wt / "x").mkdir()
+    (wt / "x" / "file").write_text("x\n")
+
+
+def _odd_names(wt: Path, _outside: Path, _marker: Path) -> None:
+    root = os.fsencode(wt)
+    for name in (b"new\nline.txt", b"bad-\xff\xfe.txt", b"-rf", b"--help", b"tab\tand space .txt", b'q"uote\\'):
+        with open(root + b"/" + name, "wb") as f:
+            f.write(b"odd " + name + b"\n")
+
+
+def _case_collisions(wt: Path, _outside: Path, _marker: Path) -> None:
+    (wt / "Readme.md").write_text("upper\n")
+    (wt / "readme.md").write_text("lower\n")
+    (wt / "SRC").mkdir()
+    (wt / "SRC" / "app.py").write_text("other\n")
+
+
+def _symlinked_special_files(wt: Path, outside: Path, _marker: Path) -> None:
+    (wt / ".gitmodules").symlink_to(outside / "secret.txt")
+    (wt / ".gitignore").unlink()
+    (wt / ".gitignore").symlink_to(outside / "secret.txt")
+    (wt / ".gitattributes").symlink_to(outside / "secret.txt")
+
+
+def _fifo_ignore_file(wt: Path, _outside: Path, _marker: Path) -> None:
+    (wt / ".gitignore").unlink()
+    os.mkfifo(wt / ".gitignore")
+    (wt / "docs" / "sub").mkdir(parents=True)
+    os.mkfifo(wt / "docs" / "sub" / ".gitignore")
+    (wt / "docs" / "sub" / "page.md").write_text("page\n")
+
+
+# (hostile input, paths the commit must hold, paths it must not hold)
+CASES: dict[str, tuple[Hostile, set[bytes], set[bytes]]] = {
+    "symlink_to_secret": (_symlink_to_secret, {b"leak.txt"}, set()),
+    "symlinked_directory": (_symlinked_directory, {b"leakdir"}, {b"leakdir/secret.txt"}),
+    "symlink_loop": (_symlink_loop, {b"loop-a", b"loop-b", b"self"}, set()),
+    "fifo_and_socket": (_fifo_and_socket, set(), {b"pipe", b"src/pipe.py", b"sock"}),
+    "nested_git_directory": (
+        _nested_git_directory,
+        {b"sub/kept.txt"},
+        {b"vendor/lib/lib.py", b".GIT/config", b"sub/.Git/HEAD"},
+    ),
+    "rewritten_dot_git": (_rewritten_dot_git, set(), {b".git"}),
+    "symlinked_dot_git": (_symlinked_dot_git, set(), {b".git", b".git/secret.txt"}),
+    "gitattributes_filters_ident_export_subst": (
+        _filters_and_ident,
+        {b".gitattributes", b"notes.txt", b"id.c", b"sub.md"},
+        set(),
+    ),
+    "gitmodules_ext_url": (_gitmodules_ext, {b".gitmodules", b"x/file"}, set()),
+    "odd_names": (
+        _odd_names,
+        {b"new\nline.txt", b"bad-\xff\xfe.txt", b"-rf", b"--help", b"tab\tand space .txt", b'q"uote\\'},
+        set(),
+    ),
+    "case_collisions": (_case_collisions, {b"Readme.md", b"readme.md", b"SRC/app.py", b"src/app.py"}, set()),
+    "symlinked_gitmodules_gitignore_gitattributes": (
+        _symlinked_special_files,
+        set(),
+        {b".gitmodules", b".gitattributes"},
+    ),
+    "fifo_ignore_files": (_fifo_ignore_file, {b"docs/sub/page.md"}, set()),
+}
+
+
+async def _pulse(client, user_repo: Path, pulse_id: str = "p1") -> Path:
+    await client.workflow(user_repo)
+    started = await client.call("start_pulse", StartPulse(workflow_id="wf1", pulse_id=pulse_id), PulseStarted)
+    return Path(started.worktree_path)
+
+
+async def _checkpoint(client, pulse_id: str = "p1") -> PulseCheckpointed:
+    return await client.call(
+        "checkpoint_pulse",
+        CheckpointPulse(workflow_id="wf1", pulse_id=pulse_id, summary="feat(x): hostile content"),
+        PulseCheckpointed,
+    )
+
+
+async def _diff(client, pulse_id: str = "p1") -> str:
+    ref = await client.call("pulse_diff", PulseDiff(workflow_id="wf1", pulse_id=pulse_id), DiffArtifactRef)
+    artifact = await client.call("get_diff_artifact", GetDiffArtifact(artifact_id=ref.artifact_id), DiffArtifact)
+    return artifact.diff
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_a_hostile_worktree_checkpoints_correctly_and_runs_nothing(
+    client, user_repo: Path, outside: Path, tmp_path: Path, case: str
+) -> None:
+    make, present, absent = CASES[case]
+    wt = await _pulse(client, user_repo)
+    marker = tmp_path / "marker"
+    make(wt, outside, marker)
+    (wt / "plain.txt").write_text("a plain change\n")  # so that every pulse has a commit to check
+
+    checkpointed = await _checkpoint(client)
+    diff = await _diff(client)
+
+    tree = set(_tree(user_repo))
+    assert b"plain.txt" in tree
+    assert present <= tree, present - tree
+    assert not (absent & tree), absent & tree
+    assert not any(part.lower() == b".git" for path in tree for part in path.split(b"/"))
+    assert SECRET.encode() not in _objects(user_repo)
+    assert SECRET not in diff
+    assert not marker.exists(), "a filter, textconv or ext:: command ran"
+    assert checkpointed.commit == git(user_repo, "rev-parse", "autarch/wf-1")
+    if case != "gitmodules_ext_url":
+        # (fsck --strict flags the agent's `update = !cmd` as content; git never runs it from .gitmodules.)
+        fsck(user_repo)
+    if case == "gitattributes_filters_ident_export_subst":
+        # Stored as written: no clean filter, no ident collapse, no export-subst expansion.
+        assert git(user_repo, "show", "autarch/wf-1:id.c") == "/* $Id$ */"
+        assert git(user_repo, "show", "autarch/wf-1:sub.md") == "$Format:%H$"
+    if case == "symlink_to_secret":
+        assert git(user_repo, "cat-file", "-p", "autarch/wf-1:leak.txt") == str(outside / "secret.txt")
+    if case == "odd_names":
+        assert '"a/new\\nline.txt"' in diff and '"a/bad-\\377\\376.txt"' in diff
+    # The next pulse starts from the commit: the worktree is clean against it.
+    await client.call("start_pulse", StartPulse(workflow_id="wf1", pulse_id="p2"), PulseStarted)
