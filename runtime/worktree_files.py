@@ -17,7 +17,9 @@ import os
 import secrets
 import stat
 
-__all__ = ["FileTooLarge", "NotRegularFile", "UnsafeWorktreePath", "read_regular", "replace_file"]
+__all__ = [
+    "FileTooLarge", "NotRegularFile", "UnsafeWorktreePath", "read_regular", "remove_tree", "replace_file",
+]
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -123,3 +125,30 @@ def replace_file(root: str, rel: str, data: bytes, *, replace_parents: bool = Fa
         except OSError:
             pass
         raise
+
+
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    """Delete the directory ``path`` and everything below it, however deep (``shutil.rmtree`` recurses once per
+    level and fails on a tree nested deeper than Python's recursion limit); links are removed, never followed."""
+    top = os.fspath(path)
+    try:
+        if not stat.S_ISDIR(os.lstat(top).st_mode):
+            os.unlink(top)
+            return
+    except FileNotFoundError:
+        return
+    pending = [top]
+    while pending:
+        directory = pending[-1]
+        subdirs = []
+        with os.scandir(directory) as listing:
+            for entry in listing:
+                if entry.is_dir(follow_symlinks=False):
+                    subdirs.append(entry.path)
+                else:
+                    os.unlink(entry.path)
+        if subdirs:
+            pending.extend(subdirs)
+        else:
+            os.rmdir(directory)
+            pending.pop()

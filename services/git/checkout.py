@@ -9,13 +9,14 @@ short by a crash is finished by running it again.
 from __future__ import annotations
 
 import os
-import shutil
 import stat as stat_mod
 from dataclasses import dataclass
 from pathlib import Path
 
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import Blob, Commit
+
+from autarch.runtime.worktree_files import remove_tree
 
 from .index_file import IndexEntry, entry_from_stat, read_index, write_index
 from .snapshots import DEFAULT_MAX_FILE_BYTES, Snapshot, leaves, scan_worktree
@@ -200,7 +201,7 @@ def _write(root: bytes, path: bytes, leaf: Leaf, store: BaseObjectStore) -> Inde
     if os.path.isdir(full) and not os.path.islink(full):
         if mode == MODE_GITLINK:
             return entry_from_stat(os.lstat(full), sha=sha, mode=mode)
-        shutil.rmtree(full)  # only untracked files can remain in a directory a file replaces
+        remove_tree(full)  # only untracked files can remain in a directory a file replaces
     if mode == MODE_GITLINK:
         try:
             os.unlink(full)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,6 +59,7 @@ from autarch.contracts.git import (
     WorktreeRemoved,
     WorktreeView,
 )
+from autarch.runtime.worktree_files import remove_tree
 
 from . import checkpoints, merges, workers
 from .checkout import commit_tree_id, reset_worktree, tracked_state
@@ -366,7 +366,7 @@ class GitEngine:
         self.faults.step_done("branch")
         worktree = Path(record.worktree_path)
         if worktree.exists():
-            shutil.rmtree(worktree)  # a checkout cut short: start it over
+            remove_tree(worktree)  # a checkout cut short: start it over
         admin = create_worktree_links(repo, worktree_id=record.worktree_id, path=worktree, branch_ref=ref)
         break_stale_locks(admin)
         (admin / "index").unlink(missing_ok=True)

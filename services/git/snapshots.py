@@ -28,6 +28,9 @@ __all__ = ["DEFAULT_MAX_FILE_BYTES", "Snapshot", "blob_id", "leaves", "scan_work
 DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024
 """The largest file a snapshot reads (``git_max_file_bytes``): a bigger one is ``file_too_large``."""
 
+MAX_DEPTH = 500
+"""Directories a committed path may nest: the tree code recurses once per level, and no source tree needs more."""
+
 # Special files git refuses as symbolic links (a link would make git read them from outside the tree).
 _NO_LINKS = (b".gitmodules", b".gitattributes", b".gitignore", b".mailmap")
 
@@ -175,6 +178,13 @@ class _Scan:
                 if item.is_dir(follow_symlinks=False):
                     if entry is not None and entry.mode == MODE_GITLINK:
                         seen_add(path)  # a submodule: its recorded commit is kept as is
+                    elif path.count(b"/") >= MAX_DEPTH:
+                        raise fail(
+                            GitErrorCode.PATH_TOO_DEEP,
+                            f"{_shown(path)[:200]}… nests more than {MAX_DEPTH} directories: remove or ignore it",
+                            path=_shown(path)[:1000],
+                            limit=MAX_DEPTH,
+                        )
                     elif path in self.tracked_dirs:
                         pending.append(path + b"/")
                     elif self.include_untracked:

@@ -10,7 +10,6 @@ before it moves a branch, so a repeat answers the first outcome or finishes what
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -31,7 +30,7 @@ from autarch.contracts.bead_git import (
 )
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import GitErrorCode
-from autarch.runtime.worktree_files import UnsafeWorktreePath, replace_file
+from autarch.runtime.worktree_files import UnsafeWorktreePath, remove_tree, replace_file
 
 from .checkout import commit_tree_id, reset_worktree, snapshot_trees
 from .checkpoints import Current, snapshot_all, store_commit, store_snapshot
@@ -192,7 +191,7 @@ def open_worker(
     assert head is not None
     path = Path(worker.worktree_path)
     if path.exists():
-        shutil.rmtree(path)  # a checkout cut short: start it over
+        remove_tree(path)  # a checkout cut short: start it over
     admin = create_worktree_links(ws.repo, worktree_id=worker.worktree_id, path=path, branch_ref=ref)
     break_stale_locks(admin)
     (admin / "index").unlink(missing_ok=True)

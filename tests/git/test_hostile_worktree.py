@@ -26,9 +26,12 @@ from autarch.contracts.git import (
     PulseCheckpointed,
     PulseDiff,
     PulseStarted,
+    RemoveWorktree,
     StartPulse,
+    WorktreeRemoved,
 )
 from autarch.runtime.errors import RemoteError
+from autarch.runtime.worktree_files import remove_tree
 
 from .gitcli import GIT_ENV, fsck, git
 
@@ -246,3 +249,178 @@ async def test_a_hostile_worktree_checkpoints_correctly_and_runs_nothing(
         assert '"a/new\\nline.txt"' in diff and '"a/bad-\\377\\376.txt"' in diff
     # The next pulse starts from the commit: the worktree is clean against it.
     await client.call("start_pulse", StartPulse(workflow_id="wf1", pulse_id="p2"), PulseStarted)
+
+
+# --- sizes, depth and counts ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def capped_client(nc, git_data_dir: Path):
+    """The service with a 1 MiB file cap (``git_max_file_bytes``), so a 64 MiB sparse file is over it."""
+    from autarch.services.git.commits import Identity
+    from autarch.services.git.service import GitService
+
+    from .conftest import GitClient
+
+    service = GitService(nc, data_dir=git_data_dir, identity=Identity(), max_file_bytes=1 << 20)
+    await service.start()
+    try:
+        yield GitClient(nc)
+    finally:
+        await service.stop()
+
+
+async def test_a_file_over_the_cap_is_a_typed_error_that_changes_nothing(capped_client, user_repo: Path) -> None:
+    wt = await _pulse(capped_client, user_repo)
+    head = git(user_repo, "rev-parse", "autarch/wf-1")
+    with open(wt / "huge.bin", "wb") as f:
+        f.truncate(64 << 20)  # sparse: 64 MiB that take no disk
+    (wt / "small.txt").write_text("small\n")
+    with pytest.raises(RemoteError) as caught:
+        await _checkpoint(capped_client)
+    assert caught.value.code == "file_too_large"
+    assert caught.value.reply.details["path"] == "huge.bin" and caught.value.reply.details["limit"] == 1 << 20
+    assert git(user_repo, "rev-parse", "autarch/wf-1") == head  # nothing committed; the pulse still runs
+    (wt / "huge.bin").unlink()
+    checkpointed = await _checkpoint(capped_client)
+    assert checkpointed.paths == ["small.txt"]
+
+
+async def test_many_files_are_committed_and_deep_nesting_is_a_typed_error(client, user_repo: Path) -> None:
+    wt = await _pulse(client, user_repo)
+    head = git(user_repo, "rev-parse", "autarch/wf-1")
+    deep = os.fsencode(wt)
+    for _ in range(1500):  # deeper than Python's recursion limit, within PATH_MAX
+        deep += b"/d"
+        os.mkdir(deep)
+    with open(deep + b"/bottom.txt", "wb") as f:
+        f.write(b"bottom\n")
+    with pytest.raises(RemoteError) as caught:
+        await _checkpoint(client)
+    assert caught.value.code == "path_too_deep"
+    assert git(user_repo, "rev-parse", "autarch/wf-1") == head
+    remove_tree(wt / "d")  # (shutil.rmtree would fail this deep)
+    many = wt / "many"
+    many.mkdir()
+    for i in range(2000):
+        (many / f"f{i:04}.txt").write_text(f"{i}\n")
+    nested = wt / "/".join(["n"] * 400)
+    nested.mkdir(parents=True)
+    (nested / "ok.txt").write_text("ok\n")
+    checkpointed = await _checkpoint(client)
+    assert checkpointed.files_changed == 2001
+    # A deep tree left in the worktree does not stop its removal.
+    deep = os.fsencode(wt / "left-deep")
+    os.mkdir(deep)
+    for _ in range(1500):
+        deep += b"/d"
+        os.mkdir(deep)
+    await client.call("remove_worktree", RemoveWorktree(workflow_id="wf1", force=True), WorktreeRemoved)
+    assert not wt.exists()
+    assert "/".join(["n"] * 400) + "/ok.txt" in checkpointed.paths
+    fsck(user_repo)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a directory whatever its mode")
+async def test_an_unreadable_directory_is_a_typed_error(client, user_repo: Path) -> None:
+    wt = await _pulse(client, user_repo)
+    (wt / "closed").mkdir()
+    (wt / "closed" / "f").write_text("f\n")
+    (wt / "closed").chmod(0)
+    try:
+        with pytest.raises(RemoteError) as caught:
+            await _checkpoint(client)
+        assert caught.value.code == "unreadable_path" and caught.value.reply.details["path"] == "closed"
+    finally:
+        (wt / "closed").chmod(0o755)
+
+
+# --- the reset after a pulse, and the swarm's writes ----------------------------------------------------
+
+
+async def test_the_reset_never_writes_through_a_link_where_a_directory_was(
+    client, user_repo: Path, outside: Path
+) -> None:
+    from autarch.contracts.git import RecoveryCheckpoint, RecoveryCheckpointed
+
+    wt = await _pulse(client, user_repo)
+    # The agent swaps the tracked directory src/ for a link out of the worktree and ignores it.
+    for name in ("app.py", "util.py"):
+        (wt / "src" / name).unlink()
+    (wt / "src").rmdir()
+    (wt / "src").symlink_to(outside, target_is_directory=True)
+    (wt / ".gitignore").write_text("src\n")
+    await client.call(
+        "recovery_checkpoint", RecoveryCheckpoint(workflow_id="wf1", pulse_id="p1", status="failed"),
+        RecoveryCheckpointed,
+    )
+    # The reset to the workflow head brings src/ back as a directory, and writes nothing outside.
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert not (wt / "src").is_symlink() and (wt / "src" / "app.py").read_text() == "def main():\n    return 1\n"
+    assert SECRET.encode() not in _objects(user_repo)
+
+
+def _engine_with_worker(tmp_path: Path, repo: Path):
+    from autarch.contracts.bead_git import BeginBead, OpenWorker
+    from autarch.contracts.git import CreateWorkflowBranch, RegisterRepository
+    from autarch.services.git.engine import GitEngine
+
+    engine = GitEngine(data_dir=tmp_path / "engine-data")
+    registered = engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
+    engine.create_workflow_branch(
+        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
+    )
+    wt = Path(engine.open_worker(OpenWorker(workflow_id="wf1", worker="w1")).worktree_path)
+    engine.begin_bead(BeginBead(workflow_id="wf1", worker="w1", bead_id="b1", attempt=1))
+    return engine, wt
+
+
+@pytest.mark.parametrize("shape", ["fifo", "link_to_secret", "pulse_is_a_link", "handoffs_is_a_link"])
+def test_worker_files_replace_what_the_agent_left_and_never_write_through_it(
+    tmp_path: Path, user_repo: Path, outside: Path, shape: str
+) -> None:
+    from autarch.contracts.bead_git import WriteWorkerFiles
+
+    engine, wt = _engine_with_worker(tmp_path, user_repo)
+    (wt / ".pulse" / "handoffs").mkdir(parents=True)
+    target = wt / ".pulse" / "handoffs" / "b1.md"
+    if shape == "fifo":
+        os.mkfifo(target)  # opened for writing, it would block until a reader came
+    elif shape == "link_to_secret":
+        target.symlink_to(outside / "secret.txt")
+    elif shape == "pulse_is_a_link":
+        for p in (wt / ".pulse" / "handoffs", wt / ".pulse"):
+            p.rmdir()
+        (wt / ".pulse").symlink_to(outside, target_is_directory=True)
+    else:
+        (wt / ".pulse" / "handoffs").rmdir()
+        (wt / ".pulse" / "handoffs").symlink_to(outside, target_is_directory=True)
+    engine.write_worker_files(
+        WriteWorkerFiles(workflow_id="wf1", worker="w1", files={".pulse/handoffs/b1.md": "# handoff\n"})
+    )
+    assert target.read_text() == "# handoff\n" and not target.is_symlink()
+    assert not (wt / ".pulse").is_symlink() and not (wt / ".pulse" / "handoffs").is_symlink()
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == SECRET + "\n"
+
+
+def test_bead_files_are_never_written_through_a_link(tmp_path: Path, user_repo: Path, outside: Path) -> None:
+    from autarch.contracts.bead_git import CommitBead
+    from autarch.runtime.errors import ServiceFailure
+
+    engine, wt = _engine_with_worker(tmp_path, user_repo)
+    (wt / "docs").rename(wt / "docs-moved")
+    (wt / "docs").symlink_to(outside, target_is_directory=True)
+    (wt / "dotgit").symlink_to(wt / ".git")
+    for rel in ("docs/guide.md", ".GIT/config", "sub/.git/HEAD"):
+        with pytest.raises(ServiceFailure) as caught:
+            engine.commit_bead(
+                CommitBead(workflow_id="wf1", worker="w1", bead_id="b1", attempt=1, summary="x", files={rel: "x\n"})
+            )
+        assert caught.value.code == "bad_request"
+    # A link at the name itself is replaced by the file, not written through.
+    engine.commit_bead(
+        CommitBead(workflow_id="wf1", worker="w1", bead_id="b1", attempt=1, summary="x", files={"dotgit": "x\n"})
+    )
+    assert (wt / ".git").read_text().startswith("gitdir: ")
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
