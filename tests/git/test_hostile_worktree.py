@@ -52,6 +52,13 @@ def _tree(repo: Path, ref: str = "autarch/wf-1") -> list[bytes]:
     return [line.split(b"\t", 1)[1] for line in out.split(b"\0") if line]
 
 
+@pytest.fixture(autouse=True)
+def _remove_deep_trees(tmp_path: Path):
+    """Remove what the test made: pytest's own clean-up (``shutil.rmtree``) fails on a tree 1,000 levels deep."""
+    yield
+    remove_tree(tmp_path)
+
+
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
     """A directory beside the worktree holding a secret file (the agent's target)."""
