@@ -154,3 +154,24 @@ def test_a_rewritten_dot_git_names_no_exclude_file_and_no_repository(tmp_path: P
     (wt / ".git").unlink()
     (wt / ".git").symlink_to(other / ".git")
     assert git_exclude_path(str(wt)) is None
+
+
+def test_a_garbled_dot_git_is_no_repository_and_the_search_does_not_climb(indexer: Indexer, tmp_path: Path) -> None:
+    from autarch.runtime.errors import ServiceFailure
+
+    # The worktree sits inside another repository (a home directory kept in git, say) holding a secret.
+    home = make_repo(tmp_path / "home", {"notes.py": f"def {SECRET}():\n    pass\n"})
+    project = make_repo(home / "project")
+    registered = indexer.index_project(str(project))
+    wt = home / "worktrees" / "pulse-1"
+    git(project, "worktree", "add", "-q", "-b", "pulse-1", str(wt))
+    assert locate_repository(wt).root == wt
+    for garbage in ("gitdir: /nonexistent\n", "not a git file\n", f"gitdir: {project / '.git'}\n"):
+        (wt / ".git").write_text(garbage)
+        with pytest.raises(ServiceFailure) as caught:
+            indexer.index_worktree(registered.project, str(wt))
+        assert caught.value.code == "not_a_repository"
+    (wt / ".git").unlink()
+    os.mkfifo(wt / ".git")
+    with pytest.raises(ServiceFailure):
+        locate_repository(wt)
