@@ -78,7 +78,11 @@ def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worke
     assert delay_ms < 5_000  # a kick, not a poll: far under any polling period (the figure is printed)
 
     mail = [e["message"] for e in events if e["type"] == "mail:posted"]
-    assert sum(1 for m in mail if m["subject"].startswith("[STARTUP]")) == 3
+    # Each worker session reports in itself, first thing, naming both its identities.
+    workers = {e["worker"]: e["nickname"] for e in events if e["type"] == "worker:joined"}
+    startups = [m for m in mail if m["subject"].startswith("[STARTUP]")]
+    assert {m["sender"] for m in startups} == set(workers)
+    assert all(m["subject"] == f"[STARTUP] {workers[m['sender']]} / {m['sender']}" for m in startups), startups
     assert sorted(m["subject"] for m in mail if m["subject"].startswith("Completed ")) == sorted(
         f"Completed {b}" for b in BEADS)
     done = next(m for m in mail if m["subject"] == "Completed units")

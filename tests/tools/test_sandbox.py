@@ -184,8 +184,9 @@ async def test_the_network_is_off_but_loopback_inside_works(tools: Tools, listen
     value = await sh(tools, CONNECT.format(port=listener))
     assert "connected" not in value["stdout"] and "Connection refused" in value["stderr"]
     inside = await sh(tools, (
-        "python3 -m http.server 18080 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; "
-        + CONNECT.format(port=18080)
+        # Connect once the server listens (it takes a while to start on a busy machine): up to 10 s.
+        "python3 -m http.server 18080 --bind 127.0.0.1 >/dev/null 2>&1 & "
+        "for _ in $(seq 100); do " + CONNECT.format(port=18080) + " 2>/dev/null && break; sleep 0.1; done"
     ))
     assert inside["stdout"].strip() == "connected", inside
 

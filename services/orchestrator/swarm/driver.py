@@ -252,11 +252,8 @@ class SwarmDriver:
 
     async def _open_worker(self, wid: str, name: str, nickname: str) -> None:
         opened = await self._ask("git", "open_worker", OpenWorker(workflow_id=wid, worker=name), WorkerWorktree)
+        # The startup acknowledgment is the worker's own first act (its kickoff asks for it), not posted here.
         await self.book.change(wid, lambda s: s.join(name, nickname, opened.worktree_path))
-        # The seed's startup acknowledgment, with both identities, on the epic thread.
-        await self._post(wid, name, f"[STARTUP] {nickname} / {name}",
-                         f"Runtime nickname: {nickname}. Agent Mail name: {name}. AGENTS.md read; pulse:executing "
-                         "loading.", key=f"ack:{name}")
 
     async def _assign(self, wid: str, swarm: Swarm) -> object:
         """Give each free worker the top-ranked ready bead whose files no other worker has (the coordinator's
