@@ -406,6 +406,9 @@ class SwarmDriver:
             swarm, _ = await self.book.change(wid, lambda s: s.merged_as(s.attempts[(a.bead_id, a.number)],
                                                                          merged.commit))
             log.info("workflow %s: %s landed as %s", wid, a.bead_id, (merged.commit or "")[:12])
+            if a.leased:
+                # The seed's order: the files are released before the completion report goes out.
+                await self._release(wid, a, "done")
             await self._report_completion(wid, swarm, a, merged.commit)
             return
         conflict = ConflictRecord(kind="merge", attempt=a.number, files=list(merged.conflicting_files),
