@@ -6,7 +6,10 @@ so an application on PostgreSQL records each event's link of the hash chain (``r
 the previous link read is the one committed). Checkpoints go to ``<app>_events_checkpoints``.
 
 eventsourcing's optional database function for inserts (``POSTGRES_ENABLE_DB_FUNCTIONS``) bypasses the path
-the links are written on: with it, new events are recorded unchained, and ``autarch audit verify`` says so.
+the links are written on, so the recorder refuses to be built with it: events recorded unchained after chained
+ones would read as inserted behind the store's back. The links are written from eventsourcing's
+``_fetch_ids_after_insert_events`` (the one step of its insert that runs inside the transaction, after the
+events' insert); ``tests/unit/test_private_names.py`` says so if an upgrade moves it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import ProgrammingError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from psycopg.sql import SQL, Identifier
 
@@ -30,6 +33,9 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL application recorder, writing the hash chain beside the events."""
 
     def __init__(self, datastore: PostgresDatastore, *, events_table_name: str = "stored_events") -> None:
+        if datastore.enable_db_functions:
+            raise ProgrammingError("POSTGRES_ENABLE_DB_FUNCTIONS inserts events around the hash chain's recorder: "
+                                   "unset it (docs/audit.md)")
         super().__init__(datastore, events_table_name=events_table_name)
         self.chain_table_name = f"{events_table_name}_chain"
         self.checkpoints_table_name = f"{events_table_name}_checkpoints"
