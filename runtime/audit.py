@@ -140,17 +140,40 @@ def _verify_aggregate(aggregate: str, events: list[StoredEvent], chain: dict[int
         if link(prev, aggregate, version, row.topic, row.state) == digest:
             report.heads[aggregate] = (version, digest.hex())
             continue
-        moved = [other for other, recorded in chain.items() if other != version
-                 and link(chain.get(other - 1, GENESIS) if other > 1 else GENESIS, aggregate, other, row.topic,
-                          row.state) == recorded]
-        if moved:
-            report.add(Finding("reordered", aggregate, version,
-                               f"holds the event recorded as version {moved[0]}"))
+        kind, detail = _mismatch(aggregate, version, row, digest, chain)
+        if kind:
+            report.add(Finding(kind, aggregate, version, detail))
         else:
-            report.add(Finding("edited", aggregate, version, "its bytes do not give its recorded link"))
+            report.heads[aggregate] = (version, digest.hex())
     if unchained:
         report.add(Finding("unchained", aggregate, None,
                            f"{unchained} event(s) recorded before the chain existed (versions 1-{unchained} at most)"))
+
+
+def _mismatch(aggregate: str, version: int, row: StoredEvent, digest: bytes,
+              chain: dict[int, bytes]) -> tuple[str | None, str]:
+    """What an event whose link does not follow from its predecessor's is: (None, "") when the event and its link
+    are intact and only its predecessor moved (a link recorded in the event's own row moves with it)."""
+    previous = [GENESIS, *chain.values()]
+    if len(previous) <= _SEARCH_LIMIT and any(
+            link(d, aggregate, version, row.topic, row.state) == digest for d in previous):
+        return None, ""
+    for other in chain:
+        if other == version:
+            continue
+        prev = chain.get(other - 1, GENESIS) if other > 1 else GENESIS
+        # Recorded as ``other``: its link is either still at ``other`` (links kept apart from events) or came
+        # along with the event (links in the event's row; its predecessor's link may have moved too).
+        if link(prev, aggregate, other, row.topic, row.state) in (chain[other], digest):
+            return "reordered", f"holds the event recorded as version {other}"
+        if len(previous) <= _SEARCH_LIMIT and any(
+                link(d, aggregate, other, row.topic, row.state) == digest for d in previous):
+            return "reordered", f"holds the event recorded as version {other}"
+    return "edited", "its bytes do not give its recorded link"
+
+
+_SEARCH_LIMIT = 512
+"""Links tried as a moved predecessor (a search in the square of the aggregate's length, on a mismatch only)."""
 
 
 def _verify_checkpoints(app: Application[Any], recorder: ChainedRecorder, report: AuditReport,

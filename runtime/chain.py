@@ -2,11 +2,11 @@
 
 Each stored event gets a digest: SHA-256 over the previous event's digest (of the same aggregate; 32 zero bytes
 for its first chained event) and the event's aggregate id, version, topic and stored state bytes, exactly as
-recorded. The digests live in a table of their own beside the events (``<events table>_chain``, keyed by
-aggregate id and version), written by the application recorder in the same transaction as the events: an event
-is never recorded without its link, nor a link without its event. Only the previous digest of the aggregate is
-needed, kept per aggregate after each commit, so chaining costs one hash and one row per event (a read of the
-previous digest only when the aggregate is not in the kept set).
+recorded. The application recorder writes each link with its event, in the same transaction: on SQLite in a
+``digest`` column of the event's own row (``runtime/sqlite_store.py``), on PostgreSQL in a table beside the events
+keyed by aggregate id and version (``runtime/postgres_store.py``). An event is never recorded without its link.
+Only the previous digest of the aggregate is needed, kept per aggregate after each commit, so chaining costs one
+hash per event (and a read of the previous digest only when the aggregate is not in the kept set).
 
 A checkpoint records the chain heads (aggregate → last version and digest) changed since the previous
 checkpoint, up to a position of the notification log, itself chained to the previous checkpoint. The relay
@@ -143,7 +143,7 @@ class ChainedRecorder(Protocol):
     """What an application recorder that chains its events offers the relay and ``autarch audit``."""
 
     def chain_of(self, originator_id: UUID | str) -> dict[int, bytes]:
-        """Version → digest of every link recorded for one aggregate (an event's link may outlive the event)."""
+        """Version → digest of every link recorded for one aggregate (on PostgreSQL a link may outlive its event)."""
 
     def chained_ids(self) -> list[str]:
         """Every aggregate id with a recorded event or link."""

@@ -34,7 +34,8 @@ class Store:
 
     @property
     def chain(self) -> str:
-        return f'"{self.schema}".orchestrator_events_chain' if self.kind == "postgres" else "stored_events_chain"
+        """Where the links are: a table beside the events on PostgreSQL, the events' own rows on SQLite."""
+        return f'"{self.schema}".orchestrator_events_chain' if self.kind == "postgres" else self.events
 
     def key(self, aggregate: str) -> Any:
         return uuid.UUID(aggregate) if self.kind == "postgres" else uuid.UUID(aggregate).hex
@@ -64,7 +65,7 @@ class Store:
                      state, self.key(aggregate), version)
 
     def delete(self, aggregate: str, version: int, *, link_too: bool = False) -> None:
-        for table in (self.events, self.chain) if link_too else (self.events,):
+        for table in dict.fromkeys((self.events, self.chain) if link_too else (self.events,)):
             self.execute(f"DELETE FROM {table} WHERE originator_id=? AND originator_version=?",
                          self.key(aggregate), version)
 
