@@ -157,13 +157,15 @@ class ChainedRecorder(Protocol):
     def checkpoints(self) -> list[Checkpoint]:
         """Every recorded checkpoint, in order."""
 
+    def last_checkpoint(self) -> Checkpoint | None:
+        """The latest checkpoint (None: none yet)."""
+
     def insert_checkpoint(self, checkpoint: Checkpoint) -> None: ...
 
 
 def record_checkpoint(recorder: ChainedRecorder, position: int) -> Checkpoint | None:
     """Record the chain heads changed since the last checkpoint, up to ``position`` (None: nothing changed)."""
-    recorded = recorder.checkpoints()
-    previous = recorded[-1] if recorded else None
+    previous = recorder.last_checkpoint()
     after = previous.position if previous else 0
     if position <= after:
         return None

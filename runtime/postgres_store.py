@@ -120,6 +120,13 @@ class ChainedPostgresRecorder(PostgresApplicationRecorder):
             return [chain.checkpoint_from_row(r["seq"], r["payload"], r["prev"], r["digest"])
                     for r in curs.fetchall()]
 
+    def last_checkpoint(self) -> chain.Checkpoint | None:
+        with self.datastore.transaction(commit=False) as curs:
+            curs.execute(SQL("SELECT seq, payload, prev, digest FROM {0} ORDER BY seq DESC LIMIT 1").format(
+                self._checkpoints))
+            row = curs.fetchone()
+            return chain.checkpoint_from_row(row["seq"], row["payload"], row["prev"], row["digest"]) if row else None
+
     def insert_checkpoint(self, checkpoint: chain.Checkpoint) -> None:
         with self.datastore.transaction(commit=True) as curs:
             curs.execute(SQL("INSERT INTO {0} (seq, payload, prev, digest) VALUES (%s, %s, %s, %s)").format(

@@ -170,18 +170,19 @@ class EventRelay:
                 links = recorder.links_between(notifications[0].id, notifications[-1].id)
         return list(notifications), links
 
+    def _checkpoint_due(self) -> bool:
+        return isinstance(self.app.recorder, ChainedRecorder) and (
+            self._last_checkpoint is None or time.monotonic() - self._last_checkpoint >= self.checkpoint_interval)
+
     def _checkpoint(self, last: int) -> None:
         recorder = self.app.recorder
-        now = time.monotonic()
-        if not isinstance(recorder, ChainedRecorder) or (
-                self._last_checkpoint is not None and now - self._last_checkpoint < self.checkpoint_interval):
-            return
+        assert isinstance(recorder, ChainedRecorder)
         try:
             record_checkpoint(recorder, last)
         except Exception as exc:  # never holds publishing up: the next round records the heads it missed
             log.warning("%s: could not record a checkpoint of the chain heads: %s", self.name, exc)
             return
-        self._last_checkpoint = now
+        self._last_checkpoint = time.monotonic()
 
     async def publish_pending(self) -> int:
         """Publish one batch of unpublished notifications; returns how many were read."""
@@ -211,7 +212,8 @@ class EventRelay:
         last = notifications[-1].id
         await asyncio.to_thread(recorder.insert_tracking, Tracking(application_name=self.name, notification_id=last))
         self._published = last
-        await asyncio.to_thread(self._checkpoint, last)
+        if self._checkpoint_due():  # checked here: most rounds need no trip to a thread for it
+            await asyncio.to_thread(self._checkpoint, last)
         if self.on_published is not None:
             self.on_published(last)
         return len(notifications)

@@ -133,6 +133,12 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
             c.execute(f"SELECT seq, payload, prev, digest FROM {self.checkpoints_table_name} ORDER BY seq")
             return [chain.checkpoint_from_row(*row) for row in c.fetchall()]
 
+    def last_checkpoint(self) -> chain.Checkpoint | None:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT seq, payload, prev, digest FROM {self.checkpoints_table_name} ORDER BY seq DESC LIMIT 1")
+            row = c.fetchone()
+            return chain.checkpoint_from_row(*row) if row else None
+
     def insert_checkpoint(self, checkpoint: chain.Checkpoint) -> None:
         with self.datastore.transaction(commit=True) as c:
             c.execute(f"INSERT INTO {self.checkpoints_table_name} VALUES (?,?,?,?)",

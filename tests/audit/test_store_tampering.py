@@ -110,3 +110,24 @@ def test_the_chain_continues_across_a_reopened_store(store):
         app.close()
     report = _verify(store)
     assert report.ok and report.heads[ids[0]][0] == 7
+
+
+def test_checkpoints_chain_and_an_edited_one_is_named(store):
+    ids = _recorded(store)
+    app = store.app()
+    try:
+        wf = app.get_workflow(ids[2])
+        wf.take_note(session_id="s", note="later", key="k-later")
+        app.save(wf)
+        second = record_checkpoint(app.recorder, app.recorder.max_notification_id())
+        assert second is not None and second.seq == 2 and list(second.heads) == [ids[2]]
+        assert record_checkpoint(app.recorder, app.recorder.max_notification_id()) is None  # nothing new
+    finally:
+        app.close()
+    assert _verify(store).ok
+    table = f'"{store.schema}".orchestrator_events_checkpoints' if store.kind == "postgres" else \
+        "stored_events_checkpoints"
+    [(payload,)] = store.execute(f"SELECT payload FROM {table} WHERE seq=1")
+    store.execute(f"UPDATE {table} SET payload=? WHERE seq=1", payload.replace('"position":', '"position":1'))
+    assert [(f.kind, f.detail) for f in _verify(store).findings] == [
+        ("checkpoint", "checkpoint 1 does not hold its digest or its chain to the previous checkpoint")]
