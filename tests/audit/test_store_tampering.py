@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from autarch.runtime.audit import AuditReport, verify_store
 from autarch.runtime.chain import record_checkpoint
 from autarch.runtime.eventstore import event_store_env
@@ -131,3 +133,29 @@ def test_checkpoints_chain_and_an_edited_one_is_named(store):
     store.execute(f"UPDATE {table} SET payload=? WHERE seq=1", payload.replace('"position":', '"position":1'))
     assert [(f.kind, f.detail) for f in _verify(store).findings] == [
         ("checkpoint", "checkpoint 1 does not hold its digest or its chain to the previous checkpoint")]
+
+
+def test_two_writers_of_one_store_keep_every_chain_whole(store):
+    # Two processes on one store (partitions on PostgreSQL, a standby taking over): each keeps the heads it wrote,
+    # and a head another writer moved is read from the store, never taken from what it kept.
+    first, second = store.app(), store.app()
+    try:
+        [a, b] = demo_log(first, workflows=2, notes=1)
+        stale = first.get_workflow(a)  # read before the second writer's note
+        one = second.get_workflow(a)
+        one.take_note(session_id="s", note="by the second writer", key="k2")
+        second.save(one)
+        stale.take_note(session_id="s", note="lost race", key="k3")
+        with pytest.raises(Exception):  # noqa: B017 - the store's own integrity error, whichever store
+            first.save(stale)
+        again, other = first.get_workflow(a), first.get_workflow(b)
+        for i in range(2):  # two aggregates, several events each, in one transaction
+            again.take_note(session_id="s", note=f"after {i}", key=f"a{i}")
+            other.take_note(session_id="s", note=f"beside {i}", key=f"b{i}")
+        first.save(again, other)
+    finally:
+        first.close()
+        second.close()
+    report = _verify(store)
+    assert report.ok, [f.line() for f in report.findings]
+    assert (report.heads[a][0], report.heads[b][0]) == (6, 5)
