@@ -171,3 +171,18 @@ def test_the_cli_names_an_edited_row_and_a_clean_published_log_passes(tmp_path, 
     [report] = json.loads(capsys.readouterr().out)
     assert {(f["kind"], f["aggregate"], f["version"]) for f in report["findings"] if f["tampering"]} == {
         ("edited", ids[1], 4), ("differs_on_stream", ids[1], 4)}
+
+
+def test_verify_says_what_it_could_not_check(recorded, capsys):
+    store, workflow, _ = recorded
+    data = str(store.settings.data_path)
+    assert main(["audit", "verify", "not-an-id", "--data-dir", data, "--no-stream"]) == 2
+    assert main(["audit", "verify", str(uuid.uuid4()), "--data-dir", data, "--no-stream"]) == 2
+    err = capsys.readouterr().err
+    assert "badly formed" in err and "no aggregate" in err
+    # NATS away: the store is still checked and found fine, and the exit status says the stream was not.
+    assert main(["audit", "verify", workflow, "--data-dir", data, "--nats", "nats://127.0.0.1:9"]) == 3
+    captured = capsys.readouterr()
+    assert "OK" in captured.out and "the stream was not checked" in captured.err
+    assert main(["audit", "export", workflow, "--data-dir", str(store.settings.data_path / "nowhere")]) == 2
+    assert "no orchestrator event store" in capsys.readouterr().err
