@@ -186,3 +186,27 @@ def test_verify_says_what_it_could_not_check(recorded, capsys):
     assert "OK" in captured.out and "the stream was not checked" in captured.err
     assert main(["audit", "export", workflow, "--data-dir", str(store.settings.data_path / "nowhere")]) == 2
     assert "no orchestrator event store" in capsys.readouterr().err
+
+
+def test_a_loop_session_exports_with_its_iterations_commits(tmp_path):
+    from autarch.services.orchestrator.loop.model import LoopSession
+
+    data = tmp_path / "data"
+    data.mkdir()
+    store = Store(Settings(data_dir=str(data)), "sqlite")
+    repo, base, commits = _repo_with_branch(tmp_path)
+    app = store.app()
+    session = LoopSession(session_id=str(uuid.uuid4()), project_name="p", project_path=str(repo), goal="g",
+                          max_iterations=3, anchor_turn_id=None, branch_name="autarch/work", base_branch="main",
+                          context_strategy="prefetch", notify=[], created_by="api", script=None,
+                          created_at="2026-11-27T19:00:00+00:00", max_tokens=None, max_cost_usd=None,
+                          status="pending")
+    session.branch_prepared(branch="autarch/work", worktree_path=str(tmp_path / "gone"), base_commit=base,
+                            repository_id="r", at="2026-11-27T19:00:01+00:00")
+    app.save(session)
+    app.close()
+    out = tmp_path / "loop.json"
+    # The worktree is gone (removed when the session ended): the commits are read from the project.
+    bundle = _export(store, str(session.id), out)
+    assert [c["id"] for c in bundle["git"]["commits"]] == commits and bundle["git"]["base"] == base
+    assert _check(out).returncode == 0
