@@ -85,7 +85,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         } for r in reports], indent=2))
     else:
         for r in reports:
-            stream = "not checked" if r.stream_messages is None else f"{r.stream_messages} stream message(s)"
+            stream = "stream not checked" if r.stream_messages is None else f"{r.stream_messages} stream message(s)"
             print(f"{r.store}: {r.aggregates} aggregate(s), {r.events} event(s) ({r.chained} chained), "
                   f"{r.checkpoints} checkpoint(s), {stream}")
             if args.id:
