@@ -34,7 +34,7 @@ def _open_store(settings: Settings, service: str) -> Any | None:
 
 
 async def _verify(settings: Settings, args: argparse.Namespace) -> tuple[list[Any], str | None]:
-    from autarch.runtime.audit import AuditReport, verify_store
+    from autarch.runtime.audit import AuditReport, StreamUnavailable, verify_store
     from autarch.runtime.bus import close_quietly, connect
     from autarch.services.orchestrator.audit import verify_orchestrator
 
@@ -51,7 +51,11 @@ async def _verify(settings: Settings, args: argparse.Namespace) -> tuple[list[An
         if orchestrator is None:
             raise LookupError(f"no orchestrator event store under {settings.data_path}")
         try:
-            reports.append(await verify_orchestrator(orchestrator, nc, args.id))
+            try:
+                reports.append(await verify_orchestrator(orchestrator, nc, args.id))
+            except StreamUnavailable as exc:
+                stream_error = str(exc)
+                reports.append(await verify_orchestrator(orchestrator, None, args.id))
         finally:
             orchestrator.close()
         runner = None if args.id else _open_store(settings, "agent_runner")

@@ -34,8 +34,8 @@ from autarch.contracts.events import Event
 from .chain import GENESIS, ChainedRecorder, checkpoint_digest, id_text, link
 from .relay import AGGREGATE, DIGEST, MSG_ID, VERSION, store_id_of
 
-__all__ = ["NOT_TAMPERING", "AuditReport", "Finding", "StreamMessage", "read_stream", "verify_store",
-           "verify_stream"]
+__all__ = ["NOT_TAMPERING", "AuditReport", "Finding", "StreamMessage", "StreamUnavailable", "read_stream",
+           "verify_store", "verify_stream"]
 
 NOT_TAMPERING = frozenset({"unchained", "unpublished"})
 
@@ -198,6 +198,10 @@ def _verify_checkpoints(app: Application[Any], recorder: ChainedRecorder, report
                                    f"its link differs from checkpoint {checkpoint.seq}'s"))
 
 
+class StreamUnavailable(Exception):
+    """The stream could not be read (it does not exist, NATS went away): nothing about it was checked."""
+
+
 @dataclass(frozen=True)
 class StreamMessage:
     seq: int
@@ -211,8 +215,11 @@ async def read_stream(nc: Any, stream: str, subject: str, *, idle: float = 2.0) 
     from nats.js.api import ConsumerConfig, DeliverPolicy
 
     js = nc.jetstream()
-    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True,
-                             config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))
+    try:
+        sub = await js.subscribe(subject, stream=stream, ordered_consumer=True,
+                                 config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))
+    except Exception as exc:  # nats' own errors: no such stream, no JetStream, a timeout
+        raise StreamUnavailable(f"cannot read the stream {stream}: {exc!r}") from exc
     messages: list[StreamMessage] = []
     try:
         while True:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.cli.main import main
 from autarch.contracts.workflows import CreateWorkflow
 from autarch.runtime.bus import connect, ensure_event_stream
@@ -210,3 +211,15 @@ def test_a_loop_session_exports_with_its_iterations_commits(tmp_path):
     bundle = _export(store, str(session.id), out)
     assert [c["id"] for c in bundle["git"]["commits"]] == commits and bundle["git"]["base"] == base
     assert _check(out).returncode == 0
+
+
+def test_verify_without_the_event_stream_checks_the_store_and_says_so(recorded, capsys, tmp_path):
+    store, workflow, _ = recorded
+    nats = EmbeddedNats(tmp_path / "bare-nats").start()  # a NATS whose JetStream has no AUTARCH_EVENTS yet
+    try:
+        assert main(["audit", "verify", workflow, "--data-dir", str(store.settings.data_path),
+                     "--nats", nats.url]) == 3
+    finally:
+        nats.stop()
+    captured = capsys.readouterr()
+    assert "OK" in captured.out and "cannot read the stream AUTARCH_EVENTS" in captured.err
