@@ -98,9 +98,10 @@ def check_checkpoints(bundle: dict[str, Any], problems: list[str]) -> None:
                                 f"checkpoint {seq}'s")
 
 
-def check_git(git: dict[str, Any], problems: list[str]) -> int:
+def check_git(git: dict[str, Any], problems: list[str], notes: list[str]) -> int:
     if "error" in git:
-        problems.append(f"git: the branch's commits were not exported: {git['error']}")
+        # Not a finding about the log: the repository was not readable where the bundle was made.
+        notes.append(f"git: the branch's commits were not exported: {git['error']}")
         return 0
     known = {git["base"]} if git.get("base") else set()
     last = None
@@ -134,7 +135,7 @@ def verify(bundle: dict[str, Any]) -> tuple[list[str], list[str]]:
             notes.append(f"head: aggregate {aggregate['id']} version {head[0]} link {head[1]}")
     check_checkpoints(bundle, problems)
     if bundle.get("git") is not None:
-        count = check_git(bundle["git"], problems)
+        count = check_git(bundle["git"], problems, notes)
         if "error" not in bundle["git"]:
             notes.append(f"git: {count} commit(s) of branch {bundle['git']['branch']} up to {bundle['git']['head']}")
     return problems, notes

@@ -67,22 +67,15 @@ def _git(cwd: str, *args: str) -> bytes:
 
 
 def _branch_of(app: WorkflowApplication, aggregate_id: str) -> tuple[list[str], str, str | None] | None:
-    """(places to look for the repository, branch, base) of a workflow or loop session, None for others."""
-    try:
-        aggregate: Any = app.repository.get(uuid.UUID(aggregate_id))
-    except Exception:
-        return None
-    if isinstance(aggregate, Workflow):
+    """(places to look for the repository, branch, base commit) of a workflow or loop session whose branch the git
+    service made; None for any other aggregate, and before the branch exists."""
+    aggregate: Any = app.repository.get(uuid.UUID(aggregate_id))
+    if isinstance(aggregate, Workflow) and aggregate.execution is not None:
         execution = aggregate.execution
-        if execution is None:
-            return [aggregate.repo], aggregate.branch, aggregate.base_branch
         return [execution.worktree_path, aggregate.repo], execution.branch, execution.base_commit
-    if isinstance(aggregate, LoopSession):
-        loop_branch = aggregate.branch
-        places = [loop_branch.worktree_path, aggregate.project_path] if loop_branch else [aggregate.project_path]
-        name = loop_branch.branch if loop_branch else aggregate.branch_name
-        base = loop_branch.base_commit if loop_branch else aggregate.base_branch
-        return places, name, base
+    if isinstance(aggregate, LoopSession) and aggregate.branch is not None:
+        made = aggregate.branch
+        return [made.worktree_path, aggregate.project_path], made.branch, made.base_commit
     return None
 
 
@@ -138,7 +131,11 @@ def export_bundle(app: WorkflowApplication, aggregate_id: str) -> dict[str, Any]
         "store_findings": [f.line() for f in report.findings],
         "aggregates": aggregates, "checkpoints": checkpoints,
     }
-    branch = _branch_of(app, named[0])
-    if branch is not None:
-        bundle["git"] = git_commits(*branch)
+    try:
+        branch = _branch_of(app, named[0])
+    except Exception as exc:  # an aggregate its (edited) events no longer rebuild: the findings above say why
+        bundle["git"] = {"error": f"the aggregate could not be rebuilt to find its branch: {exc}"}
+    else:
+        if branch is not None:
+            bundle["git"] = git_commits(*branch)
     return bundle

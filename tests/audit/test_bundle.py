@@ -223,3 +223,15 @@ def test_verify_without_the_event_stream_checks_the_store_and_says_so(recorded, 
         nats.stop()
     captured = capsys.readouterr()
     assert "OK" in captured.out and "cannot read the stream AUTARCH_EVENTS" in captured.err
+
+
+def test_a_workflow_before_its_branch_exports_without_commits(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    store = Store(Settings(data_dir=str(data)), "sqlite")
+    app = store.app()
+    [workflow] = demo_log(app, workflows=1)  # still scoping: no branch yet
+    app.close()
+    out = tmp_path / "early.json"
+    assert "git" not in _export(store, workflow, out)
+    assert _check(out).returncode == 0
