@@ -14,7 +14,8 @@ stream that outlived an older one never has its events dropped as the older one'
 
 Each message of a chained event also carries its link of the aggregate's hash chain (``Autarch-Aggregate``,
 ``Autarch-Version``, ``Autarch-Digest``: ``runtime/chain.py``), so the stream witnesses the store's chain; after a
-round, at most once per ``checkpoint_interval``, the relay records a checkpoint of the chain heads it published.
+round, at most once per ``checkpoint_interval``, and when it stops, the relay records a checkpoint of the chain
+heads it published.
 """
 
 from __future__ import annotations
@@ -117,7 +118,13 @@ class EventRelay:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)
         except TimeoutError:
             await cancel_and_wait([self._task])
+            self._task = None
+            return
         self._task = None
+        if self._published and isinstance(self.app.recorder, ChainedRecorder):
+            # The heads published since the last checkpoint, so a stopped system's log is covered to its end
+            # (record_checkpoint records nothing when nothing changed).
+            await asyncio.to_thread(self._checkpoint, self._published)
 
     def _recorder(self) -> TrackingRecorder:
         if self._tracking is None:

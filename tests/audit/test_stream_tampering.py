@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from autarch.contracts import subjects
@@ -93,3 +95,27 @@ async def test_a_store_rewritten_with_its_chain_is_caught_by_the_stream(publishe
     report = await verify_orchestrator(app, nc, workflow)
     assert ("differs_on_stream", workflow, 3) in _tampering(report)
     assert {v for kind, _, v in _tampering(report) if kind == "rewritten"} == {3, 4, 5, 6}
+
+
+async def test_the_relay_checkpoints_at_most_once_per_interval_and_on_stopping(store, nc):
+    app = store.app()
+    try:
+        relay = EventRelay(app=app, nc=nc, to_contract=WireEvents(app), checkpoint_interval=3600, poll_interval=0.05)
+        relay.start()
+        [first] = demo_log(app, workflows=1)
+        relay.wake()
+        deadline = asyncio.get_running_loop().time() + 30
+        while not app.recorder.checkpoints() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        [second] = demo_log(app, workflows=1)
+        relay.wake()
+        while relay.position() < app.recorder.max_notification_id() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        assert len(app.recorder.checkpoints()) == 1  # within the interval: none more while running
+        await relay.stop()
+        checkpoints = app.recorder.checkpoints()
+        assert len(checkpoints) == 2 and second in checkpoints[1].heads  # the rest, covered on stopping
+        assert checkpoints[1].position == app.recorder.max_notification_id()
+        assert first in checkpoints[0].heads
+    finally:
+        app.close()
