@@ -33,26 +33,56 @@ def _open_store(settings: Settings, service: str) -> Any | None:
     return SessionApplication(env=env)
 
 
+def _runner_wire(app: Any) -> Any:
+    """The agent runner's relay mapping (``ContractMapper``), each session's workflow read from its own events."""
+    from autarch.services.agent_runner.contract_events import ContractMapper
+
+    workflows: dict[str, str | None] = {}
+
+    def workflow_of(session_id: str) -> str | None:
+        if session_id not in workflows:
+            workflows[session_id] = app.get_session(session_id).workflow_id
+        return workflows[session_id]
+
+    return ContractMapper(workflow_of=workflow_of)
+
+
 async def _verify(settings: Settings, args: argparse.Namespace) -> tuple[list[Any], str | None]:
-    from autarch.runtime.audit import AuditReport, StreamUnavailable, verify_store
+    from autarch.contracts import subjects
+    from autarch.runtime.audit import (
+        AuditReport,
+        StreamUnavailable,
+        read_stream,
+        relay_position,
+        verify_store,
+        verify_stream,
+    )
     from autarch.runtime.bus import close_quietly, connect
     from autarch.services.orchestrator.audit import verify_orchestrator
 
     reports = []
     stream_error = None
     nc = None
+    messages = None
     if not args.no_stream:
         try:
             nc = await connect(settings.effective_nats_url, name="autarch-audit", connect_timeout=2, reconnect=False)
+            if args.id is None:  # read once, checked against each store
+                messages = await read_stream(nc, subjects.EVENTS_STREAM, subjects.EVENTS_ALL)
+        except StreamUnavailable as exc:
+            stream_error = str(exc)
         except Exception as exc:
             stream_error = f"cannot reach NATS at {settings.effective_nats_url}: {exc}"
+        if stream_error and nc is not None:
+            await close_quietly(nc)
+            nc = None
     try:
         orchestrator = _open_store(settings, "orchestrator")
         if orchestrator is None:
             raise LookupError(f"no orchestrator event store under {settings.data_path}")
         try:
             try:
-                reports.append(await verify_orchestrator(orchestrator, nc, args.id))
+                reports.append(await verify_orchestrator(orchestrator, nc, args.id, messages=messages))
             except StreamUnavailable as exc:
                 stream_error = str(exc)
                 reports.append(await verify_orchestrator(orchestrator, None, args.id))
@@ -63,6 +93,8 @@ async def _verify(settings: Settings, args: argparse.Namespace) -> tuple[list[An
             try:
                 report = AuditReport(store=runner.name)
                 verify_store(runner, report)
+                if messages is not None:
+                    verify_stream(runner, _runner_wire(runner), messages, report, position=relay_position(runner))
                 reports.append(report)
             finally:
                 runner.close()
@@ -136,18 +168,24 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    _common(parser)
+    parser.add_argument("--postgres-url", metavar="URL",
+                        help="the PostgreSQL event stores, as `autarch up` was given them (env AUTARCH_POSTGRES_URL)")
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     audit = sub.add_parser("audit", help="prove the event log untouched: verify the hash chains, export a bundle")
     verbs = audit.add_subparsers(dest="audit_command", metavar="VERB")
     verbs.required = True
     verify = verbs.add_parser("verify", help="check the stores, their hash chains, checkpoints and the stream")
-    _common(verify)
+    _store_options(verify)
     verify.add_argument("id", nargs="?", help="only this workflow (with its epic and mail), loop session or aggregate")
     verify.add_argument("--no-stream", action="store_true", help="check the stores only (NATS not needed)")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.set_defaults(handler=cmd_verify)
     export = verbs.add_parser("export", help="write a bundle the standalone audit_verify.py checks offline")
-    _common(export)
+    _store_options(export)
     export.add_argument("id", help="a workflow, loop session or aggregate id")
     export.add_argument("-o", "--output", metavar="FILE", help="bundle path (default audit-ID.json here)")
     export.set_defaults(handler=cmd_export)

@@ -35,7 +35,7 @@ from .chain import GENESIS, ChainedRecorder, checkpoint_digest, id_text, link
 from .relay import AGGREGATE, DIGEST, MSG_ID, VERSION, store_id_of
 
 __all__ = ["NOT_TAMPERING", "AuditReport", "Finding", "StreamMessage", "StreamUnavailable", "read_stream",
-           "verify_store", "verify_stream"]
+           "relay_position", "verify_store", "verify_stream"]
 
 NOT_TAMPERING = frozenset({"unchained", "unpublished"})
 
@@ -251,6 +251,11 @@ def _notifications(app: Application[Any], scope: set[str] | None, page: int = 10
         start = batch[-1].id + 1
 
 
+def relay_position(app: Application[Any]) -> int:
+    """The last notification id the store's relay published (0: none yet)."""
+    return app.factory.tracking_recorder().max_tracking_id(f"relay-{app.name}") or 0
+
+
 def verify_stream(app: Application[Any], to_contract: Callable[[DomainEvent], Event | None],
                   messages: list[StreamMessage], report: AuditReport, *, position: int,
                   ids: Iterable[str] | None = None) -> None:
@@ -272,10 +277,14 @@ def verify_stream(app: Application[Any], to_contract: Callable[[DomainEvent], Ev
         ours = parsed is not None and parsed["app"] == app.name and parsed["store"] == store_id
         claimed = msg.headers.get(AGGREGATE) or _subject_aggregate(msg.subject)
         if not ours:
-            if scope is not None or claimed in known:
+            # Every relay names its store in the message id. A message naming none on the subject of what is
+            # verified, or naming another store while claiming an aggregate of this one, was published by no relay
+            # of this store. Any other message is another store's (the agent runner's, or an older store's on a
+            # stream that outlived it), checked with that store.
+            if (parsed is None and scope is not None) or claimed in known:
                 report.add(Finding("forged", claimed, _int(msg.headers.get(VERSION)),
                                    "no relay of this store published it", msg.seq))
-            continue  # another store's message, on a stream that outlived it or is shared
+            continue
         report.stream_messages += 1
         assert parsed is not None
         nid = int(parsed["nid"])

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from autarch.contracts import subjects
-from autarch.runtime.audit import AuditReport, read_stream, verify_store, verify_stream
+from autarch.runtime.audit import AuditReport, StreamMessage, read_stream, relay_position, verify_store, verify_stream
 from autarch.runtime.chain import ChainedRecorder, id_text
 
 from .application import WorkflowApplication
@@ -41,8 +41,10 @@ def aggregates_named(app: WorkflowApplication, aggregate_id: str) -> list[str]:
     return [a for a in named if app.recorder.select_events(uuid.UUID(a), limit=1) or chained(uuid.UUID(a))]
 
 
-async def verify_orchestrator(app: WorkflowApplication, nc: Any | None, aggregate_id: str | None) -> AuditReport:
-    """Verify the store (all of it, or what ``aggregate_id`` names), and with a connection the stream against it.
+async def verify_orchestrator(app: WorkflowApplication, nc: Any | None, aggregate_id: str | None, *,
+                              messages: list[StreamMessage] | None = None) -> AuditReport:
+    """Verify the store (all of it, or what ``aggregate_id`` names), and with a connection the stream against it
+    (``messages``: the whole stream, already read).
 
     Raises LookupError when the id names nothing in the store, ValueError when it is no UUID.
     """
@@ -56,9 +58,9 @@ async def verify_orchestrator(app: WorkflowApplication, nc: Any | None, aggregat
     if nc is not None:
         # A workflow's (and its epic's and mailbox's) or a loop session's events share one workflow token.
         subject = subjects.workflow_events(str(uuid.UUID(aggregate_id))) if aggregate_id else subjects.EVENTS_ALL
-        messages = await read_stream(nc, subjects.EVENTS_STREAM, subject)
-        position = app.factory.tracking_recorder().max_tracking_id(f"relay-{app.name}") or 0
-        verify_stream(app, WireEvents(app), messages, report, position=position, ids=ids)
+        if messages is None or aggregate_id is not None:
+            messages = await read_stream(nc, subjects.EVENTS_STREAM, subject)
+        verify_stream(app, WireEvents(app), messages, report, position=relay_position(app), ids=ids)
     return report
 
 

@@ -35,7 +35,7 @@ def test_the_demo_log_verifies_and_an_edited_row_is_named(tmp_path: Path, capsys
         assert orchestrator["ok"] and runner["ok"]
         assert orchestrator["events"] == orchestrator["chained"] > 20
         assert orchestrator["stream_messages"] > 20 and orchestrator["checkpoints"] >= 1
-        assert runner["events"] == runner["chained"] > 0
+        assert runner["events"] == runner["chained"] > 0 and runner["stream_messages"] > 0
         assert not [f for r in reports.values() for f in r["findings"] if f["kind"] != "unpublished"]
 
         db = data / "orchestrator" / "events.sqlite"
