@@ -69,3 +69,18 @@ def test_eventsourcing_decorated_funcs_for_the_fast_replay():
     )
     assert funcs.get(Workflow.ErrorRecorded) is not None, "decorated_funcs no longer maps event classes to methods"
     assert hasattr(domain, "DecoratedFuncCaller"), "eventsourcing.domain.DecoratedFuncCaller moved: update load()"
+
+
+def test_eventsourcing_insert_steps_the_hash_chain_is_written_from():
+    # runtime/sqlite_store.py and runtime/postgres_store.py write each event's link inside the inserting transaction.
+    from eventsourcing.postgres import PostgresApplicationRecorder
+    from eventsourcing.sqlite import SQLiteApplicationRecorder
+
+    assert callable(getattr(SQLiteApplicationRecorder, "_insert_events", None)), (
+        "eventsourcing's SQLiteApplicationRecorder._insert_events moved: the hash chain is not written; update "
+        "ApplicationRecorder.insert_events in runtime/sqlite_store.py (and the pin in pyproject.toml)"
+    )
+    assert callable(getattr(PostgresApplicationRecorder, "_fetch_ids_after_insert_events", None)), (
+        "eventsourcing's PostgresApplicationRecorder._fetch_ids_after_insert_events moved: events on PostgreSQL are "
+        "recorded without their links; update runtime/postgres_store.py (and the pin in pyproject.toml)"
+    )
