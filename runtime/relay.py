@@ -159,11 +159,11 @@ class EventRelay:
             return 0
         if self._store_id is None:
             first = await asyncio.to_thread(self.app.recorder.select_notifications, start=1, limit=1)
-            self._store_id = first[0].originator_id.hex[:12]
+            self._store_id = first[0].originator_id.hex[:12]  # type: ignore[union-attr]  # our ids are UUIDs
         js = self.nc.jetstream()
         acks = []
         for notification in notifications:
-            contract = self.to_contract(self.app.mapper.to_domain_event(notification))
+            contract = self.to_contract(self.app.mapper.to_domain_event(notification))  # type: ignore[arg-type]  # ours are DomainEvents
             if contract is None:
                 continue
             headers = {MSG_ID: f"{self.app.name}:{self._store_id}:{notification.id}", "Autarch-Event": _tag(contract)}
