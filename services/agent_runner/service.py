@@ -68,7 +68,10 @@ class AgentRunner:
         self.registry = AgentRegistry(settings=settings)
         self.budget = WorkflowBudget(token_limit=settings.workflow_token_budget,
                                      cost_limit=settings.workflow_cost_budget)
-        self.deps = RunnerDeps(nc=nc, model=model, budget=self.budget, settings=settings, save=self.save)
+        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0),
+                             orchestrator_partitions=settings.orchestrator_partitions)
+        self.deps = RunnerDeps(nc=nc, model=model, budget=self.budget, settings=settings, save=self.save,
+                               before_model=self.mail.deliver)
         self.sessions: dict[str, Session] = {}
         self._after_save = after_save
         self._running: dict[str, tuple[asyncio.Task[None], TurnLoop]] = {}
@@ -77,9 +80,6 @@ class AgentRunner:
         self._shutting_down = False
         self.leases: LeaseTable | None = None
         """The swarm's lease table: a turn of a lease holder's session renews the holder's leases in it."""
-        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0),
-                             orchestrator_partitions=settings.orchestrator_partitions)
-        self.deps.before_model = self.mail.deliver
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
