@@ -1,7 +1,8 @@
 """``autarch tools call TOOL --root DIR [--role ROLE] [--session ID] 'JSON-ARGS'`` and ``autarch tools list``.
 
 Runs one tool in this process, exactly as the tools service would (same confinement, gates,
-read-before-edit store under the data dir), and prints its result: the tool's JSON, or for the
+read-before-edit store under the data dir; a linked worktree's repository from the git service with ``--nats``
+or from ``--repository``), and prints its result: the tool's JSON, or for the
 plain-text tools (``read_file``, ``web_code_search``) the text as a JSON string. Exit code 0 on
 success, 1 when the tool answered with an error shape, 2 for a bad command line.
 """
@@ -42,6 +43,8 @@ async def _call(args: argparse.Namespace, arguments: dict[str, Any], role: str) 
         nc = await connect(args.nats, name="autarch-tools-cli", connect_timeout=2)
     # One call: searching in this process is cheaper than starting grep workers.
     executor = build_executor(settings, nc=nc, grep_workers=0)
+    for repository in args.repository or ():
+        executor.git_records.trust_repository(repository)
     try:
         call = ToolCall(
             session_id=args.session,
@@ -75,6 +78,7 @@ def cmd_call(args: argparse.Namespace) -> int:
         print("autarch tools call: JSON-ARGS must be a JSON object", file=sys.stderr)
         return 2
     args.root = os.path.abspath(args.root)
+    args.repository = [os.path.abspath(path) for path in args.repository or ()]
     role = args.role or role_for_tool(args.tool) or "pulsing"
     if role not in ROLES:
         print(f"autarch tools call: unknown role {role!r} (one of {', '.join(ROLES)})", file=sys.stderr)
@@ -110,7 +114,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     call.add_argument("--call-id", help="tool call id (idempotency key; default: a new one per run)")
     call.add_argument("--workflow", help="workflow id, for notes, baselines and review tools")
     call.add_argument("--data-dir", help="data directory holding the session store (env AUTARCH_DATA_DIR)")
-    call.add_argument("--nats", metavar="URL", help="NATS server for tools that forward (notes, review, search)")
+    call.add_argument("--nats", metavar="URL", help="NATS server for tools that forward (notes, review, search) and "
+                      "for the git service's record of the worktree")
+    call.add_argument("--repository", action="append", metavar="PATH",
+                      help="a repository whose linked worktrees may be ROOT: where git keeps them is read from its "
+                      "own .git directory, never from ROOT's .git file (repeatable; without it or --nats, a linked "
+                      "worktree has no git for shell's guards)")
     call.set_defaults(handler=cmd_call)
 
     listing = tools_sub.add_parser("list", help="print a role's tool definitions (name, description, schema)")

@@ -575,7 +575,8 @@ class BeadClaimed(SwarmEvent, tag="bead:claimed", kw_only=True):
 
 
 class BeadReopened(SwarmEvent, tag="bead:reopened", kw_only=True):
-    """An attempt did not land (a merge conflict, a lease that lapsed, a lease held by another): ready again."""
+    """An attempt did not land (a merge conflict, a lease that lapsed, a lease held by another) or the user stopped
+    the swarm (``reason`` ``stopped: …``): ready again."""
 
     bead_id: str
     attempt: int

@@ -26,6 +26,7 @@ __all__ = [
     "FileChange",
     "GetDiffArtifact",
     "GetWorkflowBranch",
+    "GetWorktreeRecord",
     "GitErrorCode",
     "ListWorktrees",
     "ModifiedTrackedFiles",
@@ -43,6 +44,7 @@ __all__ = [
     "WorkflowBranchView",
     "WorkflowDiff",
     "WorktreeList",
+    "WorktreeRecord",
     "WorktreeRemoved",
     "WorktreeView",
 ]
@@ -143,6 +145,36 @@ class WorktreeView(Reply, kw_only=True):
 class WorktreeList(Reply, kw_only=True):
     repository_id: str
     items: list[WorktreeView]
+
+
+class GetWorktreeRecord(Query, kw_only=True):
+    """Where git keeps the repository of a directory Autarch knows, from the git service's own records.
+
+    Asked by the tools service before it runs git on a worktree or grants a command read access to a git
+    directory: a worktree's ``.git`` file is written by git, but an agent can rewrite it, so nothing outside the
+    sandbox takes a path from it (docs/security.md). Answered for a workflow's worktree, a swarm worker's
+    worktree and a registered repository's top directory; any other path is ``not_found``.
+    """
+
+    path: AbsolutePath
+    """The directory, as the caller names it (compared by its real path)."""
+
+
+class WorktreeRecord(Reply, kw_only=True):
+    path: str
+    """The real path of the work tree."""
+    repository_id: str
+    repository_path: str
+    git_dir: str
+    """What ``GIT_DIR`` must be: the linked worktree's administrative directory
+    (``<common dir>/worktrees/<id>``), or the repository's own ``.git`` directory."""
+    common_dir: str
+    """The repository's git directory (objects, refs, config), shared by all its worktrees."""
+    linked: bool
+    """True for a linked worktree, whose ``.git`` is a file that must read ``gitdir: <git_dir>``."""
+    workflow_id: str | None = None
+    worker: str | None = None
+    """The swarm worker whose worktree this is (None: the workflow's own, or the repository)."""
 
 
 # --- workflow branches and worktrees ----------------------------------------------------------

@@ -104,6 +104,7 @@ TOOLS_VERBS = ("call", "list_tools", "file_access", "cancel")
 GIT_VERBS = (
     "register_repository",
     "list_worktrees",
+    "worktree_record",
     "create_workflow_branch",
     "get_workflow_branch",
     "start_pulse",

@@ -35,6 +35,7 @@ __all__ = [
     "ToolCall",
     "ToolCallCancelled",
     "ToolDefinitions",
+    "ToolErrorCode",
     "ToolResult",
 ]
 
@@ -48,6 +49,16 @@ CANCEL = "cancel"
 """Verb: stop a running tool call (:class:`CancelToolCall` → :class:`ToolCallCancelled`)."""
 
 NonEmpty = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+
+
+class ToolErrorCode:
+    """The ``code`` a tool's error result carries beside its ``error`` sentence, where a caller must tell it apart.
+
+    ``git_file_tampered``: the worktree's ``.git`` was not what Autarch's records say (rewritten, a link, a
+    directory, gone); it was written back from the records before anything else ran (docs/security.md).
+    """
+
+    GIT_FILE_TAMPERED = "git_file_tampered"
 
 
 class ToolCall(Command, kw_only=True):

@@ -41,7 +41,10 @@ async def stop_workflow(
     workflow_id: FromPath[str], state: State, data: JSONBody[StopBody | None] = None
 ) -> WorkflowView | Response[ErrorReply]:
     """Stop whatever agent works for the workflow; the workflow halts with reason ``stopped``
-    (``workflow:halted``). A running pulse ends ``stopped`` with a recovery checkpoint of its changes.
+    (``workflow:halted``). A running pulse ends ``stopped`` with a recovery checkpoint of its changes. A swarm
+    (bead plan) stops every worker at once: their turns are cancelled and their sessions closed, their leases
+    released, and each bead in progress reopened (``bead:reopened``, reason ``stopped: …``); a bead already
+    verified or committed is left to land on resume, so nothing is half-merged.
     Optional body ``{"reason": "..."}`` (default ``stopped by user``). Continue with ``/resume``.
     409 ``not_running`` when no agent works (awaiting approval, already halted), ``finished`` when the
     workflow is done or abandoned."""

@@ -41,6 +41,7 @@ from autarch.contracts.git import (
     CreateWorkflowBranch,
     FileChange,
     GetWorkflowBranch,
+    GetWorktreeRecord,
     GitErrorCode,
     ListWorktrees,
     ModifiedTrackedFiles,
@@ -56,6 +57,7 @@ from autarch.contracts.git import (
     TrackedChanges,
     WorkflowBranchView,
     WorktreeList,
+    WorktreeRecord,
     WorktreeRemoved,
     WorktreeView,
 )
@@ -223,6 +225,52 @@ class GitEngine:
             if os.path.dirname(os.path.realpath(wt.path)) == root
         ]
         return WorktreeList(repository_id=query.repository_id, items=items)
+
+    def worktree_record(self, query: GetWorktreeRecord) -> WorktreeRecord:
+        """Where git keeps the repository of ``query.path``, from this service's records alone.
+
+        Nothing in the directory is read: its ``.git`` is the agent's to rewrite (docs/security.md).
+        """
+        real = os.path.realpath(query.path)
+        for workflow in self.store.workflows():
+            if workflow.state == "removed":
+                continue
+            if os.path.realpath(workflow.worktree_path) == real:
+                return self._linked_record(real, workflow, workflow.worktree_id, None)
+            for worker in self.swarms.load(workflow.id).workers.values():
+                if worker.state != "closed" and os.path.realpath(worker.worktree_path) == real:
+                    return self._linked_record(real, workflow, worker.worktree_id, worker.name)
+        for repository in self.store.repositories():
+            if os.path.realpath(repository.path) != real:
+                continue
+            dot_git = os.path.join(real, ".git")
+            # A registered repository's own .git directory is what the sandbox keeps read-only; a .git file or
+            # link there could be an agent's, so it is no record.
+            if os.path.islink(dot_git) or not os.path.isdir(dot_git):
+                raise fail(
+                    ErrorCode.NOT_FOUND,
+                    f"repository {real} has no .git directory of its own (a .git file or link is not trusted)",
+                    path=real,
+                )
+            return WorktreeRecord(
+                path=real, repository_id=repository.id, repository_path=real, git_dir=dot_git,
+                common_dir=dot_git, linked=False,
+            )
+        raise fail(ErrorCode.NOT_FOUND, f"{real} is neither a worktree nor a repository Autarch knows", path=real)
+
+    def _linked_record(
+        self, real: str, workflow: WorkflowRecord, worktree_id: str, worker: str | None
+    ) -> WorktreeRecord:
+        repo = open_repository(workflow.repository_path)
+        try:
+            common = os.path.realpath(repo.commondir())
+            admin = os.path.realpath(admin_dir(repo, worktree_id))
+        finally:
+            repo.close()
+        return WorktreeRecord(
+            path=real, repository_id=workflow.repository_id, repository_path=workflow.repository_path,
+            git_dir=admin, common_dir=common, linked=True, workflow_id=workflow.id, worker=worker,
+        )
 
     # --- workflow branches -----------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from autarch.contracts.git import (
     CreateWorkflowBranch,
     GetDiffArtifact,
     GetWorkflowBranch,
+    GetWorktreeRecord,
     ListWorktrees,
     ModifiedTrackedFiles,
     PulseDiff,
@@ -85,6 +86,10 @@ class GitService:
         by_workflow = self._by_workflow
         self._add("register_repository", RegisterRepository, self._register)
         self._add("list_worktrees", ListWorktrees, self._list_worktrees)
+        # Records only, read without the repository lock (they are replaced atomically): the tools service
+        # asks before its first git or command in a worktree.
+        self._add("worktree_record", GetWorktreeRecord,
+                  lambda q: asyncio.to_thread(engine.worktree_record, q))
         self._add("create_workflow_branch", CreateWorkflowBranch, self._create_workflow_branch)
         self._add("get_workflow_branch", GetWorkflowBranch, by_workflow(engine.view))
         self._add("start_pulse", StartPulse, by_workflow(engine.start_pulse))

@@ -106,6 +106,10 @@ class GitStore:
         except FileNotFoundError:
             return None
 
+    def repositories(self) -> Iterator[RepositoryRecord]:
+        for path in sorted(self.repositories_dir.glob("*.json")):
+            yield self._repo_decoder.decode(path.read_bytes())
+
     def save_repository(self, record: RepositoryRecord) -> None:
         write_atomic(self.repositories_dir / f"{record.id}.json", _encoder.encode(record))
 

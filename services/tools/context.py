@@ -17,6 +17,7 @@ from autarch.runtime.leases import LeaseTable
 from autarch.runtime.requests import request
 
 from .egress import EgressPolicy
+from .gitrecord import GitRecords
 from .grep_pool import GrepEngine
 from .paths import Worktree
 from .sandbox import SandboxPolicy
@@ -91,6 +92,8 @@ class ToolContext:
     """The swarm's lease table, checked for calls with a ``lease_holder`` (None: not connected to NATS)."""
     launcher: LaunchServer | None = None
     """Starts confined commands (None: each is started by a launcher process of its own)."""
+    git_records: GitRecords | None = None
+    """Where each worktree's repository is, from Autarch's records (None: nowhere; host-side git refuses)."""
 
     @property
     def idempotency_key(self) -> str:

@@ -47,6 +47,7 @@ from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.leases import LeaseTable
 
 from .context import Forwarder, ToolContext, ToolSettings, failure
+from .gitrecord import GitRecords
 from .grep_pool import GrepEngine
 from .lease_guard import lease_refusal
 from .paths import PathRefused, Worktree
@@ -133,6 +134,8 @@ class ToolExecutor:
         """Set by the service once connected: the file leases checked for calls with a ``lease_holder``."""
         self.launcher = LaunchServer()
         """Starts the confined commands of ``shell`` (its server process starts with the first one)."""
+        self.git_records = GitRecords(forwarder.nc)
+        """Each worktree's git directories, asked of the git service (docs/security.md)."""
 
     def close(self) -> None:
         self.launcher.close()
@@ -179,6 +182,7 @@ class ToolExecutor:
             settings=self.settings,
             leases=self.leases,
             launcher=self.launcher,
+            git_records=self.git_records,
         )
         if tool in MUTATING_TOOLS:
             return await self._once(ctx, args, started)

@@ -4,6 +4,9 @@ A snapshot is ``git status`` of tracked files (untracked ones are ignored: prefl
 ``node_modules``, ``bin/`` and the like) plus a content hash of every tracked file that already
 differed from HEAD, and HEAD itself. Comparing the snapshots taken before and after a command
 names every tracked file the command changed, even one that was already dirty before.
+
+git runs as :class:`.gitrecord.HostGit` says: on the recorded git directory and work tree, never on what the
+worktree's ``.git`` points to, and with no program of the repository's choosing (docs/security.md).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import hashlib
 import os
 import subprocess
 from dataclasses import dataclass, field
+
+from .gitrecord import HostGit
 
 __all__ = ["GitStateError", "TrackedState", "changed_paths", "changed_tracked_files", "head_blob", "tracked_state"]
 
@@ -28,17 +33,11 @@ class TrackedState:
     """Path → (status code, content hash) of every tracked file that differs from HEAD."""
 
 
-_NO_REPO_CODE = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
-"""A repository's config can name programs git runs (a filesystem monitor, hooks); Autarch's git never runs them."""
-
-
-async def _git(root: str, *args: str, env: dict[str, str]) -> bytes:
+async def _git(git: HostGit, *args: str) -> bytes:
     proc = await asyncio.create_subprocess_exec(
-        "git",
-        *_NO_REPO_CODE,
-        *args,
-        cwd=root,
-        env=env,
+        *git.argv(*args),
+        cwd=git.root,
+        env=git.env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -57,13 +56,13 @@ def _hash(path: str) -> str:
         return "missing"
 
 
-async def _status(root: str, *, env: dict[str, str], untracked: bool, sources: bool) -> tuple[str, dict[str, str]]:
+async def _status(git: HostGit, *, untracked: bool, sources: bool) -> tuple[str, dict[str, str]]:
     """HEAD, and path → status code of what differs from it (``sources``: a rename's source path too)."""
-    # Optional locks off: a status taken alongside a running command must not take index.lock.
-    env = {**env, "GIT_OPTIONAL_LOCKS": "0"}
-    head = (await _git(root, "rev-parse", "--verify", "-q", "HEAD", env=env)).decode().strip()
+    # Optional locks are off (HostGit's environment): a status taken alongside a running command must not take
+    # index.lock. Submodules are not looked into: each has a git directory and config of its own.
+    head = (await _git(git, "rev-parse", "--verify", "-q", "HEAD")).decode().strip()
     mode = "--untracked-files=all" if untracked else "--untracked-files=no"
-    raw = await _git(root, "status", "--porcelain=v1", "-z", mode, env=env)
+    raw = await _git(git, "status", "--porcelain=v1", "-z", "--ignore-submodules=all", mode)
     codes: dict[str, str] = {}
     entries = raw.split(b"\x00")
     i = 0
@@ -81,29 +80,29 @@ async def _status(root: str, *, env: dict[str, str], untracked: bool, sources: b
     return head, codes
 
 
-async def tracked_state(root: str, *, env: dict[str, str]) -> TrackedState:
-    """The state of ``root``'s tracked files right now."""
-    head, codes = await _status(root, env=env, untracked=False, sources=False)
+async def tracked_state(git: HostGit) -> TrackedState:
+    """The state of the work tree's tracked files right now."""
+    head, codes = await _status(git, untracked=False, sources=False)
+    root = git.root
     dirty = {path: (code, await asyncio.to_thread(_hash, os.path.join(root, path))) for path, code in codes.items()}
     return TrackedState(head=head, dirty=dirty)
 
 
-async def changed_paths(root: str, *, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+async def changed_paths(git: HostGit) -> tuple[str, dict[str, str]]:
     """HEAD, and path → status code of every file that differs from it, untracked (not ignored) ones included."""
-    return await _status(root, env=env, untracked=True, sources=True)
+    return await _status(git, untracked=True, sources=True)
 
 
-async def head_blob(root: str, path: str, *, env: dict[str, str]) -> tuple[bytes, int] | None:
+async def head_blob(git: HostGit, path: str) -> tuple[bytes, int] | None:
     """``path``'s content and file mode at HEAD; None when HEAD has no such file."""
-    env = {**env, "GIT_OPTIONAL_LOCKS": "0"}
-    listing = await _git(root, "ls-tree", "-z", "HEAD", "--", path, env=env)
+    listing = await _git(git, "ls-tree", "-z", "HEAD", "--", path)
     meta, _, name = listing.rstrip(b"\x00").partition(b"\t")
     if not meta or name.decode("utf-8", "surrogateescape") != path:
         return None
     mode, kind, sha = meta.decode().split()
     if kind != "blob":
         return None
-    return await _git(root, "cat-file", "blob", sha, env=env), int(mode, 8)
+    return await _git(git, "cat-file", "blob", sha), int(mode, 8)
 
 
 def changed_tracked_files(before: TrackedState, after: TrackedState) -> list[str]:

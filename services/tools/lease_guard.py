@@ -30,6 +30,7 @@ from autarch.contracts.beads import LeaseView
 from autarch.runtime.leases import LeaseTable, blocking_lease, describe_lease
 
 from .context import ToolContext, failure
+from .gitrecord import HostGit
 from .gitstate import GitStateError, changed_paths, head_blob
 from .paths import PathRefused, Worktree
 
@@ -159,9 +160,10 @@ def _put_back(worktree: Worktree, path: str, content: _Content | None) -> None:
 class ShellLeaseGuard:
     """Snapshot before a lease holder's command; after it, put back what it changed of other holders' files."""
 
-    def __init__(self, ctx: ToolContext, *, git_env: dict[str, str]) -> None:
+    def __init__(self, ctx: ToolContext, *, git: HostGit | str) -> None:
+        """``git``: how to run git on the worktree (paths from the records), or why it cannot be run."""
         self.ctx = ctx
-        self.git_env = git_env
+        self.git = git
         self._before: _Before | None = None
 
     async def before(self) -> str | None:
@@ -170,8 +172,10 @@ class ShellLeaseGuard:
         if isinstance(found, str):
             return f"Command refused: file leases cannot be checked: {found}"
         root = self.ctx.worktree.root
+        if isinstance(self.git, str):
+            return f"Command refused: a lease holder's commands must run in a git worktree: {self.git}"
         try:
-            head, codes = await changed_paths(root, env=self.git_env)
+            head, codes = await changed_paths(self.git)
         except GitStateError as exc:
             return f"Command refused: a lease holder's commands must run in a git worktree: {exc}"
         self._before = await asyncio.to_thread(_snapshot, root, head, codes)
@@ -182,8 +186,9 @@ class ShellLeaseGuard:
         assert self._before is not None
         table, scope, holder = cast("tuple[LeaseTable, str, str]", _table(self.ctx))  # before() found them
         root = self.ctx.worktree.root
+        assert isinstance(self.git, HostGit)  # before() refused the command otherwise
         try:
-            _, codes = await changed_paths(root, env=self.git_env)
+            _, codes = await changed_paths(self.git)
             now = await asyncio.to_thread(_hashes, root, codes)
             leases = await table.leases(scope)
         except Exception as exc:
@@ -220,7 +225,8 @@ class ShellLeaseGuard:
                         continue
                     content = before.copies[path]
                 else:
-                    blob = await head_blob(self.ctx.worktree.root, path, env=self.git_env)
+                    assert isinstance(self.git, HostGit)
+                    blob = await head_blob(self.git, path)
                     content = None if blob is None else _Content(*blob)
                 await asyncio.to_thread(_put_back, self.ctx.worktree, path, content)
                 restored.append(path)

@@ -6,7 +6,8 @@ The policy is an allow-list at every level:
   read and execute in the system's toolchain directories (``/usr``, ``/bin``, ``/lib*``, ``/opt``,
   ``/etc`` without its secret files, ``/proc``, ``/sys``), this Python's installation and what the user
   adds (``sandbox_read_paths``, ``sandbox_write_paths``); read only, never execute, in the repository's git
-  directory (``git status/diff/log`` work; no hook can run, none be written). The data dir, other
+  directory as Autarch's records name it (``git status/diff/log`` work; no hook can run, none be written; a
+  linked worktree's ``.git`` file is read-only too, so no command can point it elsewhere). The data dir, other
   worktrees, the home directory and the rest of ``/tmp`` are out of reach;
 - network: none but loopback inside a private network namespace (``sandbox_network`` opens outgoing TCP to
   ``sandbox_network_ports`` only, so the gateway and NATS stay unreachable); a preflight command also reaches
@@ -28,14 +29,18 @@ import functools
 import marshal
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from . import landlock
+
+if TYPE_CHECKING:
+    from .gitrecord import GitRecord
 
 __all__ = [
     "LAUNCH_FAILED",
@@ -217,26 +222,25 @@ def _base_rules(policy: SandboxPolicy) -> tuple[tuple[str, int], ...]:
     return tuple(rules)
 
 
-def _git_dirs(root: str) -> tuple[str | None, bool]:
-    """The repository's common git directory for the worktree at ``root``, and whether it lies inside it."""
+def _git_access(root: str, git: GitRecord | None) -> tuple[list[str], list[str]]:
+    """The git directories a command in ``root`` may read, and the paths to mount read-only in its namespace.
+
+    Only the record says where the repository is (never the worktree's ``.git``, which a command can rewrite):
+    a linked worktree's common (and administrative) directory is readable, its ``.git`` file read-only. A
+    ``.git`` directory of the root's own is read-only whatever the record says: that only takes rights away.
+    """
+    readable = list(git.readable()) if git is not None and git.work_tree == root else []
+    mounts = []
     dot_git = os.path.join(root, ".git")
-    if os.path.isdir(dot_git):
-        return dot_git, True
     try:
-        with open(dot_git) as handle:
-            line = handle.readline().strip()
+        info = os.lstat(dot_git)
     except OSError:
-        return None, False
-    if not line.startswith("gitdir:"):
-        return None, False
-    admin = os.path.join(root, line.removeprefix("gitdir:").strip())
-    try:
-        with open(os.path.join(admin, "commondir")) as handle:
-            common = os.path.join(admin, handle.read().strip())
-    except OSError:
-        common = admin
-    common = os.path.realpath(common)
-    return common, _under(common, os.path.realpath(root))
+        info = None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        mounts.append(dot_git)
+    elif readable and info is not None and stat.S_ISREG(info.st_mode):
+        mounts.append(dot_git)  # the linked worktree's .git file: a command must not point it elsewhere
+    return readable, mounts
 
 
 def sandbox_environment(policy: SandboxPolicy, *, home: str | None, environ: dict[str, str] | None = None,
@@ -299,9 +303,12 @@ class Launch:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def prepare_launch(policy: SandboxPolicy, command: str, *, root: str,
+def prepare_launch(policy: SandboxPolicy, command: str, *, root: str, git: GitRecord | None = None,
                    network: NetworkAmendment | None = None) -> Launch:
     """The confined (or, with ``sandbox = "off"``, plain) start of ``bash -c command`` in ``root``.
+
+    ``git``: the root's record (:mod:`.gitrecord`): the git directories outside the root the command may read
+    come from it alone (None: none).
 
     ``network``: the command's way to the package registries (a preflight command's, :mod:`.egress`), added to
     its sandbox here; it learns whether the command got a network namespace of its own.
@@ -323,8 +330,9 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str,
                 "agent commands cannot be confined. Use a kernel with Landlock (Linux 5.13+, in the lsm= boot "
                 "list) or install bubblewrap, or set sandbox = \"off\" to run them unconfined at your own risk."
             )
-        return _bubblewrap_launch(bwrap, policy, shell, root)
-    git_dir, git_inside = _git_dirs(root)
+        return _bubblewrap_launch(bwrap, policy, shell, root, git)
+    git_readable, git_mounts = _git_access(root, git)
+    git_inside = os.path.join(root, ".git") in git_mounts and os.path.isdir(os.path.join(root, ".git"))
     if git_inside and not caps.namespaces:
         raise SandboxUnavailable(
             f"{root} holds its own .git, which only a mount namespace can keep read-only, and user namespaces are "
@@ -334,8 +342,7 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str,
     temp_dir = tempfile.mkdtemp(prefix="autarch-sandbox-")
     readable = tuple(path for path, _ in rules)
     rules += [(root, _ALL), (temp_dir, _ALL)]
-    if git_dir and not git_inside:
-        rules.append((git_dir, landlock.READ))
+    rules += [(path, landlock.READ) for path in git_readable]
     private_network = caps.namespaces and not policy.network
     if caps.namespaces:
         rules.append(("/dev/shm", _ALL))  # a private tmpfs in the launcher's mount namespace
@@ -350,7 +357,9 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str,
         "rules": rules,
         # Without a network namespace, Landlock (ABI 4+) keeps TCP to the allowed ports; none when off.
         "connect_ports": None if private_network else list(policy.network_ports if policy.network else ()),
-        "readonly_mounts": [git_dir] if git_dir and git_inside else [],
+        # Without namespaces (Landlock alone) a linked worktree's .git file stays writable: the check of it before
+        # and after every command (commands.py) is then what holds.
+        "readonly_mounts": git_mounts if caps.namespaces else [],
         # Where unix sockets live: hidden, since Landlock does not govern connecting to one by path.
         "hidden": list(HIDDEN) if caps.namespaces else [],
     }
@@ -363,7 +372,8 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str,
                   limits=spec["limits"], cwd=root)  # type: ignore[arg-type]  # policy.limits.spec(), above
 
 
-def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root: str) -> Launch:
+def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root: str,
+                       git: GitRecord | None) -> Launch:
     """Where the kernel has no Landlock: the same allow-list as mounts in a new, otherwise empty root.
 
     bubblewrap builds the root from bind mounts of exactly the allowed paths (read-only where only reading is
@@ -372,7 +382,7 @@ def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root
     ``sandbox_network`` then opens the whole network.
     """
     rules = list(_base_rules(policy))
-    git_dir, _ = _git_dirs(root)
+    git_readable, git_mounts = _git_access(root, git)
     temp_dir = tempfile.mkdtemp(prefix="autarch-sandbox-")
     argv = [bwrap, "--die-with-parent", "--new-session", "--unshare-user", "--unshare-pid", "--unshare-ipc",
             "--unshare-uts", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
@@ -386,8 +396,8 @@ def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root
         if os.path.islink(path):  # /bin → usr/bin on a merged-/usr system: the rules name only the target
             argv += ["--symlink", os.readlink(path), path]
     argv += ["--bind", root, root, "--bind", temp_dir, temp_dir]
-    if git_dir:  # after the root's bind, so a .git inside it is covered read-only too
-        argv += ["--ro-bind", git_dir, git_dir]
+    for path in (*git_readable, *git_mounts):  # after the root's bind, so what is inside it is read-only too
+        argv += ["--ro-bind", path, path]
     argv += ["--chdir", root, "--", *shell]
     readable = tuple(path for path, _ in rules)
     return Launch(argv, sandbox_environment(policy, home=temp_dir, readable=(*readable, root)), temp_dir,

@@ -15,7 +15,8 @@ double the launcher's start-up). The process tree:
   with a private network, starts a preflight command's forwarder to the registry proxy, :mod:`.egress_forward`,
   when the command's process hands it the forwarder's listener, and reaps)
 - the command's process: it hides ``/run`` and ``/tmp`` under empty tmpfs (bringing back only the allowed paths
-  beneath them), makes the repository's git directory read-only and non-executable, bounds the namespace's PIDs
+  beneath them), makes the repository's git directory (or a linked worktree's ``.git`` file) read-only and
+  non-executable, bounds the namespace's PIDs
   where no cgroup counts processes, opens a preflight command's listener for the forwarder and hands it to the
   init, lowers its resource limits, confines itself with Landlock to the rules of the spec, gives SIGPIPE and
   SIGXFSZ back their default action (Python ignores both, and an ignored signal stays ignored across
@@ -111,14 +112,32 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 
 
 def _read_only(path: str) -> None:
-    """Bind ``path`` over itself read-only, non-executable, without set-uid: no hook can be written or run."""
-    kept = 0
-    vfs = os.statvfs(path).f_flag
-    for st_flag, ms_flag in _KEPT_FLAGS.items():
-        if vfs & st_flag:
-            kept |= ms_flag
-    _mount(path, path, None, _MS_BIND | _MS_REC)
-    _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOEXEC | _MS_NOSUID | _MS_NODEV | kept)
+    """Bind ``path`` (a directory or a file) over itself read-only, non-executable, without set-uid: no hook can
+    be written or run, no ``.git`` file pointed elsewhere.
+
+    Both mounts go through an ``O_PATH | O_NOFOLLOW`` descriptor (``/proc/self/fd/N``): a symlink swapped in
+    for ``path`` makes the launch fail instead of redirecting the mount.
+    """
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        kind = os.fstat(fd).st_mode & 0o170000
+        if kind not in (0o040000, 0o100000):  # a directory or a regular file; a link (O_NOFOLLOW) is neither
+            raise SandboxFailure(f"{path} is neither a directory nor a file; not mounting it read-only")
+        handle = f"/proc/self/fd/{fd}"
+        kept = 0
+        vfs = os.statvfs(handle).f_flag
+        for st_flag, ms_flag in _KEPT_FLAGS.items():
+            if vfs & st_flag:
+                kept |= ms_flag
+        _mount(handle, handle, None, _MS_BIND | _MS_REC)
+    finally:
+        os.close(fd)
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)  # the new mount, not what lies beneath it
+    try:
+        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOEXEC | _MS_NOSUID | _MS_NODEV | kept
+        _mount(None, f"/proc/self/fd/{fd}", None, flags)
+    finally:
+        os.close(fd)
 
 
 def _loopback_up() -> None:
@@ -178,14 +197,14 @@ def _prepare_namespace(private_network: bool) -> None:
 
 def _prepare_for(spec: dict, held: set[str], init: _socket.socket | None) -> None:
     """What depends on the command (in its own process, before it is confined): the paths brought back into
-    the hidden directories, the read-only git directory, the namespace's PID cap, and a preflight command's
-    listener for the registry forwarder, handed to the init (``init``: the channel to it)."""
+    the hidden directories, the read-only git directory or linked worktree's ``.git`` file, the namespace's PID
+    cap, and a preflight command's listener for the registry forwarder, handed to the init (``init``: the channel
+    to it)."""
     for directory in spec.get("hidden", []):
         if os.path.isdir(directory) and not os.path.islink(directory):
             _hide(directory, [path for path, _ in spec["rules"]])
     for path in spec.get("readonly_mounts", []):
-        if os.path.isdir(path):
-            _read_only(path)
+        _read_only(path)  # the tools service checked each exists; one gone since fails the launch
     _bound_pids(spec, held)
     if spec.get("egress") and init is not None:
         # After the hiding (the proxy's directory is among the paths brought back), before the limits and

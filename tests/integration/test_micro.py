@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import msgspec
 import pytest
@@ -116,9 +117,11 @@ async def test_stats_count_what_happened(nc, echo_service):
     assert (stats["num_requests"], stats["num_errors"]) == (4, 3)  # a bad payload is an error reply too
     assert stats["last_error"].startswith("bad_request: invalid echo payload")
 
-    slow = asyncio.create_task(request(nc, "test.echo", Echo(text="slow", delay=0.5), Echoed))
-    await asyncio.sleep(0.2)
-    stats = await _stats(nc, echo_service)
+    slow = asyncio.create_task(request(nc, "test.echo", Echo(text="slow", delay=2.0), Echoed))
+    deadline = time.monotonic() + 2.0  # the slow request is counted as soon as it runs, long before it ends
+    while (stats := await _stats(nc, echo_service))["num_requests"] < 5 and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert not slow.done()
     assert stats["num_requests"] == 5
     assert stats["data"] == {"in_flight": 1}
     assert (await slow).text == "SLOW"

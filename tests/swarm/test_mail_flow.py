@@ -24,12 +24,14 @@ def _at(event: dict) -> float:
     return datetime.fromisoformat(str(event["occurred_at"]).replace("Z", "+00:00")).timestamp()
 
 
-async def _hold(url: str, scope: str, *, release_after: asyncio.Event, released: list[float]) -> None:
+async def _hold(url: str, scope: str, *, granted: asyncio.Event, release_after: asyncio.Event,
+                released: list[float]) -> None:
     nc = await nats.connect(url)
     try:
         table = await LeaseTable.open(nc)
         grant = await table.acquire(scope, "ReviewerRuth", ["docs/units.md"], ttl=120)
         assert not hasattr(grant, "conflicts"), grant
+        granted.set()
         await release_after.wait()
         await table.release(scope, "ReviewerRuth")
         released.append(time.time())
@@ -46,8 +48,9 @@ def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worke
     loop = asyncio.new_event_loop()
     release_after = asyncio.Event()
     released: list[float] = []
-    holder = loop.create_task(_hold(url, wid, release_after=release_after, released=released))
-    loop.run_until_complete(asyncio.sleep(0.5))  # the outside lease is granted before the swarm starts
+    granted = asyncio.Event()
+    holder = loop.create_task(_hold(url, wid, granted=granted, release_after=release_after, released=released))
+    loop.run_until_complete(asyncio.wait_for(granted.wait(), 30))  # the outside lease is granted before the swarm
     approve_stages(client, wid)
 
     def conflict_answered(seen: list[dict]) -> bool:

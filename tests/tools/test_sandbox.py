@@ -60,6 +60,8 @@ def layout(tmp_path: Path) -> Layout:
 
 def tools_for(layout: Layout, **overrides: object) -> Iterator[Tools]:
     executor: ToolExecutor = build_executor(layout.settings(**overrides), grep_workers=0)
+    # The worktree's repository from a record (as `autarch tools call --repository` gives it), never its .git file.
+    executor.git_records.trust_repository(str(layout.repo))
     try:
         yield Tools(executor, layout.worktree)
     finally:

@@ -23,7 +23,8 @@ async def _loses_one_cancellation(rounds: list[int]) -> None:
 async def test_a_task_that_lost_its_cancellation_is_cancelled_again() -> None:
     rounds: list[int] = []
     task = asyncio.create_task(_loses_one_cancellation(rounds))
-    await asyncio.sleep(0.03)
+    while len(rounds) < 2:  # the loop is under way: it has gone round twice
+        await asyncio.sleep(0.005)
     # One cancel and a wait would never return here.
     single = asyncio.ensure_future(asyncio.gather(asyncio.shield(task), return_exceptions=True))
     task.cancel()

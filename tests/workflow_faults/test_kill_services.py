@@ -36,7 +36,9 @@ def _killer(system: System, rng: random.Random, kills: list[tuple[str, set[str]]
     kill is logged with the phases the workflows were in at that moment."""
 
     def run(approver: Approver) -> None:
-        time.sleep(0.5)
+        # The first kill comes once the runs are under way: the approver has seen each of them.
+        while len(approver.views) < len(approver.ids) and not approver.stop.wait(0.02):
+            pass
         order: list[str] = []
         while not approver.stop.is_set() and not approver.finished() and len(kills) < MAX_KILLS:
             if not order:

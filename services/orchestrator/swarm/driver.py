@@ -167,14 +167,7 @@ class SwarmDriver:
         # Each worker's next step is independent of the others' (their own attempt, their own worktree): they
         # run at once, and each records its result on a fresh read of the swarm. Merges stay one at a time
         # (the git service serializes them); only claims are made one after another, below.
-        jobs: list[Awaitable[object]] = []
-        for a in swarm.attempts.values():
-            if not a.open and a.session_started and not a.session_closed:
-                jobs.append(self._close_session(wid, a))
-            elif not a.open and a.leased and not a.leases_released:
-                jobs.append(self._release(wid, a, "done" if a.ended == "merged" else "reopened"))
-        for a in swarm.open_attempts():
-            jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions)
+        jobs = self._clean_up(wid, swarm)
         names = worker_names(wid, swarm.max_workers)
         jobs.extend(self._open_worker(wid, name, nickname) for name, nickname in names[len(swarm.workers):])
         jobs.extend(self._advance_attempt(wf, swarm, a) for a in swarm.open_attempts() if _needs_step(a))
@@ -195,6 +188,44 @@ class SwarmDriver:
                 await self._halt_for_people(wid, stuck)
                 return None
         return IDLE
+
+    def _clean_up(self, wid: str, swarm: Swarm) -> list[Awaitable[object]]:
+        """What ended attempts leave to do: close their sessions (cancelling a turn still running), then
+        release their leases; and close the sessions a handoff left behind."""
+        jobs: list[Awaitable[object]] = []
+        for a in swarm.attempts.values():
+            if not a.open and a.session_started and not a.session_closed:
+                jobs.append(self._close_session(wid, a))
+            elif not a.open and a.leased and not a.leases_released:
+                jobs.append(self._release(wid, a, "done" if a.ended == "merged" else "reopened"))
+        for a in swarm.open_attempts():
+            jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions)
+        return jobs
+
+    async def settle(self, wid: str) -> object:
+        """One round of clean-up, as a step of a halted workflow (no claims, no new work); :data:`IDLE` when
+        there is none left."""
+        swarm = await self.book.find(wid)
+        jobs = self._clean_up(wid, swarm) if swarm is not None else []
+        if not jobs:
+            return IDLE
+        await _all(jobs)
+        return None
+
+    async def stop_workers(self, wid: str, reason: str) -> list[str]:
+        """Stop every worker of ``wid``'s swarm at once (the workflow is halted first, so nothing new is claimed):
+        attempts at work are reopened, their turns cancelled and their sessions closed, then their leases
+        released. Returns the beads reopened."""
+        swarm = await self.book.find(wid)
+        if swarm is None or swarm.finished:
+            return []
+        _, stopped = await self.book.change(wid, lambda s: s.stop(reason))
+        # Sessions close before leases go (two passes): a running turn must not write once its files are free.
+        # Should a request fail here, the halted workflow's own steps finish the clean-up (``settle``).
+        while await self.settle(wid) is not IDLE:
+            pass
+        log.info("workflow %s: swarm stopped (%s); reopened %s", wid, reason, [a.bead_id for a in stopped] or "none")
+        return [a.bead_id for a in stopped]
 
     async def _create(self, wf: Workflow) -> None:
         plan = wf.artifacts.planning
@@ -369,9 +400,10 @@ class SwarmDriver:
     def _give_up(self, s: Swarm, a: Attempt, reason: str) -> None:
         """End an attempt that cannot land; after too many, the bead goes to a person (bounced)."""
         s.reopen(a, reason)
-        # Attempts that never ran (their files were leased elsewhere) are not failures of the bead.
+        # Attempts that never ran (their files were leased elsewhere) or that the user stopped are not failures of
+        # the bead.
         failures = sum(1 for x in s.attempts.values() if x.bead_id == a.bead_id and x.ended == "reopened"
-                       and x.session_started)
+                       and x.session_started and not x.stopped)
         if failures >= _MAX_ATTEMPTS:
             s.bounce(a.bead_id, f"{failures} attempts did not land; the last: {reason}")
 

@@ -132,6 +132,8 @@ class Attempt(msgspec.Struct, kw_only=True):
     ended: AttemptEnd | None = None
     end_reason: str | None = None
     session_closed: bool = False
+    stopped: bool = False
+    """Reopened because the user stopped the swarm: not a failure of the bead (it does not count towards a bounce)."""
     generation: int = 0
     """Sessions after the first (each handoff at the context limit starts a fresh one for the same attempt)."""
     stale_sessions: list[str] = []
@@ -444,6 +446,12 @@ class Swarm(Aggregate):
             bead.conflicts = [*bead.conflicts, msgspec.convert(conflict, ConflictRecord)]
         self._end_attempt(bead_id, attempt, "reopened", reason, at)
 
+    @event("BeadStopped")
+    def _bead_stopped(self, *, bead_id: str, attempt: int, reason: str, at: str) -> None:
+        # A reopen the user caused: its own event, so the reopens recorded before stops existed keep their shape.
+        self.attempts[(bead_id, attempt)].stopped = True
+        self._end_attempt(bead_id, attempt, "reopened", reason, at)
+
     @event("LeasesReleased")
     def _leases_released(self, *, worker: str, bead_id: str, attempt: int, reason: str, patterns: list[str],
                          at: str) -> None:
@@ -669,6 +677,15 @@ class Swarm(Aggregate):
         if a.open:
             self._bead_reopened(bead_id=a.bead_id, attempt=a.number, reason=reason,
                                 conflict=msgspec.to_builtins(conflict) if conflict else None, at=_now())
+
+    def stop(self, reason: str) -> list[Attempt]:
+        """The user stopped the swarm: every attempt whose worker is still at work is reopened (its bead is ready
+        again, its next attempt starts from the branch tip). One whose work is done — verified, or committed — is
+        left as it is, to be committed and merged on resume: nothing lands half. Returns the attempts reopened."""
+        stopped = [a for a in self.open_attempts() if not (a.verified or a.committed)]
+        for a in stopped:
+            self._bead_stopped(bead_id=a.bead_id, attempt=a.number, reason=f"stopped: {reason}", at=_now())
+        return stopped
 
     def bounce(self, bead_id: str, reason: str, missing: list[str] | None = None) -> None:
         bead = self.bead(bead_id)

@@ -105,6 +105,8 @@ def swarm_to_contract(e: DomainEvent, epic_of: Callable[[str], str], at_event: R
         conflict = e.conflict
         return BeadReopened(**base, bead_id=e.bead_id, attempt=e.attempt, reason=e.reason,
                             conflict=msgspec.convert(conflict, ConflictRecord) if conflict else None)
+    if isinstance(e, Swarm.BeadStopped):
+        return BeadReopened(**base, bead_id=e.bead_id, attempt=e.attempt, reason=e.reason)
     if isinstance(e, Swarm.EvidenceRecorded):
         return BeadEvidenceRecorded(**base, bead_id=e.bead_id,
                                     evidence=msgspec.convert(e.evidence, VerificationEvidence))

@@ -80,6 +80,7 @@ from .steps import (
     session_notes,
     sessions_to_close,
     step_over,
+    swarm_executes,
 )
 
 if TYPE_CHECKING:
@@ -138,6 +139,11 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
     if run is not None and run.ending in ("failed", "stopped"):
         return lambda: driver.recover(wid, run)
     if wf.halt is not None:
+        if driver.swarm is not None and swarm_executes(wf):
+            # Halted (stopped, bounced beads): no new work, but ended attempts still let go of their sessions
+            # and leases.
+            swarm = driver.swarm
+            return lambda: swarm.settle(wid)
         return None
     if wf.stage in ("scoping", "research", "planning", "review"):
         if not wf.awaiting_approval and wf.stage not in wf.sessions:
@@ -482,6 +488,8 @@ class WorkflowDriver:
             except LifecycleError as exc:
                 raise exc.failure(workflow_id=workflow_id) from None
             step = current_step(wf)
+            if self.swarm is not None and swarm_executes(wf) and wf.halt is None:
+                return await self._stop_swarm(wf, reason)
             if wf.halt is not None or step is None or wf.awaiting_approval:
                 state = f"halted ({wf.halt.reason})" if wf.halt else (
                     "awaiting approval" if wf.awaiting_approval else "between steps")
@@ -500,6 +508,16 @@ class WorkflowDriver:
             if session_id is not None:
                 await stop_agent_session(self.nc, self.settings, session_id, reason)
         self.kick(workflow_id)
+        return wf
+
+    async def _stop_swarm(self, wf: Workflow, reason: str) -> Workflow:
+        """Halt first (no new claim is made from here on), then stop every worker at once. Called under the
+        workflow's lock, so no swarm step is half-made."""
+        assert self.swarm is not None
+        workflow_id = str(wf.id)
+        wf, _ = await self.workflows.change(workflow_id, lambda w: w.halt_for("stopped", reason,
+                                                                             details=HaltDetails()))
+        await self.swarm.stop_workers(workflow_id, reason)
         return wf
 
     async def resume_workflow(self, workflow_id: str, message: str | None) -> Workflow:

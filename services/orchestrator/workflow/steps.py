@@ -31,6 +31,7 @@ __all__ = [
     "sessions_to_close",
     "stage_of_step",
     "step_over",
+    "swarm_executes",
 ]
 
 log = logging.getLogger("orchestrator.steps")
@@ -75,6 +76,12 @@ def next_pulse(workflow: Workflow) -> PlannedPulse | None:
 def all_pulses_done(workflow: Workflow) -> bool:
     latest = {run.planned_pulse_id: run.status for run in workflow.runs}
     return all(latest.get(p.id) == "succeeded" for p in _queue(workflow))
+
+
+def swarm_executes(wf: Workflow) -> bool:
+    """Workers of a bead plan run the execution now: preflight passed, no pulse runs, no fix round is open."""
+    return (wf.execution_mode == "swarm" and wf.stage == "execution" and wf.preflight is not None
+            and wf.preflight.status == "completed" and wf.running_run() is None and fixing(wf) is None)
 
 
 def current_step(wf: Workflow) -> str | None:
