@@ -230,6 +230,7 @@ class Swarm(Aggregate):
         BeadEdited: ClassVar[type[Any]]
         BeadMerged: ClassVar[type[Any]]
         BeadReopened: ClassVar[type[Any]]
+        BeadStopped: ClassVar[type[Any]]
         DependencyAdded: ClassVar[type[Any]]
         EvidenceRecorded: ClassVar[type[Any]]
         Finished: ClassVar[type[Any]]
