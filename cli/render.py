@@ -71,6 +71,7 @@ def parse_sse(lines: Iterable[str]) -> Iterator[SseMessage | SseComment]:
     Follows the HTML spec's rules: ``field: value`` lines (one leading space dropped), several ``data``
     lines joined with newlines, a blank line dispatches, a message without data is dropped.
     """
+    data: list[str]
     event, data, last_id = "", [], None
     for raw in lines:
         line = raw.rstrip("\r\n")

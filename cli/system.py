@@ -299,7 +299,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser("up", help="start NATS, every service and the gateway on this machine")
     _common(up, port=True)
     up.add_argument("--services", help="comma-separated subset of services to run (default: all installed)")

@@ -701,7 +701,7 @@ AnyEvent = (
 """The union every consumer decodes with."""
 
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    cls.__struct_config__.tag: cls  # type: ignore[attr-defined, misc]  # the tuple is typed `object`; each is a Struct
     for cls in (
         WorkflowCreated,
         WorkflowError,

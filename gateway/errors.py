@@ -6,6 +6,7 @@ import logging
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException, ValidationException
+from litestar.types import ExceptionHandlersMap
 
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.runtime.errors import RemoteError
@@ -68,7 +69,7 @@ def _unexpected(_: Request, exc: Exception) -> Response[ErrorReply]:
     return error_response(ErrorReply(code=ErrorCode.INTERNAL, message="internal error; see the gateway's log"), 500)
 
 
-EXCEPTION_HANDLERS = {
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     RemoteError: _remote,
     ValidationException: _validation,
     NotAuthorizedException: _http,

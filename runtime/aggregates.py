@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import msgspec
@@ -65,7 +65,7 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
         if func is None or aggregate is None:
             stored = StoredEvent(originator_id=originator_id, originator_version=originator_version, topic=topic,
                                  state=state_bytes)
-            aggregate = mapper.to_domain_event(stored).mutate(aggregate)
+            aggregate = cast("CanMutateAggregate[Any]", mapper.to_domain_event(stored)).mutate(aggregate)
             continue
         if originator_version != aggregate.version + 1:
             raise OriginatorVersionError(originator_version, aggregate.version + 1)

@@ -53,7 +53,7 @@ DIGEST = "Autarch-Digest"
 def store_id_of(app: Application) -> str | None:
     """The store's id in message ids: the first 12 hex digits of its first aggregate's id (None: empty store)."""
     first = app.recorder.select_notifications(start=1, limit=1)
-    return first[0].originator_id.hex[:12] if first else None
+    return first[0].originator_id.hex[:12] if first else None  # type: ignore[union-attr]  # our ids are UUIDs
 
 
 class _Stopped(Exception):
@@ -205,7 +205,7 @@ class EventRelay:
         js = self.nc.jetstream()
         acks = []
         for notification in notifications:
-            contract = self.to_contract(self.app.mapper.to_domain_event(notification))
+            contract = self.to_contract(self.app.mapper.to_domain_event(notification))  # type: ignore[arg-type]  # ours are DomainEvents
             if contract is None:
                 continue
             headers = {MSG_ID: f"{self.app.name}:{self._store_id}:{notification.id}", "Autarch-Event": _tag(contract)}

@@ -13,6 +13,7 @@ import ipaddress
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -36,8 +37,8 @@ __all__ = [
 ]
 
 
-def _default_data_dir(environ: dict[str, str] | None = None) -> str:
-    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+def _default_data_dir(environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
     home = environ.get("HOME") or str(Path.home())
     base = environ.get("XDG_DATA_HOME") or str(Path(home) / ".local" / "share")
     return str(Path(base) / "autarch")
@@ -445,7 +446,7 @@ S = TypeVar("S", bound=CommonSettings)
 def narrow(settings: CommonSettings, cls: type[S]) -> S:
     """``settings`` as ``cls``: the fields ``cls`` has, nothing else (the aggregate or a service's own view)."""
     if type(settings) is cls:
-        return settings  # type: ignore[return-value]
+        return settings
     return cls(**{f.name: getattr(settings, f.name) for f in msgspec.structs.fields(cls)})
 
 
@@ -489,7 +490,7 @@ def _to_env(self: CommonSettings) -> dict[str, str]:
 
 if TYPE_CHECKING:
 
-    class Settings(  # type: ignore[misc]
+    class Settings(
         OrchestratorSettings, AgentRunnerSettings, ToolsSettings, GitSettings, IndexerSettings, GatewaySettings,
         NotifierSettings,
     ):

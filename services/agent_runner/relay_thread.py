@@ -40,7 +40,7 @@ class RelayThread:
                  **pacing: float) -> None:
         """``pacing``: :class:`PacedRelay`'s ``interval`` and ``poll_interval`` when not the defaults (tests)."""
         self._app = app
-        self._pacing = pacing
+        self._pacing: dict[str, Any] = pacing
         # The runner's connection names the servers (a cluster's list included); the relay opens its own to them.
         self._servers = ",".join(uri.geturl() for uri in nc.servers)
         self._mapper = ContractMapper(workflow_of=workflow_of)

@@ -61,14 +61,18 @@ class AgentRunner:
     """Every session of this process, the task of each running turn, and the session commands."""
 
     def __init__(self, *, nc: Client, app: SessionApplication, settings: AgentRunnerSettings, model: ModelClient,
-                 after_save: Callable[[Session], None] | None = None, inline_writes: bool = False) -> None:
+                 after_save: Callable[[Session], None] | None = None, inline_writes: bool = False,
+                 on_model_wait: Callable[[], None] | None = None) -> None:
         self.app = app
         self._inline_writes = inline_writes
         self.settings = settings
         self.registry = AgentRegistry(settings=settings)
         self.budget = WorkflowBudget(token_limit=settings.workflow_token_budget,
                                      cost_limit=settings.workflow_cost_budget)
-        self.deps = RunnerDeps(nc=nc, model=model, budget=self.budget, settings=settings, save=self.save)
+        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0),
+                             orchestrator_partitions=settings.orchestrator_partitions)
+        self.deps = RunnerDeps(nc=nc, model=model, budget=self.budget, settings=settings, save=self.save,
+                               before_model=self.mail.deliver, on_model_wait=on_model_wait)
         self.sessions: dict[str, Session] = {}
         self._after_save = after_save
         self._running: dict[str, tuple[asyncio.Task[None], TurnLoop]] = {}
@@ -77,9 +81,6 @@ class AgentRunner:
         self._shutting_down = False
         self.leases: LeaseTable | None = None
         """The swarm's lease table: a turn of a lease holder's session renews the holder's leases in it."""
-        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0),
-                             orchestrator_partitions=settings.orchestrator_partitions)
-        self.deps.before_model = self.mail.deliver
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -298,12 +299,12 @@ async def open_runner(
     inline = sqlite_store.commits_inline(env)
     relay_box: list[RelayThread] = []
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
-                         after_save=lambda session: relay_box[0].saved(session))
+                         after_save=lambda session: relay_box[0].saved(session),
+                         on_model_wait=lambda: relay_box[0].model_wait())
     # The relay runs on a thread of its own, where its rounds do not queue behind the turns' work (relay_thread.py).
     relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of)
     relay_box.append(relay)
     runner.leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
-    runner.deps.on_model_wait = relay.model_wait
     await asyncio.to_thread(runner.load)
     await relay.start()
     service = TypedService(nc, name="agent_runner", description="Agent sessions: turns, tools, the model")

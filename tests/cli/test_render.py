@@ -26,8 +26,8 @@ from autarch.contracts.workflows import FixPulseView
 WF = "99f31dc9-0000-4000-8000-000000000001"
 SID = "5e55105e-0000-4000-8000-000000000002"
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-COMMON = {"workflow_id": WF, "occurred_at": AT}
-TURN = {**COMMON, "session_id": SID, "turn_id": "t-1"}
+COMMON: dict[str, Any] = {"workflow_id": WF, "occurred_at": AT}
+TURN: dict[str, Any] = {**COMMON, "session_id": SID, "turn_id": "t-1"}
 
 SCOPE = {"title": "JWT", "description": "d", "in_scope": ["a", "b"], "out_of_scope": ["c"],
          "recommended_path": "full"}

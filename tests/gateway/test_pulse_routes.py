@@ -90,7 +90,7 @@ class StandInLoops:
             raise ServiceFailure(FAILING[sid][0], f"session {sid} is not in that state", {"status": "blocked"})
         if sid != KNOWN:
             raise ServiceFailure.not_found(f"no loop session {sid}", session_id=sid)
-        status = {PauseLoop: "running", ResumeLoop: "running", AbortLoop: "aborted"}.get(type(command), "running")
+        status = "aborted" if isinstance(command, AbortLoop) else "running"
         return loop_view(sid, status=status, pause_requested=isinstance(command, PauseLoop))
 
 

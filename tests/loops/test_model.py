@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from autarch.contracts.loops import Signal
 from autarch.runtime.aggregates import project
 from autarch.services.orchestrator.loop.model import Anchor, LoopError, LoopSession
 from autarch.services.orchestrator.loop.views import view_of
@@ -20,7 +21,7 @@ def new_session(max_iterations: int = 3) -> LoopSession:
                        status="pending")
 
 
-def run_iteration(session: LoopSession, signal: str, commit: str | None, *, reason: str | None = None) -> None:
+def run_iteration(session: LoopSession, signal: Signal, commit: str | None, *, reason: str | None = None) -> None:
     it = session.start_iteration(task_content="do it", pulse_worktree="/w", base_commit="b" * 40,
                                  anchor=Anchor(strategy="temporal", turn_id="t0", depth=0), context_tokens=10)
     session.iteration_running(number=it.number, kickoff_turn_id=f"k{it.number}", at="2026-11-25T05:00:01+00:00")

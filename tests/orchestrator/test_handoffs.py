@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import msgspec
 
+from autarch.contracts.beads import SwarmMode
 from autarch.runtime.aggregates import project
 from autarch.services.orchestrator.swarm.handoffs import handoff_document, manifest_document, owner_file
 from autarch.services.orchestrator.swarm.model import Swarm
@@ -20,7 +21,7 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.Fo
 AT = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 
 
-def _swarm(mode: str) -> Swarm:
+def _swarm(mode: SwarmMode) -> Swarm:
     swarm = Swarm(workflow_id=WID, mode=mode, max_workers=1, at=AT.isoformat(),
                   beads=[_bead("a"), _bead("b", "a", verification_evidence="history/x/verification/b.md")])
     swarm.join("AmberFalcon", "w1", "/wt/1")

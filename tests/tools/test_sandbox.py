@@ -156,8 +156,9 @@ async def test_only_allow_listed_variables_are_inherited(layout: Layout, monkeyp
         monkeypatch.setenv(name, value)
     for tools in tools_for(layout, sandbox_env=("SOME_CONFIG",)):
         value = await tools("shell", {"command": "env"})
-    names = {line.split("=", 1)[0] for line in value["stdout"].splitlines()}
-    assert "SOME_CONFIG=kept-0005" in value["stdout"]
+    stdout: str = value["stdout"]  # type: ignore[index]  # the last loop's result
+    names = {line.split("=", 1)[0] for line in stdout.splitlines()}
+    assert "SOME_CONFIG=kept-0005" in stdout
     assert not names & {"DB_PASS", "ANTHROPIC_API_KEY", "HARMLESS", "AUTARCH_DATA_DIR"}
     set_by_the_sandbox = {"HOME", "TMPDIR", "TMP", "TEMP", "GIT_TERMINAL_PROMPT", "GIT_PAGER", "PAGER",
                           "PYTHONDONTWRITEBYTECODE", "AUTARCH_SANDBOX"}

@@ -141,9 +141,9 @@ def _prompt(session: LoopSession, number: int, anchor: Anchor, slice_: SliceView
             lines.append(f"- iteration {entry.iteration} ({entry.signal}{commit}{turn}): {entry.summary}")
     if slice_ is not None and slice_.turns:
         lines += ["", f"Context, anchored on turn {anchor.turn_id} ({anchor.strategy}):"]
-        for turn in slice_.turns:
-            where = f"iteration {turn.iteration_number}" if turn.iteration_number else f"turn {turn.index}"
-            lines += [f"--- turn {turn.turn_id} ({where}) ---", turn.text.strip()[:4000]]
+        for record in slice_.turns:
+            where = f"iteration {record.iteration_number}" if record.iteration_number else f"turn {record.index}"
+            lines += [f"--- turn {record.turn_id} ({where}) ---", record.text.strip()[:4000]]
         lines.append("--- end of context ---")
     if related:
         lines += ["", "Other recorded turns that may be relevant:"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from uuid import UUID
 
 import msgspec
@@ -122,6 +122,14 @@ class Iteration(msgspec.Struct, kw_only=True):
 
 class LoopSession(Aggregate):
     """A goal handed to agents that iterate on it unattended, one signalled iteration at a time."""
+
+    if TYPE_CHECKING:
+        # The event classes the @event decorators below create when the class is built (mypy cannot see them).
+        IterationEnded: ClassVar[type[Any]]
+        IterationStarted: ClassVar[type[Any]]
+        Resumed: ClassVar[type[Any]]
+        Started: ClassVar[type[Any]]
+        StatusChanged: ClassVar[type[Any]]
 
     @staticmethod
     def create_id(session_id: str, **_: object) -> UUID:
