@@ -174,7 +174,7 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
                         help="the PostgreSQL event stores, as `autarch up` was given them (env AUTARCH_POSTGRES_URL)")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     audit = sub.add_parser("audit", help="prove the event log untouched: verify the hash chains, export a bundle")
     verbs = audit.add_subparsers(dest="audit_command", metavar="VERB")
     verbs.required = True

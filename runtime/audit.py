@@ -334,7 +334,7 @@ def _wire(app: Application[Any], to_contract: Callable[[DomainEvent], Event | No
     """The message the relay publishes for an event (None: not distributed; an unreadable, edited event counts as
     distributed, with a body no message has)."""
     try:
-        contract = to_contract(app.mapper.to_domain_event(notification))
+        contract = to_contract(app.mapper.to_domain_event(notification))  # type: ignore[arg-type]  # ours are DomainEvents
     except Exception:
         return b"\0unreadable"
     return None if contract is None else encode(contract)

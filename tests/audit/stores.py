@@ -45,8 +45,9 @@ class Store:
         if self.kind == "postgres":
             import psycopg
 
-            with psycopg.connect(DSN, autocommit=True) as conn:
-                cur = conn.execute(statement.replace("?", "%s"), params)
+            assert DSN is not None
+            with psycopg.connect(DSN, autocommit=True) as pg:
+                cur = pg.execute(statement.replace("?", "%s"), params)
                 return cur.fetchall() if cur.description else []
         conn = sqlite3.connect(self.settings.data_path / "orchestrator" / "events.sqlite")
         try:

@@ -32,7 +32,7 @@ def _recorded(s: Store) -> list[str]:
     app = s.app()
     try:
         ids = demo_log(app)
-        record_checkpoint(app.recorder, app.recorder.max_notification_id())
+        record_checkpoint(app.recorder, app.recorder.max_notification_id())  # type: ignore[arg-type]  # a ChainedRecorder, holding events
         return ids
     finally:
         app.close()

@@ -90,11 +90,11 @@ def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worke
     done = next(m for m in mail if m["subject"] == "Completed units")
     # A bead's files are released before its completion report goes out (seed 002).
     for bead in BEADS:
-        released = next(i for i, e in enumerate(events) if e["type"] == "lease:released"
-                        and e.get("bead_id") == bead and e.get("reason") == "done")
+        freed = next(i for i, e in enumerate(events) if e["type"] == "lease:released"
+                     and e.get("bead_id") == bead and e.get("reason") == "done")
         reported = next(i for i, e in enumerate(events) if e["type"] == "mail:posted"
                         and e["message"]["subject"] == f"Completed {bead}")
-        assert released < reported, bead
+        assert freed < reported, bead
     assert "Verification: passed" in done["body_md"] and "Commit: " in done["body_md"]
     # The mailbox replays from its own events to what the stream carried.
     replayed = json.loads(client.system.cli("replay", wid).stdout)
