@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -21,6 +21,7 @@ __all__ = [
     "ServiceHealth",
     "SessionMessageBody",
     "StopSessionBody",
+    "StorageProblem",
     "Text",
     "Title",
 ]
@@ -95,10 +96,24 @@ class SessionMessageBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     """Idempotency key: the same message id twice starts one turn."""
 
 
+class StorageProblem(msgspec.Struct, kw_only=True, frozen=True):
+    """A path a service cannot write for lack of space (a store, the event stream's files, a worktree)."""
+
+    kind: Literal["disk_full"] = "disk_full"
+    """Why it cannot be written; ``disk_full``: no space left on the file system holding ``path``."""
+    path: str
+    """What could not be written: a database file, the stream's directory, a worktree."""
+    message: str
+    """The failure as the writer saw it, e.g. ``no space left on device: database or disk is full``."""
+
+
 class ServiceHealth(msgspec.Struct, kw_only=True):
     ok: bool
+    """An instance answers (every partition, when partitioned) and none reports a storage problem."""
     instances: int
     """How many instances answered ``$SRV.PING``."""
+    problems: list[StorageProblem] = []
+    """What the instances cannot write for lack of space; each is dropped once its path has room again."""
 
 
 class Health(msgspec.Struct, kw_only=True):

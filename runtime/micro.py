@@ -40,6 +40,7 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import ServiceFailure
 from .liveness import REQUEST_ID_HEADER, HeldRequests
+from .storage import STORAGE, STORAGE_METADATA, StorageState
 
 __all__ = ["TypedService"]
 
@@ -102,6 +103,11 @@ class TypedService:
     _service: Service | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _held: HeldRequests | None = None
+    storage: StorageState = STORAGE
+    """The process's register of paths it cannot write for lack of space, shown in ``$SRV.PING`` metadata."""
+    _live_metadata: dict[str, str] = field(default_factory=dict)
+    _unlisten: Any = None
+    _watch: asyncio.Task[None] | None = None
 
     def endpoint(
         self,
@@ -123,6 +129,10 @@ class TypedService:
         return self.subject_of(verb) if self.subject_of is not None else subjects.request(self.name, verb)
 
     async def start(self) -> None:
+        # nats.micro builds every $SRV.PING/INFO answer from the metadata dict it was given, so the storage
+        # problems written into this same dict later show in the next answer (tests/unit/test_storage_health.py
+        # proves it against nats.micro).
+        self._live_metadata = {"host": socket.gethostname(), **self.metadata}
         self._service = await add_service(
             self.nc,
             ServiceConfig(
@@ -133,9 +143,11 @@ class TypedService:
                 stats_handler=self._stats,
                 # The host lets a readiness probe in this container tell its own instance from the others
                 # (runtime/probe.py): every instance answers the same $SRV.PING.<name>.
-                metadata={"host": socket.gethostname(), **self.metadata},
+                metadata=self._live_metadata,
             ),
         )
+        self._unlisten = self.storage.listen(self._show_storage)
+        self._watch = asyncio.create_task(self.storage.watch(), name=f"{self.name}-storage-watch")
         # Answering "which requests do you hold?" from the start: a request taken before the first question
         # must be claimed by it.
         self._held = HeldRequests(self._service.id)
@@ -150,7 +162,22 @@ class TypedService:
         """This instance's ``nats.micro`` id (as ``$SRV.PING`` reports it); None before :meth:`start`."""
         return self._service.id if self._service is not None else None
 
+    def _show_storage(self, _problems: object) -> None:
+        value = self.storage.metadata()
+        if value:
+            self._live_metadata[STORAGE_METADATA] = value
+        else:
+            self._live_metadata.pop(STORAGE_METADATA, None)
+
     async def stop(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self._held is not None:
             # First: requests cancelled below are answered by nobody, so their callers must stop seeing
             # them claimed and send them again (to another instance, or to this service once restarted).
