@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 
 from .base import UUID_PATTERN
+from .storage import StorageProblem
 
 __all__ = [
     "BRANCH_NAME",
@@ -21,7 +22,6 @@ __all__ = [
     "ServiceHealth",
     "SessionMessageBody",
     "StopSessionBody",
-    "StorageProblem",
     "Text",
     "Title",
 ]
@@ -94,17 +94,6 @@ class SessionMessageBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     text: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
     message_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     """Idempotency key: the same message id twice starts one turn."""
-
-
-class StorageProblem(msgspec.Struct, kw_only=True, frozen=True):
-    """A path a service cannot write for lack of space (a store, the event stream's files, a worktree)."""
-
-    kind: Literal["disk_full"] = "disk_full"
-    """Why it cannot be written; ``disk_full``: no space left on the file system holding ``path``."""
-    path: str
-    """What could not be written: a database file, the stream's directory, a worktree."""
-    message: str
-    """The failure as the writer saw it, e.g. ``no space left on device: database or disk is full``."""
 
 
 class ServiceHealth(msgspec.Struct, kw_only=True):

@@ -20,7 +20,8 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from autarch.contracts.http import Health, ServiceHealth, StorageProblem
+from autarch.contracts.http import Health, ServiceHealth
+from autarch.contracts.storage import StorageProblem
 from autarch.contracts.subjects import PARTITION_METADATA
 from autarch.runtime.storage import problems_in
 

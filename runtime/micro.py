@@ -55,6 +55,7 @@ _HTTP_LIKE = {
     ErrorCode.CONFLICT: "409",
     ErrorCode.TIMEOUT: "504",
     ErrorCode.UNAVAILABLE: "503",
+    ErrorCode.STORAGE_FULL: "503",
 }
 
 

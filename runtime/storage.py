@@ -29,7 +29,7 @@ from pathlib import Path
 
 import msgspec
 
-from autarch.contracts.http import StorageProblem
+from autarch.contracts.storage import StorageProblem
 
 __all__ = ["MIN_FREE_BYTES", "STORAGE", "STORAGE_METADATA", "StorageFull", "StorageProblem", "StorageState",
            "free_bytes", "problems_in", "storage_full"]

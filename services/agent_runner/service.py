@@ -21,6 +21,7 @@ import msgspec
 from eventsourcing.persistence import IntegrityError
 from nats.aio.client import Client
 
+from autarch.contracts import subjects
 from autarch.contracts.agents import (
     GetSession,
     ListSessions,
@@ -32,13 +33,16 @@ from autarch.contracts.agents import (
     StopSession,
     TurnAccepted,
 )
+from autarch.contracts.base import encode
+from autarch.contracts.storage import StorageNotice, StorageProblem
 from autarch.runtime import sqlite_store
 from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.errors import ServiceFailure
-from autarch.runtime.eventstore import describe_store, event_store_env
+from autarch.runtime.eventstore import describe_store, event_store_env, store_path
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import AgentRunnerSettings, narrow
+from autarch.runtime.storage import STORAGE, StorageFull, StorageState, storage_full
 
 from .agents import AgentConfig, AgentRegistry
 from .application import SessionApplication
@@ -56,13 +60,24 @@ __all__ = ["AgentRunner", "open_runner", "start"]
 
 log = logging.getLogger("agent_runner")
 
+NOTICE_EVERY = 5.0
+"""Seconds between repeats of a storage notice while a turn waits for space (an orchestrator that restarted in
+the meantime hears it too)."""
+
 
 class AgentRunner:
     """Every session of this process, the task of each running turn, and the session commands."""
 
     def __init__(self, *, nc: Client, app: SessionApplication, settings: AgentRunnerSettings, model: ModelClient,
-                 after_save: Callable[[Session], None] | None = None, inline_writes: bool = False) -> None:
+                 after_save: Callable[[Session], None] | None = None, inline_writes: bool = False,
+                 store_path: str = "", storage: StorageState = STORAGE) -> None:
         self.app = app
+        self.nc = nc
+        self.store_path = store_path
+        """What a storage problem of the store names (its SQLite file)."""
+        self.storage = storage
+        self._stalled: dict[str, str] = {}
+        """Sessions whose turn waits for space: the path each waits for."""
         self._inline_writes = inline_writes
         self.settings = settings
         self.registry = AgentRegistry(settings=settings)
@@ -113,7 +128,29 @@ class AgentRunner:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def save(self, session: Session) -> None:
-        """Durably record ``session``'s pending events (finishes the write even if the caller is cancelled)."""
+        """Durably record ``session``'s pending events (finishes the write even if the caller is cancelled).
+
+        Raises :class:`StorageFull` (and reports it) when the store has no space left: nothing was recorded, and
+        ``session`` holds events the store does not (:meth:`_reload` takes it back to what was recorded).
+        """
+        try:
+            await self._save(session)
+        except StorageFull:
+            raise
+        except Exception as exc:
+            full = storage_full(exc, self.store_path)
+            if full is None:
+                raise
+            self.storage.report(full)
+            raise full from exc
+
+    async def _reload(self, session_id: str) -> Session:
+        """The session as recorded: the changes a failed save left in memory are dropped (reading needs no space)."""
+        stored = await asyncio.to_thread(self.app.get_session, session_id)
+        self.sessions[session_id] = stored
+        return stored
+
+    async def _save(self, session: Session) -> None:
         if self._inline_writes:
             # An embedded SQLite commit (WAL, synchronous=NORMAL) takes ~0.1 ms: less than a hop to a
             # worker thread and back, so it is done right here. A networked store goes to a thread.
@@ -153,6 +190,8 @@ class AgentRunner:
                                message_id=None, stage_notes=None, at=datetime.now(UTC))
             try:
                 await self.save(session)
+            except StorageFull as full:
+                raise ServiceFailure.storage_full(full.path, str(full)) from None
             except IntegrityError:
                 # The store has this session although this process does not: an earlier try's commit went
                 # through but its answer was lost (a connection cut at the commit), or another runner started it
@@ -185,7 +224,11 @@ class AgentRunner:
             session.start_turn(turn_id=turn_id, index=len(session.turns), text=command.text,
                                notes=[*stage_notes, *session.session_notes()], message_id=command.message_id,
                                stage_notes=command.notes, at=datetime.now(UTC))
-            await self.save(session)
+            try:
+                await self.save(session)
+            except StorageFull as full:
+                await self._reload(sid)
+                raise ServiceFailure.storage_full(full.path, str(full)) from None
             self._spawn(session)
             return TurnAccepted(session_id=sid, turn_id=turn_id)
 
@@ -205,7 +248,11 @@ class AgentRunner:
                 await asyncio.gather(task, return_exceptions=True)
             if command.close and not session.closed:
                 session.close(reason=command.reason)
-                await self.save(session)
+                try:
+                    await self.save(session)
+                except StorageFull as full:
+                    await self._reload(sid)
+                    raise ServiceFailure.storage_full(full.path, str(full)) from None
                 await self.mail.unwatch(session)
             return SessionStopped(session_id=sid, turn_id=turn_id, closed=session.closed)
 
@@ -264,6 +311,51 @@ class AgentRunner:
                 await loop.run(record_cancel=lambda: not self._shutting_down)
         except asyncio.CancelledError:
             pass
+        except StorageFull as full:
+            await self._retry_when_room(session, full)
+
+    async def _retry_when_room(self, session: Session, full: StorageFull) -> None:
+        """A save of the turn failed for lack of space: wait for room, then run the turn again from what was
+        recorded, as a restarted runner would (a recorded reply is not asked for again, a tool call repeated
+        carries its idempotency key). Meanwhile the orchestrator hears which workflow waits for what."""
+        sid = str(session.id)
+        log.error("turn %s of session %s waits for space: %s", _turn_of(session), sid, full)
+        self._stalled[sid] = full.path
+        try:
+            async with self._locks[sid]:
+                stored = await self._reload(sid)
+            while not self.storage.has_room(full.path):
+                await self._notify(full.path, full.problem)
+                for _ in range(max(1, round(NOTICE_EVERY / self.storage.interval))):
+                    if self.storage.has_room(full.path):
+                        break
+                    await asyncio.sleep(self.storage.interval)
+            self.storage.clear(full.path)
+        finally:
+            self._stalled.pop(sid, None)
+        await self._notify(full.path, None, also=(stored.workflow_id,))
+        async with self._locks[sid]:
+            current = self.sessions.get(sid)
+            if self._shutting_down or current is None or current.current_turn is None:
+                return
+            log.warning("session %s: space is back; its turn %s runs again from what was recorded", sid,
+                        current.current_turn.turn_id)
+            self._spawn(current)
+
+    async def _notify(self, path: str, problem: StorageProblem | None, *, also: tuple[str, ...] = ()) -> None:
+        """Tell the orchestrator which workflows wait for ``path`` (or, ``problem`` None, that they go on)."""
+        waiting = {self.sessions[s].workflow_id for s, p in self._stalled.items() if p == path and s in self.sessions}
+        workflow_ids = sorted({w for w in (*waiting, *also) if w})
+        notice = StorageNotice(service="agent_runner", problem=problem, path=path, workflow_ids=workflow_ids)
+        try:
+            await self.nc.publish(subjects.storage("agent_runner"), encode(notice))
+        except Exception as exc:  # disconnected: the next repeat (or the orchestrator's own check) tells it
+            log.info("storage notice not sent: %s", exc)
+
+
+def _turn_of(session: Session) -> str:
+    turn = session.current_turn
+    return turn.turn_id if turn is not None else "-"
 
 
 def _already_started(existing: Session, command: StartSession) -> TurnAccepted:
@@ -298,7 +390,7 @@ async def open_runner(
     inline = sqlite_store.commits_inline(env)
     relay_box: list[RelayThread] = []
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
-                         after_save=lambda session: relay_box[0].saved(session))
+                         after_save=lambda session: relay_box[0].saved(session), store_path=store_path(env))
     # The relay runs on a thread of its own, where its rounds do not queue behind the turns' work (relay_thread.py).
     relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of)
     relay_box.append(relay)

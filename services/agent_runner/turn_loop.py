@@ -35,6 +35,7 @@ from autarch.contracts.tools import CALL, ToolCall, ToolResult
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
 from autarch.runtime.settings import AgentRunnerSettings
+from autarch.runtime.storage import StorageFull
 
 from .agents import AgentConfig
 from .blocks import classify
@@ -179,6 +180,8 @@ class TurnLoop:
             if self.turn.running and record_cancel():
                 await self._record_cancelled()
             raise
+        except StorageFull:
+            raise  # not the turn's failure: the runner runs it again once the store has room (service.py)
         except Exception as exc:
             log.exception("turn %s of session %s failed", self.turn.turn_id, self._sid)
             if self.turn.running:
