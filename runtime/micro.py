@@ -40,7 +40,7 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import ServiceFailure
 from .liveness import REQUEST_ID_HEADER, HeldRequests
-from .storage import STORAGE, STORAGE_METADATA, StorageState
+from .storage import STORAGE, STORAGE_METADATA, StorageFull, StorageState
 
 __all__ = ["TypedService"]
 
@@ -250,6 +250,8 @@ async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _End
         body = encode(await ep.handler(payload))
     except ServiceFailure as failure:
         reply = failure.to_reply()
+    except StorageFull as full:
+        reply = ErrorReply(code=ErrorCode.STORAGE_FULL, message=str(full), details={"path": full.path})
     except Exception as exc:
         log.exception("%s failed", ep.subject)
         reply = ErrorReply(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")

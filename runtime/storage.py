@@ -29,10 +29,11 @@ from pathlib import Path
 
 import msgspec
 
+from autarch.contracts.errors import ErrorCode
 from autarch.contracts.storage import StorageProblem
 
-__all__ = ["MIN_FREE_BYTES", "STORAGE", "STORAGE_METADATA", "StorageFull", "StorageProblem", "StorageState",
-           "free_bytes", "problems_in", "storage_full"]
+__all__ = ["MIN_FREE_BYTES", "RESERVE_BYTES", "STORAGE", "STORAGE_METADATA", "Reserve", "StorageFull",
+           "StorageProblem", "StorageState", "free_bytes", "problems_in", "remote_storage_full", "storage_full"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ STORAGE_METADATA = "storage"
 MIN_FREE_BYTES = 4 * 1024 * 1024
 """Free bytes a path's file system must have again before its failed writes are retried: a little room after
 a full disk would only fill again at the first retry."""
+
+RESERVE_BYTES = 2 * 1024 * 1024
+"""The room a store keeps aside (:class:`Reserve`) to record what it must when the disk fills."""
 
 _SQLITE_FULL = 13
 _PG_DISK_FULL = "53100"
@@ -102,6 +106,17 @@ def storage_full(exc: BaseException, path: str | os.PathLike[str]) -> StorageFul
         detail = _no_space(link)
         if detail is not None:
             return StorageFull(str(path), detail)
+    return None
+
+
+def remote_storage_full(code: str, message: str, details: dict[str, object], default_path: str) -> StorageFull | None:
+    """A service's error reply as a :class:`StorageFull` when it says the service had no space left: the
+    ``storage_full`` code (its ``details.path``), or a failure whose words are a full disk's."""
+    if code == ErrorCode.STORAGE_FULL:
+        return StorageFull(str(details.get("path") or default_path), message)
+    lowered = message.lower()
+    if any(words in lowered for words in ("no space left on device", "database or disk is full")):
+        return StorageFull(str(details.get("path") or default_path), message)
     return None
 
 
@@ -191,6 +206,45 @@ class StorageState:
         for listener in list(self._listeners):
             with contextlib.suppress(Exception):
                 listener(problems)
+
+
+class Reserve:
+    """A file of ``size`` bytes kept beside a store and given up when the disk is full, so that the store can still
+    record what it must then (a workflow's halt, saying why it waits). Made again once the disk has room."""
+
+    def __init__(self, path: Path, size: int = RESERVE_BYTES) -> None:
+        self.path = path
+        self.size = size
+
+    def ensure(self) -> bool:
+        """Make the reserve when it is missing and the disk has room for it and more; whether it exists."""
+        if self.path.exists():
+            return True
+        try:
+            if free_bytes(self.path) < self.size + MIN_FREE_BYTES:
+                return False
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            return False
+        try:
+            # Allocated, not sparse: the blocks are taken now and given back by the unlink.
+            os.posix_fallocate(fd, 0, self.size)
+        except OSError:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            return False
+        os.close(fd)
+        return True
+
+    def release(self) -> bool:
+        """Give the reserve's space back; whether there was any to give."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            return False
+        log.error("gave up the %d KiB kept at %s to record what must be recorded", self.size // 1024, self.path)
+        return True
 
 
 STORAGE = StorageState()
