@@ -33,7 +33,8 @@ from autarch.contracts.errors import ErrorCode
 from autarch.contracts.storage import StorageProblem
 
 __all__ = ["MIN_FREE_BYTES", "RESERVE_BYTES", "STORAGE", "STORAGE_METADATA", "Reserve", "StorageFull",
-           "StorageProblem", "StorageState", "free_bytes", "problems_in", "remote_storage_full", "storage_full"]
+           "StorageProblem", "StorageState", "embedded_stream_dir", "free_bytes", "problems_in", "remote_storage_full",
+           "storage_full"]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,13 @@ def remote_storage_full(code: str, message: str, details: dict[str, object], def
     if any(words in lowered for words in ("no space left on device", "database or disk is full")):
         return StorageFull(str(details.get("path") or default_path), message)
     return None
+
+
+def embedded_stream_dir(data_path: str | os.PathLike[str]) -> str:
+    """The embedded nats-server's JetStream store (``<data dir>/nats/jetstream``) when it is on this machine, else
+    ``""`` (a remote or replicated stream: its room is not this process's to check)."""
+    path = Path(data_path) / "nats" / "jetstream"
+    return str(path) if path.is_dir() else ""
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int:

@@ -42,7 +42,7 @@ from autarch.runtime.eventstore import describe_store, event_store_env, store_pa
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import AgentRunnerSettings, narrow
-from autarch.runtime.storage import STORAGE, StorageFull, StorageState, storage_full
+from autarch.runtime.storage import STORAGE, StorageFull, StorageState, embedded_stream_dir, storage_full
 
 from .agents import AgentConfig, AgentRegistry
 from .application import SessionApplication
@@ -392,7 +392,8 @@ async def open_runner(
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
                          after_save=lambda session: relay_box[0].saved(session), store_path=store_path(env))
     # The relay runs on a thread of its own, where its rounds do not queue behind the turns' work (relay_thread.py).
-    relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of)
+    relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of, store_path=store_path(env),
+                        stream_path=embedded_stream_dir(settings.data_path))
     relay_box.append(relay)
     runner.leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
     runner.deps.on_model_wait = relay.model_wait

@@ -25,7 +25,7 @@ from autarch.runtime.relay import EventRelay
 from autarch.runtime.relay_leader import LeadingRelay, store_key
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings, narrow
-from autarch.runtime.storage import Reserve
+from autarch.runtime.storage import Reserve, embedded_stream_dir
 
 from .application import WorkflowApplication
 from .book import ignore
@@ -67,7 +67,8 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     log.info("event store: %s%s", describe_store(env),
              f" (partition {part.index} of {part.count})" if part.split else "")
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
-    relay = EventRelay(app=app, nc=nc, to_contract=WireEvents(app))
+    relay = EventRelay(app=app, nc=nc, to_contract=WireEvents(app), store_path=store_path(env),
+                       stream_path=embedded_stream_dir(settings.data_path))
     # Partitions share the store, so one relay runs between all of them (whoever holds its lease).
     leading = (await LeadingRelay.open(relay, nc, store=store_key(env), replicas=settings.stream_replicas,
                                        holder=f"{settings.instance or 'orchestrator'}{part.suffix}",

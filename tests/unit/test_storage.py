@@ -137,3 +137,26 @@ async def test_ping_and_healthz_report_a_problem_until_it_clears(nc: Client, tmp
 def test_unreadable_metadata_reports_nothing() -> None:
     assert problems_in({"storage": "not json"}) == []
     assert problems_in(None) == []
+
+
+def test_a_relay_round_failing_for_lack_of_space_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autarch.runtime.relay import EventRelay
+    from autarch.runtime.storage import STORAGE
+
+    stream = tmp_path / "nats" / "jetstream"
+    stream.mkdir(parents=True)
+    relay = EventRelay(app=None, nc=None, to_contract=lambda e: None,  # type: ignore[arg-type]
+                       store_path=str(tmp_path / "events.sqlite"), stream_path=str(stream))
+    try:
+        relay._report(TimeoutError())  # the stream's disk has room: a timeout is not a lack of space
+        assert STORAGE.problems == []
+        monkeypatch.setattr(STORAGE, "min_free", 1 << 62)
+        relay._report(TimeoutError())  # unanswered while the stream's disk is full: the stream has no space
+        relay._report(_sqlite_full())  # the tracking write found the store full
+        assert {(p.path, p.kind) for p in STORAGE.problems} == {(str(stream), "disk_full"),
+                                                                 (str(tmp_path / "events.sqlite"), "disk_full")}
+        relay._report(RuntimeError("boom"))
+        assert len(STORAGE.problems) == 2
+    finally:
+        for problem in STORAGE.problems:
+            STORAGE.clear(problem.path)
