@@ -321,6 +321,7 @@ class AgentRunner:
         sid = str(session.id)
         log.error("turn %s of session %s waits for space: %s", _turn_of(session), sid, full)
         self._stalled[sid] = full.path
+        self.storage.report(full)  # its own store's (reported already), or the tools service's that it waits for
         try:
             async with self._locks[sid]:
                 stored = await self._reload(sid)

@@ -35,7 +35,7 @@ from autarch.contracts.tools import CALL, ToolCall, ToolResult
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
 from autarch.runtime.settings import AgentRunnerSettings
-from autarch.runtime.storage import StorageFull
+from autarch.runtime.storage import StorageFull, remote_storage_full
 
 from .agents import AgentConfig
 from .blocks import classify
@@ -376,6 +376,12 @@ class TurnLoop:
             output, is_error, replayed = result.content, result.is_error, result.replayed
             duration = result.duration_ms or (time.perf_counter() - started) * 1000
         except RemoteError as exc:
+            full = remote_storage_full(exc.code, exc.message, exc.reply.details,
+                                       str(self.deps.settings.data_path / "tools"))
+            if full is not None:
+                # The tools service could not record the call for lack of space: not the model's to handle. The
+                # turn waits for room and asks again with the same idempotency key (service.py).
+                raise full from None
             output = json.dumps({"error": f"{call.name} could not run: {exc.code}: {exc.message}"})
             is_error, replayed, duration = True, False, (time.perf_counter() - started) * 1000
         except asyncio.CancelledError as stop:
