@@ -40,7 +40,7 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import ServiceFailure
 from .liveness import REQUEST_ID_HEADER, HeldRequests
-from .storage import STORAGE, STORAGE_METADATA, StorageFull, StorageState
+from .storage import STORAGE, STORAGE_METADATA, StorageFull, StorageState, storage_full
 
 __all__ = ["TypedService"]
 
@@ -239,6 +239,14 @@ class TypedService:
         return dispatch
 
 
+def _unwritable_file(exc: Exception) -> StorageFull | None:
+    """``exc`` as a lack of space at the file it names (an ``OSError`` with ``ENOSPC`` and a file name), or None."""
+    for link in (exc, exc.__cause__, exc.__context__):
+        if isinstance(link, OSError) and link.filename:
+            return storage_full(link, str(link.filename))
+    return None
+
+
 async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _Endpoint) -> str | None:
     """Handle and answer one request; the error it was answered with (``code: message``), if any."""
     reply: ErrorReply | None = None
@@ -253,8 +261,15 @@ async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _End
     except StorageFull as full:
         reply = ErrorReply(code=ErrorCode.STORAGE_FULL, message=str(full), details={"path": full.path})
     except Exception as exc:
-        log.exception("%s failed", ep.subject)
-        reply = ErrorReply(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+        full = _unwritable_file(exc)
+        if full is not None:
+            # A handler that met a full disk where it writes a file (a worktree, a record): the service says so in
+            # its health and its caller gets the typed error, whatever handler it was.
+            STORAGE.report(full)
+            reply = ErrorReply(code=ErrorCode.STORAGE_FULL, message=str(full), details={"path": full.path})
+        else:
+            log.exception("%s failed", ep.subject)
+            reply = ErrorReply(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
     try:
         if reply is None:
             await request.respond(body)

@@ -160,3 +160,29 @@ def test_a_relay_round_failing_for_lack_of_space_is_reported(tmp_path: Path, mon
     finally:
         for problem in STORAGE.problems:
             STORAGE.clear(problem.path)
+
+
+async def test_a_handler_meeting_a_full_disk_answers_storage_full_and_reports_it(nc: Client, tmp_path: Path) -> None:
+    from autarch.contracts.errors import ErrorCode
+    from autarch.runtime.errors import RemoteError
+    from autarch.runtime.requests import request
+    from autarch.runtime.storage import STORAGE
+
+    target = tmp_path / "worktree" / "f.txt"
+
+    async def write(_: dict) -> dict:
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    service = TypedService(nc, name="git", subject_of=lambda verb: f"test.storage.{verb}")
+    service.endpoint("write", dict, write)
+    await service.start()
+    try:
+        with pytest.raises(RemoteError) as raised:
+            await request(nc, "test.storage.write", {}, dict, timeout=5)
+        assert raised.value.code == ErrorCode.STORAGE_FULL
+        assert raised.value.reply.details == {"path": str(target)}
+        assert [p.path for p in STORAGE.problems] == [str(target)]
+    finally:
+        for problem in STORAGE.problems:
+            STORAGE.clear(problem.path)
+        await service.stop()
