@@ -4,7 +4,9 @@ A *kick* makes sure a key (a workflow id, a loop session id) is advanced soon; k
 advanced coalesce into one more pass. A pass calls ``advance(key)`` (which takes steps until none is left); a
 service that is restarting (``unavailable``, ``timeout``, ``conflict``) or an unexpected failure is retried after
 the :data:`~autarch.runtime.retry.DRIVER_STEP` waits, and a failure a retry will not fix goes to ``fail(key,
-message)`` (the aggregate records it and waits for a person).
+message)`` (the aggregate records it and waits for a person). A lack of space (a service's ``storage_full``, or
+this service's own store) goes to ``no_space(key, full)`` (a workflow halts ``disk_full``), or, without one, is
+retried like a restarting service until there is room.
 """
 
 from __future__ import annotations
@@ -123,6 +125,13 @@ class Stepper:
                     full = remote_storage_full(exc.code, exc.message, exc.reply.details, "")
                     if full is not None and self._no_space is not None:
                         delay = await self._halt_for_space(key, full, delay, waits)
+                        continue
+                    if full is not None:
+                        # Not a person's to fix: the step is tried again until the service has room.
+                        self._log.warning("%s %s waits for space: %s; retrying in %.1fs", self.kind, key, full, delay)
+                        await asyncio.sleep(delay)
+                        delay = next(waits)
+                        self._again.add(key)
                         continue
                     if exc.code not in RETRIED:
                         await fail(key, f"{exc.subject}: {exc.code}: {exc.message}")

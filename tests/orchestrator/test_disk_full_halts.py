@@ -124,3 +124,46 @@ async def test_a_full_store_gives_up_its_reserve_once_to_record(tmp_path: Path) 
     # Made again once there is room.
     assert reserve.ensure()
     app.close()
+
+
+async def test_the_stepper_hands_a_lack_of_space_to_no_space_or_retries_it() -> None:
+    import asyncio
+    import logging
+
+    from autarch.contracts.errors import ErrorReply
+    from autarch.runtime.errors import RemoteError
+    from autarch.services.orchestrator.stepping import Stepper
+
+    def no_room() -> RemoteError:
+        return RemoteError(ErrorReply(code="storage_full", message="no space left on device: /w: x",
+                                      details={"path": "/w"}), subject="autarch.svc.git.checkpoint_pulse")
+
+    failed: list[str] = []
+    halted: list[tuple[str, str]] = []
+    calls: dict[str, int] = {"a": 0, "b": 0}
+
+    async def advance(key: str) -> None:
+        calls[key] += 1
+        if calls[key] == 1 or (key == "b" and calls[key] < 3):
+            raise no_room()
+
+    async def fail(key: str, message: str) -> None:
+        failed.append(key)
+
+    async def no_space(key: str, full: StorageFull) -> None:
+        halted.append((key, full.path))
+
+    with_halt = Stepper(kind="workflow", log=logging.getLogger("test"))
+    with_halt.start(advance=advance, fail=fail, no_space=no_space)
+    with_halt.kick("a")
+    without = Stepper(kind="loop", log=logging.getLogger("test"))
+    without.start(advance=advance, fail=fail)
+    without.kick("b")
+    for _ in range(200):
+        if halted and calls["b"] >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert halted == [("a", "/w")] and calls["a"] == 2  # halted, then advanced once more (finding nothing to do)
+    assert calls["b"] == 3 and failed == []  # retried until the service had room, never failed for a person
+    await with_halt.stop()
+    await without.stop()
