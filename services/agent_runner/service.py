@@ -78,6 +78,8 @@ class AgentRunner:
         self.storage = storage
         self._stalled: dict[str, str] = {}
         """Sessions whose turn waits for space: the path each waits for."""
+        self._later: set[asyncio.Task[None]] = set()
+        """Stops waiting for space to be recorded (cancelled at shutdown: the next process sees the turn running)."""
         self._inline_writes = inline_writes
         self.settings = settings
         self.registry = AgentRegistry(settings=settings)
@@ -122,7 +124,7 @@ class AgentRunner:
     async def shutdown(self) -> None:
         """Stop every turn task without recording anything: the next process resumes them."""
         self._shutting_down = True
-        tasks = [task for task, _ in self._running.values()]
+        tasks = [task for task, _ in self._running.values()] + list(self._later)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -246,6 +248,13 @@ class AgentRunner:
                 task.cancel(msg=STOP_TURN)
                 # The task stops its tool call, then records turn:completed (cancelled) before it ends; wait.
                 await asyncio.gather(task, return_exceptions=True)
+                if loop.unrecorded_stop is not None:
+                    # Not recorded for lack of space: the session is what the store holds (the turn running), and
+                    # the stop is recorded once there is room (_drive); the caller hears it now.
+                    full = loop.unrecorded_stop
+                    await self._reload(sid)
+                    raise ServiceFailure.storage_full(
+                        full.path, f"the stop is recorded once there is room: {full}")
             if command.close and not session.closed:
                 session.close(reason=command.reason)
                 try:
@@ -305,26 +314,32 @@ class AgentRunner:
     async def _drive(self, loop: TurnLoop) -> None:
         session = loop.session
         try:
-            await self.mail.watch(session)
-            async with renewing_leases(self.leases, scope=session.workflow_id, holder=session.lease_holder,
-                                       ttl=self.settings.lease_ttl):
-                await loop.run(record_cancel=lambda: not self._shutting_down)
+            try:
+                await self.mail.watch(session)
+                async with renewing_leases(self.leases, scope=session.workflow_id, holder=session.lease_holder,
+                                           ttl=self.settings.lease_ttl):
+                    await loop.run(record_cancel=lambda: not self._shutting_down)
+            except StorageFull as full:
+                try:
+                    await self._retry_when_room(session, full)
+                except asyncio.CancelledError:
+                    if not self._shutting_down:
+                        # Stopped while it waited for room: the stop is recorded once there is room, as the
+                        # turn's own would have been.
+                        loop.unrecorded_stop = full
+                    raise
         except asyncio.CancelledError:
-            pass
-        except StorageFull as full:
-            await self._retry_when_room(session, full)
+            if loop.unrecorded_stop is not None and not self._shutting_down:
+                later = asyncio.create_task(self._stop_when_room(loop, loop.unrecorded_stop))
+                self._later.add(later)
+                later.add_done_callback(self._later.discard)
 
-    async def _retry_when_room(self, session: Session, full: StorageFull) -> None:
-        """A save of the turn failed for lack of space: wait for room, then run the turn again from what was
-        recorded, as a restarted runner would (a recorded reply is not asked for again, a tool call repeated
-        carries its idempotency key). Meanwhile the orchestrator hears which workflow waits for what."""
+    async def _wait_for_room(self, session: Session, full: StorageFull) -> None:
+        """Wait until ``full.path`` has room, telling the orchestrator meanwhile which workflow waits for it."""
         sid = str(session.id)
-        log.error("turn %s of session %s waits for space: %s", _turn_of(session), sid, full)
         self._stalled[sid] = full.path
         self.storage.report(full)  # its own store's (reported already), or the tools service's that it waits for
         try:
-            async with self._locks[sid]:
-                stored = await self._reload(sid)
             while not self.storage.has_room(full.path):
                 await self._notify(full.path, full.problem)
                 for _ in range(max(1, round(NOTICE_EVERY / self.storage.interval))):
@@ -334,6 +349,35 @@ class AgentRunner:
             self.storage.clear(full.path)
         finally:
             self._stalled.pop(sid, None)
+
+    async def _stop_when_room(self, loop: TurnLoop, full: StorageFull) -> None:
+        """Record the stop of ``loop``'s turn that found no space, once there is room (unless the turn ended since)."""
+        sid = str(loop.session.id)
+        log.error("the stop of turn %s of session %s waits for space: %s", loop.turn.turn_id, sid, full)
+        while True:
+            await self._wait_for_room(loop.session, full)
+            try:
+                async with self._locks[sid]:
+                    stored = await self._reload(sid)
+                    turn = stored.current_turn
+                    if turn is not None and turn.turn_id == loop.turn.turn_id and sid not in self._running:
+                        stopper = TurnLoop(deps=self.deps, session=stored, turn=turn, agent=self._agent(stored))
+                        stopper.stop_reason = loop.stop_reason
+                        await stopper.record_stop()
+                break
+            except StorageFull as again:  # full again before the stop fitted: wait once more
+                full = again
+        await self._notify(full.path, None, also=(stored.workflow_id,))
+
+    async def _retry_when_room(self, session: Session, full: StorageFull) -> None:
+        """A save of the turn failed for lack of space: wait for room, then run the turn again from what was
+        recorded, as a restarted runner would (a recorded reply is not asked for again, a tool call repeated
+        carries its idempotency key). Meanwhile the orchestrator hears which workflow waits for what."""
+        sid = str(session.id)
+        log.error("turn %s of session %s waits for space: %s", _turn_of(session), sid, full)
+        async with self._locks[sid]:
+            stored = await self._reload(sid)
+        await self._wait_for_room(session, full)
         await self._notify(full.path, None, also=(stored.workflow_id,))
         async with self._locks[sid]:
             current = self.sessions.get(sid)

@@ -143,6 +143,8 @@ class TurnLoop:
         self.agent = agent
         self.stop_reason = "stopped"
         """Set by the service before it cancels the loop's task."""
+        self.unrecorded_stop: StorageFull | None = None
+        """The stop that cancelled the turn could not be recorded for lack of space (the runner records it later)."""
         self._sid = str(session.id)
         self._where = "starting"
         self._overflowed = False
@@ -178,7 +180,11 @@ class TurnLoop:
         except asyncio.CancelledError:
             # A cancel that lands while the turn's completion is being saved finds the turn already ended.
             if self.turn.running and record_cancel():
-                await self._record_cancelled()
+                try:
+                    await self._record_cancelled()
+                except StorageFull as full:
+                    # The turn stays in progress as recorded; the runner records the stop once there is room.
+                    self.unrecorded_stop = full
             raise
         except StorageFull:
             raise  # not the turn's failure: the runner runs it again once the store has room (service.py)
@@ -468,6 +474,10 @@ class TurnLoop:
     async def _fail(self, message: str, *, kind: str = "error") -> None:
         self.session.record_error(turn_id=self.turn.turn_id, message=message)
         await self._complete({"kind": kind, "detail": message})
+
+    async def record_stop(self) -> None:
+        """Record the turn as cancelled by a stop (``stop_reason``) that could not be recorded when it came."""
+        await self._record_cancelled()
 
     async def _record_cancelled(self) -> None:
         done = sum(1 for c in self.turn.calls.values() if c.done)

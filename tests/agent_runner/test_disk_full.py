@@ -15,7 +15,7 @@ import pytest
 from eventsourcing.persistence import OperationalError
 
 from autarch.contracts import subjects
-from autarch.contracts.agents import SendMessage, TurnAccepted
+from autarch.contracts.agents import SendMessage, SessionStopped, StopSession, TurnAccepted
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.storage import StorageNotice
 from autarch.gateway.health import check_health
@@ -42,11 +42,15 @@ class FullDisk:
 
     def __init__(self, runner: AgentRunner) -> None:
         self.full = False
+        self.allow = 0
+        """Saves let through while full (the session's start, so that its turn is the one finding no space)."""
         self.refused = 0
         self._save: Callable[..., Any] = runner.app.save
 
         def save(*aggregates: Any, **kwargs: Any) -> Any:
-            if self.full:
+            if self.full and self.allow > 0:
+                self.allow -= 1
+            elif self.full:
                 for aggregate in aggregates:
                     aggregate.collect_events()
                 self.refused += 1
@@ -96,10 +100,9 @@ async def test_a_turn_that_cannot_be_saved_waits_for_space_and_runs_again(
     assert refused.value.reply.details["path"] == runner.store_path
     assert runner.sessions == {}
 
-    # Space for the start only; the disk fills again as the first reply comes.
-    disk.full = False
+    # Space for the start only: the disk is full again when the first reply comes.
+    disk.allow = 1
     accepted = await start_session(nc, role="research", script="read-and-submit", root=repo, workflow_id=workflow_id)
-    disk.full = True
     await _until(lambda: disk.refused >= 2, "a save of the turn refused")
     await _until(lambda: any(n.problem is not None for n in notices), "a storage notice")
     waiting = next(n for n in notices if n.problem is not None)
@@ -131,3 +134,33 @@ async def test_a_turn_that_cannot_be_saved_waits_for_space_and_runs_again(
     health = await check_health(nc, ["agent_runner"])
     assert health.status == "ok" and health.services["agent_runner"].problems == []
     await sub.unsubscribe()
+
+
+async def test_a_stop_that_cannot_be_recorded_is_recorded_once_there_is_room(
+        nc, runner: AgentRunner, repo: Path, scripted, no_room) -> None:
+    disk = FullDisk(runner)
+    no_room(True)
+    disk.full, disk.allow = True, 1  # the start fits; the turn's first reply does not
+    accepted = await start_session(nc, role="research", script="read-and-submit", root=repo)
+    await _until(lambda: accepted.session_id in runner._stalled, "the turn waiting for space")
+    # The stop comes while nothing can be recorded: the caller is told, and the turn is not run again.
+    with pytest.raises(RemoteError) as refused:
+        await request(nc, subjects.request(RUNNER, "stop_session"),
+                      StopSession(session_id=accepted.session_id, reason="wrong approach"), SessionStopped)
+    assert refused.value.code == ErrorCode.STORAGE_FULL
+    view = await get_session(nc, accepted.session_id)
+    assert view.turns[0].outcome is None  # as recorded: still running
+
+    disk.full = False
+    no_room(False)
+    view = await wait_turn(nc, accepted.session_id, accepted.turn_id, timeout=30)
+    outcome = view.turns[0].outcome
+    assert outcome is not None and outcome.kind == "cancelled" and "wrong approach" in (outcome.detail or "")
+    assert view.status == "idle" and len(view.turns) == 1
+    # Stopped, not run again: no model call after the stop.
+    stored = await asyncio.to_thread(runner.app.get_session, accepted.session_id)
+    assert stored.current_turn is None
+    # And the repeat of the stop now finds nothing running.
+    stopped = await request(nc, subjects.request(RUNNER, "stop_session"),
+                            StopSession(session_id=accepted.session_id, reason="wrong approach"), SessionStopped)
+    assert stopped.turn_id is None
