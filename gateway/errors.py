@@ -24,6 +24,7 @@ STATUS_OF = {
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
     ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.STORAGE_FULL: 503,
     ErrorCode.TIMEOUT: 504,
     ErrorCode.INTERNAL: 500,
 }

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 from . import sqlite_store
 from .settings import CommonSettings, SettingsError
 
-__all__ = ["describe_store", "event_store_env"]
+__all__ = ["describe_store", "event_store_env", "store_path"]
 
 RECORDER_TOPIC_ENV = "APPLICATION_RECORDER_TOPIC"
 POSTGRES_RECORDER = "autarch.runtime.postgres_store:ChainedPostgresRecorder"
@@ -74,3 +74,10 @@ def describe_store(env: dict[str, str]) -> str:
     if env.get("PERSISTENCE_MODULE") == "eventsourcing.postgres":
         return f"postgresql://{env.get('POSTGRES_HOST')}:{env.get('POSTGRES_PORT')}/{env.get('POSTGRES_DBNAME')}"
     return f"sqlite:{env.get('SQLITE_DBNAME')}"
+
+
+def store_path(env: dict[str, str]) -> str:
+    """What a storage problem of the store names: its SQLite file, or the PostgreSQL server and database."""
+    if env.get("PERSISTENCE_MODULE") == "eventsourcing.postgres":
+        return describe_store(env)
+    return env.get("SQLITE_DBNAME") or describe_store(env)

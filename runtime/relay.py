@@ -34,11 +34,13 @@ from nats.aio.client import Client
 
 from autarch.contracts.base import encode
 from autarch.contracts.events import Event, event_subject
+from autarch.contracts.subjects import EVENTS_STREAM
 
 from .cancel import cancel_and_wait
 from .chain import ChainedRecorder, record_checkpoint
 from .retry import RELAY_PUBLISH, retry
 from .sqlite_store import make_durable
+from .storage import STORAGE, StorageFull, storage_full
 
 __all__ = ["AGGREGATE", "DIGEST", "MSG_ID", "VERSION", "EventRelay", "store_id_of"]
 
@@ -74,6 +76,11 @@ class EventRelay:
     """Notifications read and published per round."""
     poll_interval: float = 1.0
     """Seconds between polls when nobody calls :meth:`wake` (another process wrote events)."""
+    store_path: str = ""
+    """What a storage problem of the store names (a tracking write that found no space)."""
+    stream_path: str = ""
+    """The stream's files when on this machine (``storage.embedded_stream_dir``): a publish left unanswered while
+    they have no room is reported as the stream's lack of space."""
     on_published: Callable[[int], None] | None = None
     """Called with the last published notification id after each round (for metrics and tests)."""
     checkpoint_interval: float = 60.0
@@ -154,9 +161,21 @@ class EventRelay:
         self._wake.clear()
         try:
             return await self.publish_pending()
-        except Exception:
+        except Exception as exc:
             self._published = None  # a failed round (another relay's tracking write won, say): read it again
+            self._report(exc)
             raise
+
+    def _report(self, exc: Exception) -> None:
+        """Tell the process's storage register when the round failed for lack of space (the store's or the
+        stream's); the round is retried as any other, and its problem dropped once the path has room."""
+        from_nats = isinstance(exc, TimeoutError) or type(exc).__module__.startswith("nats")
+        path = (self.stream_path or f"JetStream stream {EVENTS_STREAM}") if from_nats else self.store_path
+        full = storage_full(exc, path)
+        if full is None and from_nats and self.stream_path and not STORAGE.has_room(self.stream_path):
+            full = StorageFull(self.stream_path, "the event stream's store is full: its writes go unanswered")
+        if full is not None:
+            STORAGE.report(full)
 
     async def _pause(self, delay: float) -> None:
         with contextlib.suppress(TimeoutError):

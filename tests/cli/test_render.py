@@ -226,6 +226,8 @@ def test_halt_hints():
     assert halt_hint("w", "questions") == "autarch workflow answer w ANSWER..."
     assert halt_hint("w", "extension_requested") == "autarch workflow approve-extension w"
     assert halt_hint("w", "stopped") == "autarch workflow resume w [--message TEXT]"
+    assert halt_hint("w", "disk_full") == (
+        "goes on by itself once the path has room again (or: autarch workflow resume w)")
 
 
 def test_watch_labels_sessions_by_step_and_keeps_totals():
