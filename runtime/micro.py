@@ -261,12 +261,13 @@ async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _End
     except StorageFull as full:
         reply = ErrorReply(code=ErrorCode.STORAGE_FULL, message=str(full), details={"path": full.path})
     except Exception as exc:
-        full = _unwritable_file(exc)
-        if full is not None:
+        unwritable = _unwritable_file(exc)
+        if unwritable is not None:
             # A handler that met a full disk where it writes a file (a worktree, a record): the service says so in
             # its health and its caller gets the typed error, whatever handler it was.
-            STORAGE.report(full)
-            reply = ErrorReply(code=ErrorCode.STORAGE_FULL, message=str(full), details={"path": full.path})
+            STORAGE.report(unwritable)
+            reply = ErrorReply(code=ErrorCode.STORAGE_FULL, message=str(unwritable),
+                               details={"path": unwritable.path})
         else:
             log.exception("%s failed", ep.subject)
             reply = ErrorReply(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")

@@ -41,7 +41,7 @@ class RelayThread:
         """``pacing``: :class:`PacedRelay`'s ``interval`` and ``poll_interval`` when not the defaults (tests);
         ``store_path``, ``stream_path``: what the relay's storage problems name (``EventRelay``)."""
         self._app = app
-        self._paths = {"store_path": store_path, "stream_path": stream_path}
+        self._paths: dict[str, Any] = {"store_path": store_path, "stream_path": stream_path}
         self._pacing: dict[str, Any] = pacing
         # The runner's connection names the servers (a cluster's list included); the relay opens its own to them.
         self._servers = ",".join(uri.geturl() for uri in nc.servers)

@@ -388,7 +388,7 @@ class AgentRunner:
                         current.current_turn.turn_id)
             self._spawn(current)
 
-    async def _notify(self, path: str, problem: StorageProblem | None, *, also: tuple[str, ...] = ()) -> None:
+    async def _notify(self, path: str, problem: StorageProblem | None, *, also: tuple[str | None, ...] = ()) -> None:
         """Tell the orchestrator which workflows wait for ``path`` (or, ``problem`` None, that they go on)."""
         waiting = {self.sessions[s].workflow_id for s, p in self._stalled.items() if p == path and s in self.sessions}
         workflow_ids = sorted({w for w in (*waiting, *also) if w})

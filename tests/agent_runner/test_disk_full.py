@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ async def _until(condition: Callable[[], Any], what: str, timeout: float = 30.0)
 
 
 @pytest.fixture
-def no_room(monkeypatch: pytest.MonkeyPatch) -> Callable[[bool], None]:
+def no_room(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], None]]:
     """Make the process's storage check see no room (True) or plenty (False)."""
     monkeypatch.setattr(STORAGE, "interval", 0.05)
 

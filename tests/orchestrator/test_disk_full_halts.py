@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eventsourcing.persistence import OperationalError
@@ -98,14 +99,14 @@ async def test_a_full_store_gives_up_its_reserve_once_to_record(tmp_path: Path) 
     refusals = [1]
     real_save = app.save
 
-    def save(*events: object) -> object:
+    def save(*events: Any) -> Any:
         # The first write finds the disk full; the reserve given up, the second goes through.
         if refusals[0] > 0:
             refusals[0] -= 1
             raise _full()
         return real_save(*events)
 
-    app.save = save  # type: ignore[method-assign]
+    app.save = save  # type: ignore[method-assign,assignment]
     writer.start()
     wf, _ = research_running()
     await writer.save(wf)
