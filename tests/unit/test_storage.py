@@ -86,7 +86,8 @@ def test_a_storage_full_is_passed_through() -> None:
 
 
 def test_free_bytes_of_a_path_not_created_yet(tmp_path: Path) -> None:
-    assert free_bytes(tmp_path / "not" / "yet" / "there.sqlite") == free_bytes(tmp_path)
+    # Its nearest existing folder's free space (others write to the same disk meanwhile: within 256 MiB).
+    assert abs(free_bytes(tmp_path / "not" / "yet" / "there.sqlite") - free_bytes(tmp_path)) < 256 << 20
 
 
 async def test_a_problem_is_dropped_once_its_path_has_room(tmp_path: Path) -> None:
