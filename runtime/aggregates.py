@@ -36,8 +36,11 @@ def _plan(topic: str) -> _Plan:
     return plan
 
 
-def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = None) -> Any:
+def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = None, start: Any = None) -> Any:
     """The aggregate rebuilt from its events (up to ``version``): what ``app.repository.get`` returns.
+
+    ``start``: the aggregate as it was at some version (a snapshot's), which only the events after it are applied to
+    (it is changed in place and returned).
 
     A replay through the repository makes an event object per stored event and calls its ``mutate``, which
     calls ``apply``, which filters the event's attributes and calls the ``@event`` method: most of the time of
@@ -50,16 +53,17 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     mapper = app.mapper
     if mapper.cipher is not None or mapper.compressor is not None:
         return app.repository.get(aggregate_id, version=version, projector_func=project)
+    after = start.version if start is not None else None
     # runtime/sqlite_store.py's recorder reads plain rows; any other (PostgreSQL's) gives StoredEvents.
     select_rows = getattr(app.recorder, "select_event_rows", None)
     if select_rows is not None:
-        originator_id, rows = select_rows(aggregate_id, lte=version)
+        originator_id, rows = select_rows(aggregate_id, gt=after, lte=version)
     else:
-        stored_events = app.recorder.select_events(aggregate_id, lte=version)
+        stored_events = app.recorder.select_events(aggregate_id, gt=after, lte=version)
         originator_id = stored_events[0].originator_id if stored_events else aggregate_id
         rows = [(e.originator_version, e.topic, e.state) for e in stored_events]
     decode = state_decoder(mapper.transcoder)
-    aggregate: Any = None
+    aggregate: Any = start
     for originator_version, topic, state_bytes in rows:
         func, names = _plan(topic)
         if func is None or aggregate is None:
@@ -78,9 +82,10 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     return aggregate
 
 
-def load_as(app: Application[Any], kind: type[A], aggregate_id: UUID, *, version: int | None = None) -> A:
+def load_as(app: Application[Any], kind: type[A], aggregate_id: UUID, *, version: int | None = None,
+            start: A | None = None) -> A:
     """:func:`load`, for an aggregate of ``kind``: an id of another kind (one store holds several) is not found."""
-    aggregate = load(app, aggregate_id, version=version)
+    aggregate = load(app, aggregate_id, version=version, start=start)
     if not isinstance(aggregate, kind):
         raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} is not a {kind.__name__}.")
     return aggregate
