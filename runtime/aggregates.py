@@ -15,7 +15,8 @@ from eventsourcing.domain import decorated_funcs as _decorated_funcs  # see load
 from eventsourcing.persistence import ApplicationRecorder, JSONTranscoder, StoredEvent, Transcoder
 from eventsourcing.utils import register_topic, resolve_topic
 
-__all__ = ["created_ids", "load", "load_as", "project", "recorded_as", "state_decoder", "topic_of", "topics_of"]
+__all__ = ["check_kind", "created_ids", "created_kind", "load", "load_as", "project", "recorded_as", "state_decoder",
+           "topic_of", "topics_of"]
 
 A = TypeVar("A")
 _Plan = tuple[Callable[..., None] | None, frozenset[str]]
@@ -82,9 +83,40 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     return aggregate
 
 
+_KINDS: dict[str, type | None] = {}
+
+
+def created_kind(app: Application[Any], aggregate_id: UUID) -> type | None:
+    """The class of the aggregate ``aggregate_id`` names, read from its first event's topic alone (one indexed row,
+    nothing decoded); None when there is no such aggregate, or its created event is not a class of its own
+    aggregate class (``Aggregate.Created`` style: then only a rebuild tells)."""
+    stored = app.recorder.select_events(aggregate_id, lte=1, limit=1)
+    if not stored:
+        return None
+    topic = stored[0].topic
+    if topic not in _KINDS:
+        event_class = resolve_topic(topic)
+        owner: Any = sys.modules[event_class.__module__]
+        for name in event_class.__qualname__.split(".")[:-1]:
+            owner = getattr(owner, name, None)
+        _KINDS[topic] = owner if inspect.isclass(owner) else None
+    return _KINDS[topic]
+
+
+def check_kind(app: Application[Any], kind: type, aggregate_id: UUID) -> None:
+    """Raise ``AggregateNotFoundError`` when ``aggregate_id`` names an aggregate of another kind than ``kind``, before
+    anything is replayed: a driver asking every turn's id of its own book (a workflow's driver is handed the turns of
+    loop sessions too) must not rebuild a loop session of a thousand iterations to learn it is not a workflow."""
+    found = created_kind(app, aggregate_id)
+    if found is not None and not issubclass(found, kind):
+        raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} is a {found.__name__}, not a {kind.__name__}.")
+
+
 def load_as(app: Application[Any], kind: type[A], aggregate_id: UUID, *, version: int | None = None,
             start: A | None = None) -> A:
     """:func:`load`, for an aggregate of ``kind``: an id of another kind (one store holds several) is not found."""
+    if start is None:
+        check_kind(app, kind, aggregate_id)
     aggregate = load(app, aggregate_id, version=version, start=start)
     if not isinstance(aggregate, kind):
         raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} is not a {kind.__name__}.")

@@ -42,7 +42,7 @@ from eventsourcing.domain import Snapshot as EsSnapshot
 from eventsourcing.persistence import EventStore, IntegrityError
 from eventsourcing.utils import get_topic, resolve_topic
 
-from .aggregates import load_as
+from .aggregates import check_kind, load_as
 
 __all__ = ["DEFAULT_EVERY", "Snapshot", "Snapshots", "Unsnapshottable", "decode_state", "encode_state", "shape_of"]
 
@@ -224,6 +224,7 @@ class Snapshots:
         replayed ``every`` events or more past the last one."""
         if not self.every:
             return load_as(self.app, kind, aggregate_id, version=version)
+        check_kind(self.app, kind, aggregate_id)  # another kind's snapshot is not even read
         start = self._latest(kind, aggregate_id, version)
         aggregate: A | None = None
         since = 0  # the version the replay started from

@@ -21,6 +21,7 @@ from uuid import UUID
 
 import msgspec
 import pytest
+from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
 
 from autarch.runtime.aggregates import load_as
@@ -418,3 +419,35 @@ def test_an_aggregate_that_cannot_be_snapshotted_is_replayed_in_full(tmp_path: P
 def test_ids_of_the_aggregates_stay_what_the_books_key_them_by() -> None:
     # The histories above use the ids the orchestrator's books derive: an epic and its mailbox share a workflow's.
     assert swarm_history()[0].id == swarm_id_for(WID) and mailbox_history()[0].id == mailbox_id_for(WID)
+
+
+@pytest.mark.parametrize("name", list(HISTORIES))
+def test_an_id_of_another_kind_is_not_found_without_replaying_or_reading_its_snapshot(tmp_path: Path,
+                                                                                     name: str) -> None:
+    path = tmp_path / "e.sqlite"
+    env = {"PERSISTENCE_MODULE": "autarch.runtime.sqlite_store", "SQLITE_DBNAME": str(path)}
+    app = _app(env)
+    kind, aggregate_id = record(app, name)
+    app.snapshots.take(load_as(app, kind, aggregate_id))
+    app.close()
+    _rewrite_to_earlier_topics(path)  # the kind is read from the topic, as earlier versions stored it too
+    app = _app(env)
+    try:
+        replayed: list[Any] = []
+        rows = app.recorder.select_event_rows  # type: ignore[attr-defined]
+
+        def spy(originator_id: UUID, **kwargs: Any) -> Any:
+            if kwargs.get("lte") != 1:  # more than the first event (its topic names the kind)
+                replayed.append(kwargs)
+            return rows(originator_id, **kwargs)
+
+        app.recorder.select_event_rows = spy  # type: ignore[attr-defined]
+        app.snapshots.store.get = lambda *a, **k: replayed.append(a)  # type: ignore[method-assign]
+        for other in {Workflow, LoopSession, Swarm, Mailbox} - {kind}:
+            with pytest.raises(AggregateNotFoundError):
+                app.load(other, aggregate_id)
+            with pytest.raises(AggregateNotFoundError):
+                load_as(app, other, aggregate_id)
+        assert replayed == []
+    finally:
+        app.close()
