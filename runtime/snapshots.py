@@ -210,9 +210,10 @@ class Snapshots:
             raise ValueError(f"snapshot interval must be 0 (no snapshots) or more, got {every}")
         self.app = app
         self.every = every
-        # The table eventsourcing's own snapshotting uses, made by the store's factory.
-        self.store: EventStore[UUID] = EventStore(mapper=app.mapper,
-                                                  recorder=app.factory.aggregate_recorder(purpose="snapshots"))
+        # The table eventsourcing's own snapshotting uses, made by the store's factory (not even made with none).
+        self.store: EventStore[UUID] | None = (
+            EventStore(mapper=app.mapper, recorder=app.factory.aggregate_recorder(purpose="snapshots"))
+            if every else None)
         self._unsnapshottable: set[type] = set()
         self._failed: dict[UUID, int] = {}
         """Aggregate → the version its last snapshot failed to be written at: rebuilds try again only ``every``
@@ -222,7 +223,7 @@ class Snapshots:
         """The aggregate of ``kind`` as recorded (up to ``version``): its last usable snapshot and the events after
         it, else a full replay; ``AggregateNotFoundError`` when there is none. Takes a snapshot when the rebuild
         replayed ``every`` events or more past the last one."""
-        if not self.every:
+        if self.store is None:
             return load_as(self.app, kind, aggregate_id, version=version)
         check_kind(self.app, kind, aggregate_id)  # another kind's snapshot is not even read
         start = self._latest(kind, aggregate_id, version)
@@ -244,6 +245,7 @@ class Snapshots:
 
     def _latest(self, kind: type[A], aggregate_id: UUID, version: int | None) -> A | None:
         """The aggregate at its latest usable snapshot (at or before ``version``), or None."""
+        assert self.store is not None
         try:
             found = list(self.store.get(aggregate_id, lte=version, desc=True, limit=1))
         except Exception as exc:
@@ -273,6 +275,8 @@ class Snapshots:
         Best effort: a failure is logged and the events remain the truth (the next rebuild replays more of them).
         """
         version = aggregate.version
+        if self.store is None:
+            return False
         if aggregate.pending_events:
             log.warning("%s %s: no snapshot of unsaved events", type(aggregate).__name__, aggregate.id)
             return False
@@ -305,6 +309,7 @@ class Snapshots:
 
     def _prune(self, aggregate_id: UUID, version: int) -> None:
         """Drop the aggregate's snapshots older than ``version`` (only the latest is ever read); best effort."""
+        assert self.store is not None
         recorder = self.store.recorder
         table = getattr(recorder, "events_table_name", None)
         datastore = getattr(recorder, "datastore", None)
