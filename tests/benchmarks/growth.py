@@ -1,12 +1,14 @@
 """Growth benchmark (a script, not a test): does a step cost the same late in a long piece of work as early on?
 Its last line is a JSON object of the figures.
 
-    python tests/benchmarks/growth.py [--curves loop] [--loop-sizes 10,100,1000]
+    python tests/benchmarks/growth.py [--curves loop,workflow] [--loop-sizes 10,100,1000] [--workflow-sizes 2,20,200]
 
 Each curve runs one piece of work at several sizes, each size on a fresh system (``autarch up`` on free ports and
 a fresh data directory, the scripted model in this process), and measures the platform's time per step with the
 model's time taken out. The figure of a curve is the ratio of the per-step time at its largest size to that at its
-smallest (goal: at most 1.25), and within the largest size the ratio of its last decile of steps to its first.
+smallest (goal: at most 1.25), and within the largest size the ratio of its last decile of steps to its first. The
+first step of each run is reported apart (``first_step_ms``) and left out of the rest: it pays one-time costs
+(the indexer loading its embedder, the first request of each process).
 
 - **loop**: one loop session of N iterations (a file written, then CONTINUE; the last COMPLETE), the
   ``loop_max_iterations_limit`` setting raised for the run. A step is an iteration: its wall time (the previous
@@ -14,8 +16,12 @@ smallest (goal: at most 1.25), and within the largest size the ratio of its last
   the scripted model's own request time (the median of direct calls). Beside it, the CPU seconds each service
   process spent per iteration, in the first and the last tenth of the run (sampled from ``/proc`` while the
   session runs), which shows which process grows, and each process's peak memory (``VmHWM``) at the end.
-- **workflow**, **swarm**, **agent_session**, **event_store**, **sse_fanout**: listed with what they would measure;
-  not measured yet (each says so in the figures).
+- **workflow**: one workflow (the demo's stages, auto-approved over the gateway) whose plan is a chain of N pulses,
+  each writing one file then completing. A step is a pulse: the time between the recorded ends of two pulses
+  (``pulse:completed``'s ``occurred_at``; the first from its start) minus its three model calls. CPU and memory by
+  process as for the loop.
+- **swarm**, **agent_session**, **event_store**, **sse_fanout**: listed with what they would measure; not measured
+  yet (each says so in the figures).
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ from typing import Any
 
 import nats
 
+from autarch.cli.demo_cmd import SERVICES as WORKFLOW_SERVICES
+from autarch.cli.demo_cmd import create_workflow, demo_scenario, drive, make_sample_repo
 from autarch.cli.local_system import LocalSystem
 from autarch.contracts import subjects
 from autarch.contracts.loops import GetLoop, ListLoops, LoopList, LoopView, StartLoop
@@ -47,7 +55,6 @@ from loops import make_repo, model_request_ms, scenario  # type: ignore[import-n
 LOOP_SERVICES = ("orchestrator", "tools", "git", "indexer", "agent_runner")
 GOAL_RATIO = 1.25
 PENDING = {
-    "workflow": "one workflow, a plan of 2 → 200 pulses: per-pulse platform time",
     "swarm": "one swarm epic, 6 → 300 beads, 4 workers: per-bead platform time",
     "agent_session": "one agent session, 1 → 500 turns (context compaction on): per-turn platform time",
     "event_store": "10³ → 10⁶ events: GET /api/events?since= near the end, an SSE client resuming",
@@ -155,9 +162,11 @@ def loop_size(tmp: Path, iterations: int) -> dict[str, Any]:
             break
         steps.append((it.ended_at - previous).total_seconds() * 1000 - 2 * model_ms)
         previous = it.ended_at
+    first, steps = (steps[0], steps[1:]) if len(steps) > 1 else (None, steps)
     parts = deciles(steps) if steps else []
     return {
-        "iterations": iterations, "status": view.status, "status_reason": view.status_reason,
+        "iterations": iterations, "first_step_ms": round(first, 1) if first is not None else None,
+        "status": view.status, "status_reason": view.status_reason,
         "commits": view.total_commits, "wall_s": round(wall, 1), "model_request_ms": round(model_ms, 3),
         "step_ms_median": round(statistics.median(steps), 1) if steps else None,
         "step_ms_deciles": [round(d, 1) for d in parts],
@@ -168,24 +177,113 @@ def loop_size(tmp: Path, iterations: int) -> dict[str, Any]:
 
 
 def loop_curve(tmp: Path, sizes: list[int]) -> dict[str, Any]:
+    return curve("loop", "one session of {n} iterations", sizes, lambda n: loop_size(tmp / f"loop{n}", n),
+                 size_key="iterations")
+
+
+def curve(name: str, what: str, sizes: list[int], run: Any, *, size_key: str) -> dict[str, Any]:
     runs = []
     for n in sizes:
-        print(f"loop: one session of {n} iterations …", flush=True)
-        result = loop_size(tmp / f"loop{n}", n)
-        print(f"  {result['status']} with {result['commits']} commits in {result['wall_s']} s; per-step ms by "
-              f"decile {result['step_ms_deciles']}", flush=True)
+        print(f"{name}: {what.format(n=n)} …", flush=True)
+        result = run(n)
+        print(f"  {result['status']} in {result['wall_s']} s; per-step ms by decile {result['step_ms_deciles']}",
+              flush=True)
         runs.append(result)
     smallest, largest = runs[0], runs[-1]
     ratio = (round(largest["step_ms_median"] / smallest["step_ms_median"], 2)
              if smallest["step_ms_median"] and largest["step_ms_median"] else None)
     return {"sizes": sizes, "runs": runs, "ratio": ratio, "goal": GOAL_RATIO,
-            "largest_complete": largest["status"] == "complete" and largest["commits"] == largest["iterations"]}
+            "largest_complete": largest["status"] == "complete" and largest["commits"] == largest[size_key]}
+
+
+def workflow_scenario(pulses: int) -> dict[str, Any]:
+    """The demo's scenario with a plan of ``pulses`` chained pulses, each writing its own file."""
+    scenario = demo_scenario()
+    scripts = scenario["scripts"]
+    plan = [{"id": f"pulse-{k}", "title": f"Step {k}", "description": f"Write bench/p{k}.py.",
+             "expectedChanges": [f"bench/p{k}.py"], "estimatedSize": "small",
+             **({"dependsOn": [f"pulse-{k - 1}"]} if k > 1 else {})} for k in range(1, pulses + 1)]
+    submit = {"type": "tool_use", "name": "submit_plan",
+              "input": {"approachSummary": f"{pulses} small steps, one file each.", "pulses": plan}}
+    scripts["plan"] = [{"content": [submit]}, "Planned."]
+    for key in [k for k in scripts if k.startswith("pulsing")]:
+        del scripts[key]
+    for k in range(1, pulses + 1):
+        write = {"type": "tool_use", "name": "write_file",
+                 "input": {"reason": "This pulse's step", "path": f"bench/p{k}.py", "content": f"STEP = {k}\n"}}
+        done = {"type": "tool_use", "name": "complete_pulse",
+                "input": {"summary": f"feat(bench): step {k}", "filesChanged": [f"bench/p{k}.py"]}}
+        scripts[f"pulsing:pulse-{k}"] = [{"content": [write]}, {"content": [done]}, "Pulse complete."]
+    # A review that looks at nothing in particular and approves (the demo's comments a file no pulse touches).
+    verdict = {"type": "tool_use", "name": "complete_review",
+               "input": {"reason": "Record the verdict", "recommendation": "approve", "summary": "Every step is in."}}
+    scripts["review"] = [{"content": [verdict]}, "Review complete."]
+    return scenario
+
+
+def workflow_size(tmp: Path, pulses: int) -> dict[str, Any]:
+    scenario = workflow_scenario(pulses)
+    ends: list[datetime] = []
+    first_start: list[datetime] = []
+
+    def on_event(event: Any, _received: float) -> None:
+        kind = event.get("type")
+        if kind == "pulse:started" and not first_start:
+            first_start.append(datetime.fromisoformat(event["occurred_at"]))
+        elif kind == "pulse:completed":
+            ends.append(datetime.fromisoformat(event["occurred_at"]))
+
+    with ScriptedModelServer(scenario) as model:
+        system = LocalSystem(tmp / "data", model.base_url, services=WORKFLOW_SERVICES)
+        system.start(timeout=120)
+        try:
+            pids = processes(system)
+            repo = tmp / "repo"
+            make_sample_repo(repo, scenario["files"])
+            client = system.client(timeout=60)
+            started = time.monotonic()
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            wid = create_workflow(client, repo)
+            outcome = drive(client, wid, timeout=600 + 20 * pulses, alive=system.alive, on_event=on_event)
+            wall = time.monotonic() - started
+            after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            model_ms = model_request_ms(model.base_url)
+            memory = {name: peak_rss_mb(pid) for name, pid in pids.items()}
+        finally:
+            system.stop()
+    steps = []
+    previous = first_start[0] if first_start else None
+    for end in ends:
+        if previous is not None:
+            steps.append((end - previous).total_seconds() * 1000 - 3 * model_ms)
+        previous = end
+    first, steps = (steps[0], steps[1:]) if len(steps) > 1 else (None, steps)
+    parts = deciles(steps) if steps else []
+    status = "complete" if outcome.status == "completed" else f"{outcome.status}: {outcome.message}"
+    return {
+        "pulses": pulses, "first_step_ms": round(first, 1) if first is not None else None, "status": status,
+        "commits": len(ends), "wall_s": round(wall, 1),
+        "model_request_ms": round(model_ms, 3),
+        "step_ms_median": round(statistics.median(steps), 1) if steps else None,
+        "step_ms_deciles": [round(d, 1) for d in parts],
+        "decile_ratio": round(parts[-1] / parts[0], 2) if parts else None,
+        "cpu_ms_per_pulse": {name: round((after[name] - before[name]) * 1000 / max(1, pulses), 1)
+                             for name in pids if after.get(name) is not None and before.get(name) is not None},
+        "peak_rss_mb": memory,
+    }
+
+
+def workflow_curve(tmp: Path, sizes: list[int]) -> dict[str, Any]:
+    return curve("workflow", "one workflow of {n} pulses", sizes, lambda n: workflow_size(tmp / f"wf{n}", n),
+                 size_key="pulses")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--curves", default="loop", help="comma-separated: loop (the others are not measured yet)")
+    parser.add_argument("--curves", default="loop,workflow",
+                        help="comma-separated: loop, workflow (the others are not measured yet)")
     parser.add_argument("--loop-sizes", default="10,100,1000")
+    parser.add_argument("--workflow-sizes", default="2,20,200")
     args = parser.parse_args()
     curves = [c.strip() for c in args.curves.split(",") if c.strip()]
     figures: dict[str, Any] = {}
@@ -193,6 +291,8 @@ def main() -> None:
         tmp = Path(tmp_dir)
         if "loop" in curves:
             figures["loop"] = loop_curve(tmp, [int(s) for s in args.loop_sizes.split(",")])
+        if "workflow" in curves:
+            figures["workflow"] = workflow_curve(tmp, [int(s) for s in args.workflow_sizes.split(",")])
     for name, what in PENDING.items():
         figures.setdefault(name, {"measured": False, "would_measure": what})
     for name, curve in figures.items():
