@@ -282,7 +282,7 @@ class Snapshots:
             return False
         try:
             snapshot = Snapshot.take(aggregate)
-        except Unsnapshottable as exc:
+        except Exception as exc:  # Unsnapshottable, or any other surprise of a class's state: never snapshotted
             self._unsnapshottable.add(type(aggregate))
             log.warning("%s is not snapshotted: %s", type(aggregate).__name__, exc)
             return False

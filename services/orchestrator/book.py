@@ -187,9 +187,10 @@ class Book(Generic[A]):
         await self.writer.save(aggregate)
         if self._latest is not None:
             self._latest.keep(self.key(key), aggregate)
+        self._on_change(aggregate)
         if self._snapshots is not None and self._snapshots.due(aggregate, saved):
             # Written after the events, from the state they were saved from: a crash in between leaves the last
             # snapshot, and the next rebuild replays the events after it. Encoded off the event loop (a long
-            # session's state takes milliseconds); the saved aggregate is only read from here on.
+            # session's state takes milliseconds); the saved aggregate is only read from here on. Best effort:
+            # ``take`` reports its own failures and never raises, so the saved change stands.
             await asyncio.to_thread(self._snapshots.take, aggregate)
-        self._on_change(aggregate)
