@@ -94,7 +94,7 @@ class LoopBook:
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all)."""
         for session_id in filter(owns, self.app.loop_ids()):
-            session = self.book.load(session_id)
+            session = self.book.rebuild(session_id)  # kept only once the driver or a command reads it
             self._remember(session)
             if not session.settled:
                 self.unsettled.append(session_id)
