@@ -39,13 +39,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nats
 
 from autarch.cli.demo_cmd import SERVICES as WORKFLOW_SERVICES
 from autarch.cli.demo_cmd import create_workflow, demo_scenario, drive, make_sample_repo
 from autarch.cli.local_system import LocalSystem
 from autarch.contracts import subjects
-from autarch.contracts.loops import GetLoop, ListLoops, LoopList, LoopView, StartLoop
+from autarch.contracts.loops import ListLoops, LoopList, LoopSummary, LoopView, StartLoop
 from autarch.runtime.requests import request
 from autarch.services.scripted_model import ScriptedModelServer
 
@@ -98,8 +99,9 @@ def deciles(values: list[float]) -> list[float]:
 
 
 async def run_loop(nats_url: str, repo: Path, iterations: int, pids: dict[str, int]
-                   ) -> tuple[LoopView, list[tuple[int, dict[str, float]]]]:
-    """One session of ``iterations``; its final view, and (iterations ended, CPU seconds by process) samples."""
+                   ) -> tuple[LoopView, LoopSummary, list[datetime], list[tuple[int, dict[str, float]]]]:
+    """One session of ``iterations``: its first view, its last summary, when each iteration ended, and (iterations
+    ended, CPU seconds by process) samples."""
     nc = await nats.connect(nats_url)
     samples: list[tuple[int, dict[str, float]]] = []
     try:
@@ -117,11 +119,30 @@ async def run_loop(nats_url: str, repo: Path, iterations: int, pids: dict[str, i
             if summary.status not in ("pending", "running"):
                 break
             await asyncio.sleep(0.25)
-        view = await request(nc, subjects.request("orchestrator", "get_loop"), GetLoop(session_id=view.id),
-                             LoopView, timeout=60)
+        ended = await iteration_ends(nc, view.id)
     finally:
         await nc.close()
-    return view, samples
+    return view, summary, ended, samples
+
+
+async def iteration_ends(nc: Any, session_id: str) -> list[datetime]:
+    """When each iteration of the session ended, as recorded (``loop:iteration_completed``), read back from the
+    event stream: the session's view holds every iteration's prompt and output, more than one reply may carry
+    after a thousand iterations."""
+    js = nc.jetstream()
+    sub = await js.subscribe(f"{subjects.EVENTS_PREFIX}.{session_id}.>", ordered_consumer=True)
+    ends: dict[int, datetime] = {}
+    try:
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=5)
+            except nats.errors.TimeoutError:
+                return [ends[n] for n in sorted(ends)]
+            event = json.loads(msg.data)
+            if event.get("type") == "loop:iteration_completed":
+                ends[event["iteration_number"]] = datetime.fromisoformat(event["occurred_at"])
+    finally:
+        await sub.unsubscribe()
 
 
 def cpu_per_iteration(samples: list[tuple[int, dict[str, float]]], total: int) -> dict[str, dict[str, float]]:
@@ -149,7 +170,8 @@ def loop_size(tmp: Path, iterations: int) -> dict[str, Any]:
             pids = processes(system)
             repo = make_repo(tmp / "repo")
             started = time.monotonic()
-            view, samples = asyncio.run(run_loop(f"nats://127.0.0.1:{system.nats_port}", repo, iterations, pids))
+            view, summary, ends, samples = asyncio.run(
+                run_loop(f"nats://127.0.0.1:{system.nats_port}", repo, iterations, pids))
             wall = time.monotonic() - started
             model_ms = model_request_ms(model.base_url)
             memory = {name: peak_rss_mb(pid) for name, pid in pids.items()}
@@ -157,17 +179,15 @@ def loop_size(tmp: Path, iterations: int) -> dict[str, Any]:
             system.stop()
     steps = []
     previous: datetime = view.created_at
-    for it in view.iterations:
-        if it.ended_at is None:
-            break
-        steps.append((it.ended_at - previous).total_seconds() * 1000 - 2 * model_ms)
-        previous = it.ended_at
+    for end in ends:
+        steps.append((end - previous).total_seconds() * 1000 - 2 * model_ms)
+        previous = end
     first, steps = (steps[0], steps[1:]) if len(steps) > 1 else (None, steps)
     parts = deciles(steps) if steps else []
     return {
         "iterations": iterations, "first_step_ms": round(first, 1) if first is not None else None,
-        "status": view.status, "status_reason": view.status_reason,
-        "commits": view.total_commits, "wall_s": round(wall, 1), "model_request_ms": round(model_ms, 3),
+        "status": summary.status, "commits": summary.total_commits, "wall_s": round(wall, 1),
+        "model_request_ms": round(model_ms, 3),
         "step_ms_median": round(statistics.median(steps), 1) if steps else None,
         "step_ms_deciles": [round(d, 1) for d in parts],
         "decile_ratio": round(parts[-1] / parts[0], 2) if parts else None,
@@ -221,6 +241,21 @@ def workflow_scenario(pulses: int) -> dict[str, Any]:
     return scenario
 
 
+def discussion_request_ms(base_url: str, samples: int = 50) -> float:
+    """The scripted model's own time for one request of the workflow scenario (its ``discussion`` script), median."""
+    body = {"model": "claude-x", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}],
+            "system": "autarch-role: discussion\n",
+            "tools": [{"name": "read_file", "description": "r", "input_schema": {"type": "object"}}]}
+    headers = {"x-api-key": "scripted", "anthropic-version": "2023-06-01"}
+    times = []
+    with httpx.Client(base_url=base_url, trust_env=False) as client:
+        for _ in range(samples):
+            started = time.perf_counter()
+            client.post("/v1/messages", json=body, headers=headers).raise_for_status()
+            times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
 def workflow_size(tmp: Path, pulses: int) -> dict[str, Any]:
     scenario = workflow_scenario(pulses)
     ends: list[datetime] = []
@@ -247,7 +282,7 @@ def workflow_size(tmp: Path, pulses: int) -> dict[str, Any]:
             outcome = drive(client, wid, timeout=600 + 20 * pulses, alive=system.alive, on_event=on_event)
             wall = time.monotonic() - started
             after = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            model_ms = model_request_ms(model.base_url)
+            model_ms = discussion_request_ms(model.base_url)
             memory = {name: peak_rss_mb(pid) for name, pid in pids.items()}
         finally:
             system.stop()
