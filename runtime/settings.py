@@ -171,9 +171,9 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
     """Share of its context window past which a swarm worker stops after its current step and hands off to a
     fresh session (seed 002's 65 %)."""
     snapshot_every: int = 100
-    """Events between two snapshots of one aggregate (a workflow, loop session, epic or mailbox): a rebuild reads
-    its last snapshot and the events after it rather than its whole history (``runtime/snapshots.py``); 0 takes
-    none and reads none."""
+    """Events between two snapshots of one aggregate (a workflow, loop session, epic or mailbox; a long-lived one is
+    snapshotted every eighth of its events): a rebuild reads its last snapshot and the events after it rather than
+    its whole history (``runtime/snapshots.py``); 0 takes none and reads none."""
     swarm_workers: int = 0
     """Pulse workers a swarm runs at once; 0 picks the smaller of the plan's widest set of independent beads
     and twice the machine's cores (at most 8). Preflight's ``single-worker`` advice makes it 1."""

@@ -8,10 +8,11 @@ eventsourcing's snapshotting makes it), beside the events and never in the notif
 The events stay the only truth; a snapshot is a shortcut that may be missing, late or unusable, and then the
 aggregate is rebuilt from all its events as before:
 
-- **Taken from what is recorded only**: after a save whose events cross a multiple of ``every`` versions (of an
-  aggregate whose events are all saved), and after a rebuild that had to replay ``every`` events or more past the
-  last snapshot. A crash between the events and the snapshot, or a snapshot that fails to be written, leaves an
-  older snapshot (or none): the next rebuild replays more events, and loses nothing.
+- **Taken from what is recorded only**: after a save whose events cross a multiple of the interval (``every``
+  versions, or an eighth of a long-lived aggregate's events: :meth:`Snapshots.interval`), and after a rebuild that
+  had to replay that many events or more past the last snapshot. A crash between the events and the snapshot, or a
+  snapshot that fails to be written, leaves an older snapshot (or none): the next rebuild replays more events, and
+  loses nothing.
 - **Used only by the code that took it**: each snapshot carries a fingerprint of the aggregate's shape, the source of
   the modules that define the aggregate class and what its module uses of ours (its events, its typed state, its
   rules). A snapshot taken by other code (an attribute added since, such as a new field on a loop session, or an
@@ -222,7 +223,7 @@ class Snapshots:
     def load(self, kind: type[A], aggregate_id: UUID, *, version: int | None = None) -> A:
         """The aggregate of ``kind`` as recorded (up to ``version``): its last usable snapshot and the events after
         it, else a full replay; ``AggregateNotFoundError`` when there is none. Takes a snapshot when the rebuild
-        replayed ``every`` events or more past the last one."""
+        replayed an :meth:`interval` of events or more past the last one."""
         if self.store is None:
             return load_as(self.app, kind, aggregate_id, version=version)
         check_kind(self.app, kind, aggregate_id)  # another kind's snapshot is not even read
@@ -239,7 +240,8 @@ class Snapshots:
         if aggregate is None:
             since = 0
             aggregate = load_as(self.app, kind, aggregate_id, version=version)
-        if version is None and aggregate.version - max(since, self._failed.get(aggregate_id, 0)) >= self.every:
+        last = max(since, self._failed.get(aggregate_id, 0))
+        if version is None and aggregate.version - last >= self.interval(aggregate.version):
             self.take(aggregate)
         return aggregate
 
@@ -261,12 +263,21 @@ class Snapshots:
             return None
         return aggregate if isinstance(aggregate, kind) else None
 
+    def interval(self, version: int) -> int:
+        """Events between two snapshots of an aggregate at ``version``: ``every``, or for a long-lived aggregate the
+        largest power of two up to an eighth of its events. A snapshot's size grows with the aggregate, so spacing
+        them in proportion keeps what writing them costs each event the same (a loop session of a thousand
+        iterations is snapshotted every 512 events, not every 100 of its 22 MB of state), while a rebuild still
+        replays at most an eighth of what the snapshot holds."""
+        return max(self.every, 1 << max(0, (version // 8).bit_length() - 1))
+
     def due(self, aggregate: Aggregate, saved: int) -> bool:
-        """Whether a save of ``saved`` events that brought ``aggregate`` to its version crossed a multiple of
-        ``every`` (so a snapshot is taken every ``every`` events, with no record of when the last one was)."""
+        """Whether a save of ``saved`` events that brought ``aggregate`` to its version crossed a multiple of its
+        :meth:`interval` (so snapshots are spaced without any record of when the last one was taken)."""
         if not self.every or type(aggregate) in self._unsnapshottable:
             return False
-        return aggregate.version // self.every != (aggregate.version - saved) // self.every
+        step = self.interval(aggregate.version)
+        return aggregate.version // step != (aggregate.version - saved) // step
 
     def take(self, aggregate: Aggregate) -> bool:
         """Write a snapshot of ``aggregate`` (of its recorded state: none when it holds unsaved events); whether one

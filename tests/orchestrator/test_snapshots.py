@@ -8,6 +8,7 @@ written by an earlier shape of the class (an attribute added since) or unreadabl
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import uuid
@@ -449,5 +450,19 @@ def test_an_id_of_another_kind_is_not_found_without_replaying_or_reading_its_sna
             with pytest.raises(AggregateNotFoundError):
                 load_as(app, other, aggregate_id)
         assert replayed == []
+    finally:
+        app.close()
+
+
+def test_snapshots_of_a_long_lived_aggregate_are_spaced_in_proportion_to_its_length(tmp_path: Path) -> None:
+    env = {"PERSISTENCE_MODULE": "autarch.runtime.sqlite_store", "SQLITE_DBNAME": str(tmp_path / "e.sqlite")}
+    app = _app(env, every=100)
+    try:
+        snapshots: Snapshots = app.snapshots
+        assert [snapshots.interval(v) for v in (1, 100, 1000, 1600, 5000, 50_000)] == [100, 100, 100, 128, 512, 4096]
+        # One event saved at a time: how many snapshots a life of 20,000 events takes (about 8 per doubling).
+        taken = [v for v in range(1, 20_001) if (v // snapshots.interval(v)) != ((v - 1) // snapshots.interval(v))]
+        assert taken[:3] == [100, 200, 300] and len(taken) < 60
+        assert all(b - a <= max(100, b // 8) for a, b in itertools.pairwise(taken))
     finally:
         app.close()
