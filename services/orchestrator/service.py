@@ -63,7 +63,7 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     settings = narrow(settings, OrchestratorSettings)
     part = Partition(partition, settings.orchestrator_partitions)
     env = event_store_env(settings, "orchestrator")
-    app = WorkflowApplication(env=env)
+    app = WorkflowApplication(env=env, snapshot_every=settings.snapshot_every)
     log.info("event store: %s%s", describe_store(env),
              f" (partition {part.index} of {part.count})" if part.split else "")
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)

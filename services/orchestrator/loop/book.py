@@ -50,7 +50,7 @@ from ..application import WorkflowApplication
 from ..book import Book, ignore
 from ..writer import BatchedWriter
 from .model import LoopSession
-from .views import summary_of, view_of
+from .views import Made, summary_of, view_of
 
 __all__ = ["LoopBook", "register_loops"]
 
@@ -78,10 +78,14 @@ class LoopBook:
     unsettled: list[str] = field(default_factory=list)
     """Sessions that, when the views were loaded, still had work for the driver."""
     book: Book[LoopSession] = field(init=False)
+    _made: dict[str, Made] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        # The latest state of each session is kept between reads (``latest.py``): a driver step reads its session
+        # several times, and a session of a thousand iterations is not rebuilt for each of them.
         self.book = Book(app=self.app, writer=self.writer, kind=LoopSession, noun="loop session",
-                         id_field="session_id", on_change=self._changed, log=log)
+                         id_field="session_id", on_change=self._changed, keep=1024, inline_reads=self.writer.inline,
+                         log=log)
 
     def _changed(self, session: LoopSession) -> None:
         self._remember(session)
@@ -90,13 +94,14 @@ class LoopBook:
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all)."""
         for session_id in filter(owns, self.app.loop_ids()):
-            session = self.book.load(session_id)
+            session = self.book.rebuild(session_id)  # kept only once the driver or a command reads it
             self._remember(session)
             if not session.settled:
                 self.unsettled.append(session_id)
 
     def _remember(self, session: LoopSession) -> LoopView:
-        view = view_of(session)
+        # The iterations' views are made again only for the iterations that changed (``view_of``).
+        view = view_of(session, self._made.setdefault(str(session.id), []))
         self.views[view.id] = view
         return view
 

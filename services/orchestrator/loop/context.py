@@ -132,10 +132,10 @@ def _prompt(session: LoopSession, number: int, anchor: Anchor, slice_: SliceView
     previous = session.current_iteration()
     if previous is not None and previous.status != "complete" and previous.reason:
         lines += ["", f"The previous iteration ended {previous.status}: {previous.reason}"]
-    log = session.progress_log()
+    log = session.progress_log(last=20)
     if log:
         lines += ["", "What earlier iterations did:"]
-        for entry in log[-20:]:
+        for entry in log:
             commit = f", commit {entry.commit_hash[:10]}" if entry.commit_hash else ", no commit"
             turn = f", turn {entry.turn_id}" if entry.turn_id else ""
             lines.append(f"- iteration {entry.iteration} ({entry.signal}{commit}{turn}): {entry.summary}")
