@@ -103,6 +103,8 @@ def _decode(value: Any) -> Any:
         return [_decode(v) for v in value]
     if kind is not dict:
         return value
+    tag: Any
+    payload: Any
     ((tag, payload),) = value.items() if len(value) == 1 else ((None, None),)
     if tag is None:  # a struct: {"s": topic, "f": fields}; an enum: {"e": topic, "v": value}
         if "s" in value:
@@ -183,7 +185,7 @@ class Snapshot(EsSnapshot):
 
     @classmethod
     def take(cls, aggregate: Any) -> Snapshot:
-        return cls(originator_id=aggregate.id, originator_version=aggregate.version,  # type: ignore[call-arg]
+        return cls(originator_id=aggregate.id, originator_version=aggregate.version,
                    timestamp=cls.create_timestamp(), topic=get_topic(type(aggregate)),
                    state={"shape": shape_of(type(aggregate)), "state": encode_state(aggregate)})
 
@@ -256,7 +258,7 @@ class Snapshots:
         if not found:
             return None
         try:
-            aggregate = found[0].mutate(None)
+            aggregate = found[0].mutate(None)  # type: ignore[attr-defined]  # the snapshot store holds Snapshots
         except Exception as exc:
             log.info("%s %s: snapshot at version %d not used (%s); replaying its events", kind.__name__,
                      aggregate_id, found[0].originator_version, exc)
@@ -334,7 +336,8 @@ class Snapshots:
 
                 statement = SQL("DELETE FROM {schema}.{table} WHERE originator_id = %s AND originator_version < %s")
                 with datastore.transaction(commit=True) as c:  # type: ignore[union-attr]
-                    c.execute(statement.format(schema=Identifier(datastore.schema), table=Identifier(table)),
+                    schema = datastore.schema  # type: ignore[union-attr]  # a PostgresDatastore here
+                    c.execute(statement.format(schema=Identifier(str(schema)), table=Identifier(str(table))),
                               [aggregate_id, version])
         except Exception as exc:
             log.info("%s: older snapshots not dropped (%s)", aggregate_id, exc)

@@ -33,12 +33,12 @@ class WorkflowApplication(Application[UUID]):
         """``snapshot_every``: events between two snapshots of an aggregate (0: none), the ``snapshot_every``
         setting."""
         super().__init__(env)
-        self.snapshots = Snapshots(self, snapshot_every)
+        self.snapshotter = Snapshots(self, snapshot_every)
         """Every rebuild of an aggregate goes through it (``Book.rebuild`` and the getters here)."""
 
     def load(self, kind: type[A], aggregate_id: UUID, *, version: int | None = None) -> A:
         """An aggregate of ``kind`` rebuilt from the store: its last snapshot and the events after it."""
-        return self.snapshots.load(kind, aggregate_id, version=version)
+        return self.snapshotter.load(kind, aggregate_id, version=version)
 
     def new_workflow(self, command: CreateWorkflow) -> tuple[Workflow, bool]:
         """The workflow ``command`` asks for and whether it is new (unsaved).

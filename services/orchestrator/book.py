@@ -85,7 +85,8 @@ class Book(Generic[A]):
         self._inline = inline_reads
         self._log = log or logging.getLogger("orchestrator.book")
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        snapshots = getattr(app, "snapshots", None)
+        # Not eventsourcing's own ``Application.snapshots`` (off here): ours, under its own name.
+        snapshots = getattr(app, "snapshotter", None)
         self._snapshots = snapshots if isinstance(snapshots, Snapshots) else None
         self._latest = (Latest(load=self.rebuild, recorded_after=self._recorded_after, capacity=keep)
                         if keep > 0 else None)

@@ -302,7 +302,7 @@ def workflow_size(tmp: Path, pulses: int) -> dict[str, Any]:
         "step_ms_median": round(statistics.median(steps), 1) if steps else None,
         "step_ms_deciles": [round(d, 1) for d in parts],
         "decile_ratio": round(parts[-1] / parts[0], 2) if parts else None,
-        "cpu_ms_per_pulse": {name: round((after[name] - before[name]) * 1000 / max(1, pulses), 1)
+        "cpu_ms_per_pulse": {name: round((after[name] - before[name]) * 1000 / max(1, pulses), 1)  # type: ignore[operator]
                              for name in pids if after.get(name) is not None and before.get(name) is not None},
         "peak_rss_mb": memory,
     }

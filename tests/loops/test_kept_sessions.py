@@ -20,7 +20,7 @@ def _start(s: LoopSession) -> None:
                       context_tokens=1)
 
 
-def _turn(signal: str) -> Step:
+def _turn(signal: Any) -> Step:
     return lambda s: s.record_turn(len(s.iterations), turn_id=f"t{len(s.iterations)}", ending="complete",
                                    signal=signal, signal_source="explicit", reason=None, output_summary="ok",
                                    output_full="ok", commit_subject="feat: x", commit_body="", anchor_hint_next=None,

@@ -80,7 +80,7 @@ def state(aggregate: Aggregate) -> dict[str, Any]:
 
 # --- a history of each aggregate, saved one command at a time --------------------------------------------------
 
-Steps = list[Callable[[Any], Any]]
+Steps = list[Callable[..., Any]]  # each takes the aggregate (some bind a loop's n as a default argument)
 
 
 def workflow_history() -> tuple[Workflow, Steps]:
@@ -198,13 +198,13 @@ def test_a_snapshot_at_every_version_and_the_events_after_it_equal_the_full_repl
         assert full.version >= 5
         for version in range(1, full.version + 1):
             at_version = load_as(app, kind, aggregate_id, version=version)
-            assert app.snapshots.take(at_version)
+            assert app.snapshotter.take(at_version)
             resumed = app.load(kind, aggregate_id)
             assert state(resumed) == state(full), f"{name} from its snapshot at version {version}"
             # A rebuild up to a version reads the snapshot at or before it.
             assert state(app.load(kind, aggregate_id, version=version)) == state(at_version)
         # Only the newest snapshot is kept (the older ones are never read).
-        assert len(list(app.snapshots.store.get(aggregate_id))) == 1
+        assert len(list(app.snapshotter.store.get(aggregate_id))) == 1
     finally:
         app.close()
 
@@ -228,9 +228,10 @@ def test_events_stored_under_earlier_shapes_resume_from_a_snapshot_as_they_repla
     try:
         full = load_as(app, kind, aggregate_id)
         if name == "loop":
+            assert isinstance(full, LoopSession)
             assert full.status == "complete" and full.iterations[0].status == "complete"
         for version in range(1, full.version + 1):
-            app.snapshots.take(load_as(app, kind, aggregate_id, version=version))
+            app.snapshotter.take(load_as(app, kind, aggregate_id, version=version))
             assert state(app.load(kind, aggregate_id)) == state(full)
     finally:
         app.close()
@@ -248,10 +249,10 @@ async def test_snapshots_are_taken_every_n_events_by_the_book_and_a_failed_one_l
         await book.save(sid, session)
         for step in steps[:20]:
             await book.change(sid, step)
-        taken = list(app.snapshots.store.get(session.id))
+        taken = list(app.snapshotter.store.get(session.id))
         assert [s.originator_version for s in taken] == [20]
         # The snapshot store fails from now on: every command still saves, and every rebuild is the full replay.
-        put = app.snapshots.store.put
+        put = app.snapshotter.store.put
 
         failures = 0
 
@@ -260,7 +261,7 @@ async def test_snapshots_are_taken_every_n_events_by_the_book_and_a_failed_one_l
             failures += 1
             raise OSError("disk full")
 
-        app.snapshots.store.put = failing  # type: ignore[method-assign]
+        app.snapshotter.store.put = failing  # type: ignore[method-assign]
         for step in steps[20:]:
             await book.change(sid, step)
         full = load_as(app, LoopSession, session.id)
@@ -269,15 +270,18 @@ async def test_snapshots_are_taken_every_n_events_by_the_book_and_a_failed_one_l
         assert 0 < tried <= (full.version - 20) // 5 + 1  # once per ``every`` events, not once per read
         for _ in range(3):
             assert state(book.rebuild(sid)) == state(full)
-        assert [s.originator_version for s in app.snapshots.store.get(session.id)] == [20]
+        assert [s.originator_version for s in app.snapshotter.store.get(session.id)] == [20]
         assert failures == tried
-        app.snapshots.store.put = put  # type: ignore[method-assign]
+        app.snapshotter.store.put = put  # type: ignore[method-assign]
         # Once ``every`` more events are recorded after the failed attempt, a rebuild tries again, and succeeds.
         for n in range(5):
-            await book.change(sid, lambda s, n=n: s.take_note(agent_session_id="a", note=f"late {n}", key=f"late{n}"))
+            def note(s: LoopSession, n: int = n) -> None:
+                s.take_note(agent_session_id="a", note=f"late {n}", key=f"late{n}")
+
+            await book.change(sid, note)
         full = load_as(app, LoopSession, session.id)
         assert state(book.rebuild(sid)) == state(full)
-        (latest,) = app.snapshots.store.get(session.id)
+        (latest,) = app.snapshotter.store.get(session.id)
         assert latest.originator_version > tried_at
     finally:
         await writer.stop()
@@ -292,7 +296,7 @@ def test_a_crash_between_the_events_and_their_snapshot_loses_nothing(store_env) 
         for step in steps[:9]:
             step(session)
             app.save(session)
-        app.snapshots.take(load_as(app, LoopSession, session.id))  # a snapshot at version 10
+        app.snapshotter.take(load_as(app, LoopSession, session.id))  # a snapshot at version 10
         for step in steps[9:]:  # then events, and the process dies before their snapshot
             step(session)
             app.save(session)
@@ -310,9 +314,9 @@ def test_a_crash_between_the_events_and_their_snapshot_loses_nothing(store_env) 
 
 def _rewrite_snapshot(app: WorkflowApplication, aggregate_id: UUID, change: Callable[[dict[str, Any]], None]) -> None:
     """Change the stored snapshot of one aggregate as an earlier version of the code would have written it."""
-    (snap,) = app.snapshots.store.get(aggregate_id)
+    (snap,) = app.snapshotter.store.get(aggregate_id)
     change(snap.state)
-    recorder = app.snapshots.store.recorder
+    recorder = app.snapshotter.store.recorder
     with recorder.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
         if "sqlite" in type(recorder).__module__:
             c.execute(f"DELETE FROM {recorder.events_table_name} WHERE originator_id=?", [aggregate_id.hex])
@@ -321,7 +325,7 @@ def _rewrite_snapshot(app: WorkflowApplication, aggregate_id: UUID, change: Call
 
             c.execute(SQL("DELETE FROM {}.{} WHERE originator_id = %s").format(
                 Identifier(recorder.datastore.schema), Identifier(recorder.events_table_name)), [aggregate_id])
-    app.snapshots.store.put([snap])
+    app.snapshotter.store.put([snap])
 
 
 @pytest.mark.parametrize(("name", "added"), [("workflow", "fix_rounds"), ("loop", "status")])
@@ -331,7 +335,7 @@ def test_a_snapshot_of_an_earlier_class_shape_falls_back_to_the_full_replay(stor
     try:
         kind, aggregate_id = record(app, name)
         full = load_as(app, kind, aggregate_id)
-        assert app.snapshots.take(full)
+        assert app.snapshotter.take(full)
 
         def earlier(snapshot_state: dict[str, Any]) -> None:
             # Taken before ``added`` existed: the attribute is missing and the shape is another.
@@ -350,7 +354,7 @@ def test_an_unreadable_snapshot_or_one_its_events_do_not_fit_falls_back(store_en
     try:
         kind, aggregate_id = record(app, "loop")
         full = load_as(app, kind, aggregate_id)
-        app.snapshots.take(load_as(app, kind, aggregate_id, version=5))
+        app.snapshotter.take(load_as(app, kind, aggregate_id, version=5))
 
         def moved(snapshot_state: dict[str, Any]) -> None:  # a struct class that no longer exists
             snapshot_state["state"]["branch"]["s"] = "autarch.services.orchestrator.loop.model:NoSuchClass"
@@ -361,7 +365,7 @@ def test_an_unreadable_snapshot_or_one_its_events_do_not_fit_falls_back(store_en
         def wrong(snapshot_state: dict[str, Any]) -> None:  # its state does not fit the events after it
             snapshot_state["state"]["iterations"] = []
 
-        app.snapshots.take(load_as(app, kind, aggregate_id, version=5))
+        app.snapshotter.take(load_as(app, kind, aggregate_id, version=5))
         _rewrite_snapshot(app, aggregate_id, wrong)
         assert state(app.load(kind, aggregate_id)) == state(full)
     finally:
@@ -409,7 +413,7 @@ def test_an_aggregate_that_cannot_be_snapshotted_is_replayed_in_full(tmp_path: P
     env = {"PERSISTENCE_MODULE": "autarch.runtime.sqlite_store", "SQLITE_DBNAME": str(tmp_path / "e.sqlite")}
     app = _app(env, every=1)
     try:
-        snapshots: Snapshots = app.snapshots
+        snapshots: Snapshots = app.snapshotter
         holder = Holder({"odd": object()})
         holder.collect_events()
         assert not snapshots.take(holder) and not snapshots.due(holder, 1)
@@ -429,7 +433,7 @@ def test_an_id_of_another_kind_is_not_found_without_replaying_or_reading_its_sna
     env = {"PERSISTENCE_MODULE": "autarch.runtime.sqlite_store", "SQLITE_DBNAME": str(path)}
     app = _app(env)
     kind, aggregate_id = record(app, name)
-    app.snapshots.take(load_as(app, kind, aggregate_id))
+    app.snapshotter.take(load_as(app, kind, aggregate_id))
     app.close()
     _rewrite_to_earlier_topics(path)  # the kind is read from the topic, as earlier versions stored it too
     app = _app(env)
@@ -443,8 +447,9 @@ def test_an_id_of_another_kind_is_not_found_without_replaying_or_reading_its_sna
             return rows(originator_id, **kwargs)
 
         app.recorder.select_event_rows = spy  # type: ignore[attr-defined]
-        app.snapshots.store.get = lambda *a, **k: replayed.append(a)  # type: ignore[method-assign]
-        for other in {Workflow, LoopSession, Swarm, Mailbox} - {kind}:
+        app.snapshotter.store.get = lambda *a, **k: replayed.append(a)  # type: ignore[method-assign]
+        others: set[type[Any]] = {Workflow, LoopSession, Swarm, Mailbox}
+        for other in others - {kind}:
             with pytest.raises(AggregateNotFoundError):
                 app.load(other, aggregate_id)
             with pytest.raises(AggregateNotFoundError):
@@ -458,7 +463,7 @@ def test_snapshots_of_a_long_lived_aggregate_are_spaced_in_proportion_to_its_len
     env = {"PERSISTENCE_MODULE": "autarch.runtime.sqlite_store", "SQLITE_DBNAME": str(tmp_path / "e.sqlite")}
     app = _app(env, every=100)
     try:
-        snapshots: Snapshots = app.snapshots
+        snapshots: Snapshots = app.snapshotter
         assert [snapshots.interval(v) for v in (1, 100, 1000, 1600, 5000, 50_000)] == [100, 100, 100, 128, 512, 4096]
         # One event saved at a time: how many snapshots a life of 20,000 events takes (about 8 per doubling).
         taken = [v for v in range(1, 20_001) if (v // snapshots.interval(v)) != ((v - 1) // snapshots.interval(v))]

@@ -493,6 +493,7 @@ class LoopSession(Aggregate):
 
 def progress_entry(it: Iteration) -> ProgressEntry:
     """An ended iteration's line of the session's progress log."""
+    assert it.signal is not None, "an ended iteration has its signal"
     return ProgressEntry(iteration=it.number, signal=it.signal, summary=it.output_summary or "",
                          commit_hash=it.commit_hash, turn_id=it.turn_id)
 
