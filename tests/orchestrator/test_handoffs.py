@@ -36,7 +36,7 @@ def test_a_workers_handoff_validates_and_names_its_runtime() -> None:
     doc = handoff_document(swarm, a, swarm.beads["b"], feature="x", tokens_used_pct=0.671, paused_at=AT)
     VALIDATOR.validate(doc)
     assert doc["owner_id"] == "worker-AmberFalcon"
-    assert doc["read_first"][-1] == ".pulse/handoffs/worker-AmberFalcon.json"
+    assert doc["read_first"] == [".pulse/handoffs/worker-AmberFalcon.json", ".pulse/beads/b.md"]
     assert doc["payload"]["runtime"]["runtime_nickname"] == "w1"
     assert doc["payload"]["context_snapshot"] == {"tokens_used_pct": 0.671, "last_bead_closed": "a"}
     assert doc["payload"]["verification_evidence_paths"] == ["history/x/verification/b.md"]
