@@ -234,6 +234,22 @@ async def test_bad_list_filters_are_400(gateway: Gateway, loops: StandInLoops, p
     assert loops.received == []
 
 
+async def test_show_asks_for_the_iterations_the_client_names(gateway: Gateway, loops: StandInLoops):
+    async with gateway.client() as http:
+        paged = await http.get(f"/api/pulse/{KNOWN}", params={"iterations_from": "201", "iterations_limit": "50"})
+    assert paged.status_code == 200
+    assert loops.received == [GetLoop(session_id=KNOWN, iterations_from=201, iterations_limit=50)]
+
+
+@pytest.mark.parametrize("params", [{"iterations_from": "0"}, {"iterations_from": "first"},
+                                    {"iterations_limit": "0"}, {"iterations_limit": "1001"}])
+async def test_bad_iteration_pages_are_400(gateway: Gateway, loops: StandInLoops, params: dict[str, str]):
+    async with gateway.client() as http:
+        reply = await http.get(f"/api/pulse/{KNOWN}", params=params)
+    assert_error(reply, 400, "bad_request")
+    assert loops.received == []
+
+
 @pytest.mark.parametrize("given", ["not-a-uuid", "7a000000", "7a000000-0000-4000-8000-00000000000g"])
 async def test_malformed_ids_are_404_and_send_nothing(gateway: Gateway, loops: StandInLoops, given: str):
     async with gateway.client() as http:

@@ -50,7 +50,7 @@ from ..application import WorkflowApplication
 from ..book import Book, ignore
 from ..writer import BatchedWriter
 from .model import LoopSession
-from .views import Made, summary_of, view_of
+from .views import Made, page_of, summary_of, view_of
 
 __all__ = ["LoopBook", "register_loops"]
 
@@ -136,7 +136,7 @@ class LoopBook:
                         cmd.project_path, cmd.goal, cmd.max_iterations):
                     raise ServiceFailure.conflict(f"loop session {cmd.session_id} already exists with other fields",
                                                   session_id=cmd.session_id)
-                return existing
+                return page_of(existing)
             if cmd.anchor_turn_id is not None:
                 await self._check_anchor(cmd.anchor_turn_id, cmd.project_path)
             branch_name = cmd.branch_name or f"autarch/loop-{cmd.session_id[:8]}"
@@ -202,7 +202,7 @@ class LoopBook:
         view = self.views.get(query.session_id)
         if view is None:
             raise ServiceFailure.not_found(f"no loop session {query.session_id}", session_id=query.session_id)
-        return view
+        return page_of(view, query.iterations_from, query.iterations_limit)
 
     async def list_loops(self, query: ListLoops) -> LoopList:
         items = [summary_of(v) for v in self.views.values() if query.status is None or v.status == query.status]
@@ -210,11 +210,11 @@ class LoopBook:
 
     async def pause_loop(self, cmd: PauseLoop) -> LoopView:
         session, _ = await self.change(cmd.session_id, LoopSession.request_pause)
-        return view_of(session)
+        return page_of(view_of(session))
 
     async def resume_loop(self, cmd: ResumeLoop) -> LoopView:
         session, _ = await self.change(cmd.session_id, lambda s: s.resume(cmd.message))
-        return view_of(session)
+        return page_of(view_of(session))
 
 
 
@@ -229,7 +229,7 @@ def register_loops(service: TypedService, book: LoopBook, abort: Abort | None = 
     async def abort_loop(cmd: AbortLoop) -> LoopView:
         if abort is None:
             raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive loop sessions")
-        return view_of(await abort(cmd.session_id, cmd.reason))
+        return page_of(view_of(await abort(cmd.session_id, cmd.reason)))
 
     service.endpoint("start_loop", StartLoop, book.start_loop)
     service.endpoint("get_loop", GetLoop, book.get_loop)

@@ -21,11 +21,18 @@ from autarch.contracts.events import (
     LoopResumed,
     LoopStarted,
 )
-from autarch.contracts.loops import IterationView, LoopSummary, LoopView, NotifyTarget, ProgressEntry
+from autarch.contracts.loops import (
+    ITERATIONS_PER_VIEW,
+    IterationView,
+    LoopSummary,
+    LoopView,
+    NotifyTarget,
+    ProgressEntry,
+)
 
 from .model import Iteration, LoopSession, progress_entry
 
-__all__ = ["Made", "loop_to_contract", "summary_of", "view_of"]
+__all__ = ["Made", "loop_to_contract", "page_of", "summary_of", "view_of"]
 
 
 def _time(value: str | None) -> datetime | None:
@@ -77,7 +84,17 @@ def view_of(session: LoopSession, made: Made | None = None) -> LoopView:
         status_reason=session.status_reason, pause_requested=session.pause_requested,
         worktree_path=session.branch.worktree_path if session.branch and not session.worktree_removed else None,
         max_tokens=session.max_tokens, max_cost_usd=session.max_cost_usd,
-        iterations=[view for _, view, _ in made])
+        iterations=[view for _, view, _ in made], iterations_total=len(made))
+
+
+def page_of(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> LoopView:
+    """What a reply carries of ``view``: ``limit`` iterations from number ``first`` on, or the latest ``limit``.
+    Everything else (status, progress log, totals) is the whole session's."""
+    total = len(view.iterations)
+    start = max(0, total - limit) if first is None else min(first - 1, total)
+    if start == 0 and total <= limit:
+        return view
+    return msgspec.structs.replace(view, iterations=view.iterations[start:start + limit])
 
 
 def summary_of(view: LoopView) -> LoopSummary:
