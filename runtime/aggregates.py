@@ -12,11 +12,11 @@ import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import CanMutateAggregate, DecoratedFuncCaller, DomainEvent, OriginatorVersionError
 from eventsourcing.domain import decorated_funcs as _decorated_funcs  # see load()
-from eventsourcing.persistence import ApplicationRecorder, JSONTranscoder, StoredEvent, Transcoder
+from eventsourcing.persistence import ApplicationRecorder, JSONTranscoder, Notification, StoredEvent, Transcoder
 from eventsourcing.utils import register_topic, resolve_topic
 
-__all__ = ["check_kind", "created_ids", "created_kind", "load", "load_as", "project", "recorded_as", "state_decoder",
-           "topic_of", "topics_of"]
+__all__ = ["check_kind", "created_events", "created_ids", "created_kind", "load", "load_as", "project", "recorded_as",
+           "state_decoder", "topic_of", "topics_of"]
 
 A = TypeVar("A")
 _Plan = tuple[Callable[..., None] | None, frozenset[str]]
@@ -203,11 +203,18 @@ def topics_of(event_class: type[DomainEvent]) -> list[str]:
 
 def created_ids(recorder: ApplicationRecorder, created_topics: Sequence[str], *, page: int = 1000) -> Iterator[str]:
     """Ids of every aggregate whose creation event has one of ``created_topics``, in creation order."""
+    for notification in created_events(recorder, created_topics, page=page):
+        yield str(notification.originator_id)
+
+
+def created_events(recorder: ApplicationRecorder, created_topics: Sequence[str], *,
+                   page: int = 1000) -> Iterator[Notification]:
+    """The creation event of every aggregate whose creation event has one of ``created_topics``, in creation
+    order (one read of the notification log, no aggregate rebuilt)."""
     start = 1
     while True:
         batch = recorder.select_notifications(start=start, limit=page, topics=list(created_topics))
-        for notification in batch:
-            yield str(notification.originator_id)
+        yield from batch
         if len(batch) < page:
             return
         start = batch[-1].id + 1

@@ -10,7 +10,7 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
 
 from autarch.contracts.workflows import CreateWorkflow
-from autarch.runtime.aggregates import created_ids, topics_of
+from autarch.runtime.aggregates import created_events, created_ids, topics_of
 from autarch.runtime.snapshots import DEFAULT_EVERY, Snapshots
 
 from .loop.model import LoopSession
@@ -91,9 +91,10 @@ class WorkflowApplication(Application[UUID]):
         return self.load(Swarm, swarm_id, version=version)
 
     def swarm_workflow_ids(self) -> Iterator[str]:
-        """The workflow of every recorded epic, in creation order."""
-        for swarm_id in created_ids(self.recorder, _SWARM_CREATED_TOPICS):
-            yield self.get_swarm_by_id(swarm_id).workflow_id
+        """The workflow of every recorded epic, in creation order, read from each epic's first event (a start-up
+        that keeps only its partition's epics does not rebuild everyone's)."""
+        for notification in created_events(self.recorder, _SWARM_CREATED_TOPICS):
+            yield self.mapper.to_domain_event(notification).workflow_id  # type: ignore[attr-defined]  # Started
 
     def get_mailbox(self, epic_id: str, *, version: int | None = None) -> Mailbox:
         """The coordination mail of one epic rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
