@@ -159,7 +159,7 @@ def _priority(text: str) -> int:
     return value
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     verb = epic_verbs(
         sub, "beads", help_text="an epic's beads: list, show, ranked ready work, create, depend, close (through the "
                                 "gateway)",

@@ -78,7 +78,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     contracts = sub.add_parser("contracts", help="the wire contracts")
     verbs = contracts.add_subparsers(dest="contracts_command", metavar="VERB")
     verbs.required = True

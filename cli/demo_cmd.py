@@ -503,7 +503,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return exc.exit_code
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
         "demo", help="run a whole workflow offline on a sample repository (no API key needed)",
         description="Create a sample git repository, start Autarch with the scripted model, and take the request "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +90,7 @@ class WorkflowEvents:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _follow(self) -> Iterator[dict[str, Any] | SseComment | StreamLost]:
+    def _follow(self) -> Generator[dict[str, Any] | SseComment | StreamLost]:
         import httpx
 
         lost_at: float | None = None  # when the current outage began

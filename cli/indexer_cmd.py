@@ -163,7 +163,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     index = sub.add_parser("index", help="index a git repository for semantic search (shows progress)")
     index.add_argument("path", help="the repository (any path inside it)")
     index.add_argument("--commit", help="index this commit's tree instead of the working tree")

@@ -229,7 +229,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     loop = sub.add_parser(
         "pulse", aliases=["loop"], help="start, inspect and steer loop sessions (Pulse Protocol, through the gateway)",
         description="Loop sessions: agents iterate on a goal unattended, one commit and one signal per iteration. "

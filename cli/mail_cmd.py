@@ -69,7 +69,7 @@ def cmd_show(client: GatewayClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     """Add ``autarch mail list`` and ``autarch mail show``."""
     verb = epic_verbs(
         sub, "mail", help_text="an epic's coordination mail: list, show (through the gateway)",

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "autarch.cli.beads_cmd",
     "autarch.cli.mail_cmd",
     "autarch.cli.mcp_server",
+    "autarch.cli.audit_cmd",
     "autarch.cli.ui_cmd",
 )
 """Modules that contribute subcommands, in the order ``--help`` lists them."""

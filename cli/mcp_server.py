@@ -180,7 +180,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "mcp", help="serve the loop-session and workflow verbs to MCP clients over stdio",
         description="An MCP server on stdin/stdout (add it to Claude Code with `claude mcp add autarch -- autarch "

@@ -13,7 +13,7 @@ from autarch.services.scripted_model.command import add_serve_arguments, serve_f
 __all__ = ["register"]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     model = sub.add_parser("model", help="model stand-ins for tests and offline demos")
     verbs = model.add_subparsers(dest="model_command", metavar="VERB")
     verbs.required = True

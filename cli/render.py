@@ -71,6 +71,7 @@ def parse_sse(lines: Iterable[str]) -> Iterator[SseMessage | SseComment]:
     Follows the HTML spec's rules: ``field: value`` lines (one leading space dropped), several ``data``
     lines joined with newlines, a blank line dispatches, a message without data is dropped.
     """
+    data: list[str]
     event, data, last_id = "", [], None
     for raw in lines:
         line = raw.rstrip("\r\n")
@@ -191,6 +192,8 @@ def halt_hint(workflow_id: str, reason: str) -> str:
         return f"{_CMD} answer {workflow_id} ANSWER..."
     if reason == "extension_requested":
         return f"{_CMD} approve-extension {workflow_id}"
+    if reason == "disk_full":
+        return f"goes on by itself once the path has room again (or: {_CMD} resume {workflow_id})"
     return f"{_CMD} resume {workflow_id} [--message TEXT]"
 
 

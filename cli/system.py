@@ -182,7 +182,7 @@ def _totals(answers: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
-    from autarch.gateway.health import partitions_served, ping_service, service_up
+    from autarch.gateway.health import partitions_served, ping_service, service_problems, service_up
     from autarch.runtime.bus import connect
 
     try:
@@ -195,7 +195,10 @@ async def _status(settings: Settings, services: list[str]) -> dict[str, Any]:
             # Every instance that answers within the window is counted (a status lists them all).
             found = await ping_service(nc, name, wait=0.5, enough=lambda _: False)
             instances = len(found)
-            entry: dict[str, Any] = {"ok": service_up(found), "instances": instances}
+            problems = service_problems(found)
+            entry: dict[str, Any] = {"ok": service_up(found) and not problems, "instances": instances}
+            if problems:
+                entry["problems"] = [{"kind": p.kind, "path": p.path, "message": p.message} for p in problems]
             count, served = partitions_served(found)
             if count > 1:
                 entry["partitions"] = {"count": count, "served": sorted(served)}
@@ -225,13 +228,20 @@ def cmd_status(args: argparse.Namespace) -> int:
             n = entry["instances"]
             parts = entry.get("partitions")
             served = f", partitions {len(parts['served'])}/{parts['count']}" if parts else ""
-            state = f"ok ({n} instance{'s' if n != 1 else ''}{served})" if entry["ok"] else f"DOWN{served}"
+            if entry["ok"]:
+                state = f"ok ({n} instance{'s' if n != 1 else ''}{served})"
+            elif entry.get("problems"):
+                state = f"DEGRADED ({n} instance{'s' if n != 1 else ''}{served})"
+            else:
+                state = f"DOWN{served}"
             extra = (
                 f"  requests {entry['requests']}, errors {entry['errors']}, avg {entry['average_ms']:.1f} ms"
                 if "requests" in entry
                 else ""
             )
             print(f"  {name:<13} {state}{extra}")
+            for problem in entry.get("problems", []):
+                print(f"  {'':<13} {problem['kind']}: {problem['path']}: {problem['message']}")
             if entry.get("errors") and entry.get("last_error"):
                 print(f"  {'':<13} last error: {entry['last_error'][:200]}")
     healthy = result["nats"] and all(e["ok"] for e in result["services"].values())
@@ -299,7 +309,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser("up", help="start NATS, every service and the gateway on this machine")
     _common(up, port=True)
     up.add_argument("--services", help="comma-separated subset of services to run (default: all installed)")

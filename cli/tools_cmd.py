@@ -100,7 +100,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     tools = sub.add_parser("tools", help="run one agent tool against a directory, or list a role's tools")
     tools_sub = tools.add_subparsers(dest="tools_command", metavar="SUBCOMMAND")
     tools_sub.required = True

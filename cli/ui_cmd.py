@@ -42,7 +42,7 @@ def _graphical() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     ui = sub.add_parser(
         "ui", help="open the web UI in a browser, signed in",
         description="Open the gateway's web UI with a one-time sign-in link: the browser gets a session cookie, "

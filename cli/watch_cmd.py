@@ -148,7 +148,7 @@ def cmd_watch(client: GatewayClient, args: argparse.Namespace) -> int:
                   reconnect_for=args.reconnect_for)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     watch = sub.add_parser(
         "watch", help="follow a workflow (or a loop session) live until it completes",
         description="Follow a workflow's events live: stages (k/5), approvals, sessions, tool calls, turns with "

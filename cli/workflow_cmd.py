@@ -43,7 +43,7 @@ def gateway_command(action: Action) -> Callable[[argparse.Namespace], int]:
     return handler
 
 
-def epic_verbs(sub: argparse._SubParsersAction, name: str, *, help_text: str,  # type: ignore[type-arg]
+def epic_verbs(sub: argparse._SubParsersAction, name: str, *, help_text: str,
                description: str) -> Callable[[str, Action, str], argparse.ArgumentParser]:
     """Add ``autarch <name>`` and return how to add its verbs, each of which takes an epic, ``--json`` and the
     gateway connection arguments (``autarch beads …``, ``autarch mail …``)."""
@@ -136,7 +136,7 @@ def _pulse_rows(artifacts: dict[str, Any]) -> list[str]:
 
 def is_bead_plan(artifacts: dict[str, Any]) -> bool:
     """Whether the workflow's plan is a bead plan (a pulse carries ``verify``): only then may it have an epic."""
-    plan = artifacts.get("plan") if isinstance(artifacts.get("plan"), dict) else {}
+    plan: dict[str, Any] = artifacts["plan"] if isinstance(artifacts.get("plan"), dict) else {}
     pulses = [*(artifacts.get("pulses") or []), *(plan.get("pulses") or [])]
     return any(isinstance(p, dict) and p.get("verify") for p in pulses)
 
@@ -232,12 +232,12 @@ def show_lines(view: dict[str, Any], artifacts: dict[str, Any], beads: dict[str,
         for comment in comments:
             add("", f"  {str(comment.get('comment_id', '?'))[:8]} {comment_summary(comment)}")
     for fix_round in artifacts.get("fix_rounds") or []:
-        pulses = ", ".join(f"{p.get('pulse_id')} {p.get('file_path') or '(no file)'}" for p in fix_round.get("pulses")
+        fixed = ", ".join(f"{p.get('pulse_id')} {p.get('file_path') or '(no file)'}" for p in fix_round.get("pulses")
                            or [])
         sent = len(fix_round.get("comment_ids") or [])
         add("fixes" if fix_round is artifacts["fix_rounds"][0] else "",
             printable(f"round {fix_round.get('round')}: {sent} comment{'s' if sent != 1 else ''} sent back → "
-                      f"{pulses}"))
+                      f"{fixed}"))
     counts = [f"{view.get(k, 0)} {k.removesuffix('_count').replace('_', ' ')}" for k in ("notes_count",
                                                                                           "baselines_count")]
     add("recorded", ", ".join(counts))
@@ -353,7 +353,7 @@ def _nonempty(text: str) -> str:
     return text
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     workflow = sub.add_parser(
         "workflow", help="create, inspect, approve and steer workflows (through the gateway)",
         description="Talk to the gateway `autarch up` runs. A workflow id may be shortened to a unique prefix.",

@@ -22,6 +22,9 @@ class ErrorCode:
     """No service answered (none running, or it is restarting)."""
     TIMEOUT = "timeout"
     """The service did not answer within the deadline."""
+    STORAGE_FULL = "storage_full"
+    """The service could not record the request: no space left where it writes (``details.path``); nothing was
+    recorded. Retried by the drivers once the path has room again; a client retries likewise."""
     INTERNAL = "internal"
     """A bug: the service failed unexpectedly; its log has the traceback."""
 

@@ -221,7 +221,8 @@ class WorkflowSessionAssigned(WorkflowEvent, tag="workflow:session_assigned", kw
 
 class WorkflowHalted(WorkflowEvent, tag="workflow:halted", kw_only=True):
     """Orchestration waits for a person: ``reason`` is ``unresolved_issues``, ``pulse_failed``, ``stopped``,
-    ``extension_requested``, ``questions`` or ``error``; ``details`` holds the questions, the request…"""
+    ``extension_requested``, ``questions``, ``error`` or ``disk_full`` (``details.path``: what could not be
+    written; it resumes by itself once that has room); ``details`` holds the questions, the request…"""
 
     stage: str
     reason: str
@@ -701,7 +702,7 @@ AnyEvent = (
 """The union every consumer decodes with."""
 
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.__struct_config__.tag: cls  # type: ignore[misc]
+    cls.__struct_config__.tag: cls  # type: ignore[attr-defined, misc]  # the tuple is typed `object`; each is a Struct
     for cls in (
         WorkflowCreated,
         WorkflowError,

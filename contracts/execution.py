@@ -38,7 +38,8 @@ Text = Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
 PulseStatus = Literal["proposed", "running", "succeeded", "failed", "stopped"]
 """Seed 000's lifecycle: Proposed → Running → Succeeded | Failed | Stopped."""
 
-HaltReason = Literal["unresolved_issues", "pulse_failed", "stopped", "extension_requested", "questions", "error"]
+HaltReason = Literal["unresolved_issues", "pulse_failed", "stopped", "extension_requested", "questions", "error",
+                     "disk_full"]
 """Why orchestration waits for a person:
 
 - ``unresolved_issues``: a pulse succeeded but declared ``unresolvedIssues`` (resume starts the next pulse);
@@ -47,7 +48,10 @@ HaltReason = Literal["unresolved_issues", "pulse_failed", "stopped", "extension_
 - ``extension_requested``: the agent asked for more time (approve the extension to continue);
 - ``questions``: the agent asked questions (answer them to continue);
 - ``error``: an agent turn failed (model API, budget) or a step could not be done; resume asks the same agent
-  (a running pulse's included) to carry on, or retries the step.
+  (a running pulse's included) to carry on, or retries the step;
+- ``disk_full``: a store, the event stream or the worktree could not be written for lack of space
+  (``details.path`` names it); the workflow carries on by itself once the path has room again (the interrupted
+  agent turn runs again from what was recorded, a failed step is retried), or on resume.
 """
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 import msgspec
 
 from .base import UUID_PATTERN
+from .storage import StorageProblem
 
 __all__ = [
     "BRANCH_NAME",
@@ -95,10 +96,14 @@ class SessionMessageBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     """Idempotency key: the same message id twice starts one turn."""
 
 
-class ServiceHealth(msgspec.Struct, kw_only=True):
+class ServiceHealth(msgspec.Struct, kw_only=True, omit_defaults=True):
     ok: bool
+    """An instance answers (every partition, when partitioned) and none reports a storage problem."""
     instances: int
     """How many instances answered ``$SRV.PING``."""
+    problems: list[StorageProblem] = []
+    """What the instances cannot write for lack of space; each is dropped once its path has room again (left out
+    of the answer when there is none)."""
 
 
 class Health(msgspec.Struct, kw_only=True):

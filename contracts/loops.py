@@ -186,8 +186,16 @@ class StartLoop(Command, kw_only=True):
     """The session's cost budget in US dollars at list prices; spent → the session blocks."""
 
 
+ITERATIONS_PER_VIEW = 100
+"""Iterations a session's view carries unless asked for others: the latest. A view of every iteration of a long
+session (each with its prompt and full output) outgrows a message (about 380 iterations of a real loop)."""
+
+
 class GetLoop(Query, kw_only=True):
     session_id: SessionId
+    iterations_from: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The first iteration (its number) the view carries; None: the latest ``iterations_limit``."""
+    iterations_limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = ITERATIONS_PER_VIEW
 
 
 class ListLoops(Query, kw_only=True):
@@ -295,6 +303,9 @@ class LoopView(Reply, kw_only=True):
     max_tokens: int | None = None
     max_cost_usd: float | None = None
     iterations: list[IterationView] = []
+    """The latest iterations (at most ``ITERATIONS_PER_VIEW``), or the page ``GetLoop`` asked for, in order."""
+    iterations_total: int = 0
+    """How many iterations the session has (``iterations`` may hold only some of them)."""
 
 
 class LoopSummary(msgspec.Struct, kw_only=True):

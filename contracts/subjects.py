@@ -34,6 +34,7 @@ __all__ = [
     "request",
     "routing_key",
     "service_of",
+    "storage",
     "workflow_events",
 ]
 
@@ -136,6 +137,15 @@ subscribes outside the queue group; only the one running the call answers."""
 def indexer_progress(project_id: str) -> str:
     """Core-NATS subject of one project's indexing progress events (``IndexProgress``)."""
     return f"autarch.indexer.progress.{project_id}"
+
+
+STORAGE_PREFIX = "autarch.storage"
+
+
+def storage(service: str) -> str:
+    """``autarch.storage.<service>``: the service's work waits for space, or goes on (``StorageNotice``, core
+    NATS; the orchestrator halts and resumes the workflows it names)."""
+    return f"{STORAGE_PREFIX}.{service}"
 
 
 HELD_PREFIX = "autarch.held"

@@ -10,7 +10,6 @@ from typing import Annotated
 from litestar import Litestar, Request, Response, get, post
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.params import FromPath, HeaderParameter, JSONBody, QueryParameter
 from litestar.response import ServerSentEvent
 from nats.aio.client import Client
@@ -34,7 +33,7 @@ from .health import check_health
 from .input_rules import MAX_SEQUENCE, check_resume_point, check_workflow_target, parse_sequence
 from .loop_routes import LOOP_ROUTES
 from .mail_routes import MAIL_ROUTES
-from .openapi import complete_allow_header, make_document_true
+from .openapi import complete_allow_header, truthful_render_plugins
 from .orchestrator_client import ask_orchestrator, nc_of
 from .params import bad_request, resolve_repo
 from .session_routes import SESSION_ROUTES
@@ -177,7 +176,7 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
             undo_signals()
             await close_quietly(app.state["nc"])
 
-    return make_document_true(Litestar(
+    return Litestar(
         route_handlers=[
             create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
             *SESSION_ROUTES, *LOOP_ROUTES, *BEAD_ROUTES, *MAIL_ROUTES, events, healthz, *UI_ROUTES,
@@ -194,6 +193,6 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
             "(see <data dir>/token) except on /healthz.",
             path="/schema",
             use_handler_docstrings=True,
-            render_plugins=[SwaggerRenderPlugin()],
+            render_plugins=truthful_render_plugins(),
         ),
-    ))
+    )

@@ -36,7 +36,7 @@ def token_guard(token: str):
             if sid is not None:
                 # A cookie rides along with any request the browser makes, another site's form included: only
                 # a page of ours knows the session's CSRF token.
-                if connection.scope["method"] not in SAFE_METHODS and not csrf_ok(
+                if connection.scope["method"] not in SAFE_METHODS and not csrf_ok(  # type: ignore[typeddict-item]  # no websocket route
                         token, sid, connection.headers.get(CSRF_HEADER)):
                     raise PermissionDeniedException(f"missing or wrong {CSRF_HEADER} header for a signed-in browser")
                 return

@@ -6,6 +6,7 @@ import logging
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException, ValidationException
+from litestar.types import ExceptionHandlersMap
 
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.runtime.errors import RemoteError
@@ -23,6 +24,7 @@ STATUS_OF = {
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.CONFLICT: 409,
     ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.STORAGE_FULL: 503,
     ErrorCode.TIMEOUT: 504,
     ErrorCode.INTERNAL: 500,
 }
@@ -68,7 +70,7 @@ def _unexpected(_: Request, exc: Exception) -> Response[ErrorReply]:
     return error_response(ErrorReply(code=ErrorCode.INTERNAL, message="internal error; see the gateway's log"), 500)
 
 
-EXCEPTION_HANDLERS = {
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     RemoteError: _remote,
     ValidationException: _validation,
     NotAuthorizedException: _http,

@@ -1,5 +1,8 @@
 """``/healthz``: NATS and each expected service, by ``$SRV.PING``.
 
+A service is degraded, though it answers, while an instance reports in its ``$SRV.PING`` metadata a path it cannot
+write for lack of space (``runtime/storage.py``); the health lists those problems.
+
 A service is up when one instance answers, except the orchestrator split in partitions: each of its instances
 says in its ``$SRV.PING`` metadata which partition it serves (``"partition": "k/P"``), and it is up only when
 every partition ``0 … P-1`` answers (each is served by one instance at a time, so one between two holders is
@@ -18,9 +21,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from autarch.contracts.http import Health, ServiceHealth
+from autarch.contracts.storage import StorageProblem
 from autarch.contracts.subjects import PARTITION_METADATA
+from autarch.runtime.storage import problems_in
 
-__all__ = ["check_health", "partitions_served", "ping_service", "service_up"]
+__all__ = ["check_health", "partitions_served", "ping_service", "service_problems", "service_up"]
 
 Answers = list[dict[str, Any]]
 
@@ -77,6 +82,15 @@ def service_up(answers: Answers) -> bool:
     return bool(answers)
 
 
+def service_problems(answers: Answers) -> list[StorageProblem]:
+    """The storage problems the instances report (``runtime/storage.py``), one per path."""
+    found: dict[str, StorageProblem] = {}
+    for answer in answers:
+        for problem in problems_in(answer.get("metadata")):
+            found.setdefault(problem.path, problem)
+    return list(found.values())
+
+
 async def check_health(nc: Client | None, services: list[str]) -> Health:
     if nc is None or not nc.is_connected:
         return Health(
@@ -85,7 +99,11 @@ async def check_health(nc: Client | None, services: list[str]) -> Health:
             services={name: ServiceHealth(ok=False, instances=0) for name in services},
         )
     found = await asyncio.gather(*(ping_service(nc, name, enough=service_up) for name in services))
-    result = {name: ServiceHealth(ok=service_up(answers), instances=len(answers))
-              for name, answers in zip(services, found, strict=True)}
+    result = {}
+    for name, answers in zip(services, found, strict=True):
+        # A service that cannot write for lack of space answers, but does not work: degraded until it has room.
+        problems = service_problems(answers)
+        result[name] = ServiceHealth(ok=service_up(answers) and not problems, instances=len(answers),
+                                     problems=problems)
     status = "ok" if all(s.ok for s in result.values()) else "degraded"
     return Health(status=status, nats=True, services=result)

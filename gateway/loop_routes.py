@@ -21,6 +21,7 @@ from litestar.params import FromPath, JSONBody, QueryParameter
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.git import GitErrorCode
 from autarch.contracts.loops import (
+    ITERATIONS_PER_VIEW,
     AbortLoop,
     AbortLoopBody,
     GetLoop,
@@ -96,13 +97,23 @@ async def start_pulse(state: State, data: JSONBody[StartLoopBody]) -> LoopView |
 
 @get("/api/pulse/{session_id:str}", summary="A loop session with its iterations", tags=["pulse"],
      responses=error_responses(404))
-async def get_pulse(session_id: FromPath[str], state: State) -> LoopView | Response[ErrorReply]:
-    """The session (status, current iteration, last signal, progress log, commits, tokens) and every iteration
-    (prompt, signal, output, commit, files, anchor, slice, tokens, cost)."""
+async def get_pulse(
+    session_id: FromPath[str],
+    state: State,
+    iterations_from: Annotated[int | None, QueryParameter(
+        ge=1, description="The first iteration (its number) to include; default: the latest ones")] = None,
+    iterations_limit: Annotated[int, QueryParameter(
+        ge=1, le=1000, description="How many iterations to include")] = ITERATIONS_PER_VIEW,
+) -> LoopView | Response[ErrorReply]:
+    """The session (status, current iteration, last signal, progress log, commits, tokens) and its iterations
+    (prompt, signal, output, commit, files, anchor, slice, tokens, cost): the latest 100 by default (a long
+    session's every iteration would not fit one reply), ``?iterations_from=N&iterations_limit=M`` for others;
+    ``iterations_total`` says how many there are."""
     sid = canonical_uuid(session_id)
     if sid is None:
         return _not_found(session_id)
-    return await _ask(state, "get_loop", GetLoop(session_id=sid), LoopView, idempotent=True)
+    query = GetLoop(session_id=sid, iterations_from=iterations_from, iterations_limit=iterations_limit)
+    return await _ask(state, "get_loop", query, LoopView, idempotent=True)
 
 
 @get("/api/pulse", summary="List loop sessions", tags=["pulse"], responses=error_responses(400))

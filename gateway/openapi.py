@@ -16,9 +16,9 @@ import pkgutil
 from typing import Any
 
 import msgspec
-from litestar import Litestar
-from litestar._openapi.plugin import OpenAPIPlugin
+from litestar import Litestar, Request
 from litestar.datastructures import MutableScopeHeaders
+from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin, SwaggerRenderPlugin
 from litestar.routes import HTTPRoute
 from litestar.types import Message, Scope
 
@@ -28,7 +28,7 @@ from autarch.contracts.errors import ErrorReply
 from .errors import WWW_AUTHENTICATE
 from .params import CHANNEL_ID
 
-__all__ = ["allowed_methods", "complete_allow_header", "make_document_true", "truthful_document"]
+__all__ = ["allowed_methods", "complete_allow_header", "truthful_document", "truthful_render_plugins"]
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$(?!\n)"
 """What the gateway takes as an id (hyphens optional, any case); anything else names nothing (404)."""
@@ -265,21 +265,44 @@ async def complete_allow_header(message: Message, scope: Scope) -> None:
         MutableScopeHeaders.from_message(message)["allow"] = allow
 
 
-class _TruthfulOpenAPIPlugin(OpenAPIPlugin):
-    """Litestar's OpenAPI plugin serving :func:`truthful_document` (same slots: swapped in place)."""
+class _TruthfulDocument:
+    """The corrected document of the generated one last given (Litestar generates it once per app)."""
 
-    __slots__ = ()
+    def __init__(self) -> None:
+        self._generated: dict[str, Any] | None = None
+        self._document: dict[str, Any] = {}
 
-    def provide_openapi_schema(self) -> dict[str, Any]:
-        if not self._openapi_schema:
-            self._openapi_schema = truthful_document(self.provide_openapi().to_schema(), self.app)
-        return self._openapi_schema
+    def of(self, generated: dict[str, Any], app: Litestar) -> dict[str, Any]:
+        if generated is not self._generated:
+            self._document, self._generated = truthful_document(generated, app), generated
+        return self._document
 
 
-def make_document_true(app: Litestar) -> Litestar:
-    """Make ``app`` serve the corrected document at ``/schema/openapi.json`` (and to its Swagger page)."""
-    plugin = app.plugins.get(OpenAPIPlugin)
-    # Litestar builds its plugin inside ``Litestar.__init__`` with no hook on the finished document;
-    # the subclass adds no state, so changing the instance's class is safe.
-    plugin.__class__ = _TruthfulOpenAPIPlugin
-    return app
+class _TruthfulSwagger(SwaggerRenderPlugin):
+    """The Swagger page, with the corrected document in it."""
+
+    def __init__(self, document: _TruthfulDocument) -> None:
+        super().__init__()
+        self._document = document
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+        return super().render(request, self._document.of(openapi_schema, request.app))
+
+
+class _TruthfulJson(JsonRenderPlugin):
+    """``/schema/openapi.json``: the corrected document."""
+
+    def __init__(self, document: _TruthfulDocument) -> None:
+        super().__init__()
+        self._document = document
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+        return super().render(request, self._document.of(openapi_schema, request.app))
+
+
+def truthful_render_plugins() -> list[OpenAPIRenderPlugin]:
+    """The render plugins of one app: its Swagger page (the default, first) and its JSON document, both serving
+    :func:`truthful_document` of what Litestar generated (Litestar's public render-plugin API; no hook sees the
+    document before them)."""
+    document = _TruthfulDocument()
+    return [_TruthfulSwagger(document), _TruthfulJson(document)]

@@ -133,7 +133,7 @@ class LiveEvents:
         loop = asyncio.get_running_loop()
         recorded = await fanout.join_recorded(self._recorded_subject(), self)
         deltas: DeltaFeed | None = None
-        stop: asyncio.Future[bool] | None = None
+        stop: asyncio.Future[Any] | None = None
         try:
             self._feed = recorded
             if self._after is None or self._after >= recorded.position:
@@ -262,7 +262,7 @@ class LiveEvents:
                     feed.attach(self)
                     self._catch_up = None
                     return
-                async with self._fanout.catch_ups:
+                async with self._fanout.catch_ups:  # type: ignore[union-attr]  # set when the stream started
                     mark = feed.position
                     reader = self._reader = StreamReader(self._nc, subject=feed.subject, after=self.last)
                     try:

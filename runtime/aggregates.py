@@ -5,17 +5,18 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import CanMutateAggregate, DecoratedFuncCaller, DomainEvent, OriginatorVersionError
 from eventsourcing.domain import decorated_funcs as _decorated_funcs  # see load()
-from eventsourcing.persistence import ApplicationRecorder, JSONTranscoder, StoredEvent, Transcoder
+from eventsourcing.persistence import ApplicationRecorder, JSONTranscoder, Notification, StoredEvent, Transcoder
 from eventsourcing.utils import register_topic, resolve_topic
 
-__all__ = ["created_ids", "load", "load_as", "project", "recorded_as", "state_decoder", "topic_of", "topics_of"]
+__all__ = ["check_kind", "created_events", "created_ids", "created_kind", "load", "load_as", "project", "recorded_as",
+           "state_decoder", "topic_of", "topics_of"]
 
 A = TypeVar("A")
 _Plan = tuple[Callable[..., None] | None, frozenset[str]]
@@ -36,8 +37,11 @@ def _plan(topic: str) -> _Plan:
     return plan
 
 
-def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = None) -> Any:
+def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = None, start: Any = None) -> Any:
     """The aggregate rebuilt from its events (up to ``version``): what ``app.repository.get`` returns.
+
+    ``start``: the aggregate as it was at some version (a snapshot's), which only the events after it are applied to
+    (it is changed in place and returned).
 
     A replay through the repository makes an event object per stored event and calls its ``mutate``, which
     calls ``apply``, which filters the event's attributes and calls the ``@event`` method: most of the time of
@@ -50,22 +54,23 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     mapper = app.mapper
     if mapper.cipher is not None or mapper.compressor is not None:
         return app.repository.get(aggregate_id, version=version, projector_func=project)
+    after = start.version if start is not None else None
     # runtime/sqlite_store.py's recorder reads plain rows; any other (PostgreSQL's) gives StoredEvents.
     select_rows = getattr(app.recorder, "select_event_rows", None)
     if select_rows is not None:
-        originator_id, rows = select_rows(aggregate_id, lte=version)
+        originator_id, rows = select_rows(aggregate_id, gt=after, lte=version)
     else:
-        stored_events = app.recorder.select_events(aggregate_id, lte=version)
+        stored_events = app.recorder.select_events(aggregate_id, gt=after, lte=version)
         originator_id = stored_events[0].originator_id if stored_events else aggregate_id
         rows = [(e.originator_version, e.topic, e.state) for e in stored_events]
     decode = state_decoder(mapper.transcoder)
-    aggregate: Any = None
+    aggregate: Any = start
     for originator_version, topic, state_bytes in rows:
         func, names = _plan(topic)
         if func is None or aggregate is None:
             stored = StoredEvent(originator_id=originator_id, originator_version=originator_version, topic=topic,
                                  state=state_bytes)
-            aggregate = mapper.to_domain_event(stored).mutate(aggregate)
+            aggregate = cast("CanMutateAggregate[Any]", mapper.to_domain_event(stored)).mutate(aggregate)
             continue
         if originator_version != aggregate.version + 1:
             raise OriginatorVersionError(originator_version, aggregate.version + 1)
@@ -78,9 +83,41 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     return aggregate
 
 
-def load_as(app: Application[Any], kind: type[A], aggregate_id: UUID, *, version: int | None = None) -> A:
+_KINDS: dict[str, type | None] = {}
+
+
+def created_kind(app: Application[Any], aggregate_id: UUID) -> type | None:
+    """The class of the aggregate ``aggregate_id`` names, read from its first event's topic alone (one indexed row,
+    nothing decoded); None when there is no such aggregate, or its created event is not a class of its own
+    aggregate class (``Aggregate.Created`` style: then only a rebuild tells)."""
+    stored = app.recorder.select_events(aggregate_id, lte=1, limit=1)
+    if not stored:
+        return None
+    topic = stored[0].topic
+    if topic not in _KINDS:
+        event_class = resolve_topic(topic)
+        owner: Any = sys.modules[event_class.__module__]
+        for name in event_class.__qualname__.split(".")[:-1]:
+            owner = getattr(owner, name, None)
+        _KINDS[topic] = owner if inspect.isclass(owner) else None
+    return _KINDS[topic]
+
+
+def check_kind(app: Application[Any], kind: type, aggregate_id: UUID) -> None:
+    """Raise ``AggregateNotFoundError`` when ``aggregate_id`` names an aggregate of another kind than ``kind``, before
+    anything is replayed: a driver asking every turn's id of its own book (a workflow's driver is handed the turns of
+    loop sessions too) must not rebuild a loop session of a thousand iterations to learn it is not a workflow."""
+    found = created_kind(app, aggregate_id)
+    if found is not None and not issubclass(found, kind):
+        raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} is a {found.__name__}, not a {kind.__name__}.")
+
+
+def load_as(app: Application[Any], kind: type[A], aggregate_id: UUID, *, version: int | None = None,
+            start: A | None = None) -> A:
     """:func:`load`, for an aggregate of ``kind``: an id of another kind (one store holds several) is not found."""
-    aggregate = load(app, aggregate_id, version=version)
+    if start is None:
+        check_kind(app, kind, aggregate_id)
+    aggregate = load(app, aggregate_id, version=version, start=start)
     if not isinstance(aggregate, kind):
         raise AggregateNotFoundError(f"Aggregate {aggregate_id!r} is not a {kind.__name__}.")
     return aggregate
@@ -166,11 +203,18 @@ def topics_of(event_class: type[DomainEvent]) -> list[str]:
 
 def created_ids(recorder: ApplicationRecorder, created_topics: Sequence[str], *, page: int = 1000) -> Iterator[str]:
     """Ids of every aggregate whose creation event has one of ``created_topics``, in creation order."""
+    for notification in created_events(recorder, created_topics, page=page):
+        yield str(notification.originator_id)
+
+
+def created_events(recorder: ApplicationRecorder, created_topics: Sequence[str], *,
+                   page: int = 1000) -> Iterator[Notification]:
+    """The creation event of every aggregate whose creation event has one of ``created_topics``, in creation
+    order (one read of the notification log, no aggregate rebuilt)."""
     start = 1
     while True:
         batch = recorder.select_notifications(start=start, limit=page, topics=list(created_topics))
-        for notification in batch:
-            yield str(notification.originator_id)
+        yield from batch
         if len(batch) < page:
             return
         start = batch[-1].id + 1

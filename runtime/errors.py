@@ -30,6 +30,11 @@ class ServiceFailure(Exception):
         return cls(ErrorCode.NOT_FOUND, message, details)
 
     @classmethod
+    def storage_full(cls, path: str, message: str) -> ServiceFailure:
+        """Nothing was recorded: ``path`` has no space left (``runtime/storage.py``)."""
+        return cls(ErrorCode.STORAGE_FULL, message, {"path": path})
+
+    @classmethod
     def conflict(cls, message: str, **details: Any) -> ServiceFailure:
         return cls(ErrorCode.CONFLICT, message, details)
 

@@ -40,6 +40,7 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 
 from .errors import ServiceFailure
 from .liveness import REQUEST_ID_HEADER, HeldRequests
+from .storage import STORAGE, STORAGE_METADATA, StorageFull, StorageState, storage_full
 
 __all__ = ["TypedService"]
 
@@ -54,6 +55,7 @@ _HTTP_LIKE = {
     ErrorCode.CONFLICT: "409",
     ErrorCode.TIMEOUT: "504",
     ErrorCode.UNAVAILABLE: "503",
+    ErrorCode.STORAGE_FULL: "503",
 }
 
 
@@ -102,6 +104,11 @@ class TypedService:
     _service: Service | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _held: HeldRequests | None = None
+    storage: StorageState = STORAGE
+    """The process's register of paths it cannot write for lack of space, shown in ``$SRV.PING`` metadata."""
+    _live_metadata: dict[str, str] = field(default_factory=dict)
+    _unlisten: Any = None
+    _watch: asyncio.Task[None] | None = None
 
     def endpoint(
         self,
@@ -123,6 +130,10 @@ class TypedService:
         return self.subject_of(verb) if self.subject_of is not None else subjects.request(self.name, verb)
 
     async def start(self) -> None:
+        # nats.micro builds every $SRV.PING/INFO answer from the metadata dict it was given, so the storage
+        # problems written into this same dict later show in the next answer (tests/unit/test_storage_health.py
+        # proves it against nats.micro).
+        self._live_metadata = {"host": socket.gethostname(), **self.metadata}
         self._service = await add_service(
             self.nc,
             ServiceConfig(
@@ -133,9 +144,11 @@ class TypedService:
                 stats_handler=self._stats,
                 # The host lets a readiness probe in this container tell its own instance from the others
                 # (runtime/probe.py): every instance answers the same $SRV.PING.<name>.
-                metadata={"host": socket.gethostname(), **self.metadata},
+                metadata=self._live_metadata,
             ),
         )
+        self._unlisten = self.storage.listen(self._show_storage)
+        self._watch = asyncio.create_task(self.storage.watch(), name=f"{self.name}-storage-watch")
         # Answering "which requests do you hold?" from the start: a request taken before the first question
         # must be claimed by it.
         self._held = HeldRequests(self._service.id)
@@ -150,7 +163,22 @@ class TypedService:
         """This instance's ``nats.micro`` id (as ``$SRV.PING`` reports it); None before :meth:`start`."""
         return self._service.id if self._service is not None else None
 
+    def _show_storage(self, _problems: object) -> None:
+        value = self.storage.metadata()
+        if value:
+            self._live_metadata[STORAGE_METADATA] = value
+        else:
+            self._live_metadata.pop(STORAGE_METADATA, None)
+
     async def stop(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self._held is not None:
             # First: requests cancelled below are answered by nobody, so their callers must stop seeing
             # them claimed and send them again (to another instance, or to this service once restarted).
@@ -211,6 +239,14 @@ class TypedService:
         return dispatch
 
 
+def _unwritable_file(exc: Exception) -> StorageFull | None:
+    """``exc`` as a lack of space at the file it names (an ``OSError`` with ``ENOSPC`` and a file name), or None."""
+    for link in (exc, exc.__cause__, exc.__context__):
+        if isinstance(link, OSError) and link.filename:
+            return storage_full(link, str(link.filename))
+    return None
+
+
 async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _Endpoint) -> str | None:
     """Handle and answer one request; the error it was answered with (``code: message``), if any."""
     reply: ErrorReply | None = None
@@ -222,9 +258,19 @@ async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _End
         body = encode(await ep.handler(payload))
     except ServiceFailure as failure:
         reply = failure.to_reply()
+    except StorageFull as full:
+        reply = ErrorReply(code=ErrorCode.STORAGE_FULL, message=str(full), details={"path": full.path})
     except Exception as exc:
-        log.exception("%s failed", ep.subject)
-        reply = ErrorReply(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+        unwritable = _unwritable_file(exc)
+        if unwritable is not None:
+            # A handler that met a full disk where it writes a file (a worktree, a record): the service says so in
+            # its health and its caller gets the typed error, whatever handler it was.
+            STORAGE.report(unwritable)
+            reply = ErrorReply(code=ErrorCode.STORAGE_FULL, message=str(unwritable),
+                               details={"path": unwritable.path})
+        else:
+            log.exception("%s failed", ep.subject)
+            reply = ErrorReply(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
     try:
         if reply is None:
             await request.respond(body)

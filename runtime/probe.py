@@ -77,7 +77,7 @@ async def probe(url: str, service: str, *, host: str, timeout: float = 2.0, acce
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox, cb=on_answer)
         await nc.publish(f"$SRV.PING.{service}", b"", reply=inbox)
-        await nc.flush(timeout=timeout)
+        await nc.flush(timeout=timeout)  # type: ignore[arg-type]  # nats-py says int; any number of seconds works
         try:
             await asyncio.wait_for(enough.wait(), timeout)
         except TimeoutError:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import api
 from nats.js.errors import NotFoundError
 
@@ -46,7 +47,7 @@ class PullConsumer:
         self.nc, self.stream, self.config, self.handle = nc, stream, config, handle
         self.batch, self.expires, self.heartbeat = batch, expires, heartbeat
         self._queue: asyncio.Queue[Msg] = asyncio.Queue()
-        self._sub: object | None = None
+        self._sub: Subscription | None = None
         self._inbox = ""
 
     async def start(self) -> None:
@@ -69,7 +70,7 @@ class PullConsumer:
         """Unsubscribe; messages received but not handled are not acknowledged, so JetStream hands them out again."""
         if self._sub is not None:
             with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()  # type: ignore[attr-defined]
+                await self._sub.unsubscribe()
             self._sub = None
 
     async def run(self) -> None:

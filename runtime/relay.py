@@ -11,6 +11,11 @@ Several processes writing one store run one relay at a time between them: see ``
 
 ``<store>`` names the store itself (the id of its first aggregate), so a fresh store on a
 stream that outlived an older one never has its events dropped as the older one's duplicates.
+
+Each message of a chained event also carries its link of the aggregate's hash chain (``Autarch-Aggregate``,
+``Autarch-Version``, ``Autarch-Digest``: ``runtime/chain.py``), so the stream witnesses the store's chain; after a
+round, at most once per ``checkpoint_interval``, and when it stops, the relay records a checkpoint of the chain
+heads it published.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,16 +34,28 @@ from nats.aio.client import Client
 
 from autarch.contracts.base import encode
 from autarch.contracts.events import Event, event_subject
+from autarch.contracts.subjects import EVENTS_STREAM
 
 from .cancel import cancel_and_wait
+from .chain import ChainedRecorder, record_checkpoint
 from .retry import RELAY_PUBLISH, retry
 from .sqlite_store import make_durable
+from .storage import STORAGE, StorageFull, storage_full
 
-__all__ = ["EventRelay"]
+__all__ = ["AGGREGATE", "DIGEST", "MSG_ID", "VERSION", "EventRelay", "store_id_of"]
 
 log = logging.getLogger(__name__)
 
 MSG_ID = "Nats-Msg-Id"
+AGGREGATE = "Autarch-Aggregate"
+VERSION = "Autarch-Version"
+DIGEST = "Autarch-Digest"
+
+
+def store_id_of(app: Application) -> str | None:
+    """The store's id in message ids: the first 12 hex digits of its first aggregate's id (None: empty store)."""
+    first = app.recorder.select_notifications(start=1, limit=1)
+    return first[0].originator_id.hex[:12] if first else None  # type: ignore[union-attr]  # our ids are UUIDs
 
 
 class _Stopped(Exception):
@@ -58,8 +76,16 @@ class EventRelay:
     """Notifications read and published per round."""
     poll_interval: float = 1.0
     """Seconds between polls when nobody calls :meth:`wake` (another process wrote events)."""
+    store_path: str = ""
+    """What a storage problem of the store names (a tracking write that found no space)."""
+    stream_path: str = ""
+    """The stream's files when on this machine (``storage.embedded_stream_dir``): a publish left unanswered while
+    they have no room is reported as the stream's lack of space."""
     on_published: Callable[[int], None] | None = None
     """Called with the last published notification id after each round (for metrics and tests)."""
+    checkpoint_interval: float = 60.0
+    """Least seconds between two checkpoints of the chain heads (0: after every round that published)."""
+    _last_checkpoint: float | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
     _tracking: TrackingRecorder | None = None
@@ -99,7 +125,13 @@ class EventRelay:
             await asyncio.wait_for(asyncio.shield(self._task), timeout)
         except TimeoutError:
             await cancel_and_wait([self._task])
+            self._task = None
+            return
         self._task = None
+        if self._published and isinstance(self.app.recorder, ChainedRecorder):
+            # The heads published since the last checkpoint, so a stopped system's log is covered to its end
+            # (record_checkpoint records nothing when nothing changed).
+            await asyncio.to_thread(self._checkpoint, self._published)
 
     def _recorder(self) -> TrackingRecorder:
         if self._tracking is None:
@@ -129,9 +161,21 @@ class EventRelay:
         self._wake.clear()
         try:
             return await self.publish_pending()
-        except Exception:
+        except Exception as exc:
             self._published = None  # a failed round (another relay's tracking write won, say): read it again
+            self._report(exc)
             raise
+
+    def _report(self, exc: Exception) -> None:
+        """Tell the process's storage register when the round failed for lack of space (the store's or the
+        stream's); the round is retried as any other, and its problem dropped once the path has room."""
+        from_nats = isinstance(exc, TimeoutError) or type(exc).__module__.startswith("nats")
+        path = (self.stream_path or f"JetStream stream {EVENTS_STREAM}") if from_nats else self.store_path
+        full = storage_full(exc, path)
+        if full is None and from_nats and self.stream_path and not STORAGE.has_room(self.stream_path):
+            full = StorageFull(self.stream_path, "the event stream's store is full: its writes go unanswered")
+        if full is not None:
+            STORAGE.report(full)
 
     async def _pause(self, delay: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -139,14 +183,32 @@ class EventRelay:
         if self._stopping:
             raise _Stopped
 
-    def _read_durable(self, start: int) -> list[Notification]:
-        """The next batch, on disk: read and synced in one trip to a worker thread (one hop, not two)."""
-        notifications = self.app.recorder.select_notifications(start=start, limit=self.batch)
+    def _read_durable(self, start: int) -> tuple[list[Notification], dict[int, tuple[str, int, bytes]]]:
+        """The next batch, on disk, with its chain links: read and synced in one trip to a worker thread."""
+        recorder = self.app.recorder
+        notifications = recorder.select_notifications(start=start, limit=self.batch)
+        links: dict[int, tuple[str, int, bytes]] = {}
         if notifications:
             # An SQLite store commits without fsync (runtime/sqlite_store.py): the batch goes to disk before
             # anyone can see it on the stream, so the stream never holds an event the store could lose.
             make_durable(self.app)
-        return list(notifications)
+            if isinstance(recorder, ChainedRecorder):
+                links = recorder.links_between(notifications[0].id, notifications[-1].id)
+        return list(notifications), links
+
+    def _checkpoint_due(self) -> bool:
+        return isinstance(self.app.recorder, ChainedRecorder) and (
+            self._last_checkpoint is None or time.monotonic() - self._last_checkpoint >= self.checkpoint_interval)
+
+    def _checkpoint(self, last: int) -> None:
+        recorder = self.app.recorder
+        assert isinstance(recorder, ChainedRecorder)
+        try:
+            record_checkpoint(recorder, last)
+        except Exception as exc:  # never holds publishing up: the next round records the heads it missed
+            log.warning("%s: could not record a checkpoint of the chain heads: %s", self.name, exc)
+            return
+        self._last_checkpoint = time.monotonic()
 
     async def publish_pending(self) -> int:
         """Publish one batch of unpublished notifications; returns how many were read."""
@@ -154,19 +216,21 @@ class EventRelay:
         if self._published is None:
             self._published = recorder.max_tracking_id(self.name) or 0
         start = self._published + 1
-        notifications = await asyncio.to_thread(self._read_durable, start)
+        notifications, links = await asyncio.to_thread(self._read_durable, start)
         if not notifications:
             return 0
         if self._store_id is None:
-            first = await asyncio.to_thread(self.app.recorder.select_notifications, start=1, limit=1)
-            self._store_id = first[0].originator_id.hex[:12]
+            self._store_id = await asyncio.to_thread(store_id_of, self.app)
         js = self.nc.jetstream()
         acks = []
         for notification in notifications:
-            contract = self.to_contract(self.app.mapper.to_domain_event(notification))
+            contract = self.to_contract(self.app.mapper.to_domain_event(notification))  # type: ignore[arg-type]  # ours are DomainEvents
             if contract is None:
                 continue
             headers = {MSG_ID: f"{self.app.name}:{self._store_id}:{notification.id}", "Autarch-Event": _tag(contract)}
+            link = links.get(notification.id)
+            if link is not None:
+                headers |= {AGGREGATE: link[0], VERSION: str(link[1]), DIGEST: link[2].hex()}
             # publish_async sends in order and returns the ack future: the stream keeps store order.
             acks.append(await js.publish_async(event_subject(contract), encode(contract), headers=headers))
         if acks:
@@ -174,6 +238,8 @@ class EventRelay:
         last = notifications[-1].id
         await asyncio.to_thread(recorder.insert_tracking, Tracking(application_name=self.name, notification_id=last))
         self._published = last
+        if self._checkpoint_due():  # checked here: most rounds need no trip to a thread for it
+            await asyncio.to_thread(self._checkpoint, last)
         if self.on_published is not None:
             self.on_published(last)
         return len(notifications)

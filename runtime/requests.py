@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-_error_decoder = decoder_for(ErrorReply)
+_error_decoder: msgspec.json.Decoder[ErrorReply] = decoder_for(ErrorReply)
 MAX_LOST = 3
 """Times an idempotent request is sent again after its instance went away before it gives up: a request
 that kills every instance it reaches (a poison request) must not crash-loop its service for ever."""

@@ -13,6 +13,7 @@ import ipaddress
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -36,8 +37,8 @@ __all__ = [
 ]
 
 
-def _default_data_dir(environ: dict[str, str] | None = None) -> str:
-    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+def _default_data_dir(environ: Mapping[str, str] | None = None) -> str:
+    environ = os.environ if environ is None else environ
     home = environ.get("HOME") or str(Path.home())
     base = environ.get("XDG_DATA_HOME") or str(Path(home) / ".local" / "share")
     return str(Path(base) / "autarch")
@@ -170,6 +171,10 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
     handoff_threshold: float = 0.65
     """Share of its context window past which a swarm worker stops after its current step and hands off to a
     fresh session (seed 002's 65 %)."""
+    snapshot_every: int = 100
+    """Events between two snapshots of one aggregate (a workflow, loop session, epic or mailbox; a long-lived one is
+    snapshotted every eighth of its events): a rebuild reads its last snapshot and the events after it rather than
+    its whole history (``runtime/snapshots.py``); 0 takes none and reads none."""
     swarm_workers: int = 0
     """Pulse workers a swarm runs at once; 0 picks the smaller of the plan's widest set of independent beads
     and twice the machine's cores (at most 8). Preflight's ``single-worker`` advice makes it 1."""
@@ -186,6 +191,8 @@ class OrchestratorSettings(CommonSettings, kw_only=True):
             raise SettingsError(f"loop_no_progress_limit must be 1 or more, got {self.loop_no_progress_limit}")
         if self.loop_memory_timeout <= 0:
             raise SettingsError(f"loop_memory_timeout must be positive, got {self.loop_memory_timeout}")
+        if self.snapshot_every < 0:
+            raise SettingsError(f"snapshot_every must be 0 (no snapshots) or more, got {self.snapshot_every}")
         if self.review_fix_rounds < 0:
             raise SettingsError(f"review_fix_rounds must be 0 (no fix rounds) or more, got {self.review_fix_rounds}")
 
@@ -448,7 +455,7 @@ S = TypeVar("S", bound=CommonSettings)
 def narrow(settings: CommonSettings, cls: type[S]) -> S:
     """``settings`` as ``cls``: the fields ``cls`` has, nothing else (the aggregate or a service's own view)."""
     if type(settings) is cls:
-        return settings  # type: ignore[return-value]
+        return settings
     return cls(**{f.name: getattr(settings, f.name) for f in msgspec.structs.fields(cls)})
 
 
@@ -492,7 +499,7 @@ def _to_env(self: CommonSettings) -> dict[str, str]:
 
 if TYPE_CHECKING:
 
-    class Settings(  # type: ignore[misc]
+    class Settings(
         OrchestratorSettings, AgentRunnerSettings, ToolsSettings, GitSettings, IndexerSettings, GatewaySettings,
         NotifierSettings,
     ):

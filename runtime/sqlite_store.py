@@ -14,6 +14,7 @@ Select it with ``PERSISTENCE_MODULE=autarch.runtime.sqlite_store`` (what :mod:`.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -22,6 +23,8 @@ from uuid import UUID
 from eventsourcing import sqlite as es_sqlite
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
+
+from . import chain
 
 __all__ = ["MODULE", "SYNCHRONOUS_ENV", "ApplicationRecorder", "EventRows", "Factory", "commits_inline", "make_durable"]
 
@@ -40,11 +43,106 @@ class EventRows(NamedTuple):
 
 
 class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
-    """eventsourcing's recorder, reading one aggregate's events faster.
+    """eventsourcing's recorder, reading one aggregate's events faster and chaining every event it records.
 
     Every row of an aggregate has the same originator id: it is converted to a UUID once, not once per
     event (with 100,000 events that conversion was a fifth of a replay), and rows are read as plain tuples.
+
+    Each event's link of the hash chain (``runtime/chain.py``) is a column of its own row (``digest``, added to a
+    store made before chaining; NULL for the events recorded then): inserted with the event, in one statement, it
+    costs a hash and 32 bytes. A table of links beside the events cost a third more per single-event commit (one
+    more B-tree page written to the log each time). Checkpoints of the chain heads go to
+    ``<events table>_checkpoints``.
     """
+
+    def __init__(self, datastore: es_sqlite.SQLiteDatastore, events_table_name: str = "stored_events") -> None:
+        self.checkpoints_table_name = f"{events_table_name}_checkpoints"
+        super().__init__(datastore, events_table_name)
+        self.insert_chained_statement = (f"INSERT INTO {self.events_table_name} "
+                                         "(originator_id, originator_version, topic, state, digest) VALUES (?,?,?,?,?)")
+        self._chainer = chain.Chainer(self._read_link)
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [
+            *super().construct_create_table_statements(),
+            f"CREATE TABLE IF NOT EXISTS {self.checkpoints_table_name} (seq INTEGER PRIMARY KEY, "
+            "payload TEXT NOT NULL, prev BLOB NOT NULL, digest BLOB NOT NULL)",
+        ]
+
+    def _create_table(self, c: Any) -> None:
+        super()._create_table(c)
+        c.execute(f"PRAGMA table_info({self.events_table_name})")
+        if "digest" not in {row[1] for row in c.fetchall()}:
+            # A store from before chaining: its events keep a NULL link (reported unchained), new ones get theirs.
+            try:
+                c.execute(f"ALTER TABLE {self.events_table_name} ADD COLUMN digest BLOB")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another process added it first
+                    raise
+
+    @staticmethod
+    def _key(originator_id: UUID | str) -> str:
+        return originator_id.hex if isinstance(originator_id, UUID) else originator_id
+
+    def _read_link(self, c: Any, originator_id: UUID | str, version: int) -> bytes | None:
+        c.execute(f"SELECT digest FROM {self.events_table_name} WHERE originator_id=? AND originator_version=?",
+                  (self._key(originator_id), version))
+        row = c.fetchone()
+        return bytes(row[0]) if row and row[0] is not None else None
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
+        notification_ids = []
+        with self.datastore.transaction(commit=True) as c:
+            links, pending = self._chainer.links(c, stored_events)
+            for event, (_, _, digest) in zip(stored_events, links, strict=True):
+                c.execute(self.insert_chained_statement, (self._key(event.originator_id), event.originator_version,
+                                                          event.topic, event.state, digest))
+                notification_ids.append(c.lastrowid)
+        # Only a committed insert moves the kept heads (a rolled-back one leaves them as they were).
+        self._chainer.committed(pending)
+        return notification_ids
+
+    def chain_of(self, originator_id: UUID | str) -> dict[int, bytes]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT originator_version, digest FROM {self.events_table_name} WHERE originator_id=? "
+                      "AND digest IS NOT NULL", (self._key(originator_id),))
+            return {int(version): bytes(digest) for version, digest in c.fetchall()}
+
+    def chained_ids(self) -> list[str]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT DISTINCT originator_id FROM {self.events_table_name}")
+            return sorted(chain.id_text(self.convert_originator_id(row[0])) for row in c.fetchall())
+
+    def links_between(self, first: int, last: int) -> dict[int, tuple[str, int, bytes]]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT rowid, originator_id, originator_version, digest FROM {self.events_table_name} "
+                      "WHERE rowid>=? AND rowid<=? AND digest IS NOT NULL", (first, last))
+            return {int(nid): (chain.id_text(self.convert_originator_id(oid)), int(version), bytes(digest))
+                    for nid, oid, version, digest in c.fetchall()}
+
+    def heads_between(self, after: int, upto: int) -> dict[str, tuple[int, str]]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT h.originator_id, h.v, k.digest FROM (SELECT originator_id, MAX(originator_version) v "
+                      f"FROM {self.events_table_name} WHERE rowid>? AND rowid<=? GROUP BY originator_id) h "
+                      f"JOIN {self.events_table_name} k ON k.originator_id=h.originator_id "
+                      "AND k.originator_version=h.v", (after, upto))
+            return chain.heads_of(c.fetchall(), self.convert_originator_id)
+
+    def checkpoints(self) -> list[chain.Checkpoint]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT seq, payload, prev, digest FROM {self.checkpoints_table_name} ORDER BY seq")
+            return [chain.checkpoint_from_row(*row) for row in c.fetchall()]
+
+    def last_checkpoint(self) -> chain.Checkpoint | None:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT seq, payload, prev, digest FROM {self.checkpoints_table_name} ORDER BY seq DESC LIMIT 1")
+            row = c.fetchone()
+            return chain.checkpoint_from_row(*row) if row else None
+
+    def insert_checkpoint(self, checkpoint: chain.Checkpoint) -> None:
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(f"INSERT INTO {self.checkpoints_table_name} VALUES (?,?,?,?)",
+                      (checkpoint.seq, checkpoint.payload().decode(), checkpoint.prev, checkpoint.digest))
 
     def select_events(self, originator_id: UUID | str, *, gt: int | None = None, lte: int | None = None,
                       desc: bool = False, limit: int | None = None) -> Sequence[StoredEvent]:

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 def ensure_postgres_schema(url: str) -> None:
     """Create the ``?schema=`` of ``url`` if it does not exist (eventsourcing creates tables, not schemas)."""
     parsed = urlparse(url)
-    schema = (parse_qs(parsed.query).get("schema") or [None])[0]
+    schema = (parse_qs(parsed.query).get("schema") or [""])[0]
     if not schema:
         return
     import psycopg

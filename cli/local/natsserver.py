@@ -249,7 +249,7 @@ class EmbeddedNats:
             return await asyncio.to_thread(process.wait)
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+        loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))  # type: ignore[func-returns-value]  # a callback's value is dropped
         try:
             if process.poll() is None:
                 await exited

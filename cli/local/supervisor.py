@@ -35,6 +35,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from autarch.runtime.retry import SUPERVISOR_RESTART, Backoff
 from autarch.runtime.settings import Settings
 from autarch.runtime.startup import CANNOT_START
 
+from .nats_space import restart_after_full_disk
 from .natsserver import EmbeddedNats, die_with_parent, local_cluster
 from .ports import ensure_free
 from .system_lock import SystemLock
@@ -272,6 +274,11 @@ class Supervisor:
             if self.nats is not None:
                 watchers.append(asyncio.create_task(self._watch_nats(self.nats)))
             watchers += [asyncio.create_task(self._watch_nats(node)) for node in self.nodes]
+            # A stream that failed a write for lack of space is writable again only after its server restarts.
+            for server in ([self.nats] if self.nats is not None else []) + list(self.nodes):
+                watchers.append(asyncio.create_task(restart_after_full_disk(
+                    server.data_dir / "jetstream", server.data_dir / "nats-server.log",
+                    restart=self._nats_restarter(server))))
             await self._stop.wait()
             log.info("stopping")
             await cancel_and_wait(watchers)
@@ -332,6 +339,14 @@ class Supervisor:
             child.restarts += 1
             await child.spawn()
             self._write_run_file()
+
+    @staticmethod
+    def _nats_restarter(nats: EmbeddedNats) -> Callable[[], Awaitable[None]]:
+        async def restart() -> None:
+            # Stopped here, started again by _watch_nats as after any exit (same port, same store).
+            if nats.process is not None and nats.process.poll() is None:
+                nats.process.terminate()
+        return restart
 
     async def _watch_nats(self, nats: EmbeddedNats) -> None:
         """Restart the embedded nats-server when it dies: same port and store, so no client is reconfigured."""

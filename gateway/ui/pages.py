@@ -26,6 +26,7 @@ from litestar.enums import MediaType
 from litestar.params import FromPath
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
+from litestar.types import ControllerRouterHandler
 from nats.errors import Error as NatsError
 
 from autarch.contracts import subjects
@@ -50,7 +51,7 @@ __all__ = ["UI_ROUTES"]
 
 STATIC = Path(__file__).parent / "static"
 
-_PAGE = {"include_in_schema": False, "opt": NO_AUTH}
+_PAGE: dict[str, Any] = {"include_in_schema": False, "opt": NO_AUTH}
 
 _HEADERS = {
     # Scripts and styles from our own origin only: a card's text can never become code.
@@ -296,7 +297,7 @@ async def session_page(request: Request, state: State, session_id: FromPath[str]
                  {"page": "session", "since": since, "sessions": shown, "hidden_turns": hidden}, csrf=csrf)
 
 
-UI_ROUTES = [
+UI_ROUTES: list[ControllerRouterHandler] = [
     login, logout, workflows_page, workflow_page, loops_page, channels_page, session_page,
     create_static_files_router(path="/ui/static", directories=[STATIC], include_in_schema=False, opt=NO_AUTH,
                                name="ui-static"),

@@ -133,4 +133,4 @@ def csrf_token(token: str, sid: str) -> str:
 
 
 def csrf_ok(token: str, sid: str, given: str | None) -> bool:
-    return bool(given) and hmac.compare_digest(given.encode(), csrf_token(token, sid).encode())
+    return bool(given and hmac.compare_digest(given.encode(), csrf_token(token, sid).encode()))

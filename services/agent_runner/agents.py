@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,11 +111,12 @@ class AgentRegistry:
 
     def __init__(self, *, settings: AgentRunnerSettings) -> None:
         models = {**DEFAULT_MODELS, **parse_models(settings.agent_models)}
-        self._agents = {role: _build(role, models[role], thinking=settings.agent_thinking) for role in ROLES}
+        self._agents: dict[str, AgentConfig] = {
+            role: _build(role, models[role], thinking=settings.agent_thinking) for role in ROLES}
 
     def get(self, role: str) -> AgentConfig:
         """The agent of ``role`` (KeyError for an unknown role)."""
         return self._agents[role]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[AgentConfig]:
         return iter(self._agents.values())

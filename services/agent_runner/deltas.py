@@ -10,6 +10,7 @@ what it holds of that kind for the current reply before appending this delta's t
 from __future__ import annotations
 
 import logging
+from typing import Literal
 
 import msgspec
 from nats.aio.client import Client
@@ -42,7 +43,8 @@ class DeltaPublisher:
         """
         if not text and not restart:
             return
-        kind = "turn:thought_delta" if is_thinking else "turn:message_delta"
+        kind: Literal["turn:thought_delta", "turn:message_delta"] = ("turn:thought_delta" if is_thinking
+                                                                     else "turn:message_delta")
         payload = _encode(TurnDelta(type=kind, session_id=self._session_id, turn_id=self._turn_id, text=text,
                                      workflow_id=self._workflow_id, step=step, restart=restart))
         try:

@@ -8,7 +8,7 @@ everything a restarted runner needs to carry a turn on is in them, and nothing e
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
 import msgspec
@@ -108,6 +108,17 @@ class Turn(msgspec.Struct, kw_only=True):
 
 class Session(Aggregate):
     """An agent session of one role, tied to a workflow stage or a channel."""
+
+    if TYPE_CHECKING:
+        # The event classes the @event decorators below create when the class is built (mypy cannot see them).
+        Started: ClassVar[type[Any]]
+        TurnStarted: ClassVar[type[Any]]
+        BlockRejected: ClassVar[type[Any]]
+        ToolStarted: ClassVar[type[Any]]
+        ToolCompleted: ClassVar[type[Any]]
+        TurnCompleted: ClassVar[type[Any]]
+        ErrorRecorded: ClassVar[type[Any]]
+        Closed: ClassVar[type[Any]]
 
     @staticmethod
     def create_id(session_id: str, **_: object) -> UUID:

@@ -37,10 +37,12 @@ class RelayThread:
     """A :class:`PacedRelay` running on its own thread; its methods are called from the runner's loop."""
 
     def __init__(self, *, app: Application, nc: Client, workflow_of: Callable[[str], str | None],
-                 **pacing: float) -> None:
-        """``pacing``: :class:`PacedRelay`'s ``interval`` and ``poll_interval`` when not the defaults (tests)."""
+                 store_path: str = "", stream_path: str = "", **pacing: float) -> None:
+        """``pacing``: :class:`PacedRelay`'s ``interval`` and ``poll_interval`` when not the defaults (tests);
+        ``store_path``, ``stream_path``: what the relay's storage problems name (``EventRelay``)."""
         self._app = app
-        self._pacing = pacing
+        self._paths: dict[str, Any] = {"store_path": store_path, "stream_path": stream_path}
+        self._pacing: dict[str, Any] = pacing
         # The runner's connection names the servers (a cluster's list included); the relay opens its own to them.
         self._servers = ",".join(uri.geturl() for uri in nc.servers)
         self._mapper = ContractMapper(workflow_of=workflow_of)
@@ -70,7 +72,8 @@ class RelayThread:
 
         async def open_relay() -> None:
             self._nc = await connect(self._servers, name="autarch-agent_runner-relay")
-            self.relay = PacedRelay(app=self._app, nc=self._nc, to_contract=self._mapper, **self._pacing)
+            self.relay = PacedRelay(app=self._app, nc=self._nc, to_contract=self._mapper, **self._paths,
+                                    **self._pacing)
             self.relay.start()
 
         try:

@@ -21,6 +21,7 @@ import msgspec
 from eventsourcing.persistence import IntegrityError
 from nats.aio.client import Client
 
+from autarch.contracts import subjects
 from autarch.contracts.agents import (
     GetSession,
     ListSessions,
@@ -32,13 +33,16 @@ from autarch.contracts.agents import (
     StopSession,
     TurnAccepted,
 )
+from autarch.contracts.base import encode
+from autarch.contracts.storage import StorageNotice, StorageProblem
 from autarch.runtime import sqlite_store
 from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.errors import ServiceFailure
-from autarch.runtime.eventstore import describe_store, event_store_env
+from autarch.runtime.eventstore import describe_store, event_store_env, store_path
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import AgentRunnerSettings, narrow
+from autarch.runtime.storage import STORAGE, StorageFull, StorageState, embedded_stream_dir, storage_full
 
 from .agents import AgentConfig, AgentRegistry
 from .application import SessionApplication
@@ -56,19 +60,36 @@ __all__ = ["AgentRunner", "open_runner", "start"]
 
 log = logging.getLogger("agent_runner")
 
+NOTICE_EVERY = 5.0
+"""Seconds between repeats of a storage notice while a turn waits for space (an orchestrator that restarted in
+the meantime hears it too)."""
+
 
 class AgentRunner:
     """Every session of this process, the task of each running turn, and the session commands."""
 
     def __init__(self, *, nc: Client, app: SessionApplication, settings: AgentRunnerSettings, model: ModelClient,
-                 after_save: Callable[[Session], None] | None = None, inline_writes: bool = False) -> None:
+                 after_save: Callable[[Session], None] | None = None, inline_writes: bool = False,
+                 on_model_wait: Callable[[], None] | None = None, store_path: str = "",
+                 storage: StorageState = STORAGE) -> None:
         self.app = app
+        self.nc = nc
+        self.store_path = store_path
+        """What a storage problem of the store names (its SQLite file)."""
+        self.storage = storage
+        self._stalled: dict[str, str] = {}
+        """Sessions whose turn waits for space: the path each waits for."""
+        self._later: set[asyncio.Task[None]] = set()
+        """Stops waiting for space to be recorded (cancelled at shutdown: the next process sees the turn running)."""
         self._inline_writes = inline_writes
         self.settings = settings
         self.registry = AgentRegistry(settings=settings)
         self.budget = WorkflowBudget(token_limit=settings.workflow_token_budget,
                                      cost_limit=settings.workflow_cost_budget)
-        self.deps = RunnerDeps(nc=nc, model=model, budget=self.budget, settings=settings, save=self.save)
+        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0),
+                             orchestrator_partitions=settings.orchestrator_partitions)
+        self.deps = RunnerDeps(nc=nc, model=model, budget=self.budget, settings=settings, save=self.save,
+                               before_model=self.mail.deliver, on_model_wait=on_model_wait)
         self.sessions: dict[str, Session] = {}
         self._after_save = after_save
         self._running: dict[str, tuple[asyncio.Task[None], TurnLoop]] = {}
@@ -77,9 +98,6 @@ class AgentRunner:
         self._shutting_down = False
         self.leases: LeaseTable | None = None
         """The swarm's lease table: a turn of a lease holder's session renews the holder's leases in it."""
-        self.mail = MailPush(nc=nc, save=self.save, timeout=min(settings.request_timeout, 5.0),
-                             orchestrator_partitions=settings.orchestrator_partitions)
-        self.deps.before_model = self.mail.deliver
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -107,13 +125,35 @@ class AgentRunner:
     async def shutdown(self) -> None:
         """Stop every turn task without recording anything: the next process resumes them."""
         self._shutting_down = True
-        tasks = [task for task, _ in self._running.values()]
+        tasks = [task for task, _ in self._running.values()] + list(self._later)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def save(self, session: Session) -> None:
-        """Durably record ``session``'s pending events (finishes the write even if the caller is cancelled)."""
+        """Durably record ``session``'s pending events (finishes the write even if the caller is cancelled).
+
+        Raises :class:`StorageFull` (and reports it) when the store has no space left: nothing was recorded, and
+        ``session`` holds events the store does not (:meth:`_reload` takes it back to what was recorded).
+        """
+        try:
+            await self._save(session)
+        except StorageFull:
+            raise
+        except Exception as exc:
+            full = storage_full(exc, self.store_path)
+            if full is None:
+                raise
+            self.storage.report(full)
+            raise full from exc
+
+    async def _reload(self, session_id: str) -> Session:
+        """The session as recorded: the changes a failed save left in memory are dropped (reading needs no space)."""
+        stored = await asyncio.to_thread(self.app.get_session, session_id)
+        self.sessions[session_id] = stored
+        return stored
+
+    async def _save(self, session: Session) -> None:
         if self._inline_writes:
             # An embedded SQLite commit (WAL, synchronous=NORMAL) takes ~0.1 ms: less than a hop to a
             # worker thread and back, so it is done right here. A networked store goes to a thread.
@@ -153,6 +193,8 @@ class AgentRunner:
                                message_id=None, stage_notes=None, at=datetime.now(UTC))
             try:
                 await self.save(session)
+            except StorageFull as full:
+                raise ServiceFailure.storage_full(full.path, str(full)) from None
             except IntegrityError:
                 # The store has this session although this process does not: an earlier try's commit went
                 # through but its answer was lost (a connection cut at the commit), or another runner started it
@@ -185,7 +227,11 @@ class AgentRunner:
             session.start_turn(turn_id=turn_id, index=len(session.turns), text=command.text,
                                notes=[*stage_notes, *session.session_notes()], message_id=command.message_id,
                                stage_notes=command.notes, at=datetime.now(UTC))
-            await self.save(session)
+            try:
+                await self.save(session)
+            except StorageFull as full:
+                await self._reload(sid)
+                raise ServiceFailure.storage_full(full.path, str(full)) from None
             self._spawn(session)
             return TurnAccepted(session_id=sid, turn_id=turn_id)
 
@@ -203,9 +249,20 @@ class AgentRunner:
                 task.cancel(msg=STOP_TURN)
                 # The task stops its tool call, then records turn:completed (cancelled) before it ends; wait.
                 await asyncio.gather(task, return_exceptions=True)
+                if loop.unrecorded_stop is not None:
+                    # Not recorded for lack of space: the session is what the store holds (the turn running), and
+                    # the stop is recorded once there is room (_drive); the caller hears it now.
+                    full = loop.unrecorded_stop
+                    await self._reload(sid)
+                    raise ServiceFailure.storage_full(
+                        full.path, f"the stop is recorded once there is room: {full}")
             if command.close and not session.closed:
                 session.close(reason=command.reason)
-                await self.save(session)
+                try:
+                    await self.save(session)
+                except StorageFull as full:
+                    await self._reload(sid)
+                    raise ServiceFailure.storage_full(full.path, str(full)) from None
                 await self.mail.unwatch(session)
             return SessionStopped(session_id=sid, turn_id=turn_id, closed=session.closed)
 
@@ -258,12 +315,93 @@ class AgentRunner:
     async def _drive(self, loop: TurnLoop) -> None:
         session = loop.session
         try:
-            await self.mail.watch(session)
-            async with renewing_leases(self.leases, scope=session.workflow_id, holder=session.lease_holder,
-                                       ttl=self.settings.lease_ttl):
-                await loop.run(record_cancel=lambda: not self._shutting_down)
+            try:
+                await self.mail.watch(session)
+                async with renewing_leases(self.leases, scope=session.workflow_id, holder=session.lease_holder,
+                                           ttl=self.settings.lease_ttl):
+                    await loop.run(record_cancel=lambda: not self._shutting_down)
+            except StorageFull as full:
+                try:
+                    await self._retry_when_room(session, full)
+                except asyncio.CancelledError:
+                    if not self._shutting_down:
+                        # Stopped while it waited for room: the stop is recorded once there is room, as the
+                        # turn's own would have been.
+                        loop.unrecorded_stop = full
+                    raise
         except asyncio.CancelledError:
-            pass
+            if loop.unrecorded_stop is not None and not self._shutting_down:
+                later = asyncio.create_task(self._stop_when_room(loop, loop.unrecorded_stop))
+                self._later.add(later)
+                later.add_done_callback(self._later.discard)
+
+    async def _wait_for_room(self, session: Session, full: StorageFull) -> None:
+        """Wait until ``full.path`` has room, telling the orchestrator meanwhile which workflow waits for it."""
+        sid = str(session.id)
+        self._stalled[sid] = full.path
+        self.storage.report(full)  # its own store's (reported already), or the tools service's that it waits for
+        try:
+            while not self.storage.has_room(full.path):
+                await self._notify(full.path, full.problem)
+                for _ in range(max(1, round(NOTICE_EVERY / self.storage.interval))):
+                    if self.storage.has_room(full.path):
+                        break
+                    await asyncio.sleep(self.storage.interval)
+            self.storage.clear(full.path)
+        finally:
+            self._stalled.pop(sid, None)
+
+    async def _stop_when_room(self, loop: TurnLoop, full: StorageFull) -> None:
+        """Record the stop of ``loop``'s turn that found no space, once there is room (unless the turn ended since)."""
+        sid = str(loop.session.id)
+        log.error("the stop of turn %s of session %s waits for space: %s", loop.turn.turn_id, sid, full)
+        while True:
+            await self._wait_for_room(loop.session, full)
+            try:
+                async with self._locks[sid]:
+                    stored = await self._reload(sid)
+                    turn = stored.current_turn
+                    if turn is not None and turn.turn_id == loop.turn.turn_id and sid not in self._running:
+                        stopper = TurnLoop(deps=self.deps, session=stored, turn=turn, agent=self._agent(stored))
+                        stopper.stop_reason = loop.stop_reason
+                        await stopper.record_stop()
+                break
+            except StorageFull as again:  # full again before the stop fitted: wait once more
+                full = again
+        await self._notify(full.path, None, also=(stored.workflow_id,))
+
+    async def _retry_when_room(self, session: Session, full: StorageFull) -> None:
+        """A save of the turn failed for lack of space: wait for room, then run the turn again from what was
+        recorded, as a restarted runner would (a recorded reply is not asked for again, a tool call repeated
+        carries its idempotency key). Meanwhile the orchestrator hears which workflow waits for what."""
+        sid = str(session.id)
+        log.error("turn %s of session %s waits for space: %s", _turn_of(session), sid, full)
+        async with self._locks[sid]:
+            stored = await self._reload(sid)
+        await self._wait_for_room(session, full)
+        await self._notify(full.path, None, also=(stored.workflow_id,))
+        async with self._locks[sid]:
+            current = self.sessions.get(sid)
+            if self._shutting_down or current is None or current.current_turn is None:
+                return
+            log.warning("session %s: space is back; its turn %s runs again from what was recorded", sid,
+                        current.current_turn.turn_id)
+            self._spawn(current)
+
+    async def _notify(self, path: str, problem: StorageProblem | None, *, also: tuple[str | None, ...] = ()) -> None:
+        """Tell the orchestrator which workflows wait for ``path`` (or, ``problem`` None, that they go on)."""
+        waiting = {self.sessions[s].workflow_id for s, p in self._stalled.items() if p == path and s in self.sessions}
+        workflow_ids = sorted({w for w in (*waiting, *also) if w})
+        notice = StorageNotice(service="agent_runner", problem=problem, path=path, workflow_ids=workflow_ids)
+        try:
+            await self.nc.publish(subjects.storage("agent_runner"), encode(notice))
+        except Exception as exc:  # disconnected: the next repeat (or the orchestrator's own check) tells it
+            log.info("storage notice not sent: %s", exc)
+
+
+def _turn_of(session: Session) -> str:
+    turn = session.current_turn
+    return turn.turn_id if turn is not None else "-"
 
 
 def _already_started(existing: Session, command: StartSession) -> TurnAccepted:
@@ -298,12 +436,13 @@ async def open_runner(
     inline = sqlite_store.commits_inline(env)
     relay_box: list[RelayThread] = []
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
-                         after_save=lambda session: relay_box[0].saved(session))
+                         after_save=lambda session: relay_box[0].saved(session),
+                         on_model_wait=lambda: relay_box[0].model_wait(), store_path=store_path(env))
     # The relay runs on a thread of its own, where its rounds do not queue behind the turns' work (relay_thread.py).
-    relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of)
+    relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of, store_path=store_path(env),
+                        stream_path=embedded_stream_dir(settings.data_path))
     relay_box.append(relay)
     runner.leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
-    runner.deps.on_model_wait = relay.model_wait
     await asyncio.to_thread(runner.load)
     await relay.start()
     service = TypedService(nc, name="agent_runner", description="Agent sessions: turns, tools, the model")

@@ -35,6 +35,7 @@ from autarch.contracts.tools import CALL, ToolCall, ToolResult
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
 from autarch.runtime.settings import AgentRunnerSettings
+from autarch.runtime.storage import StorageFull, remote_storage_full
 
 from .agents import AgentConfig
 from .blocks import classify
@@ -142,6 +143,8 @@ class TurnLoop:
         self.agent = agent
         self.stop_reason = "stopped"
         """Set by the service before it cancels the loop's task."""
+        self.unrecorded_stop: StorageFull | None = None
+        """The stop that cancelled the turn could not be recorded for lack of space (the runner records it later)."""
         self._sid = str(session.id)
         self._where = "starting"
         self._overflowed = False
@@ -177,8 +180,14 @@ class TurnLoop:
         except asyncio.CancelledError:
             # A cancel that lands while the turn's completion is being saved finds the turn already ended.
             if self.turn.running and record_cancel():
-                await self._record_cancelled()
+                try:
+                    await self._record_cancelled()
+                except StorageFull as full:
+                    # The turn stays in progress as recorded; the runner records the stop once there is room.
+                    self.unrecorded_stop = full
             raise
+        except StorageFull:
+            raise  # not the turn's failure: the runner runs it again once the store has room (service.py)
         except Exception as exc:
             log.exception("turn %s of session %s failed", self.turn.turn_id, self._sid)
             if self.turn.running:
@@ -373,6 +382,12 @@ class TurnLoop:
             output, is_error, replayed = result.content, result.is_error, result.replayed
             duration = result.duration_ms or (time.perf_counter() - started) * 1000
         except RemoteError as exc:
+            full = remote_storage_full(exc.code, exc.message, exc.reply.details,
+                                       str(self.deps.settings.data_path / "tools"))
+            if full is not None:
+                # The tools service could not record the call for lack of space: not the model's to handle. The
+                # turn waits for room and asks again with the same idempotency key (service.py).
+                raise full from None
             output = json.dumps({"error": f"{call.name} could not run: {exc.code}: {exc.message}"})
             is_error, replayed, duration = True, False, (time.perf_counter() - started) * 1000
         except asyncio.CancelledError as stop:
@@ -459,6 +474,10 @@ class TurnLoop:
     async def _fail(self, message: str, *, kind: str = "error") -> None:
         self.session.record_error(turn_id=self.turn.turn_id, message=message)
         await self._complete({"kind": kind, "detail": message})
+
+    async def record_stop(self) -> None:
+        """Record the turn as cancelled by a stop (``stop_reason``) that could not be recorded when it came."""
+        await self._record_cancelled()
 
     async def _record_cancelled(self) -> None:
         done = sum(1 for c in self.turn.calls.values() if c.done)

@@ -17,6 +17,7 @@ from autarch.contracts.git import DiffArtifact, DiffArtifactRef, GetDiffArtifact
 
 from .checkout import commit_tree_id
 from .diffs import tree_diff
+from .dulwich_ids import oid
 from .engine import GitEngine
 from .refs import branch_ref, read_branch
 from .store import ArtifactStore
@@ -34,7 +35,7 @@ def workflow_diff(engine: GitEngine, query: WorkflowDiff) -> DiffArtifactRef:
         base_head = read_branch(ws.repo, branch_ref(ws.record.base_branch))
         start = ws.record.base_commit.encode()
         if base_head is not None:
-            bases = find_merge_base(ws.repo, [base_head, head])
+            bases = find_merge_base(ws.repo, [oid(base_head), oid(head)])
             if bases:
                 start = bases[0]
         return _artifact(engine.artifacts, ws, kind="workflow", pulse_id=None, start=start, end=head)

@@ -18,6 +18,7 @@ from dulwich.objects import Blob, Commit
 
 from autarch.runtime.worktree_files import remove_tree
 
+from .dulwich_ids import oid
 from .index_file import IndexEntry, entry_from_stat, read_index, write_index
 from .snapshots import DEFAULT_MAX_FILE_BYTES, Snapshot, leaves, scan_worktree
 from .trees import MODE_GITLINK, MODE_SYMLINK, TREE_CACHE, Leaf, TreeSet, build_trees, diff_trees, update_trees
@@ -46,7 +47,7 @@ class ResetResult:
 
 def commit_tree_id(store: BaseObjectStore, commit_id: bytes) -> bytes:
     """Hex id of the tree of ``commit_id``."""
-    commit = store[commit_id]
+    commit = store[oid(commit_id)]
     if not isinstance(commit, Commit):
         raise ValueError(f"{commit_id.decode()} is not a commit")
     return commit.tree
@@ -209,7 +210,7 @@ def _write(root: bytes, path: bytes, leaf: Leaf, store: BaseObjectStore) -> Inde
             pass
         os.mkdir(full)  # git checks submodules out separately; it leaves an empty directory
         return entry_from_stat(os.lstat(full), sha=sha, mode=mode)
-    blob = store[sha.hex().encode()]
+    blob = store[oid(sha.hex().encode())]
     if not isinstance(blob, Blob):
         raise ValueError(f"{sha.hex()} at {path!r} is not a blob")
     try:

@@ -32,6 +32,7 @@ from autarch.contracts.git import (
 
 from .checkout import commit_tree_id, index_trees, reset_worktree, snapshot_trees
 from .commits import Identity, checkpoint_message, make_commit, recovery_message
+from .dulwich_ids import oid
 from .faults import FaultInjector
 from .index_file import IndexEntry, read_index
 from .loose import LooseObjectWriter
@@ -55,7 +56,7 @@ Current = tuple[Snapshot, TreeSet]
 
 
 def _is_ancestor(ws: Workspace, ancestor: bytes, descendant: bytes) -> bool:
-    return ancestor == descendant or can_fast_forward(ws.repo, ancestor, descendant)
+    return ancestor == descendant or can_fast_forward(ws.repo, oid(ancestor), oid(descendant))
 
 
 def snapshot_all(ws: Workspace) -> Current:
@@ -88,7 +89,7 @@ def store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes,
         )
     )
     if paths:
-        writer = LooseObjectWriter(ws.objects.path)
+        writer = LooseObjectWriter(ws.objects.path)  # type: ignore[attr-defined]  # a DiskObjectStore
         for sha, data in snapshot.blobs.items():
             writer.add(b"blob", data, sha)
         write_trees(writer, trees, differing)
@@ -97,7 +98,8 @@ def store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes,
 
 def store_commit(ws: Workspace, commit: Commit) -> None:
     """Write ``commit`` as a loose object."""
-    LooseObjectWriter(ws.objects.path).add(b"commit", commit.as_raw_string(), bytes.fromhex(commit.id.decode()))
+    LooseObjectWriter(ws.objects.path).add(  # type: ignore[attr-defined]  # a DiskObjectStore
+        b"commit", commit.as_raw_string(), bytes.fromhex(commit.id.decode()))
 
 
 def checkpoint_pulse(
@@ -217,7 +219,7 @@ def _finish_checkpoint(
     committer = identity.committer
     head = read_branch(ws.repo, ws.workflow_ref)
     if head != commit:
-        subject = ws.objects[commit].message.split(b"\n", 1)[0]
+        subject = ws.objects[oid(commit)].message.split(b"\n", 1)[0]  # type: ignore[attr-defined]  # a Commit
         move_branch(
             ws.repo,
             pulse_ref,

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from dulwich.objects import Commit
 
+from .dulwich_ids import oid
+
 __all__ = [
     "RECOVERY_TRAILER",
     "Identity",
@@ -66,7 +68,7 @@ def make_commit(*, tree: bytes, parents: list[bytes], message: bytes, identity: 
     """A commit object (not yet stored) dated now in the local timezone."""
     commit = Commit()
     commit.tree = tree
-    commit.parents = parents
+    commit.parents = [oid(p) for p in parents]
     commit.author = identity.author
     commit.committer = identity.committer
     commit.author_time = commit.commit_time = int(time.time())

@@ -14,6 +14,7 @@ from dulwich.object_store import BaseObjectStore
 from dulwich.objects import Blob
 from dulwich.patch import is_binary, unified_diff_with_algorithm
 
+from .dulwich_ids import oid
 from .trees import MODE_GITLINK
 
 __all__ = ["DiffStats", "quote_path", "tree_diff"]
@@ -55,7 +56,7 @@ def _content(store: BaseObjectStore, mode: int | None, sha: bytes | None) -> byt
         return b""
     if mode == MODE_GITLINK:
         return b"Subproject commit " + sha + b"\n"
-    blob = store[sha]
+    blob = store[oid(sha)]
     return blob.data if isinstance(blob, Blob) else b""
 
 
@@ -64,8 +65,8 @@ def tree_diff(store: BaseObjectStore, old_tree: bytes | None, new_tree: bytes | 
     out: list[bytes] = []
     stats = DiffStats()
     changes = sorted(
-        tree_changes(store, old_tree, new_tree),
-        key=lambda c: (c.old.path if c.old and c.old.path else c.new.path) or b"",
+        tree_changes(store, None if old_tree is None else oid(old_tree), None if new_tree is None else oid(new_tree)),
+        key=lambda c: (c.old.path if c.old and c.old.path else c.new and c.new.path) or b"",
     )
     for change in changes:
         old, new = change.old, change.new
@@ -73,13 +74,13 @@ def tree_diff(store: BaseObjectStore, old_tree: bytes | None, new_tree: bytes | 
         new_path = new.path if new and new.path else None
         path = old_path or new_path
         assert path is not None
-        old_mode, old_sha = (old.mode, old.sha) if old_path else (None, None)
-        new_mode, new_sha = (new.mode, new.sha) if new_path else (None, None)
+        old_mode, old_sha = (old.mode, old.sha) if old and old_path else (None, None)
+        new_mode, new_sha = (new.mode, new.sha) if new and new_path else (None, None)
         stats.files_changed += 1
         a_name, b_name = quote_path(b"a/", path), quote_path(b"b/", path)
         out.append(b"diff --git " + a_name + b" " + b_name + b"\n")
         if old_mode is None:
-            out.append(b"new file mode %o\n" % new_mode)
+            out.append(b"new file mode %o\n" % new_mode)  # type: ignore[str-format]  # an added file has one
         elif new_mode is None:
             out.append(b"deleted file mode %o\n" % old_mode)
         elif old_mode != new_mode:

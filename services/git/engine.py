@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 from dulwich.repo import Repo
 
@@ -64,6 +65,7 @@ from autarch.runtime.worktree_files import remove_tree
 from . import checkpoints, merges, workers
 from .checkout import commit_tree_id, reset_worktree, tracked_state
 from .commits import Identity
+from .dulwich_ids import ref_name
 from .faults import FaultInjector
 from .refs import (
     BranchNameError,
@@ -100,7 +102,7 @@ def _check_branch_name(name: str) -> None:
 
 def _checked_out_branch(repo: Repo, path: str) -> str:
     """The branch HEAD names (a detached HEAD has none: the caller must name a base branch)."""
-    head = repo.refs.read_ref(b"HEAD") or b""
+    head = repo.refs.read_ref(ref_name(b"HEAD")) or b""
     if not head.startswith(b"ref: refs/heads/"):
         raise fail(
             GitErrorCode.BASE_BRANCH_MISSING,
@@ -412,6 +414,7 @@ class GitEngine:
 
     def _changes(self, ws: Workspace, state: tuple[Snapshot, TreeSet], commit: str) -> list[FileChange]:
         changes = []
+        kind: Literal["modified", "deleted", "added", "type_changed"]
         for path, ours, theirs in diff_trees(ws.objects, state[1], commit_tree_id(ws.objects, commit.encode())):
             if ours is None:
                 kind = "deleted"

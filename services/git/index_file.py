@@ -263,12 +263,12 @@ def write_index(path: Path, entries: dict[bytes, IndexEntry], *, unchanged_from:
     version = 3 if any(map(_EXT_FLAGS, entries.values())) else 2
     raw: dict[bytes, bytes] = {}
     pack_entry = _ENTRY.pack
-    old_get = unchanged_from.entries.get if unchanged_from is not None else {}.get
-    raw_get = unchanged_from.raw.get if unchanged_from is not None else {}.get
+    old_get = (unchanged_from.entries if unchanged_from is not None else {}).get
+    raw_get = (unchanged_from.raw if unchanged_from is not None else {}).get
     # The same paths as the index this one replaces (a checkpoint changed no path's presence):
     # its order is the sort order, and comparing the key sets costs a tenth of sorting them.
     same_paths = unchanged_from is not None and unchanged_from.ordered and unchanged_from.raw.keys() == entries.keys()
-    for name in unchanged_from.raw if same_paths else sorted(entries):
+    for name in unchanged_from.raw if same_paths else sorted(entries):  # type: ignore[union-attr]  # same_paths: set
         e = entries[name]
         stored = raw_get(name)
         if stored is not None and old_get(name) is e:

@@ -30,6 +30,7 @@ from autarch.contracts.git import GitErrorCode
 
 from .checkout import commit_tree_id, reset_worktree, tracked_state
 from .commits import Identity
+from .dulwich_ids import oid
 from .loose import LooseObjectWriter
 from .refs import RefConflict, move_branch, read_branch
 from .store import GitStore
@@ -83,6 +84,7 @@ def merge_bead(ws: Workspace, cmd: MergeBead, *, swarms: SwarmStore, store: GitS
                 if retries >= _MAX_RETRIES:
                     raise fail(ErrorCode.CONFLICT, f"the workflow branch {ws.record.branch} keeps moving") from None
                 attempt.merging = None  # the tip moved: compute again from the new tip
+    assert outcome is not None  # the loop above ends only with one
     attempt.merging = None
     attempt.merged = outcome
     swarms.save(swarm)
@@ -105,7 +107,7 @@ def _answer(ws: Workspace, attempt: AttemptRecord, outcome: MergeOutcome) -> Bea
 
 
 def _is_ancestor(ws: Workspace, ancestor: bytes, descendant: bytes) -> bool:
-    return ancestor == descendant or can_fast_forward(ws.repo, ancestor, descendant)
+    return ancestor == descendant or can_fast_forward(ws.repo, oid(ancestor), oid(descendant))
 
 
 def _finish_journal(ws: Workspace, attempt: AttemptRecord, identity: Identity) -> MergeOutcome | None:
@@ -153,7 +155,7 @@ def _plan(ws: Workspace, attempt: AttemptRecord, tip: bytes, identity: Identity)
     landed = {path for path, _ in _changes(objects, base_tree, commit_tree_id(objects, tip))}
     conflicting = conflicting_paths(changes, landed)
     if conflicting:
-        walker = ws.repo.get_walker(include=[tip], exclude=[base], order=ORDER_TOPO)
+        walker = ws.repo.get_walker(include=[oid(tip)], exclude=[oid(base)], order=ORDER_TOPO)
         since = [entry.commit.id.decode() for entry in walker]
         since.reverse()  # the walk goes from the tip back; the contract wants oldest first
         return MergeOutcome(
@@ -161,13 +163,13 @@ def _plan(ws: Workspace, attempt: AttemptRecord, tip: bytes, identity: Identity)
             conflicting_files=sorted(p.decode("utf-8", "backslashreplace") for p in conflicting),
             landed_since=since,
         )
-    writer = LooseObjectWriter(objects.path)
+    writer = LooseObjectWriter(objects.path)  # type: ignore[attr-defined]  # a DiskObjectStore
     tree = apply_changes(objects, writer, commit_tree_id(objects, tip), changes)
-    original = objects[commit]
+    original = objects[oid(commit)]
     assert isinstance(original, Commit)
     merged = Commit()
     merged.tree = tree or _empty_tree(writer)
-    merged.parents = [tip]
+    merged.parents = [oid(tip)]
     merged.author = original.author
     merged.author_time = original.author_time
     merged.author_timezone = original.author_timezone
@@ -184,7 +186,7 @@ def _changes(store: BaseObjectStore, old: bytes, new: bytes) -> Iterable[tuple[b
     deleted: list[tuple[bytes, HexLeaf | None]] = []
     added: list[tuple[bytes, HexLeaf | None]] = []
     # Without a rename detector, changes are adds, modifies and deletes; a type change is a delete and an add.
-    for change in tree_changes(store, old, new):
+    for change in tree_changes(store, oid(old), oid(new)):
         if change.type == "delete":
             assert change.old is not None and change.old.path is not None
             deleted.append((change.old.path, None))
@@ -231,7 +233,7 @@ def apply_changes(
     """
     listing: dict[bytes, HexLeaf] = {}
     if tree_id is not None:
-        tree = store[tree_id]
+        tree = store[oid(tree_id)]
         assert isinstance(tree, Tree)
         listing = {name: (mode, sha) for name, mode, sha in tree.iteritems()}
     nested: dict[bytes, dict[bytes, HexLeaf | None]] = {}
@@ -255,7 +257,7 @@ def apply_changes(
         return None
     result = Tree()
     for name, (mode, sha) in listing.items():
-        result.add(name, mode, sha)
+        result.add(name, mode, oid(sha))
     writer.add(b"tree", result.as_raw_string(), bytes.fromhex(result.id.decode()))
     return result.id
 

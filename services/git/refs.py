@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from dulwich.refs import check_ref_format
 from dulwich.repo import Repo
+
+from .dulwich_ids import oid, ref_name
 
 __all__ = [
     "HEADS",
@@ -36,7 +39,7 @@ def break_ref_lock(repo: Repo, ref: bytes) -> None:
     """Remove ``<ref>.lock``: only for a ref this service writes, under the repository's ``flock`` (a lock file
     found then is a writer's that was killed mid-write, and would refuse every later write: ``FileLocked``)."""
     try:
-        os.unlink(repo.refs.refpath(ref) + b".lock")
+        os.unlink(repo.refs.refpath(ref) + b".lock")  # type: ignore[attr-defined]  # a Repo on disk: DiskRefsContainer
     except FileNotFoundError:
         pass
 PULSE_SEPARATOR = ".pulse-"
@@ -63,7 +66,7 @@ def validate_branch_name(name: str) -> None:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError:
         raise BranchNameError(f"{name!r}: not valid UTF-8") from None
-    if not check_ref_format(HEADS + encoded):
+    if not check_ref_format(ref_name(HEADS + encoded)):
         raise BranchNameError(f"{name!r}: {_why_illegal(name)}")
 
 
@@ -99,7 +102,7 @@ def branch_ref(name: str) -> bytes:
 def read_branch(repo: Repo, ref: bytes) -> bytes | None:
     """Hex commit id of ``ref``, or None when it does not exist."""
     try:
-        return repo.refs[ref]
+        return repo.refs[ref_name(ref)]
     except KeyError:
         return None
 
@@ -113,7 +116,7 @@ def clashing_ref(repo: Repo, ref: bytes) -> bytes | None:
         if read_branch(repo, parent) is not None:
             return parent
         parent = parent.rpartition(b"/")[0]
-    children = repo.refs.keys(base=ref + b"/")
+    children = repo.refs.keys(base=ref_name(ref + b"/"))
     if children:
         return ref + b"/" + sorted(children)[0]
     if os.path.isdir(os.path.join(repo.commondir(), os.fsdecode(ref))):
@@ -121,13 +124,13 @@ def clashing_ref(repo: Repo, ref: bytes) -> bytes | None:
     return None
 
 
-def _identity(committer: bytes) -> dict[str, object]:
+def _identity(committer: bytes) -> dict[str, Any]:
     return {"committer": committer, "timestamp": int(time.time()), "timezone": time.localtime().tm_gmtoff}
 
 
 def create_branch(repo: Repo, ref: bytes, commit: bytes, *, committer: bytes, message: bytes) -> bool:
     """Create ``ref`` at ``commit`` unless it exists; True when created."""
-    return repo.refs.add_if_new(ref, commit, message=message, **_identity(committer))
+    return repo.refs.add_if_new(ref_name(ref), oid(commit), message=message, **_identity(committer))
 
 
 def move_branch(repo: Repo, ref: bytes, *, old: bytes | None, new: bytes, committer: bytes, message: bytes) -> None:
@@ -143,7 +146,7 @@ def move_branch(repo: Repo, ref: bytes, *, old: bytes | None, new: bytes, commit
     if old is None:
         ok = create_branch(repo, ref, new, committer=committer, message=message)
     else:
-        ok = repo.refs.set_if_equals(ref, old, new, message=message, **_identity(committer))
+        ok = repo.refs.set_if_equals(ref_name(ref), oid(old), oid(new), message=message, **_identity(committer))
     if not ok:
         raise RefConflict(f"{ref.decode()} moved while it was being updated")
 
@@ -157,7 +160,7 @@ def delete_branch(repo: Repo, ref: bytes, *, expected: bytes | None = None) -> b
     if expected is not None and current != expected:
         raise RefConflict(f"{ref.decode()} is at {_short(current)}, expected {_short(expected)}")
     # No message: git drops a deleted branch's reflog rather than logging the deletion.
-    if not repo.refs.remove_if_equals(ref, current):
+    if not repo.refs.remove_if_equals(ref_name(ref), oid(current)):
         raise RefConflict(f"{ref.decode()} moved while it was being deleted")
     _remove_reflog(repo, ref)
     return True

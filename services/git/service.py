@@ -9,6 +9,7 @@ was killed in the middle of.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -137,7 +138,7 @@ class GitService:
         """Finish every operation a killed instance left half done."""
         for repository_id, workflow_id in self.engine.pending_workflows():
             try:
-                kind = await self.locks.run(repository_id, lambda w=workflow_id: self.engine.finish_pending(w))
+                kind = await self.locks.run(repository_id, functools.partial(self.engine.finish_pending, workflow_id))
             except Exception:
                 log.exception("could not finish the interrupted operation of workflow %s", workflow_id)
                 continue

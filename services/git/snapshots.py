@@ -213,7 +213,7 @@ class _Scan:
                 if filemode and st_mode & 0o170000 == 0o100000:
                     mode = 0o100755 if st_mode & 0o100 else 0o100644
                 else:
-                    mode = self._mode(st, entry)
+                    mode = self._mode(st, entry)  # type: ignore[assignment]  # None: handled just below
                     if mode is None:
                         continue  # no longer a file git can track; left as is
                 # Cheapest and most telling comparisons first; scalars only (no tuples to build).

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import Tree
 
+from .dulwich_ids import oid
 from .loose import LooseObjectWriter
 
 __all__ = [
@@ -134,7 +135,7 @@ def diff_trees(
 def _stored_listing(store: BaseObjectStore, tree_id: bytes | None) -> dict[bytes, Leaf]:
     if tree_id is None:
         return {}
-    tree = store[tree_id.hex().encode()]
+    tree = store[oid(tree_id.hex().encode())]
     if not isinstance(tree, Tree):
         raise ValueError(f"{tree_id.hex()} is not a tree")
     return {name: (mode, bytes.fromhex(sha.decode())) for name, mode, sha in tree.iteritems()}
@@ -168,7 +169,8 @@ def _diff_dir(
         other_tree = other is not None and other[0] == MODE_TREE
         if mine_tree or other_tree:
             yield from _diff_dir(
-                store, trees, path, mine[1] if mine_tree else None, other[1] if other_tree else None, differing, known
+                store, trees, path, mine[1] if mine and mine_tree else None, other[1] if other and other_tree else None,
+                differing, known
             )
         # A leaf on one side facing a tree (or nothing) on the other is a change of its own.
         leaf_mine = mine if not mine_tree else None

@@ -242,21 +242,21 @@ def _parser(language: str) -> Any:
 
             handle = grammar.language()
         elif language in ("typescript", "tsx"):
-            import tree_sitter_typescript as grammar
+            import tree_sitter_typescript as ts_grammar
 
-            handle = grammar.language_typescript() if language == "typescript" else grammar.language_tsx()
+            handle = ts_grammar.language_typescript() if language == "typescript" else ts_grammar.language_tsx()
         elif language == "go":
-            import tree_sitter_go as grammar
+            import tree_sitter_go as go_grammar
 
-            handle = grammar.language()
+            handle = go_grammar.language()
         elif language == "rust":
-            import tree_sitter_rust as grammar
+            import tree_sitter_rust as rust_grammar
 
-            handle = grammar.language()
+            handle = rust_grammar.language()
         elif language == "java":
-            import tree_sitter_java as grammar
+            import tree_sitter_java as java_grammar
 
-            handle = grammar.language()
+            handle = java_grammar.language()
         else:
             return None
         return tree_sitter.Parser(tree_sitter.Language(handle))

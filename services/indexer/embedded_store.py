@@ -428,7 +428,7 @@ class EmbeddedStore(IndexStore):
             )
         }
         return [
-            ChunkHit(*details[chunk_id], score=float(score))
+            ChunkHit(*details[chunk_id], score=float(score))  # type: ignore[misc]  # a row: the six fields before score
             for chunk_id, score in zip(ids, scores, strict=True)
             if chunk_id in details
         ]

@@ -296,7 +296,7 @@ class HostedEmbedder:
         return _normalise(vectors.reshape(len(texts), -1) if len(texts) else vectors)
 
 
-_cache: dict[tuple[str, str, str], Embedder] = {}
+_cache: dict[tuple[str, str, str, str], Embedder] = {}
 _cache_lock = threading.Lock()
 
 

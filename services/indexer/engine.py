@@ -676,7 +676,8 @@ def _read(path: str | None, max_bytes: int) -> bytes | None:
 def _diversify(results: list[SearchResult], per_file: int) -> list[SearchResult]:
     """Keep the order, but move a file's chunks beyond the first ``per_file`` after everything else."""
     seen: defaultdict[str, int] = defaultdict(int)
-    head, tail = [], []
+    head: list[SearchResult] = []
+    tail: list[SearchResult] = []
     for result in results:
         seen[result.file_path] += 1
         (head if seen[result.file_path] <= per_file else tail).append(result)

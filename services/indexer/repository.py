@@ -135,4 +135,4 @@ def read_blobs(location: RepoLocation, blob_ids: list[str]) -> Iterator[tuple[st
     with Repo(str(location.root)) as repo:
         store = repo.object_store
         for sha in blob_ids:
-            yield sha, store[sha.encode()].as_raw_string()
+            yield sha, store[sha.encode()].as_raw_string()  # type: ignore[index]  # a hex sha (ObjectID is new in dulwich)

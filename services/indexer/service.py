@@ -8,6 +8,7 @@ One job per scope at a time: asking again while one runs answers with the runnin
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client
@@ -118,7 +120,7 @@ class IndexerService:
             progress = self._publisher(asyncio.get_running_loop())
             task = asyncio.create_task(asyncio.to_thread(work, progress, job_id, cancel))
             running = self.jobs[key] = _RunningJob(ref=ref, job_id=job_id, task=task, cancel=cancel)
-            task.add_done_callback(lambda t, key=key, job=running: self._finished(key, job, t))
+            task.add_done_callback(functools.partial(self._finished, key, running))
         if wait:
             return await asyncio.shield(running.task)
         return IndexAccepted(
@@ -154,7 +156,7 @@ class IndexerService:
 
     def _publisher(self, loop: asyncio.AbstractEventLoop) -> Callable[[IndexProgress], None]:
         """A thread-safe progress callback that publishes at most every PROGRESS_INTERVAL per phase."""
-        last = {"phase": "", "at": 0.0}
+        last: dict[str, Any] = {"phase": "", "at": 0.0}
 
         def publish(event: IndexProgress) -> None:
             now = time.monotonic()

@@ -56,7 +56,7 @@ DISCORD_LIMIT = 2000
 TELEGRAM_LIMIT = 4096
 SMS_LIMIT = 1600
 """Longest message each service takes (Discord's content, Telegram's text, Twilio's Body); longer is refused."""
-NO_MENTIONS = {"parse": []}
+NO_MENTIONS: dict[str, list[str]] = {"parse": []}
 """Discord's ``allowed_mentions`` that pings nobody: a summary the agent wrote saying ``@everyone`` stays text."""
 
 
@@ -97,7 +97,7 @@ def intents_for(event: LoopEvent, *, event_key: str, default_webhooks: tuple[str
         return []
     targets: list[NotifyTarget] = list(getattr(event, "notify", []))
     targets += [NotifyTarget(kind="webhook", url=url) for url in default_webhooks]
-    event_type = type(event).__struct_config__.tag  # type: ignore[union-attr]
+    event_type = type(event).__struct_config__.tag
     occurred_at = event.occurred_at.isoformat()
     seen: set[str] = set()
     intents = []

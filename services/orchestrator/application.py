@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import Aggregate
 
 from autarch.contracts.workflows import CreateWorkflow
-from autarch.runtime.aggregates import created_ids, load_as, topics_of
+from autarch.runtime.aggregates import created_events, created_ids, topics_of
+from autarch.runtime.snapshots import DEFAULT_EVERY, Snapshots
 
 from .loop.model import LoopSession
 from .mail.model import Mailbox, mailbox_id_for
@@ -17,12 +20,25 @@ from .workflow.model import Workflow
 
 __all__ = ["WorkflowApplication"]
 
+A = TypeVar("A", bound=Aggregate)
+
 
 class WorkflowApplication(Application[UUID]):
     """Records workflows, loop sessions, epics and their mail; every method is a pure function of the event store
     (no hidden state)."""
 
     name = "orchestrator"
+
+    def __init__(self, env: dict[str, Any] | None = None, *, snapshot_every: int = DEFAULT_EVERY) -> None:
+        """``snapshot_every``: events between two snapshots of an aggregate (0: none), the ``snapshot_every``
+        setting."""
+        super().__init__(env)
+        self.snapshotter = Snapshots(self, snapshot_every)
+        """Every rebuild of an aggregate goes through it (``Book.rebuild`` and the getters here)."""
+
+    def load(self, kind: type[A], aggregate_id: UUID, *, version: int | None = None) -> A:
+        """An aggregate of ``kind`` rebuilt from the store: its last snapshot and the events after it."""
+        return self.snapshotter.load(kind, aggregate_id, version=version)
 
     def new_workflow(self, command: CreateWorkflow) -> tuple[Workflow, bool]:
         """The workflow ``command`` asks for and whether it is new (unsaved).
@@ -53,7 +69,7 @@ class WorkflowApplication(Application[UUID]):
 
     def get_workflow(self, workflow_id: str, *, version: int | None = None) -> Workflow:
         """Rebuild one workflow from its events (only its first ``version`` events when given)."""
-        return load_as(self, Workflow, UUID(workflow_id), version=version)
+        return self.load(Workflow, UUID(workflow_id), version=version)
 
     def workflow_ids(self) -> Iterator[str]:
         """Every recorded workflow id, in creation order, read from the notification log."""
@@ -61,7 +77,7 @@ class WorkflowApplication(Application[UUID]):
 
     def get_loop(self, session_id: str, *, version: int | None = None) -> LoopSession:
         """Rebuild one loop session from its events (only its first ``version`` events when given)."""
-        return load_as(self, LoopSession, UUID(session_id), version=version)
+        return self.load(LoopSession, UUID(session_id), version=version)
 
     def loop_ids(self) -> Iterator[str]:
         """Every recorded loop session id, in creation order."""
@@ -69,22 +85,23 @@ class WorkflowApplication(Application[UUID]):
 
     def get_swarm(self, workflow_id: str, *, version: int | None = None) -> Swarm:
         """The epic of one workflow rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
-        return load_as(self, Swarm, swarm_id_for(workflow_id), version=version)
+        return self.load(Swarm, swarm_id_for(workflow_id), version=version)
 
     def swarm_at(self, swarm_id: UUID, version: int) -> Swarm:
-        return load_as(self, Swarm, swarm_id, version=version)
+        return self.load(Swarm, swarm_id, version=version)
 
     def swarm_workflow_ids(self) -> Iterator[str]:
-        """The workflow of every recorded epic, in creation order."""
-        for swarm_id in created_ids(self.recorder, _SWARM_CREATED_TOPICS):
-            yield self.get_swarm_by_id(swarm_id).workflow_id
+        """The workflow of every recorded epic, in creation order, read from each epic's first event (a start-up
+        that keeps only its partition's epics does not rebuild everyone's)."""
+        for notification in created_events(self.recorder, _SWARM_CREATED_TOPICS):
+            yield self.mapper.to_domain_event(notification).workflow_id  # type: ignore[attr-defined]  # Started
 
     def get_mailbox(self, epic_id: str, *, version: int | None = None) -> Mailbox:
         """The coordination mail of one epic rebuilt from its events; ``AggregateNotFoundError`` when it has none."""
-        return load_as(self, Mailbox, mailbox_id_for(epic_id), version=version)
+        return self.load(Mailbox, mailbox_id_for(epic_id), version=version)
 
     def get_swarm_by_id(self, swarm_id: str) -> Swarm:
-        return load_as(self, Swarm, UUID(swarm_id))
+        return self.load(Swarm, UUID(swarm_id))
 
 
 # Each with the topics of earlier versions, stored before the aggregates moved (``recorded_as``).

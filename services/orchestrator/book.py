@@ -28,6 +28,7 @@ from eventsourcing.persistence import IntegrityError
 
 from autarch.runtime.aggregates import load_as
 from autarch.runtime.errors import ServiceFailure
+from autarch.runtime.snapshots import Snapshots
 
 from .latest import Latest
 from .refusal import Refusal
@@ -84,6 +85,9 @@ class Book(Generic[A]):
         self._inline = inline_reads
         self._log = log or logging.getLogger("orchestrator.book")
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Not eventsourcing's own ``Application.snapshots`` (off here): ours, under its own name.
+        snapshots = getattr(app, "snapshotter", None)
+        self._snapshots = snapshots if isinstance(snapshots, Snapshots) else None
         self._latest = (Latest(load=self.rebuild, recorded_after=self._recorded_after, capacity=keep)
                         if keep > 0 else None)
 
@@ -120,7 +124,10 @@ class Book(Generic[A]):
 
     def rebuild(self, key: str, *, version: int | None = None) -> A:
         """The aggregate of ``key`` rebuilt from the store, and not kept (a read at start that may never be
-        followed by another); blocking. The one place an aggregate is rebuilt from its events."""
+        followed by another); blocking. The one place an aggregate is rebuilt from its events: from its last
+        snapshot and the events after it when the application keeps snapshots (``runtime/snapshots.py``)."""
+        if self._snapshots is not None:
+            return self._snapshots.load(self.kind, self.aggregate_id(key), version=version)
         return load_as(self.app, self.kind, self.aggregate_id(key), version=version)
 
     def _recorded_after(self, key: str, version: int) -> bool:
@@ -177,7 +184,14 @@ class Book(Generic[A]):
         A new aggregate is saved this way by whoever made it, holding :meth:`lock`. Raises the store's
         ``IntegrityError`` when another writer recorded a version this one was about to.
         """
+        saved = len(aggregate.pending_events)
         await self.writer.save(aggregate)
         if self._latest is not None:
             self._latest.keep(self.key(key), aggregate)
         self._on_change(aggregate)
+        if self._snapshots is not None and self._snapshots.due(aggregate, saved):
+            # Written after the events, from the state they were saved from: a crash in between leaves the last
+            # snapshot, and the next rebuild replays the events after it. Encoded off the event loop (a long
+            # session's state takes milliseconds); the saved aggregate is only read from here on. Best effort:
+            # ``take`` reports its own failures and never raises, so the saved change stands.
+            await asyncio.to_thread(self._snapshots.take, aggregate)

@@ -75,5 +75,10 @@ class Latest(Generic[A]):
 
     @staticmethod
     def copy_for_change(aggregate: A) -> A:
-        """A private copy a command may change (a pickle round trip: a third of the cost of ``deepcopy``)."""
+        """A private copy a command may change: the aggregate's own ``copy_for_change`` when it has one (a copy
+        that shares what its events never change in place), else a pickle round trip (a third of the cost of
+        ``deepcopy``)."""
+        own = getattr(aggregate, "copy_for_change", None)
+        if own is not None:
+            return own()
         return pickle.loads(pickle.dumps(aggregate, pickle.HIGHEST_PROTOCOL))

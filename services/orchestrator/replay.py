@@ -52,7 +52,8 @@ def replay(app: WorkflowApplication, workflow_id: str, *, at: int | None = None)
 
 def replay_from_store(settings: CommonSettings, workflow_id: str, *, at: int | None = None) -> ReplayedWorkflow:
     """:func:`replay` on the store named by ``settings``, opened just for this (no service needed)."""
-    app = WorkflowApplication(env=event_store_env(settings, "orchestrator"))
+    # Every event replayed, no snapshot read or written: replay is how a workflow's record is checked.
+    app = WorkflowApplication(env=event_store_env(settings, "orchestrator"), snapshot_every=0)
     try:
         return replay(app, workflow_id, at=at)
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from nats.aio.client import Client
 
@@ -17,13 +18,14 @@ from autarch.contracts.workflows import (
 )
 from autarch.runtime import sqlite_store
 from autarch.runtime.bus import ensure_event_stream
-from autarch.runtime.eventstore import describe_store, event_store_env
+from autarch.runtime.eventstore import describe_store, event_store_env, store_path
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.relay import EventRelay
 from autarch.runtime.relay_leader import LeadingRelay, store_key
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings, narrow
+from autarch.runtime.storage import Reserve, embedded_stream_dir
 
 from .application import WorkflowApplication
 from .book import ignore
@@ -37,6 +39,7 @@ from .swarm.driver import SwarmDriver
 from .wire import WireEvents
 from .workflow.book import WorkflowBook
 from .workflow.driver import WorkflowDriver
+from .workflow.space import SpaceHalts
 from .workflow.verbs import register_lifecycle
 from .writer import BatchedWriter
 
@@ -60,18 +63,21 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     settings = narrow(settings, OrchestratorSettings)
     part = Partition(partition, settings.orchestrator_partitions)
     env = event_store_env(settings, "orchestrator")
-    app = WorkflowApplication(env=env)
+    app = WorkflowApplication(env=env, snapshot_every=settings.snapshot_every)
     log.info("event store: %s%s", describe_store(env),
              f" (partition {part.index} of {part.count})" if part.split else "")
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window, replicas=settings.stream_replicas)
-    relay = EventRelay(app=app, nc=nc, to_contract=WireEvents(app))
+    relay = EventRelay(app=app, nc=nc, to_contract=WireEvents(app), store_path=store_path(env),
+                       stream_path=embedded_stream_dir(settings.data_path))
     # Partitions share the store, so one relay runs between all of them (whoever holds its lease).
     leading = (await LeadingRelay.open(relay, nc, store=store_key(env), replicas=settings.stream_replicas,
                                        holder=f"{settings.instance or 'orchestrator'}{part.suffix}",
                                        ttl=settings.leader_ttl)
                if part.split else None)
+    # An embedded store keeps room aside beside its file, to record a workflow's halt on a full disk (space.py).
+    reserve = (Reserve(Path(env["SQLITE_DBNAME"]).parent / "space-reserve") if env.get("SQLITE_DBNAME") else None)
     writer = BatchedWriter(app=app, after_save=relay.wake if leading is None else leading.wake,
-                           inline=sqlite_store.commits_inline(env))
+                           inline=sqlite_store.commits_inline(env), store_path=store_path(env), reserve=reserve)
     leases = await open_leases(nc, settings)
     drive = settings.drive_workflows
     # Each driver's stepper comes first: the books kick it when something changed, the driver starts it.
@@ -91,8 +97,9 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     swarm_driver = SwarmDriver(nc=nc, book=epics, settings=settings, leases=leases, steps=workflow_steps,
                                finish_workflow=workflows.finish_execution, halt_workflow=workflows.halt_execution,
                                post_mail=mail.post)
+    space = SpaceHalts(nc=nc, book=workflows, partition=part, reserve=reserve)
     workflow_driver = WorkflowDriver(nc=nc, book=workflows, settings=settings, partition=part, steps=workflow_steps,
-                                     swarm=swarm_driver)
+                                     swarm=swarm_driver, no_space=space.halt)
     loop_driver = LoopDriver(nc=nc, book=loops, settings=settings, partition=part, steps=loop_steps)
     writer.start()
     if leading is None:
@@ -111,12 +118,14 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     register_mail(service, mail)
     await service.start()
     if drive:
+        await space.start()
         await workflow_driver.start(workflows.unsettled)
         await loop_driver.start(loops.unsettled)
         await swarm_driver.start(unfinished_epics)
 
     async def stop() -> None:
         await service.stop()
+        await space.stop()
         await swarm_driver.stop()
         await workflow_driver.stop()
         await loop_driver.stop()

@@ -4,7 +4,9 @@ A *kick* makes sure a key (a workflow id, a loop session id) is advanced soon; k
 advanced coalesce into one more pass. A pass calls ``advance(key)`` (which takes steps until none is left); a
 service that is restarting (``unavailable``, ``timeout``, ``conflict``) or an unexpected failure is retried after
 the :data:`~autarch.runtime.retry.DRIVER_STEP` waits, and a failure a retry will not fix goes to ``fail(key,
-message)`` (the aggregate records it and waits for a person).
+message)`` (the aggregate records it and waits for a person). A lack of space (a service's ``storage_full``, or
+this service's own store) goes to ``no_space(key, full)`` (a workflow halts ``disk_full``), or, without one, is
+retried like a restarting service until there is room.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from autarch.runtime.requests import request
 from autarch.runtime.retry import DRIVER_STEP
 from autarch.runtime.service_gate import ServiceGate
 from autarch.runtime.settings import OrchestratorSettings
+from autarch.runtime.storage import StorageFull, remote_storage_full
 
 from .partition import Partition
 
@@ -54,6 +57,7 @@ class Stepper:
         """Services known to have no instance: a key waiting for one waits here, at no cost, until it is back."""
         self._advance: Callable[[str], Awaitable[None]] | None = None
         self._fail: Callable[[str, str], Awaitable[None]] | None = None
+        self._no_space: Callable[[str, StorageFull], Awaitable[None]] | None = None
         self._log = log
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
@@ -62,10 +66,12 @@ class Stepper:
         self._background: set[asyncio.Task[None]] = set()
         self.stopping = False
 
-    def start(self, *, advance: Callable[[str], Awaitable[None]], fail: Callable[[str, str], Awaitable[None]]) -> None:
+    def start(self, *, advance: Callable[[str], Awaitable[None]], fail: Callable[[str, str], Awaitable[None]],
+              no_space: Callable[[str, StorageFull], Awaitable[None]] | None = None) -> None:
         """Advance keys from now on: ``advance(key)`` takes a key's steps, ``fail(key, message)`` records a failure
-        a retry will not fix."""
-        self._advance, self._fail = advance, fail
+        a retry will not fix, ``no_space(key, full)`` one that waits for space (without it: retried like an
+        unexpected failure)."""
+        self._advance, self._fail, self._no_space = advance, fail, no_space
         waiting, self._waiting = self._waiting, set()
         for key in waiting:
             self.kick(key)
@@ -116,6 +122,17 @@ class Stepper:
                     waits = DRIVER_STEP.delays()
                     delay = next(waits)
                 except RemoteError as exc:
+                    full = remote_storage_full(exc.code, exc.message, exc.reply.details, "")
+                    if full is not None and self._no_space is not None:
+                        delay = await self._halt_for_space(key, full, delay, waits)
+                        continue
+                    if full is not None:
+                        # Not a person's to fix: the step is tried again until the service has room.
+                        self._log.warning("%s %s waits for space: %s; retrying in %.1fs", self.kind, key, full, delay)
+                        await asyncio.sleep(delay)
+                        delay = next(waits)
+                        self._again.add(key)
+                        continue
                     if exc.code not in RETRIED:
                         await fail(key, f"{exc.subject}: {exc.code}: {exc.message}")
                         continue
@@ -130,6 +147,14 @@ class Stepper:
                         await asyncio.sleep(delay)
                         delay = next(waits)
                     self._again.add(key)
+                except StorageFull as full:  # this service's own store
+                    if self._no_space is not None:
+                        delay = await self._halt_for_space(key, full, delay, waits)
+                        continue
+                    self._log.warning("%s %s waits for space: %s; retrying in %.1fs", self.kind, key, full, delay)
+                    await asyncio.sleep(delay)
+                    delay = next(waits)
+                    self._again.add(key)
                 except ServiceFailure as exc:
                     self._log.warning("%s %s: %s", self.kind, key, exc)
                 except Exception:
@@ -141,6 +166,20 @@ class Stepper:
                     break
         finally:
             self._tasks.pop(key, None)
+
+    async def _halt_for_space(self, key: str, full: StorageFull, delay: float, waits: Any) -> float:
+        """Halt ``key`` for lack of space; a halt that cannot be recorded either is tried again after ``delay``.
+        The next delay."""
+        assert self._no_space is not None
+        try:
+            await self._no_space(key, full)
+            return delay
+        except Exception as exc:
+            self._log.warning("%s %s: halt for lack of space not recorded (%s); retrying in %.1fs", self.kind, key,
+                              exc, delay)
+            await asyncio.sleep(delay)
+            self._again.add(key)
+            return float(next(waits))
 
 
 TURN_ACK_WAIT = 30.0

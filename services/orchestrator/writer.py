@@ -12,6 +12,7 @@ from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate
 
 from autarch.runtime.cancel import cancel_and_wait
+from autarch.runtime.storage import STORAGE, Reserve, StorageFull, StorageState, storage_full
 
 __all__ = ["BatchedWriter"]
 
@@ -30,6 +31,11 @@ class BatchedWriter:
     inline: bool = False
     """Commit on the event loop instead of a worker thread (an embedded store's commit is cheaper than the trip:
     ``runtime.sqlite_store.commits_inline``)."""
+    store_path: str = ""
+    """What a storage problem of the store names (its SQLite file)."""
+    reserve: Reserve | None = None
+    """Room kept aside: given up when the store is full, so that a halt saying so can still be recorded."""
+    storage: StorageState = STORAGE
     _queue: asyncio.Queue[tuple[list[Any], asyncio.Future[None]]] = field(default_factory=asyncio.Queue)
     _task: asyncio.Task[None] | None = None
     _idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -82,16 +88,40 @@ class BatchedWriter:
         else:
             await asyncio.to_thread(self.app.save, *events)
 
+    async def _save_or_report(self, *events: Any) -> None:
+        """Save, or raise :class:`StorageFull` (reported) when the store has no space left; the reserve, if any,
+        is given up once for a second try first. A failed transaction recorded nothing, so trying again is safe."""
+        try:
+            await self._save(*events)
+            return
+        except Exception as exc:
+            full = storage_full(exc, self.store_path)
+            if full is None:
+                raise
+            self.storage.report(full)
+            if self.reserve is None or not self.reserve.release():
+                raise full from exc
+        try:
+            await self._save(*events)
+        except Exception as exc:
+            full = storage_full(exc, self.store_path)
+            if full is None:
+                raise
+            raise full from exc
+
     async def _commit(self, batch: list[tuple[list[Any], asyncio.Future[None]]]) -> None:
         try:
-            await self._save(*(e for events, _ in batch for e in events))
+            await self._save_or_report(*(e for events, _ in batch for e in events))
             outcomes: list[BaseException | None] = [None] * len(batch)
+        except StorageFull as full:
+            # No neighbour is to blame: every one of them fails alike.
+            outcomes = [full] * len(batch)
         except Exception:
             # One bad aggregate must not fail its neighbours: retry them one by one.
             outcomes = []
             for events, _ in batch:
                 try:
-                    await self._save(*events)
+                    await self._save_or_report(*events)
                     outcomes.append(None)
                 except Exception as exc:
                     outcomes.append(exc)

@@ -382,7 +382,8 @@ def _input_tokens(body: Mapping[str, Any]) -> int:
 
 
 def _has_cache_control(body: Mapping[str, Any]) -> bool:
-    blocks = [*(body.get("tools") or ()), *(body.get("system") if isinstance(body.get("system"), list) else ())]
+    system = body.get("system")
+    blocks = [*(body.get("tools") or ()), *(system if isinstance(system, list) else ())]
     return any(isinstance(b, dict) and "cache_control" in b for b in blocks)
 
 

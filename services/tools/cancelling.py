@@ -36,7 +36,7 @@ FANOUT_WINDOW_SECONDS = 1.5
 """How long a cancel waits for another instance to say it stopped the call (killing a process
 group takes milliseconds; the rest is slack for a busy machine)."""
 
-_cancel_decoder = decoder_for(CancelToolCall)
+_cancel_decoder: msgspec.json.Decoder[CancelToolCall] = decoder_for(CancelToolCall)
 
 
 class CancelRouter:

@@ -86,7 +86,7 @@ def _carry(client: _socket.socket, path: str) -> None:
 def _serve(listener: _socket.socket, path: str) -> None:
     while True:
         try:
-            fd, _ = listener._accept()
+            fd, _ = listener._accept()  # type: ignore[attr-defined]  # the C socket has no accept() (test_private_names)
         except OSError:
             continue
         _thread.start_new_thread(_carry, (_socket.socket(fileno=fd), path))

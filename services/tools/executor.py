@@ -63,7 +63,7 @@ log = logging.getLogger("tools")
 
 _FILE_WRITERS = frozenset({"write_file", "edit_file", "multi_edit"})
 _OWNER = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-_result_decoder = decoder_for(ToolResult)
+_result_decoder: msgspec.json.Decoder[ToolResult] = decoder_for(ToolResult)
 _EARLY_CANCEL_SECONDS = 60.0
 """How long a cancel of a call not (yet) running here is remembered."""
 _EARLY_CANCEL_LIMIT = 10_000

@@ -28,6 +28,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from .filecache import (
     BINARY_CONTROL_RATIO,
@@ -101,27 +102,27 @@ def _required_literal(parsed: object) -> tuple[str, bool] | None:
     runs: list[str] = []
     flagged = False
 
-    def visit(items: Iterable[tuple[object, object]]) -> None:
+    def visit(items: Iterable[tuple[Any, Any]]) -> None:
         nonlocal flagged
         run: list[str] = []
         for op, av in items:
             if op is c.LITERAL:
-                run.append(chr(av))  # type: ignore[arg-type]
+                run.append(chr(av))
                 continue
             if run:
                 runs.append("".join(run))
             run = []
             if op is c.SUBPATTERN:
-                _group, add_flags, del_flags, sub = av  # type: ignore[misc]
+                _group, add_flags, del_flags, sub = av
                 if add_flags or del_flags:
                     flagged = True
                 visit(sub)
             elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
-                low, _high, sub = av  # type: ignore[misc]
+                low, _high, sub = av
                 if low >= 1:
                     visit(sub)
             elif op is c.ATOMIC_GROUP:
-                visit(av)  # type: ignore[arg-type]
+                visit(av)
         if run:
             runs.append("".join(run))
 
@@ -244,8 +245,8 @@ def _drop_secret_only_matches(
     as_bytes = isinstance(data, bytes)
     if (b"PRIVATE KEY-----" if as_bytes else "PRIVATE KEY-----") in data:  # type: ignore[operator]
         # Key blocks span lines: redact the whole file so the lines inside a block are blanked too.
-        text = data.decode("utf-8", "surrogateescape") if as_bytes else data
-        lines = redactor.redact(text).split("\n")  # type: ignore[union-attr]
+        text = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
+        lines = redactor.redact(text).split("\n")
         redacted = [lines[number - 1] if number - 1 < len(lines) else "" for number, _, _ in hits]
     else:
         # Only the matching lines matter; redact them alone (far cheaper than the whole file).

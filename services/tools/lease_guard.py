@@ -24,7 +24,7 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from autarch.contracts.beads import LeaseView
 from autarch.runtime.leases import LeaseTable, blocking_lease, describe_lease
@@ -184,7 +184,7 @@ class ShellLeaseGuard:
     async def after(self) -> dict[str, Any] | None:
         """Restore what the command changed of other holders' leased files; the error to report, if any."""
         assert self._before is not None
-        table, scope, holder = _table(self.ctx)  # type: ignore[misc]
+        table, scope, holder = cast("tuple[LeaseTable, str, str]", _table(self.ctx))  # before() found them
         root = self.ctx.worktree.root
         assert isinstance(self.git, HostGit)  # before() refused the command otherwise
         try:

@@ -369,7 +369,7 @@ def prepare_launch(policy: SandboxPolicy, command: str, *, root: str, git: GitRe
     if network is not None:  # the registries (and their proxy) of a preflight command
         network.apply(spec, env, temp_dir)
     return Launch([sys.executable, "-I", "-S", _LAUNCHER, encode_spec(spec)], env, temp_dir, spec=spec,
-                  limits=spec["limits"], cwd=root)
+                  limits=spec["limits"], cwd=root)  # type: ignore[arg-type]  # policy.limits.spec(), above
 
 
 def _bubblewrap_launch(bwrap: str, policy: SandboxPolicy, shell: list[str], root: str,

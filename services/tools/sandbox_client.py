@@ -107,7 +107,7 @@ class LaunchServer:
         """Run ``launch``: its output captured, killed (all of it) on timeout or cancellation."""
         loop = asyncio.get_running_loop()
         if launch.spec is not None:
-            request = {"spec": launch.spec, "env": launch.env}
+            request: dict[str, Any] = {"spec": launch.spec, "env": launch.env}
         else:
             request = {"exec": launch.argv, "env": launch.env, "cwd": launch.cwd, "limits": launch.limits,
                        "cgroups": launch.cgroups}
@@ -149,7 +149,7 @@ class LaunchServer:
 
 async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
     ready: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    loop.add_writer(sock.fileno(), lambda: ready.done() or ready.set_result(None))  # type: ignore[func-returns-value]  # dropped
     try:
         await ready
     finally:

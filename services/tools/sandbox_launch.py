@@ -53,7 +53,7 @@ import sandbox_limits
 
 TYPE_CHECKING = False  # ``typing`` would cost its import at every start
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
 LAUNCH_FAILED = 125
 _PR_SET_PDEATHSIG = 1
@@ -340,7 +340,8 @@ def run_launcher(*, namespaces: bool, private_network: bool, cgroup_procs: list[
     os._exit(_status_code(status))
 
 
-def launch(spec: dict, env: dict[str, str], *, cgroup_procs: list[str] = (), held: set[str] = frozenset()) -> None:
+def launch(spec: dict, env: dict[str, str], *, cgroup_procs: Iterable[str] = (),
+           held: Iterable[str] = frozenset()) -> None:
     """Run the command of ``spec`` confined, and exit with its status; never returns.
 
     ``cgroup_procs``: the ``cgroup.procs`` files of the command's cgroups, ``held``: the controllers they hold

@@ -119,9 +119,9 @@ def _own_dirs() -> tuple[dict[str, str], str | None]:
         root, mount_point, fstype, options = _unescape(fields[3]), _unescape(fields[4]), tail[0], tail[2]
         if fstype == "cgroup":
             for controller in options.split(","):
-                path = v1_paths.get(controller)
-                if path is not None and controller not in v1_dirs and _beneath(path, root):
-                    v1_dirs[controller] = mount_point + path[len(root.rstrip("/")):]
+                v1_path = v1_paths.get(controller)
+                if v1_path is not None and controller not in v1_dirs and _beneath(v1_path, root):
+                    v1_dirs[controller] = mount_point + v1_path[len(root.rstrip("/")):]
         elif fstype == "cgroup2" and v2_path is not None and v2_dir is None and _beneath(v2_path, root):
             v2_dir = mount_point + v2_path[len(root.rstrip("/")):]
     return v1_dirs, v2_dir

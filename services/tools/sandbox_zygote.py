@@ -49,6 +49,10 @@ import egress_forward  # noqa: F401  (imported here once, not in each preflight 
 import sandbox_launch
 import sandbox_limits
 
+TYPE_CHECKING = False  # annotations only: the zygote does not import ``typing``
+if TYPE_CHECKING:
+    from typing import Any
+
 POLL_SECONDS = 0.1
 """How often a running command's use of its polled limits (bytes written, CPU, fallbacks) is measured."""
 SPARE_DELAY_SECONDS = 1.0
@@ -128,7 +132,8 @@ class Server:
         self.last_start = 0.0
         self.abandoned: list[sandbox_limits.Cgroup] = []
         self.layout = sandbox_limits.cgroup_layout()
-        self.pool = sandbox_limits.CgroupPool(self.layout) if self.layout else None
+        # Any: a cgroup is only ever taken from (and given back to) a pool that exists.
+        self.pool: Any = sandbox_limits.CgroupPool(self.layout) if self.layout else None
         if self.pool:
             self.pool.sweep()
 
@@ -161,7 +166,7 @@ class Server:
                     self.exited(job)
                 elif kind == "init":
                     self.unregister(job.init_pidfd)
-                    os.close(job.init_pidfd)
+                    os.close(job.init_pidfd)  # type: ignore[arg-type]  # registered as "init" only while set
                     job.init_pidfd = None
                     self.maybe_finish(job)
             now = time.monotonic()

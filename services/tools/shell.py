@@ -24,6 +24,7 @@ import asyncio
 import os
 import signal
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +122,7 @@ async def _pump(stream: asyncio.StreamReader, capture: Capture) -> None:
 
 def _session_members(leader: int) -> list[int]:
     """Processes whose process group or session is ``leader``'s (Linux ``/proc``)."""
-    members = []
+    members: list[int] = []
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -177,7 +178,7 @@ async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
     return True
 
 
-async def _end(proc: asyncio.subprocess.Process, pumps: list[asyncio.Future[None]]) -> None:
+async def _end(proc: asyncio.subprocess.Process, pumps: Sequence[asyncio.Future[None]]) -> None:
     """Kill what is left of the command, then collect the rest of its output."""
     await _kill_everything(proc.pid)
     if proc.returncode is None:

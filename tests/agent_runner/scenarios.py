@@ -32,7 +32,8 @@ SCOPE = {
 }
 OLD = 'return "Hello, " + name + "!"'
 NEW = 'return "Hello, " + (name or "world") + "!"'
-PULSE_DONE = {"summary": "feat(greeter): greet the world on an empty name", "filesChanged": ["greeter/core.py"]}
+PULSE_DONE: dict[str, Any] = {"summary": "feat(greeter): greet the world on an empty name",
+                              "filesChanged": ["greeter/core.py"]}
 EXTEND = {"reason": "More to do", "completed": ["Read the code"], "remaining": ["Edit greet"]}
 SLOW_TEXT = " ".join(f"word{n}" for n in range(60))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -50,8 +51,8 @@ def _failed_shell(stdout: str = "", stderr: str = "", *, exit_code: int | None =
     return call
 
 
-def _rule(content: list[dict[str, Any]], *, history: list[ToolCall] = (), rejections: int = 0,
-          baselines: list[Baseline] = ()) -> str | None:
+def _rule(content: list[dict[str, Any]], *, history: Sequence[ToolCall] = (), rejections: int = 0,
+          baselines: Sequence[Baseline] = ()) -> str | None:
     """The rule a reply broke (None: it ended the turn)."""
     verdict = classify(content=content, agent=PULSING, history=history, completion_rejections=rejections,
                        baselines=baselines)

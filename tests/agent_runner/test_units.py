@@ -43,7 +43,7 @@ def _events(*raw: dict[str, Any]) -> list[dict[str, Any]]:
         "message_stop": t.RawMessageStopEvent,
     }
     for event in raw:
-        kinds[event["type"]].model_validate(event)
+        kinds[event["type"]].model_validate(event)  # type: ignore[attr-defined]  # pydantic models
     return list(raw)
 
 

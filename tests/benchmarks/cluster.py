@@ -59,7 +59,7 @@ def run_shape(tmp: Path, model_url: str, shape: dict[str, int], *, workflows: in
               postgres: str | None) -> dict[str, Any]:
     schema = f"autarch_bench_{uuid.uuid4().hex[:8]}"
     system = LocalSystem(tmp / "data", model_url, services=SERVICES,
-                         postgres_url=f"{postgres}?schema={schema}" if shape else None, **shape)
+                         postgres_url=f"{postgres}?schema={schema}" if shape else None, **shape)  # type: ignore[arg-type]  # the size arguments
     gateways = [system.url] + [f"http://127.0.0.1:{system.port + i}" for i in range(1, shape.get("instances", 1))]
     try:
         begun = time.monotonic()

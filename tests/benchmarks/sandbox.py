@@ -70,7 +70,7 @@ async def _measure(calls: int, gap: float) -> dict[str, dict[str, dict[str, floa
     tmp = Path(tempfile.mkdtemp(prefix="autarch-bench-"))
     root = tmp / "worktree"
     root.mkdir()
-    executors = {mode: build_executor(Settings(data_dir=str(tmp / f"data-{mode}"), **overrides), grep_workers=0)
+    executors = {mode: build_executor(Settings(data_dir=str(tmp / f"data-{mode}"), **overrides), grep_workers=0)  # type: ignore[arg-type]  # settings by name
                  for mode, overrides in MODES.items()}
     try:
         out: dict[str, dict[str, dict[str, float]]] = {}

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ def ideal_speedup(workers: int) -> float:
     return n / max(LEVELS, math.ceil(n / workers))
 
 
-def _time(event: dict[str, Any]) -> float:
+def _time(event: Mapping[str, Any]) -> float:
     return datetime.fromisoformat(str(event["occurred_at"]).replace("Z", "+00:00")).timestamp()
 
 
@@ -90,7 +91,7 @@ def run_once(tmp: Path, workers: int, model_url: str, *, timeout: float) -> dict
         make_sample_repo(repo, scenario(0)["files"])
         client = system.client(timeout=60)
 
-        def on_event(event: dict[str, Any], _received: float) -> None:
+        def on_event(event: Mapping[str, Any], _received: float) -> None:
             if event.get("type") in ("swarm:started", "swarm:finished"):
                 marks[str(event["type"])] = _time(event)
 

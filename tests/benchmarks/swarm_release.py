@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ def run_once(tmp: Path, index: int, model_url: str) -> dict[str, float]:
         holder.held.wait(30)
         events: list[dict[str, Any]] = []
 
-        def on_event(event: dict[str, Any], _received: float) -> None:
+        def on_event(event: Mapping[str, Any], _received: float) -> None:
             events.append(dict(event))
             message = event.get("message") or {}
             if event.get("type") == "mail:posted" and message.get("sender") == "coordinator":

@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -182,8 +183,8 @@ class LatencyProbe:
                                             args=(system.connection(), self.connected, self.stop_event,
                                                   self._results))
         else:
-            self.connected, self.stop_event = threading.Event(), threading.Event()
-            self._results = queue.Queue()
+            self.connected, self.stop_event = threading.Event(), threading.Event()  # type: ignore[assignment]  # either kind of Event
+            self._results = queue.Queue()  # type: ignore[assignment]  # either kind of Queue
             client = system.client()
             self._worker = threading.Thread(target=_probe_process_thread, args=(client, self), daemon=True)
 
@@ -252,7 +253,7 @@ def drive_all(system: LocalSystem, repos: list[Path], *, timeout: float, urls: l
             begin = time.monotonic()
             wid = create_workflow(client, repos[i], title=f"Greet the world #{i}")
 
-            def on_event(event: dict, _received: float) -> None:
+            def on_event(event: Mapping[str, Any], _received: float) -> None:
                 if event.get("type") == "workflow:completed":
                     now = time.monotonic()
                     runs.durations[i] = now - begin
@@ -318,10 +319,10 @@ def run(tmp: Path, *, workflows: int, timeout: float, probe_mode: str = "process
         cpu["total"] = round(sum(cpu.values()), 2)
         children_cpu = {name: u[1] for name, u in used.items() if u is not None and u[1]}
         # The part spent while the workflows ran (start-up's imports and connections left out).
-        cpu_run = {name: round(u[0] - at_start[name][0], 2) for name, u in used.items()
+        cpu_run = {name: round(u[0] - at_start[name][0], 2) for name, u in used.items()  # type: ignore[index]  # checked below
                    if u is not None and at_start.get(name) is not None}
         cpu_run["total"] = round(sum(cpu_run.values()), 2)
-        cpu_run["children"] = round(sum(u[1] - at_start[name][1] for name, u in used.items()
+        cpu_run["children"] = round(sum(u[1] - at_start[name][1] for name, u in used.items()  # type: ignore[index, misc]  # checked below
                                         if u is not None and at_start.get(name) is not None), 2)
 
         failed = {i: o for i, o in outcomes.items() if o != "completed"}

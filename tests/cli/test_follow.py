@@ -4,6 +4,7 @@ silent is dropped and resumed after the last event seen, so nothing is missed or
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_a_dropped_stream_resumes_after_the_last_event_seen(cli: Cli, system: Sy
     assert approved and any("ReadTimeout" in drop.problem for drop in lost)
     assert all(drop.first for drop in lost)  # each reconnection succeeded at once
     assert connections == len(lost) + 1
-    ids = [seq for seq, _ in seen]
+    ids: list[Any] = [seq for seq, _ in seen]
     assert all(isinstance(seq, int) for seq in ids) and ids == sorted(set(ids)), "an event came twice or out of order"
     client = client_of(system)
     # Nothing missed: one uninterrupted replay from the start says the same.

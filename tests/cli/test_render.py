@@ -26,8 +26,8 @@ from autarch.contracts.workflows import FixPulseView
 WF = "99f31dc9-0000-4000-8000-000000000001"
 SID = "5e55105e-0000-4000-8000-000000000002"
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
-COMMON = {"workflow_id": WF, "occurred_at": AT}
-TURN = {**COMMON, "session_id": SID, "turn_id": "t-1"}
+COMMON: dict[str, Any] = {"workflow_id": WF, "occurred_at": AT}
+TURN: dict[str, Any] = {**COMMON, "session_id": SID, "turn_id": "t-1"}
 
 SCOPE = {"title": "JWT", "description": "d", "in_scope": ["a", "b"], "out_of_scope": ["c"],
          "recommended_path": "full"}
@@ -226,6 +226,8 @@ def test_halt_hints():
     assert halt_hint("w", "questions") == "autarch workflow answer w ANSWER..."
     assert halt_hint("w", "extension_requested") == "autarch workflow approve-extension w"
     assert halt_hint("w", "stopped") == "autarch workflow resume w [--message TEXT]"
+    assert halt_hint("w", "disk_full") == (
+        "goes on by itself once the path has room again (or: autarch workflow resume w)")
 
 
 def test_watch_labels_sessions_by_step_and_keeps_totals():

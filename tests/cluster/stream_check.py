@@ -67,7 +67,7 @@ async def check_stores_against_stream(nc: Client, postgres_url: str) -> dict[str
             assert stored, f"the {name} store is empty"
             prefix = f"{name}:{stored[0].originator_id.hex[:12]}:"
             on_stream = await relayed_ids(nc, prefix)
-            missing, foreign, doubled = store_vs_stream(stored, mapper, app, on_stream, prefix)
+            missing, foreign, doubled = store_vs_stream(stored, mapper, app, on_stream, prefix)  # type: ignore[arg-type]  # a Sequence
             assert not missing, f"{len(missing)} {name} events missing from the stream: {sorted(missing)[:5]}"
             assert not foreign, f"{len(foreign)} {name} events on the stream are not in its store"
             assert not doubled, f"{name} events on the stream twice: {doubled[:5]}"

@@ -77,7 +77,7 @@ async def test_approve_request_changes_and_artifacts_over_http(system: System, t
 
 async def test_bad_requests_are_typed(system: System, tmp_path):
     async with httpx.AsyncClient(base_url=system.url, headers=system.headers, timeout=10) as http:
-        body = {"title": "t", "request": "r", "repo": str(work_tree(tmp_path))}
+        body: Any = {"title": "t", "request": "r", "repo": str(work_tree(tmp_path))}
         wf = (await http.post("/api/workflows", json=body)).json()["id"]
         missing = str(uuid.uuid4())
         for method, path, body in (

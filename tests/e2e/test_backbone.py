@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 
 
 def _body(repo: str, **over: object) -> dict:
-    body = {"title": "JWT", "request": "add JWT validation to the API", "repo": str(work_tree(Path(repo)))}
+    body: dict[str, object] = {"title": "JWT", "request": "add JWT validation to the API",
+                               "repo": str(work_tree(Path(repo)))}
     body.update(over)
     return body
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 
@@ -82,7 +84,7 @@ async def test_every_lifecycle_conflict_code_is_409(gateway: Gateway, orchestrat
 INVISIBLE = ["", " ", "\n\t ", "red \x1b[31m", "nul \x00", "csi \x9b1m", "bell \x07"]
 """Text the visible-text rule refuses: blank, or holding a control character other than tab and newlines."""
 
-BAD_BODIES = {
+BAD_BODIES: dict[str, list[Any]] = {
     "stop": [{"reason": 5}, {"reason": "x", "extra": 1}, {"why": "x"}, [1], "stop", {"reason": "x" * 10_001},
              *({"reason": text} for text in INVISIBLE)],
     "resume": [{"message": 5}, {"message": "x", "extra": 1}, {"text": "x"}, [1], 3,

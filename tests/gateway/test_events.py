@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import msgspec
@@ -202,7 +203,7 @@ async def test_each_connection_subscribes_to_deltas_and_unsubscribes_when_it_end
     async with gateway.client() as http:
         connected = asyncio.Event()
         async with http.stream("GET", "/api/events", params={"workflow": wf}) as stream:
-            events = sse_events(stream, connected)
+            events: Any = sse_events(stream, connected)  # an async generator (aclose below)
             reader = asyncio.create_task(anext(events))
             await asyncio.wait_for(connected.wait(), 5)
             assert await interest(nc, subject)

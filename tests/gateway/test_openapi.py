@@ -109,3 +109,13 @@ async def test_creations_link_to_the_operations_that_take_what_they_created(gate
         ("/api/beads/{epic_id}/{bead_id}/close", "post")}
     assert all(link["parameters"] == {"path.epic_id": "$response.body#/epic_id", "path.bead_id": "$response.body#/id"}
                for link in bead.values())
+
+
+async def test_the_swagger_page_embeds_the_corrected_document(gateway: Gateway):
+    # The page and /schema/openapi.json are two render plugins over one corrected document: the bearer scheme
+    # (which Litestar's generated document does not have) is in both.
+    async with gateway.client() as http:
+        document = (await http.get("/schema/openapi.json")).json()
+        page = await http.get("/schema/swagger")
+    assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert page.status_code == 200 and '"securitySchemes"' in page.text and '"accessToken"' in page.text

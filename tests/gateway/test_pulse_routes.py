@@ -90,7 +90,7 @@ class StandInLoops:
             raise ServiceFailure(FAILING[sid][0], f"session {sid} is not in that state", {"status": "blocked"})
         if sid != KNOWN:
             raise ServiceFailure.not_found(f"no loop session {sid}", session_id=sid)
-        status = {PauseLoop: "running", ResumeLoop: "running", AbortLoop: "aborted"}.get(type(command), "running")
+        status = "aborted" if isinstance(command, AbortLoop) else "running"
         return loop_view(sid, status=status, pause_requested=isinstance(command, PauseLoop))
 
 
@@ -230,6 +230,22 @@ async def test_show_and_list(gateway: Gateway, loops: StandInLoops):
 async def test_bad_list_filters_are_400(gateway: Gateway, loops: StandInLoops, params: dict[str, str]):
     async with gateway.client() as http:
         reply = await http.get("/api/pulse", params=params)
+    assert_error(reply, 400, "bad_request")
+    assert loops.received == []
+
+
+async def test_show_asks_for_the_iterations_the_client_names(gateway: Gateway, loops: StandInLoops):
+    async with gateway.client() as http:
+        paged = await http.get(f"/api/pulse/{KNOWN}", params={"iterations_from": "201", "iterations_limit": "50"})
+    assert paged.status_code == 200
+    assert loops.received == [GetLoop(session_id=KNOWN, iterations_from=201, iterations_limit=50)]
+
+
+@pytest.mark.parametrize("params", [{"iterations_from": "0"}, {"iterations_from": "first"},
+                                    {"iterations_limit": "0"}, {"iterations_limit": "1001"}])
+async def test_bad_iteration_pages_are_400(gateway: Gateway, loops: StandInLoops, params: dict[str, str]):
+    async with gateway.client() as http:
+        reply = await http.get(f"/api/pulse/{KNOWN}", params=params)
     assert_error(reply, 400, "bad_request")
     assert loops.received == []
 

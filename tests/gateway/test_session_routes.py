@@ -163,8 +163,8 @@ async def test_malformed_bodies_are_400(gateway: Gateway):
     sid = new_id()
     async with gateway.client() as http:
         cases = [("/api/channels/c1/session", b) for b in SESSION_BAD_BODIES]
-        cases += [(f"/api/sessions/{sid}/message", b) for b in MESSAGE_BAD_BODIES]
-        cases += [(f"/api/sessions/{sid}/stop", b) for b in STOP_BAD_BODIES]
+        cases += [(f"/api/sessions/{sid}/message", b) for b in MESSAGE_BAD_BODIES]  # type: ignore[misc]  # any JSON
+        cases += [(f"/api/sessions/{sid}/stop", b) for b in STOP_BAD_BODIES]  # type: ignore[misc]  # any JSON
         for path, body in cases:
             r = await http.post(path, json=body)
             assert (r.status_code, r.json()["code"]) == (400, "bad_request"), (path, body, r.text)

@@ -155,7 +155,7 @@ def test_disjoint_changes_land_on_a_moved_tip(engine: GitEngine, repo: Path):
     assert git(repo, "rev-parse", f"{merged.commit}^") == first.commit
     assert git(repo, "log", "-1", "--format=%B", BRANCH) == "feat(b2): rewrite the guide\n\nDetails."
     assert git(repo, "log", "-1", "--format=%an <%ae>|%at", BRANCH) == git(
-        repo, "log", "-1", "--format=%an <%ae>|%at", second.commit
+        repo, "log", "-1", "--format=%an <%ae>|%at", second.commit  # type: ignore[arg-type]  # committed above
     )
     assert git(repo, "show", f"{BRANCH}:src/app.py") == "def main():\n    return 2"
     assert git(repo, "show", f"{BRANCH}:docs/guide.md") == "Guide, rewritten"

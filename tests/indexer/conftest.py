@@ -98,7 +98,7 @@ def make_repo(root: Path, files: dict[str, str | bytes] | None = None, *, commit
     """A git repository at ``root`` holding ``files`` (default :data:`SAMPLE_FILES`), committed."""
     root.mkdir(parents=True, exist_ok=True)
     git(root, "init", "-q", "-b", "main")
-    write_files(root, SAMPLE_FILES if files is None else files)
+    write_files(root, SAMPLE_FILES if files is None else files)  # type: ignore[arg-type]  # str is str | bytes
     if commit:
         git(root, "add", "-A")
         git(root, "commit", "-q", "-m", "initial")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ def _files(indexer: Indexer, **kwargs) -> list[str]:
 
 def test_index_and_search_a_project(indexer: Indexer, repo: Path) -> None:
     write_files(repo, {"build/generated.py": "def verify_password():\n    pass\n", "debug.log": "password\n"})
-    events = []
+    events: list[Any] = []
     result = indexer.index_project(str(repo / "app"), progress=events.append)  # any path inside the repo
     assert result.root == str(repo) and result.scope == PROJECT_SCOPE and result.state == "ready"
     assert result.files == 6 and result.chunks >= 8 and result.embedded_chunks == result.chunks

@@ -32,7 +32,7 @@ def test_bm25_prefers_rare_terms_and_respects_scope() -> None:
 
 def test_reciprocal_rank_fusion_rewards_agreement() -> None:
     fused = dict(reciprocal_rank_fusion([["a", "b", "c"], ["b", "c", "a"]]))
-    assert max(fused, key=fused.get) == "b"
+    assert max(fused, key=fused.__getitem__) == "b"
     assert dict(reciprocal_rank_fusion([["x"], ["x"]]))["x"] == pytest.approx(1.0)
 
 
@@ -60,7 +60,7 @@ def test_files_in_order_keeps_each_path_at_its_blob_first_position() -> None:
 def test_file_fusion_rewards_agreement_and_puts_tests_after_the_code() -> None:
     rankings = [["web_test.py", "web.py", "util.py"], ["web.py", "web_test.py"], ["web.py", "util.py"]]
     scores = fuse_files(rankings, weights=[1, 1, 1], k=20, test_factor=1.0, asks_about_tests=False)
-    assert max(scores, key=scores.get) == "web.py" and scores["web.py"] <= 1.0
+    assert max(scores, key=scores.__getitem__) == "web.py" and scores["web.py"] <= 1.0
     solo = fuse_files([["a.py"], ["a.py"]], weights=[1, 1], k=20, test_factor=0.6, asks_about_tests=False)
     assert solo["a.py"] == pytest.approx(1.0)
     # A test file first in every list still comes after the code, unless the question is about tests.

@@ -50,7 +50,7 @@ def module_exists(module: str) -> bool:
 
 def k8s_documents() -> list[tuple[Path, dict[str, Any]]]:
     """Every Kubernetes object of ``infra/k8s`` with its file (kustomize's own config excluded)."""
-    found = []
+    found: list[tuple[Path, dict[str, Any]]] = []
     for path in sorted(K8S.glob("*.yaml")):
         if path.name == "kustomization.yaml":
             continue

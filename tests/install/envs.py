@@ -52,7 +52,7 @@ def closure(requirements: list[str], *, without: frozenset[str] = frozenset()) -
     seen: set[tuple[str, str]] = set()
     while pending:
         requirement, extra = pending.pop()
-        if requirement.marker is not None and not requirement.marker.evaluate({**env, "extra": extra}):
+        if requirement.marker is not None and not requirement.marker.evaluate({**env, "extra": extra}):  # type: ignore[dict-item]  # str values
             continue
         name = canonicalize_name(requirement.name)
         if name in without:
@@ -130,7 +130,7 @@ def restricted_env(where: Path, requirements: list[str], *, without: frozenset[s
     dists = closure(requirements, without=without)
     owners = _owners()
     for dist in dists:
-        base = Path(dist.locate_file(""))
+        base = Path(str(dist.locate_file("")))
         for entry, files in _top_level(dist).items():
             if owners[entry] == 1 and not (site / entry).exists():
                 (site / entry).symlink_to(base / entry)

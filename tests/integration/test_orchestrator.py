@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import msgspec
 import pytest
@@ -29,18 +30,19 @@ ORCH = "orchestrator"
 
 
 def _create(**overrides: object) -> CreateWorkflow:
-    fields = {"workflow_id": str(uuid.uuid4()), "title": "JWT", "request": "add JWT validation", "repo": "/tmp/repo"}
+    fields: dict[str, object] = {"workflow_id": str(uuid.uuid4()), "title": "JWT", "request": "add JWT validation",
+                                 "repo": "/tmp/repo"}
     fields.update(overrides)
     return CreateWorkflow(**fields)  # type: ignore[arg-type]
 
 
-async def _stream_events(nc, workflow_id: str, *, expect: int, timeout: float = 5.0) -> list[tuple[int, object]]:
+async def _stream_events(nc, workflow_id: str, *, expect: int, timeout: float = 5.0) -> list[tuple[int, Any, Any]]:
     sub = await nc.jetstream().subscribe(
         subjects.workflow_events(workflow_id),
         ordered_consumer=True,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
     )
-    got = []
+    got: list[tuple[int, Any, Any]] = []
     try:
         while len(got) < expect:
             msg = await sub.next_msg(timeout=timeout)

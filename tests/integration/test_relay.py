@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -38,7 +39,7 @@ async def _published_ids(nc, ids: list[str]) -> list[str]:
     sub = await nc.jetstream().subscribe(
         subjects.EVENTS_ALL, ordered_consumer=True, config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
     )
-    found = []
+    found: list[Any] = []
     try:
         while True:
             try:

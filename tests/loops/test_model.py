@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from autarch.contracts.loops import Signal
 from autarch.runtime.aggregates import project
 from autarch.services.orchestrator.loop.model import Anchor, LoopError, LoopSession
 from autarch.services.orchestrator.loop.views import view_of
@@ -20,7 +21,7 @@ def new_session(max_iterations: int = 3) -> LoopSession:
                        status="pending")
 
 
-def run_iteration(session: LoopSession, signal: str, commit: str | None, *, reason: str | None = None) -> None:
+def run_iteration(session: LoopSession, signal: Signal, commit: str | None, *, reason: str | None = None) -> None:
     it = session.start_iteration(task_content="do it", pulse_worktree="/w", base_commit="b" * 40,
                                  anchor=Anchor(strategy="temporal", turn_id="t0", depth=0), context_tokens=10)
     session.iteration_running(number=it.number, kickoff_turn_id=f"k{it.number}", at="2026-11-25T05:00:01+00:00")
@@ -148,6 +149,7 @@ def test_a_failure_ends_the_open_iteration_without_a_commit_and_is_final():
     recorded = session.collect_events()
     session.fail("the project repository is gone or no longer a git repository: /srv/shop is not a directory")
     assert session.status == "failed" and session.finished and not session.settled
+    it = session.iteration(it.number)  # an event replaces the iteration it changes
     assert it.over and it.status == "failed" and it.commit_hash is None and it.reason.startswith("the project")
     recorded += (failing := session.collect_events())
     wire = [loop_to_contract(e, lambda _: (3, [])) for e in failing]
@@ -171,6 +173,7 @@ def test_a_failure_after_the_agents_turn_keeps_its_signal_and_says_why_it_ended(
                         reason=None, output_summary="wrote a", output_full="…", commit_subject="feat: a",
                         commit_body="", anchor_hint_next=None, anchor_hint_reason=None, tokens_used=5, cost_usd=0.0)
     session.fail("the project repository is gone or no longer a git repository: gone")
+    it = session.iteration(it.number)  # an event replaces the iteration it changes
     assert (it.status, it.signal, it.signal_source, it.output_summary) == ("failed", "CONTINUE", "explicit", "wrote a")
     assert it.reason.endswith(": gone") and session.total_tokens_used == 5
 
@@ -181,6 +184,7 @@ def test_an_aborted_session_whose_repository_went_stays_aborted():
         strategy="none"), context_tokens=1)
     session.abort("enough")
     session.fail("the project repository is gone or no longer a git repository: gone")
+    it = session.iteration(it.number)  # an event replaces the iteration it changes
     assert session.status == "aborted" and session.status_reason == "enough" and it.over and it.status == "failed"
 
 
@@ -194,6 +198,7 @@ def test_a_git_step_that_fails_for_good_after_the_turn_ends_the_iteration_and_bl
                         commit_subject="", commit_body="", anchor_hint_next=None, anchor_hint_reason=None,
                         tokens_used=0, cost_usd=0.0)
     session.block("autarch.svc.git.recovery_checkpoint: internal: disk full")
+    it = session.iteration(it.number)  # an event replaces the iteration it changes
     assert it.over and it.status == "failed" and it.reason.endswith("disk full") and it.commit_hash is None
     assert session.status == "blocked" and session.status_reason.endswith("disk full")
     session.resume(None)

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from autarch.contracts.events import LoopBlocked, LoopFailed, LoopIterationCompleted, LoopStarted
+from autarch.contracts.loops import LoopStatus, Signal
 from autarch.services.orchestrator.application import WorkflowApplication
 from autarch.services.orchestrator.loop.model import Anchor, LoopSession
 from autarch.services.orchestrator.loop.views import view_of
@@ -25,7 +26,7 @@ def _app(path: Path) -> WorkflowApplication:
     return WorkflowApplication(env={"PERSISTENCE_MODULE": "autarch.runtime.sqlite_store", "SQLITE_DBNAME": str(path)})
 
 
-def _session(status: str) -> LoopSession:
+def _session(status: LoopStatus) -> LoopSession:
     session = LoopSession(session_id=str(uuid.uuid4()), project_name="shop", project_path="/srv/shop", goal="g",
                           max_iterations=3, anchor_turn_id=None, branch_name="autarch/loop-x", base_branch="main",
                           context_strategy="prefetch", notify=[], created_by="api", script=None, created_at=AT,
@@ -35,7 +36,7 @@ def _session(status: str) -> LoopSession:
     return session
 
 
-def _iteration(session: LoopSession, signal: str, reason: str | None = None) -> None:
+def _iteration(session: LoopSession, signal: Signal, reason: str | None = None) -> None:
     it = session.start_iteration(task_content="do it", pulse_worktree="/w", base_commit="b" * 40,
                                  anchor=Anchor(strategy="none"), context_tokens=10)
     session.iteration_running(number=it.number, kickoff_turn_id="k", at=AT)
@@ -102,7 +103,7 @@ def test_sessions_recorded_before_pending_and_failed_load_beside_todays(tmp_path
         assert old.status == "running"
 
         wire = WireEvents(app)
-        published = [wire(app.mapper.to_domain_event(n))
+        published = [wire(app.mapper.to_domain_event(n))  # type: ignore[arg-type]  # DomainEvents
                      for n in app.recorder.select_notifications(start=1, limit=1000)]
         kinds = [type(e) for e in published if e is not None]
         assert kinds.count(LoopStarted) == 4 and kinds.count(LoopBlocked) == 1

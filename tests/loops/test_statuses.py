@@ -108,7 +108,7 @@ def test_a_loop_whose_repository_is_removed_mid_iteration_fails(model, loops: Lo
 
     view = loops.wait(started.id, lambda v: v.status not in ("pending", "running"), "the session's end")
     assert view.status == "failed", view
-    assert view.status_reason.startswith(f"{GONE}: ") and str(repo) in view.status_reason
+    assert view.status_reason.startswith(f"{GONE}: ") and str(repo) in view.status_reason  # type: ignore[operator]  # a failed session has one
     first, second = view.iterations
     assert (first.status, first.signal, first.commit_hash is not None) == ("complete", "CONTINUE", True)
     assert (second.status, second.signal, second.commit_hash, second.reason) == (

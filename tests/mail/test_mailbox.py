@@ -62,7 +62,7 @@ def test_pending_and_delivery_per_recipient() -> None:
 
 
 def test_replay_equals_state() -> None:
-    app = Application(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
+    app: Application[uuid.UUID] = Application(env={"PERSISTENCE_MODULE": "eventsourcing.popo"})
     box = Mailbox(epic_id=EPIC)
     box.post(sender="w1", to=["coordinator"], subject="Startup", body_md="AGENTS.md read.", key="k1")
     box.reply(message_id="m1", sender="coordinator", body_md="Welcome.")

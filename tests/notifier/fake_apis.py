@@ -143,6 +143,7 @@ def _handler(fake: FakeApis) -> type[BaseHTTPRequestHandler]:
             else:
                 body = json.loads(raw or b"null")
             path = urlsplit(self.path).path
+            answer: Any
             status, answer = 201, {}
             if path == f"/bot{fake.token}/getUpdates":
                 status, answer = fake.get_updates(body or {})

@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import msgspec
 
+from autarch.contracts.beads import SwarmMode
 from autarch.runtime.aggregates import project
 from autarch.services.orchestrator.swarm.handoffs import handoff_document, manifest_document, owner_file
 from autarch.services.orchestrator.swarm.model import Swarm
@@ -20,7 +21,7 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.Fo
 AT = datetime(2026, 11, 25, 10, 0, tzinfo=UTC)
 
 
-def _swarm(mode: str) -> Swarm:
+def _swarm(mode: SwarmMode) -> Swarm:
     swarm = Swarm(workflow_id=WID, mode=mode, max_workers=1, at=AT.isoformat(),
                   beads=[_bead("a"), _bead("b", "a", verification_evidence="history/x/verification/b.md")])
     swarm.join("AmberFalcon", "w1", "/wt/1")
@@ -35,7 +36,7 @@ def test_a_workers_handoff_validates_and_names_its_runtime() -> None:
     doc = handoff_document(swarm, a, swarm.beads["b"], feature="x", tokens_used_pct=0.671, paused_at=AT)
     VALIDATOR.validate(doc)
     assert doc["owner_id"] == "worker-AmberFalcon"
-    assert doc["read_first"][-1] == ".pulse/handoffs/worker-AmberFalcon.json"
+    assert doc["read_first"] == [".pulse/handoffs/worker-AmberFalcon.json", ".pulse/beads/b.md"]
     assert doc["payload"]["runtime"]["runtime_nickname"] == "w1"
     assert doc["payload"]["context_snapshot"] == {"tokens_used_pct": 0.671, "last_bead_closed": "a"}
     assert doc["payload"]["verification_evidence_paths"] == ["history/x/verification/b.md"]

@@ -91,7 +91,7 @@ def test_aggregates_recorded_under_their_earlier_modules_still_load(tmp_path: Pa
         assert list(app.workflow_ids()) == [wid]
 
         wire = WireEvents(app)
-        published = [wire(app.mapper.to_domain_event(n)) for n in app.recorder.select_notifications(start=1,
+        published = [wire(app.mapper.to_domain_event(n)) for n in app.recorder.select_notifications(start=1,  # type: ignore[arg-type]  # DomainEvents
                                                                                                       limit=100)]
         kinds = {type(e) for e in published if e is not None}
         assert {WorkflowCreated, LoopStarted, SwarmStarted, MailPosted} <= kinds

@@ -22,7 +22,7 @@ from autarch.services.orchestrator.workflow.views import to_contract, view_of
 from .test_workflow_domain import SCOPE, card, names, new, refused
 from .test_workflow_driving import executing, run
 
-PLAN = [{"id": "pulse-1", "title": "p1", "description": "d", "expectedChanges": ["a.py"],
+PLAN: list[dict[str, Any]] = [{"id": "pulse-1", "title": "p1", "description": "d", "expectedChanges": ["a.py"],
          "estimatedSize": "small", "dependsOn": None},
         {"id": "pulse-2", "title": "p2", "description": "d", "expectedChanges": ["b.py"],
          "estimatedSize": "small", "dependsOn": ["pulse-1"]}]
@@ -57,7 +57,7 @@ def fix_run(wf: Workflow, planned: str, status: str, attempt: int = 1) -> None:
                           "status": "running", "session_id": "s", "pulse_branch": "b", "base_commit": "0" * 40,
                           "description": f"fix: {planned}", "fix_round": 1})
     if status != "running":
-        wf.pulse_ended(run_id=run_id, status=status, commit="c" * 40, diff_artifact_id=None,
+        wf.pulse_ended(run_id=run_id, status=status, commit="c" * 40, diff_artifact_id=None,  # type: ignore[arg-type]
                        is_recovery_checkpoint=False, ended_at="2026-11-22T00:00:00+00:00")
 
 
@@ -198,7 +198,7 @@ def test_the_wire_says_what_happened_and_old_change_requests_still_replay() -> N
     wf = reviewed(comment("off by one", "a.py", 3))
     [cid] = ids(wf)
     wf.request_fix("fix it", None, limit=3)
-    changed, opened, stage = [to_contract(e) for e in wf.collect_events()]
+    changed, opened, stage = [to_contract(e) for e in wf.collect_events()]  # type: ignore[arg-type]  # DomainEvents
     assert isinstance(changed, WorkflowChangesRequested) and changed.fix and changed.stage == "review"
     assert isinstance(opened, WorkflowFixRoundOpened)
     assert (opened.round, opened.feedback, opened.comment_ids) == (1, "fix it", [cid])
@@ -206,7 +206,7 @@ def test_the_wire_says_what_happened_and_old_change_requests_still_replay() -> N
     assert (stage.from_stage, stage.to_stage) == ("review", "execution")
     wf.pulse_started(run={"id": "fix-1-1", "planned_pulse_id": "fix-1-1", "title": "t", "attempt": 1,
                           "status": "running", "base_commit": "0" * 40, "pulse_branch": "b", "fix_round": 1})
-    [started] = [to_contract(e) for e in wf.collect_events()]
+    [started] = [to_contract(e) for e in wf.collect_events()]  # type: ignore[arg-type]  # DomainEvents
     assert isinstance(started, PulseStarted) and started.fix_round == 1
     assert view_of(wf).fix_rounds == 1
     cards = artifacts_of(wf)
@@ -222,4 +222,4 @@ def test_the_wire_says_what_happened_and_old_change_requests_still_replay() -> N
     del events[-1].__dict__["fix"]
     rebuilt = reduce(lambda aggregate, e: e.mutate(aggregate), events, None)
     assert rebuilt is not None and rebuilt.last_feedback == "narrower" and rebuilt.fix_rounds == []
-    assert to_contract(events[-1]).fix is False
+    assert to_contract(events[-1]).fix is False  # type: ignore[arg-type, union-attr]  # a DomainEvent

@@ -71,15 +71,15 @@ async def _run(store: Path, beads: list[dict[str, object]], workers: int, crash_
                 continue
             pick = ready[rng.randrange(len(ready))].bead_id  # workers race for overlapping picks on purpose
             try:
-                _, attempt = await book.change(WID, lambda s, b=pick: s.claim(b, name))
+                _, attempt = await book.change(WID, lambda s, b=pick: s.claim(b, name))  # type: ignore[misc]  # bound now
             except ServiceFailure:
                 continue  # another worker won: read again
             await asyncio.sleep(rng.random() * 0.003)
             key = (attempt.bead_id, attempt.number)
             if rng.random() < crash_rate:
-                await book.change(WID, lambda s, k=key: s.reopen(s.attempts[k], "lease lapsed"))
+                await book.change(WID, lambda s, k=key: s.reopen(s.attempts[k], "lease lapsed"))  # type: ignore[misc]  # bound now
             else:
-                await book.change(WID, lambda s, k=key: s.merged_as(s.attempts[k], f"commit-{k[0]}-{k[1]}"))
+                await book.change(WID, lambda s, k=key: s.merged_as(s.attempts[k], f"commit-{k[0]}-{k[1]}"))  # type: ignore[misc]  # bound now
 
     try:
         await asyncio.gather(*(worker(i) for i in range(workers)))

@@ -15,7 +15,7 @@ from autarch.services.orchestrator.workflow.lifecycle import LifecycleError, val
 from autarch.services.orchestrator.workflow.model import Workflow
 from autarch.services.orchestrator.workflow.state import ChangeRequest, ReviewVerdict, StageCard
 
-SCOPE = {"title": "JWT", "description": "validate JWTs", "in_scope": ["middleware"], "out_of_scope": [],
+SCOPE: dict[str, Any] = {"title": "JWT", "description": "validate JWTs", "in_scope": ["middleware"], "out_of_scope": [],
          "recommended_path": "full", "constraints": ["no new deps"], "rationale": None}
 RESEARCH = {"summary": "auth is in api/", "keyFiles": [], "recommendations": ["reuse the middleware"]}
 
@@ -25,7 +25,7 @@ def pulse(pid: str, *deps: str) -> dict[str, Any]:
             "dependsOn": list(deps) or None}
 
 
-PLAN = {"approachSummary": "two steps", "pulses": [pulse("pulse-1"), pulse("pulse-2", "pulse-1")]}
+PLAN: dict[str, Any] = {"approachSummary": "two steps", "pulses": [pulse("pulse-1"), pulse("pulse-2", "pulse-1")]}
 
 _CARDS: dict[str, type[StageCard]] = {"scoping": SubmitScopeArgs, "research": SubmitResearchArgs,
                                       "planning": SubmitPlanArgs, "review": ReviewVerdict}

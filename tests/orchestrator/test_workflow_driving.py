@@ -32,7 +32,7 @@ def executing(pulses: list[dict[str, Any]]) -> Workflow:
 
 
 def run(wf: Workflow, planned: str, status: PulseStatus, attempt: int = 1) -> PulseRun:
-    record = {"id": planned if attempt == 1 else f"{planned}-a{attempt}", "planned_pulse_id": planned,
+    record: dict[str, Any] = {"id": planned if attempt == 1 else f"{planned}-a{attempt}", "planned_pulse_id": planned,
               "title": planned, "attempt": attempt, "status": "running", "session_id": "s", "pulse_branch": "b",
               "base_commit": "0" * 40, "completion_rejections": 0, "extensions": 0, "description": f"feat: {planned}",
               "files_changed": [], "unresolved_issues": [], "ending": None, "worktree_path": "/wt"}
@@ -83,7 +83,7 @@ def test_a_pulse_kickoff_carries_scope_plan_and_its_own_task_only() -> None:
 
 def test_resume_refuses_a_halt_that_needs_another_action_and_records_nothing() -> None:
     wf = executing(PLAN["pulses"])
-    wf.halt_for("extension_requested", "more time", details={"step": "pulse:pulse-1"})
+    wf.halt_for("extension_requested", "more time", details={"step": "pulse:pulse-1"})  # type: ignore[arg-type]  # as recorded
     wf.collect_events()
     with pytest.raises(LifecycleError) as refused:
         wf.resume(("stopped", "error"), None)

@@ -48,14 +48,14 @@ class Steps:
 
 async def next_step(wf: Workflow) -> tuple[str, tuple[Any, ...]] | None:
     action = next_action(Steps(), wf)  # type: ignore[arg-type]
-    return None if action is None else await action()  # type: ignore[func-returns-value]
+    return None if action is None else await action()  # type: ignore[func-returns-value, return-value]
 
 
 def at(seconds: float) -> str:
     return (T0 + timedelta(seconds=seconds)).isoformat()
 
 
-def open_session(wf: Workflow, step: str, *, assigned: str | None = None) -> str:
+def open_session(wf: Workflow, step: Any, *, assigned: str | None = None) -> str:
     session_id = str(uuid.uuid4())
     wf.assign_session(step=step, session_id=session_id, role="pulsing" if step.startswith("pulse:") else step,
                       root="/wt", kickoff="go", script=None, notes=[], assigned_at=assigned or at(0))
@@ -96,7 +96,7 @@ async def test_resume_after_a_step_the_driver_could_not_do_retries_the_step_with
     wf, _ = pulse_running()
     wf.session_closed(step="preflight", reason="preflight completed")
     wf.accept_completion("pulse-1", description="feat: x", files_changed=[], unresolved_issues=[])
-    wf.halt_for("error", "git: checkpoint refused", details={"step": "pulse:pulse-1"})  # as the driver's _fail
+    wf.halt_for("error", "git: checkpoint refused", details={"step": "pulse:pulse-1"})  # type: ignore[arg-type]  # details as recorded; as the driver's _fail
     controls.resume(wf, None)
     assert wf.outbox == []
     step = await next_step(wf)
@@ -105,7 +105,7 @@ async def test_resume_after_a_step_the_driver_could_not_do_retries_the_step_with
 
 def test_a_stopped_pulse_is_not_continued_in_its_session_on_resume() -> None:
     wf, _ = pulse_running()
-    wf.halt_for("stopped", "wrong approach", pulse_id="pulse-1", details={"step": "pulse:pulse-1"})
+    wf.halt_for("stopped", "wrong approach", pulse_id="pulse-1", details={"step": "pulse:pulse-1"})  # type: ignore[arg-type]  # details as recorded
     wf.end_pulse_as("pulse-1", "stopped", "wrong approach")
     wf.pulse_ended(run_id="pulse-1", status="stopped", commit=None, diff_artifact_id=None,
                    is_recovery_checkpoint=False, ended_at=at(5))
@@ -189,7 +189,7 @@ def test_the_preflight_clock_counts_running_time_only() -> None:
     open_session(wf, "preflight", assigned=at(0))
     assert not preflight_overdue(wf, 60, T0 + timedelta(seconds=59))
     assert preflight_overdue(wf, 60, T0 + timedelta(seconds=60))
-    wf.halt_for("questions", "which?", details={"step": "preflight"}, at=at(50))
+    wf.halt_for("questions", "which?", details={"step": "preflight"}, at=at(50))  # type: ignore[arg-type]  # details as recorded
     assert not preflight_overdue(wf, 60, T0 + timedelta(hours=5))  # halted: the clock stands still
     wf.resume(("questions",), "this one", at=at(3600))
     # 50 s before the halt count, the hour halted does not.
@@ -224,7 +224,7 @@ def test_pulse_sessions_get_the_execution_notes_and_the_preflight_baselines() ->
     assert session_baselines(wf, "preflight") == []
 
 
-QUESTIONS = [{"type": "single_select", "prompt": "Greeting?", "options": ["Hello, world!", "Hi"]},
+QUESTIONS: list[dict[str, Any]] = [{"type": "single_select", "prompt": "Greeting?", "options": ["Hello, world!", "Hi"]},
              {"type": "free_text", "prompt": "Anything else?"}]
 
 
@@ -238,7 +238,7 @@ def test_answers_that_do_not_fit_the_questions_are_refused_and_change_nothing(an
     wf = Workflow(workflow_id=str(uuid.uuid4()), title="t", request="r", repo="/x", base_branch="main",
                   branch=None, script=None)
     open_session(wf, "scoping")
-    wf.halt_for("questions", "asks", details={"step": "scoping", "questions": QUESTIONS})
+    wf.halt_for("questions", "asks", details={"step": "scoping", "questions": QUESTIONS})  # type: ignore[arg-type]  # as recorded
     wf.collect_events()
     with pytest.raises(LifecycleError) as refused:
         controls.answer_questions(wf, answers)
@@ -250,7 +250,7 @@ def test_answers_that_fit_resume_the_agent() -> None:
     wf = Workflow(workflow_id=str(uuid.uuid4()), title="t", request="r", repo="/x", base_branch="main",
                   branch=None, script=None)
     open_session(wf, "scoping")
-    wf.halt_for("questions", "asks", details={"step": "scoping", "questions": QUESTIONS})
+    wf.halt_for("questions", "asks", details={"step": "scoping", "questions": QUESTIONS})  # type: ignore[arg-type]  # as recorded
     controls.answer_questions(wf, ["Hello, world!", "keep it short"])
     assert wf.halt is None and "A: keep it short" in wf.outbox[0].text
 

@@ -37,7 +37,7 @@ SCENARIO: dict[str, Any] = {
 
 async def _stream(server, role: str, messages: list[dict[str, Any]], max_tokens: int = 512) -> list[Any]:
     stream = await client(server, role=role).messages.create(
-        model="m", max_tokens=max_tokens, messages=messages, tools=TOOLS, stream=True)
+        model="m", max_tokens=max_tokens, messages=messages, tools=TOOLS, stream=True)  # type: ignore[arg-type]  # plain JSON
     return [event async for event in stream]
 
 

@@ -20,9 +20,10 @@ def test_a_worker_past_its_context_limit_hands_off_and_a_fresh_session_finishes(
         client: Client, model, tmp_path: Path) -> None:
     scenario = swarm_scenario()
     first = scenario["scripts"]["pulsing:summary"]
-    # The first reply's request already used 150k of the 200k window: after its write, the worker stops.
-    first[0]["usage"] = {"input_tokens": 150_000, "output_tokens": 50}
-    scenario["scripts"]["pulsing:summary"] = first[:1]
+    # After the startup report, the reply that writes the bead's file came on a request that already used 150k of
+    # the 200k window: after its write, the worker stops.
+    first[1]["usage"] = {"input_tokens": 150_000, "output_tokens": 50}
+    scenario["scripts"]["pulsing:summary"] = first[:2]
     scenario["scripts"]["pulsing:summary-h1"] = [
         # The fresh session tries to edit before reading its handoff: refused. Then it reads, and closes the bead
         # with what the first session left in the worktree.
@@ -44,7 +45,8 @@ def test_a_worker_past_its_context_limit_hands_off_and_a_fresh_session_finishes(
     document = handoffs[0]["handoff"]
     jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker()).validate(document)
     assert document["payload"]["context_snapshot"]["tokens_used_pct"] >= 0.65
-    assert document["read_first"][-1] == handoffs[0]["owner_file"]
+    # Only what is there to read: the handoff itself, then the bead's card.
+    assert document["read_first"] == [handoffs[0]["owner_file"], ".pulse/beads/summary.md"]
 
     resumed = [r for r in model.requests if r.script == "summary-h1" and r.body]
     kickoff = resumed[0].body["messages"][0]["content"][0]["text"]

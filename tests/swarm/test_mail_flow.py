@@ -78,10 +78,23 @@ def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worke
     assert delay_ms < 5_000  # a kick, not a poll: far under any polling period (the figure is printed)
 
     mail = [e["message"] for e in events if e["type"] == "mail:posted"]
-    assert sum(1 for m in mail if m["subject"].startswith("[STARTUP]")) == 3
+    # Each worker session reports in itself, first thing, naming both its identities (a worker that never got a
+    # bead never ran, and said nothing).
+    workers = {e["worker"]: e["nickname"] for e in events if e["type"] == "worker:joined"}
+    worked = {e["worker"] for e in events if e["type"] == "bead:claimed"}
+    startups = [m for m in mail if m["subject"].startswith("[STARTUP]")]
+    assert {m["sender"] for m in startups} == worked
+    assert all(m["subject"] == f"[STARTUP] {workers[m['sender']]} / {m['sender']}" for m in startups), startups
     assert sorted(m["subject"] for m in mail if m["subject"].startswith("Completed ")) == sorted(
         f"Completed {b}" for b in BEADS)
     done = next(m for m in mail if m["subject"] == "Completed units")
+    # A bead's files are released before its completion report goes out (seed 002).
+    for bead in BEADS:
+        freed = next(i for i, e in enumerate(events) if e["type"] == "lease:released"
+                     and e.get("bead_id") == bead and e.get("reason") == "done")
+        reported = next(i for i, e in enumerate(events) if e["type"] == "mail:posted"
+                        and e["message"]["subject"] == f"Completed {bead}")
+        assert freed < reported, bead
     assert "Verification: passed" in done["body_md"] and "Commit: " in done["body_md"]
     # The mailbox replays from its own events to what the stream carried.
     replayed = json.loads(client.system.cli("replay", wid).stdout)

@@ -203,7 +203,7 @@ async def test_the_policy_never_reads_its_git_dirs_from_the_dot_git_file(layout:
         launch = sandbox.prepare_launch(SandboxPolicy(data_dir=str(layout.data)), "true", root=str(layout.worktree),
                                         git=git_record)
         try:
-            paths = [path for path, _ in launch.spec["rules"]]
+            paths = [path for path, _ in launch.spec["rules"]]  # type: ignore[index]  # a sandboxed launch has one
             assert not any(path.startswith(str(layout.outside)) for path in paths), paths
             if git_record is not None:
                 assert str(layout.repo / ".git") in paths

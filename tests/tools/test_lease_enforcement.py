@@ -91,7 +91,7 @@ async def test_write_and_edit_of_another_holders_file_are_refused(
         ("edit_file", {"path": "src/app.py", "oldString": "app", "newString": "x"}),
         ("multi_edit", {"path": "./src/app.py", "edits": [{"oldString": "app", "newString": "x"}]}),
     ]:
-        result, body = await _call(nc, repo, tool, args, holder="w1", scope=scope)
+        result, body = await _call(nc, repo, tool, args, holder="w1", scope=scope)  # type: ignore[arg-type]  # dicts
         assert result.is_error and "w2" in body["error"] and body["lease"]["pattern"] == "src/app.py", body
         assert (repo / "src/app.py").read_text() == "app = 1\n"
 

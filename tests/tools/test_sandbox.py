@@ -156,8 +156,9 @@ async def test_only_allow_listed_variables_are_inherited(layout: Layout, monkeyp
         monkeypatch.setenv(name, value)
     for tools in tools_for(layout, sandbox_env=("SOME_CONFIG",)):
         value = await tools("shell", {"command": "env"})
-    names = {line.split("=", 1)[0] for line in value["stdout"].splitlines()}
-    assert "SOME_CONFIG=kept-0005" in value["stdout"]
+    stdout: str = value["stdout"]  # type: ignore[index]  # the last loop's result
+    names = {line.split("=", 1)[0] for line in stdout.splitlines()}
+    assert "SOME_CONFIG=kept-0005" in stdout
     assert not names & {"DB_PASS", "ANTHROPIC_API_KEY", "HARMLESS", "AUTARCH_DATA_DIR"}
     set_by_the_sandbox = {"HOME", "TMPDIR", "TMP", "TEMP", "GIT_TERMINAL_PROMPT", "GIT_PAGER", "PAGER",
                           "PYTHONDONTWRITEBYTECODE", "AUTARCH_SANDBOX"}
@@ -184,8 +185,9 @@ async def test_the_network_is_off_but_loopback_inside_works(tools: Tools, listen
     value = await sh(tools, CONNECT.format(port=listener))
     assert "connected" not in value["stdout"] and "Connection refused" in value["stderr"]
     inside = await sh(tools, (
-        "python3 -m http.server 18080 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; "
-        + CONNECT.format(port=18080)
+        # Connect once the server listens (it takes a while to start on a busy machine): up to 10 s.
+        "python3 -m http.server 18080 --bind 127.0.0.1 >/dev/null 2>&1 & "
+        "for _ in $(seq 100); do " + CONNECT.format(port=18080) + " 2>/dev/null && break; sleep 0.1; done"
     ))
     assert inside["stdout"].strip() == "connected", inside
 

@@ -206,13 +206,13 @@ async def test_the_launch_server_removes_its_cgroups_and_a_new_one_sweeps_a_dead
 
     for tools in tools_for(layout):
         await still_answers(tools)
-        server = tools.executor.launcher.pid
+        server: int = tools.executor.launcher.pid  # type: ignore[assignment]  # a running launcher has one
         assert server is not None and leftovers(server)  # the pool's cgroups (and the spare's)
     assert not leftovers(server)  # closed cleanly: all removed
 
     for tools in tools_for(layout):
         await still_answers(tools)
-        killed = tools.executor.launcher.pid
+        killed: int = tools.executor.launcher.pid  # type: ignore[assignment]  # a running launcher has one
         os.kill(killed, signal.SIGKILL)  # no chance to clean up
         while os.waitpid(killed, os.WNOHANG) == (0, 0):
             await asyncio.sleep(0.01)
@@ -266,7 +266,7 @@ async def test_a_launch_server_that_dies_takes_its_commands_with_it_and_is_start
     marker = f"7.{time.time_ns() % 10**6:06d}{os.getpid() % 1000}"
     for tools in tools_for(layout):
         await still_answers(tools)
-        server = tools.executor.launcher.pid
+        server: int = tools.executor.launcher.pid  # type: ignore[assignment]  # a running launcher has one
         call = asyncio.create_task(sh(tools, f"(setsid sleep {marker} &); sleep {marker}; echo never"))
         while not processes_with(marker):
             assert not call.done(), call.result()

@@ -26,7 +26,7 @@ def default_watcher() -> Iterator[None]:
         warnings.simplefilter("ignore", DeprecationWarning)
         watcher = asyncio.get_event_loop_policy().get_child_watcher()
         watcher.close()
-        asyncio.set_child_watcher(None)  # the next subprocess of the test session gets the default again
+        asyncio.set_child_watcher(None)  # type: ignore[arg-type]  # None is the documented reset; the next subprocess of the test session gets the default again
 
 
 @pytest.mark.usefixtures("default_watcher")

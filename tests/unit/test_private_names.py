@@ -69,3 +69,41 @@ def test_eventsourcing_decorated_funcs_for_the_fast_replay():
     )
     assert funcs.get(Workflow.ErrorRecorded) is not None, "decorated_funcs no longer maps event classes to methods"
     assert hasattr(domain, "DecoratedFuncCaller"), "eventsourcing.domain.DecoratedFuncCaller moved: update load()"
+
+
+def test_eventsourcing_insert_steps_the_hash_chain_is_written_from():
+    # runtime/sqlite_store.py and runtime/postgres_store.py write each event's link inside the inserting transaction.
+    from eventsourcing.postgres import PostgresApplicationRecorder
+    from eventsourcing.sqlite import SQLiteApplicationRecorder
+
+    assert callable(getattr(SQLiteApplicationRecorder, "_insert_events", None)), (
+        "eventsourcing's SQLiteApplicationRecorder._insert_events moved: the hash chain is not written; update "
+        "ApplicationRecorder.insert_events in runtime/sqlite_store.py (and the pin in pyproject.toml)"
+    )
+    assert callable(getattr(PostgresApplicationRecorder, "_fetch_ids_after_insert_events", None)), (
+        "eventsourcing's PostgresApplicationRecorder._fetch_ids_after_insert_events moved: events on PostgreSQL are "
+        "recorded without their links; update runtime/postgres_store.py (and the pin in pyproject.toml)"
+    )
+
+
+def test_c_socket_accept_for_the_sandbox_egress_forwarder():
+    # services/tools/egress_forward.py _serve(): the sandbox's forwarder uses the C ``_socket`` module (``socket``
+    # would cost its import in every preflight command), whose socket accepts only through ``_accept``.
+    import _socket
+
+    assert callable(getattr(_socket.socket, "_accept", None)), (
+        "_socket.socket._accept moved: the sandbox's egress forwarder can no longer accept a connection; "
+        "update _serve in services/tools/egress_forward.py"
+    )
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        client = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        client.connect(listener.getsockname())
+        fd, _ = listener._accept()
+        assert isinstance(fd, int), "_socket.socket._accept no longer answers (fd, address): update _serve"
+        _socket.socket(fileno=fd).close()
+        client.close()
+    finally:
+        listener.close()

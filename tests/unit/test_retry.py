@@ -37,6 +37,7 @@ class Flaky:
     """Fails ``failures`` times with ``error``, then answers "ok"; records the waits it was given."""
 
     def __init__(self, failures: int, error: Exception) -> None:
+        self.waits: list[float]
         self.failures, self.error, self.calls, self.waits = failures, error, 0, []
 
     async def __call__(self) -> str:

@@ -68,10 +68,10 @@ def test_request_changes_at_every_gate_reaches_the_agent_and_comes_back_revised(
     for stage in ("scoping", "research", "planning", "review"):
         assert any(f"Please revise the {stage} card." in body for body in sent), stage
     assert branch_log(repo, view["branch"]) == [TEST, FEAT]
-    revised = ["workflow:approval_needed", "workflow:changes_requested", "workflow:approval_needed"]
+    again = ["workflow:approval_needed", "workflow:changes_requested", "workflow:approval_needed"]
     assert workflow_events(client, wid) == [
-        "workflow:created", *[*revised, "workflow:stage_changed"] * 3, "preflight:started", "preflight:completed",
-        *PULSE, *PULSE, "workflow:stage_changed", *revised, "workflow:stage_changed", "workflow:completed"]
+        "workflow:created", *[*again, "workflow:stage_changed"] * 3, "preflight:started", "preflight:completed",
+        *PULSE, *PULSE, "workflow:stage_changed", *again, "workflow:stage_changed", "workflow:completed"]
     assert_replay_equals_live(client, wid)
 
 

@@ -405,6 +405,9 @@ function haltPanel(wf, onChange) {
     const read = message("Message to the agent (optional)");
     panel.append(h("div", { class: "row" }, ...action("Approve extension", post("extension/approve", read), "primary")));
   } else {
+    if (halt.reason === "disk_full") {
+      panel.append(h("p", {}, `No space left at ${halt.details.path || "the path above"}: the workflow goes on by itself once it has room again, or at once on resume.`));
+    }
     if (Object.keys(halt.details).length) panel.append(value(halt.details));
     const read = message("Guidance for the agent (optional)");
     panel.append(h("div", { class: "row" }, ...action("Resume", post("resume", read), "primary")));

@@ -50,7 +50,7 @@ from ..application import WorkflowApplication
 from ..book import Book, ignore
 from ..writer import BatchedWriter
 from .model import LoopSession
-from .views import summary_of, view_of
+from .views import Made, page_of, summary_of, view_of
 
 __all__ = ["LoopBook", "register_loops"]
 
@@ -78,10 +78,14 @@ class LoopBook:
     unsettled: list[str] = field(default_factory=list)
     """Sessions that, when the views were loaded, still had work for the driver."""
     book: Book[LoopSession] = field(init=False)
+    _made: dict[str, Made] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        # The latest state of each session is kept between reads (``latest.py``): a driver step reads its session
+        # several times, and a session of a thousand iterations is not rebuilt for each of them.
         self.book = Book(app=self.app, writer=self.writer, kind=LoopSession, noun="loop session",
-                         id_field="session_id", on_change=self._changed, log=log)
+                         id_field="session_id", on_change=self._changed, keep=1024, inline_reads=self.writer.inline,
+                         log=log)
 
     def _changed(self, session: LoopSession) -> None:
         self._remember(session)
@@ -90,13 +94,14 @@ class LoopBook:
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all)."""
         for session_id in filter(owns, self.app.loop_ids()):
-            session = self.book.load(session_id)
+            session = self.book.rebuild(session_id)  # kept only once the driver or a command reads it
             self._remember(session)
             if not session.settled:
                 self.unsettled.append(session_id)
 
     def _remember(self, session: LoopSession) -> LoopView:
-        view = view_of(session)
+        # The iterations' views are made again only for the iterations that changed (``view_of``).
+        view = view_of(session, self._made.setdefault(str(session.id), []))
         self.views[view.id] = view
         return view
 
@@ -131,7 +136,7 @@ class LoopBook:
                         cmd.project_path, cmd.goal, cmd.max_iterations):
                     raise ServiceFailure.conflict(f"loop session {cmd.session_id} already exists with other fields",
                                                   session_id=cmd.session_id)
-                return existing
+                return page_of(existing)
             if cmd.anchor_turn_id is not None:
                 await self._check_anchor(cmd.anchor_turn_id, cmd.project_path)
             branch_name = cmd.branch_name or f"autarch/loop-{cmd.session_id[:8]}"
@@ -197,7 +202,7 @@ class LoopBook:
         view = self.views.get(query.session_id)
         if view is None:
             raise ServiceFailure.not_found(f"no loop session {query.session_id}", session_id=query.session_id)
-        return view
+        return page_of(view, query.iterations_from, query.iterations_limit)
 
     async def list_loops(self, query: ListLoops) -> LoopList:
         items = [summary_of(v) for v in self.views.values() if query.status is None or v.status == query.status]
@@ -205,11 +210,11 @@ class LoopBook:
 
     async def pause_loop(self, cmd: PauseLoop) -> LoopView:
         session, _ = await self.change(cmd.session_id, LoopSession.request_pause)
-        return view_of(session)
+        return page_of(view_of(session))
 
     async def resume_loop(self, cmd: ResumeLoop) -> LoopView:
         session, _ = await self.change(cmd.session_id, lambda s: s.resume(cmd.message))
-        return view_of(session)
+        return page_of(view_of(session))
 
 
 
@@ -224,7 +229,7 @@ def register_loops(service: TypedService, book: LoopBook, abort: Abort | None = 
     async def abort_loop(cmd: AbortLoop) -> LoopView:
         if abort is None:
             raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive loop sessions")
-        return view_of(await abort(cmd.session_id, cmd.reason))
+        return page_of(view_of(await abort(cmd.session_id, cmd.reason)))
 
     service.endpoint("start_loop", StartLoop, book.start_loop)
     service.endpoint("get_loop", GetLoop, book.get_loop)

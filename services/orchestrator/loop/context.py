@@ -132,18 +132,18 @@ def _prompt(session: LoopSession, number: int, anchor: Anchor, slice_: SliceView
     previous = session.current_iteration()
     if previous is not None and previous.status != "complete" and previous.reason:
         lines += ["", f"The previous iteration ended {previous.status}: {previous.reason}"]
-    log = session.progress_log()
+    log = session.progress_log(last=20)
     if log:
         lines += ["", "What earlier iterations did:"]
-        for entry in log[-20:]:
+        for entry in log:
             commit = f", commit {entry.commit_hash[:10]}" if entry.commit_hash else ", no commit"
             turn = f", turn {entry.turn_id}" if entry.turn_id else ""
             lines.append(f"- iteration {entry.iteration} ({entry.signal}{commit}{turn}): {entry.summary}")
     if slice_ is not None and slice_.turns:
         lines += ["", f"Context, anchored on turn {anchor.turn_id} ({anchor.strategy}):"]
-        for turn in slice_.turns:
-            where = f"iteration {turn.iteration_number}" if turn.iteration_number else f"turn {turn.index}"
-            lines += [f"--- turn {turn.turn_id} ({where}) ---", turn.text.strip()[:4000]]
+        for record in slice_.turns:
+            where = f"iteration {record.iteration_number}" if record.iteration_number else f"turn {record.index}"
+            lines += [f"--- turn {record.turn_id} ({where}) ---", record.text.strip()[:4000]]
         lines.append("--- end of context ---")
     if related:
         lines += ["", "Other recorded turns that may be relevant:"]

@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import msgspec
 from nats.aio.client import Client
@@ -60,7 +60,7 @@ from ..stepping import RETRIED, TURN_ACK_WAIT, Stepper, TurnFeed, ask_service, s
 from . import signals
 from .book import LoopBook
 from .context import build_context, estimate_tokens
-from .model import Iteration, LoopSession
+from .model import Iteration, IterationEndKind, LoopSession, SignalSource
 
 __all__ = ["LoopDriver", "failure_of", "next_step"]
 
@@ -282,7 +282,7 @@ class LoopDriver:
                                                    body=body[:20_000], skip_if_unchanged=True),
                                    PulseCheckpointed)
             return (done.commit, list(done.paths)) if done.committed else (None, [])
-        status = "failed" if ending == "failed" else "stopped"
+        status: Literal["failed", "stopped"] = "failed" if ending == "failed" else "stopped"
         await self._ask("git", "recovery_checkpoint",
                         RecoveryCheckpoint(workflow_id=session_id, pulse_id=pulse_id, status=status,
                                            reason=(reason or status)[:10_000]), RecoveryCheckpointed)
@@ -343,6 +343,8 @@ class LoopDriver:
         it = session.iteration_of_session(event.session_id)
         if it is None or it.over or it.ending is not None:
             return
+        ending: IterationEndKind
+        source: SignalSource
         if event.outcome in ("end_turn", "block"):
             reading = signals.read_signal(event.text)
             ending, signal, source, reason = "complete", reading.signal, reading.source, reading.reason

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from uuid import UUID
 
 import msgspec
@@ -32,7 +32,7 @@ from autarch.runtime.aggregates import recorded_as
 
 from ..refusal import Refusal
 
-__all__ = ["Anchor", "Iteration", "LoopBranch", "LoopError", "LoopSession", "iteration_session_id"]
+__all__ = ["Anchor", "Iteration", "LoopBranch", "LoopError", "LoopSession", "iteration_session_id", "progress_entry"]
 
 _ITERATIONS = uuid.UUID("0b8f3a52-6c1d-4e7f-9a21-5d3c8b7e1f40")
 
@@ -123,6 +123,14 @@ class Iteration(msgspec.Struct, kw_only=True):
 class LoopSession(Aggregate):
     """A goal handed to agents that iterate on it unattended, one signalled iteration at a time."""
 
+    if TYPE_CHECKING:
+        # The event classes the @event decorators below create when the class is built (mypy cannot see them).
+        IterationEnded: ClassVar[type[Any]]
+        IterationStarted: ClassVar[type[Any]]
+        Resumed: ClassVar[type[Any]]
+        Started: ClassVar[type[Any]]
+        StatusChanged: ClassVar[type[Any]]
+
     @staticmethod
     def create_id(session_id: str, **_: object) -> UUID:
         return UUID(session_id)
@@ -193,9 +201,7 @@ class LoopSession(Aggregate):
 
     @event("IterationRunning")
     def iteration_running(self, *, number: int, kickoff_turn_id: str | None, at: str) -> None:
-        it = self.iteration(number)
-        it.status = "running"
-        it.kickoff_turn_id = kickoff_turn_id
+        self._change(number, status="running", kickoff_turn_id=kickoff_turn_id)
         self.updated_at = at
 
     @event("TurnRecorded")
@@ -203,20 +209,10 @@ class LoopSession(Aggregate):
                        signal_source: SignalSource, reason: str | None, output_summary: str, output_full: str,
                        commit_subject: str, commit_body: str, anchor_hint_next: str | None,
                        anchor_hint_reason: str | None, tokens_used: int, cost_usd: float, at: str) -> None:
-        it = self.iteration(number)
-        it.turn_id = turn_id
-        it.ending = ending
-        it.signal = signal
-        it.signal_source = signal_source
-        it.reason = reason
-        it.output_summary = output_summary
-        it.output_full = output_full
-        it.commit_subject = commit_subject
-        it.commit_body = commit_body
-        it.anchor_hint_next = anchor_hint_next
-        it.anchor_hint_reason = anchor_hint_reason
-        it.tokens_used = tokens_used
-        it.cost_usd = cost_usd
+        self._change(number, turn_id=turn_id, ending=ending, signal=signal, signal_source=signal_source, reason=reason,
+                     output_summary=output_summary, output_full=output_full, commit_subject=commit_subject,
+                     commit_body=commit_body, anchor_hint_next=anchor_hint_next, anchor_hint_reason=anchor_hint_reason,
+                     tokens_used=tokens_used, cost_usd=cost_usd)
         self.total_tokens_used += tokens_used
         self.total_cost_usd += cost_usd
         self.updated_at = at
@@ -227,18 +223,14 @@ class LoopSession(Aggregate):
                          reason: str | None, output_summary: str, tokens_used: int, cost_usd: float,
                          anchor_hint_next: str | None) -> None:
         # The event repeats the turn's outcome (signal, summary, …) for subscribers: ``loop:iteration_completed``.
-        it = self.iteration(number)
-        it.status = status
-        it.reason = reason  # the turn's, or why the session failed at this iteration's git step
-        it.commit_hash = commit_hash
-        it.files_changed = list(files_changed)
-        it.ending = None
-        it.ended_at = at
+        # ``reason``: the turn's, or why the session failed at this iteration's git step.
+        self._change(number, status=status, reason=reason, commit_hash=commit_hash, files_changed=list(files_changed),
+                     ending=None, ended_at=at)
         self.updated_at = at
 
     @event("IterationSessionClosed")
     def iteration_session_closed(self, *, number: int) -> None:
-        self.iteration(number).session_closed = True
+        self._change(number, session_closed=True)
 
     @event("StatusChanged")
     def _status_changed(self, *, status: LoopStatus, reason: str | None, at: str, iteration_number: int,
@@ -275,6 +267,21 @@ class LoopSession(Aggregate):
     def _note_taken(self, *, note_id: str, agent_session_id: str, note: str, taken_at: str, key: str) -> None:
         self.notes.append(note)
         self.seen[key] = note_id
+
+    def _change(self, number: int, **changes: Any) -> None:
+        """Put iteration ``number`` with ``changes`` in its place. An iteration is replaced, never changed in place,
+        so a copy of the session (:meth:`copy_for_change`) shares every iteration a command does not change."""
+        self.iterations[number - 1] = msgspec.structs.replace(self.iterations[number - 1], **changes)
+
+    def copy_for_change(self) -> LoopSession:
+        """A copy a command may change while this one stays as it is (``latest.py``), at the cost of copying its
+        lists and dicts, not their items: every event replaces what it changes (an iteration, the branch) or
+        changes only those lists and dicts. A copy of everything would cost a session of a thousand iterations more
+        per command than its first iterations cost in all."""
+        copy = object.__new__(type(self))
+        copy.__dict__.update({name: value.copy() if type(value) in (list, dict) else value
+                              for name, value in self.__dict__.items()})
+        return copy
 
     # --- commands -----------------------------------------------------------------------------------
 
@@ -313,6 +320,7 @@ class LoopSession(Aggregate):
                               at=_now(), signal=it.signal, signal_source=it.signal_source, reason=it.reason,
                               output_summary=it.output_summary or "", tokens_used=it.tokens_used,
                               cost_usd=it.cost_usd, anchor_hint_next=it.anchor_hint_next)
+        it = self.iteration(number)  # the event replaced it
         if self.status != "running":
             return  # aborted meanwhile: the abort already decided the session's status
         if it.signal == "COMPLETE":
@@ -386,6 +394,7 @@ class LoopSession(Aggregate):
                                 signal="BLOCKED", signal_source="limit", reason=reason, output_summary=reason,
                                 output_full="", commit_subject="", commit_body="", anchor_hint_next=None,
                                 anchor_hint_reason=None, tokens_used=0, cost_usd=0.0, at=_now())
+            it = self.iteration(it.number)  # the event replaced it
         assert it.signal is not None and it.signal_source is not None
         self._iteration_ended(number=it.number, status="failed", commit_hash=None, files_changed=[], at=_now(),
                               signal=it.signal, signal_source=it.signal_source, reason=reason,
@@ -470,10 +479,23 @@ class LoopSession(Aggregate):
         signals = [it.signal for it in self.iterations if it.over and it.signal is not None]
         return signals[-1] if signals else None
 
-    def progress_log(self) -> list[ProgressEntry]:
-        return [ProgressEntry(iteration=it.number, signal=it.signal, summary=it.output_summary or "",
-                              commit_hash=it.commit_hash, turn_id=it.turn_id)
-                for it in self.iterations if it.over and it.signal is not None]
+    def progress_log(self, last: int | None = None) -> list[ProgressEntry]:
+        """What the ended iterations did; only the ``last`` of them when given (read from the end: a prompt shows a
+        few of a thousand)."""
+        entries: list[ProgressEntry] = []
+        for it in reversed(self.iterations):
+            if last is not None and len(entries) >= last:
+                break
+            if it.over and it.signal is not None:
+                entries.append(progress_entry(it))
+        return entries[::-1]
+
+
+def progress_entry(it: Iteration) -> ProgressEntry:
+    """An ended iteration's line of the session's progress log."""
+    assert it.signal is not None, "an ended iteration has its signal"
+    return ProgressEntry(iteration=it.number, signal=it.signal, summary=it.output_summary or "",
+                         commit_hash=it.commit_hash, turn_id=it.turn_id)
 
 
 # Until this module moved here, its events were stored as events of ``loop_model`` (their topics say so).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import msgspec
 from eventsourcing.domain import DomainEvent
@@ -20,11 +21,18 @@ from autarch.contracts.events import (
     LoopResumed,
     LoopStarted,
 )
-from autarch.contracts.loops import IterationView, LoopSummary, LoopView, NotifyTarget
+from autarch.contracts.loops import (
+    ITERATIONS_PER_VIEW,
+    IterationView,
+    LoopSummary,
+    LoopView,
+    NotifyTarget,
+    ProgressEntry,
+)
 
-from .model import Iteration, LoopSession
+from .model import Iteration, LoopSession, progress_entry
 
-__all__ = ["loop_to_contract", "summary_of", "view_of"]
+__all__ = ["Made", "loop_to_contract", "page_of", "summary_of", "view_of"]
 
 
 def _time(value: str | None) -> datetime | None:
@@ -44,12 +52,31 @@ def _iteration_view(session_id: str, it: Iteration) -> IterationView:
         cost_usd=it.cost_usd, started_at=_time(it.started_at), ended_at=_time(it.ended_at))
 
 
-def view_of(session: LoopSession) -> LoopView:
+Made = list[tuple[Iteration, IterationView, ProgressEntry | None]]
+"""Each iteration of a session with its wire view and progress line, as :func:`view_of` last made them."""
+
+
+def view_of(session: LoopSession, made: Made | None = None) -> LoopView:
+    """The session's wire view. ``made``: what an earlier call made for the same session, reused for every iteration
+    that is still the same object (an event replaces the iteration it changes) and brought up to date in place, so
+    that a session's thousandth iteration does not rebuild the views of the 999 before it."""
     sid = str(session.id)
+    made = [] if made is None else made
+    del made[len(session.iterations):]
+    for index, it in enumerate(session.iterations):
+        if index < len(made) and made[index][0] is it:
+            continue
+        entry = progress_entry(it) if it.over and it.signal is not None else None
+        mine = (it, _iteration_view(sid, it), entry)
+        if index < len(made):
+            made[index] = mine
+        else:
+            made.append(mine)
+    progress = [entry for _, _, entry in made if entry is not None]
     return LoopView(
         id=sid, project_name=session.project_name, project_path=session.project_path, goal=session.goal,
         max_iterations=session.max_iterations, current_iteration=len(session.iterations), status=session.status,
-        last_signal=session.last_signal, progress_log=session.progress_log(), anchor_turn_id=session.anchor_turn_id,
+        last_signal=session.last_signal, progress_log=progress, anchor_turn_id=session.anchor_turn_id,
         branch_name=session.branch_name, created_by=session.created_by, total_commits=session.total_commits,
         total_tokens_used=session.total_tokens_used, total_cost_usd=round(session.total_cost_usd, 6),
         context_strategy=session.context_strategy, notify=list(session.notify),
@@ -57,7 +84,17 @@ def view_of(session: LoopSession) -> LoopView:
         status_reason=session.status_reason, pause_requested=session.pause_requested,
         worktree_path=session.branch.worktree_path if session.branch and not session.worktree_removed else None,
         max_tokens=session.max_tokens, max_cost_usd=session.max_cost_usd,
-        iterations=[_iteration_view(sid, it) for it in session.iterations])
+        iterations=[view for _, view, _ in made], iterations_total=len(made))
+
+
+def page_of(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> LoopView:
+    """What a reply carries of ``view``: ``limit`` iterations from number ``first`` on, or the latest ``limit``.
+    Everything else (status, progress log, totals) is the whole session's."""
+    total = len(view.iterations)
+    start = max(0, total - limit) if first is None else min(first - 1, total)
+    if start == 0 and total <= limit:
+        return view
+    return msgspec.structs.replace(view, iterations=view.iterations[start:start + limit])
 
 
 def summary_of(view: LoopView) -> LoopSummary:
@@ -75,7 +112,7 @@ def loop_to_contract(domain_event: DomainEvent, settled: Settled) -> Event | Non
     """The wire event for a LoopSession event; None for one that is not distributed."""
     e = domain_event
     sid = str(e.originator_id)
-    base = {"workflow_id": sid, "occurred_at": e.timestamp}
+    base: dict[str, Any] = {"workflow_id": sid, "occurred_at": e.timestamp}
     if isinstance(e, LoopSession.Started):
         return LoopStarted(**base, project_name=e.project_name, project_path=e.project_path, goal=e.goal,
                            max_iterations=e.max_iterations, branch_name=e.branch_name, created_by=e.created_by,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
 
 import msgspec
@@ -52,6 +53,10 @@ class Message(msgspec.Struct, kw_only=True):
 
 class Mailbox(Aggregate):
     """Every message of one epic, in the order posted, and which recipients have been given each."""
+
+    if TYPE_CHECKING:
+        # The event classes the @event decorators below create when the class is built (mypy cannot see them).
+        MessagePosted: ClassVar[type[Any]]
 
     @staticmethod
     def create_id(epic_id: str, **_: object) -> UUID:

@@ -180,11 +180,13 @@ class SwarmDriver:
         if claimed is not IDLE:
             return claimed
         if swarm.all_closed() and not swarm.open_attempts():
-            return await self._wind_up(wid, swarm)
+            await self._wind_up(wid, swarm)
+            return None
         if not swarm.open_attempts() and wf.halt is None:
             stuck = [b for b in swarm.beads.values() if b.status == "bounced"]
             if stuck:
-                return await self._halt_for_people(wid, stuck)
+                await self._halt_for_people(wid, stuck)
+                return None
         return IDLE
 
     def _clean_up(self, wid: str, swarm: Swarm) -> list[Awaitable[object]]:
@@ -252,11 +254,8 @@ class SwarmDriver:
 
     async def _open_worker(self, wid: str, name: str, nickname: str) -> None:
         opened = await self._ask("git", "open_worker", OpenWorker(workflow_id=wid, worker=name), WorkerWorktree)
+        # The startup acknowledgment is the worker's own first act (its kickoff asks for it), not posted here.
         await self.book.change(wid, lambda s: s.join(name, nickname, opened.worktree_path))
-        # The seed's startup acknowledgment, with both identities, on the epic thread.
-        await self._post(wid, name, f"[STARTUP] {nickname} / {name}",
-                         f"Runtime nickname: {nickname}. Agent Mail name: {name}. AGENTS.md read; pulse:executing "
-                         "loading.", key=f"ack:{name}")
 
     async def _assign(self, wid: str, swarm: Swarm) -> object:
         """Give each free worker the top-ranked ready bead whose files no other worker has (the coordinator's
@@ -286,14 +285,14 @@ class SwarmDriver:
             if taken & set(bead.files) or bead.id in waiting_on_release:
                 continue
             worker = free.pop(0)
-            await self.book.change(wid, lambda s, b=bead.id, w=worker: s.claim(b, w))
+            await self.book.change(wid, lambda s, b=bead.id, w=worker: s.claim(b, w))  # type: ignore[misc]  # bound now
             log.info("workflow %s: %s claimed %s", wid, worker, bead.id)
             taken |= set(bead.files)
             claimed += 1
         idle = [w for w in free if swarm.workers[w].status != "waiting"]
         if idle and len(ready) > claimed:
             # Ready work is left but its files are taken: these workers wait for a release (which kicks them).
-            await self.book.change(wid, lambda s: [s.wait(w) for w in idle])
+            await self.book.change(wid, lambda s: [s.wait(w) for w in idle])  # type: ignore[func-returns-value]  # unused
             return None
         return None if claimed else IDLE
 
@@ -305,9 +304,11 @@ class SwarmDriver:
             await _all([self._begin(wid, bead, a), *([] if a.leased else [self._lease(wid, swarm, a)])])
             return None
         if not a.leased:
-            return await self._lease(wid, swarm, a)
+            await self._lease(wid, swarm, a)
+            return None
         if not a.session_started:
-            return await self._start_session(wf, swarm, a)
+            await self._start_session(wf, swarm, a)
+            return None
         if a.pending_message is not None:
             await self._ask("agent_runner", "send_message",
                             SendMessage(session_id=a.session_id, text=a.pending_message,
@@ -327,7 +328,8 @@ class SwarmDriver:
                                                               done.files_changed))
             return None
         if a.committed:
-            return await self._merge(wid, a)
+            await self._merge(wid, a)
+            return None
         return IDLE
 
     async def _begin(self, wid: str, bead: Bead, a: Attempt) -> None:
@@ -409,6 +411,9 @@ class SwarmDriver:
             swarm, _ = await self.book.change(wid, lambda s: s.merged_as(s.attempts[(a.bead_id, a.number)],
                                                                          merged.commit))
             log.info("workflow %s: %s landed as %s", wid, a.bead_id, (merged.commit or "")[:12])
+            if a.leased:
+                # The seed's order: the files are released before the completion report goes out.
+                await self._release(wid, a, "done")
             await self._report_completion(wid, swarm, a, merged.commit)
             return
         conflict = ConflictRecord(kind="merge", attempt=a.number, files=list(merged.conflicting_files),
@@ -439,7 +444,7 @@ class SwarmDriver:
         for w in swarm.workers.values():
             if w.status != "retired":
                 await self._ask("git", "close_worker", CloseWorker(workflow_id=wid, worker=w.name), WorkerClosed)
-                await self.book.change(wid, lambda s, n=w.name: s.retire(n))
+                await self.book.change(wid, lambda s, n=w.name: s.retire(n))  # type: ignore[misc]  # the default binds now
         await self.book.change(wid, Swarm.finish)
 
     async def _finish_execution(self, wf: Workflow) -> object:

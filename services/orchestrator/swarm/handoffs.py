@@ -38,7 +38,10 @@ def handoff_document(swarm: Swarm, a: Attempt, bead: Bead, *, feature: str, toke
     standalone = swarm.mode == "standalone"
     owner = "single-worker" if standalone else f"worker-{worker.name}"
     closed = worker.beads_closed[-1] if worker.beads_closed else None
-    read_first = ["AGENTS.md", ".pulse/STATE.md", f"history/{feature}/CONTEXT.md", path]
+    # Only files that are there to read: this handoff and the bead's card, both written into the worktree.
+    # (The seed's example also names AGENTS.md, .pulse/STATE.md and CONTEXT.md: Autarch writes none of them, and
+    # a worker's kickoff already asks it to read the repository's AGENTS.md if there is one.)
+    read_first = [path, f".pulse/beads/{bead.id}.md"]
     summary = ("Worker paused cleanly because context is near the limit. The next turn should rejoin "
                "coordination, confirm the current graph state, and continue from the highest-priority executable "
                f"bead: {bead.id} is claimed and in progress.")

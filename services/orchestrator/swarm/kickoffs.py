@@ -36,6 +36,12 @@ def bead_kickoff(workflow: Workflow, swarm: Swarm, bead: Bead, attempt: Attempt)
         f"Runtime nickname: {worker.nickname}. Registered name: {worker.name}. Other workers work other beads "
         "of this epic at the same time, each in its own worktree; the files below are reserved for you.",
         "",
+        "## Startup (before anything else)",
+        "Read AGENTS.md if the repository has one. Then report in on the epic thread: send_message to the "
+        f"coordinator with the subject `[STARTUP] {worker.nickname} / {worker.name}` and a body that gives both "
+        "identities, says whether you read AGENTS.md, and that pulse:executing is loading. Then run fetch_inbox "
+        f"on the topic `epic-{workflow.id}` and take in what it holds.",
+        "",
         f"## Your bead: {bead.id} — {bead.title}", bead.description, "",
         "Files (your scope; writes to files other workers reserved are refused):", _bullets(bead.files), "",
         "Verification (run fresh by the platform when you call complete_pulse; a failure refuses the close and "

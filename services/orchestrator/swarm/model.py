@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from uuid import UUID
 
 import msgspec
@@ -220,6 +220,28 @@ def _bead(data: dict[str, Any]) -> Bead:
 
 class Swarm(Aggregate):
     """A workflow's epic: beads, workers, attempts, leases."""
+
+    if TYPE_CHECKING:
+        # The event classes the @event decorators below create when the class is built (mypy cannot see them).
+        BeadAdded: ClassVar[type[Any]]
+        BeadBounced: ClassVar[type[Any]]
+        BeadClaimed: ClassVar[type[Any]]
+        BeadClosedByHand: ClassVar[type[Any]]
+        BeadEdited: ClassVar[type[Any]]
+        BeadMerged: ClassVar[type[Any]]
+        BeadReopened: ClassVar[type[Any]]
+        BeadStopped: ClassVar[type[Any]]
+        DependencyAdded: ClassVar[type[Any]]
+        EvidenceRecorded: ClassVar[type[Any]]
+        Finished: ClassVar[type[Any]]
+        HandedOff: ClassVar[type[Any]]
+        LeaseConflicted: ClassVar[type[Any]]
+        LeasesGranted: ClassVar[type[Any]]
+        LeasesReleased: ClassVar[type[Any]]
+        Started: ClassVar[type[Any]]
+        WorkerJoined: ClassVar[type[Any]]
+        WorkerRetired: ClassVar[type[Any]]
+        WorkerWaiting: ClassVar[type[Any]]
 
     @staticmethod
     def create_id(workflow_id: str, **_: object) -> UUID:

@@ -56,7 +56,7 @@ def bounced_pulses(plan: SubmitPlanArgs) -> dict[str, list[str]]:
 
 def level_width(beads: list[Bead]) -> int:
     """The widest level of the ``blocks`` graph among beads not closed: how many could run at once."""
-    graph = BlocksGraph(beads)  # type: ignore[arg-type]  (a Bead has the fields a BeadView's graph reads)
+    graph = BlocksGraph(beads)
     if not graph.is_dag():
         return 1
     counts: dict[int, int] = {}

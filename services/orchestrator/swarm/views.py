@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import msgspec
 from eventsourcing.domain import DomainEvent
@@ -82,7 +83,7 @@ Rebuild = Callable[[DomainEvent], Swarm]
 def swarm_to_contract(e: DomainEvent, epic_of: Callable[[str], str], at_event: Rebuild) -> Event | None:
     """The wire event for a Swarm event; None for one that is not distributed."""
     epic = epic_of(str(e.originator_id))
-    base = {"workflow_id": epic, "occurred_at": e.timestamp}
+    base: dict[str, Any] = {"workflow_id": epic, "occurred_at": e.timestamp}
     if isinstance(e, Swarm.Started):
         return SwarmStarted(**base, mode=e.mode, max_workers=e.max_workers, beads=len(e.beads))
     if isinstance(e, Swarm.Finished):

@@ -17,7 +17,7 @@ from .steps import agent_waits
 
 __all__ = ["answer_questions", "approve_extension", "check_open", "resume"]
 
-RESUMABLE: tuple[HaltReason, ...] = ("unresolved_issues", "pulse_failed", "stopped", "error")
+RESUMABLE: tuple[HaltReason, ...] = ("unresolved_issues", "pulse_failed", "stopped", "error", "disk_full")
 """Halts that ``resume`` lifts (an extension request and questions have their own control)."""
 
 
@@ -38,7 +38,8 @@ def resume(wf: Workflow, message: str | None) -> None:
     check_open(wf)
     halt = wf.resume(RESUMABLE, message)
     step = halt.step
-    if step is not None and agent_waits(wf, step):
+    # A turn interrupted for lack of space is run again by the agent runner itself: nothing to tell its agent.
+    if step is not None and halt.reason != "disk_full" and agent_waits(wf, step):
         wf.queue_message(step, kickoffs.resume_note(halt.reason, message))
 
 

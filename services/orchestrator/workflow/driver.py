@@ -59,6 +59,7 @@ from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.requests import request
 from autarch.runtime.service_gate import gate_for
 from autarch.runtime.settings import OrchestratorSettings
+from autarch.runtime.storage import StorageFull
 
 from ..caught_up import turn_completed
 from ..partition import WHOLE, Partition
@@ -180,9 +181,12 @@ class WorkflowDriver:
     """Runs every workflow's next step; one workflow's steps and turn outcomes are handled one at a time."""
 
     def __init__(self, *, nc: Client, book: WorkflowBook, settings: OrchestratorSettings,
-                 partition: Partition = WHOLE, steps: Stepper | None = None, swarm: SwarmDriver | None = None) -> None:
+                 partition: Partition = WHOLE, steps: Stepper | None = None, swarm: SwarmDriver | None = None,
+                 no_space: Callable[[str, StorageFull], Awaitable[None]] | None = None) -> None:
         """
         Args:
+            no_space: halts a workflow whose step failed for lack of space (``space.py``; None: such a step is
+                retried like any unexpected failure).
             book: the workflows it moves (their reads, changes and views).
             steps: what the workflows' book kicks when a workflow changed (by default one of its own).
             swarm: runs the execution of bead plans (seed 002) with parallel workers (None: no swarm execution).
@@ -198,12 +202,13 @@ class WorkflowDriver:
                               on_turn=lambda event: self.on_turn(event), log=log)
         self.steps = steps or Stepper(kind="workflow", log=log, gate=gate_for(nc))
         self.swarm = swarm
+        self._no_space = no_space
 
     # --- running -------------------------------------------------------------------------------------
 
     async def start(self, workflow_ids: list[str]) -> None:
         """Follow turn completions and pick up every workflow where the last process left it."""
-        self.steps.start(advance=self._advance, fail=self._fail)
+        self.steps.start(advance=self._advance, fail=self._fail, no_space=self._no_space)
         await self._feed.start(self._watch_preflights(), self.steps, workflow_ids, self.kick, self.catch_up)
 
     async def catch_up(self, workflow_id: str) -> None:

@@ -11,7 +11,7 @@ import copy
 import typing
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from uuid import UUID
 
 import msgspec
@@ -76,6 +76,30 @@ def _seconds_between(start: str, end: str) -> float:
 
 class Workflow(Aggregate):
     """A user's request for a change, taken through the stages to a reviewed branch."""
+
+    if TYPE_CHECKING:
+        # The event classes the @event decorators below create when the class is built (mypy cannot see them).
+        Abandoned: ClassVar[type[Any]]
+        ArtifactSubmitted: ClassVar[type[Any]]
+        BaselineRecorded: ClassVar[type[Any]]
+        ChangesRequested: ClassVar[type[Any]]
+        Completed: ClassVar[type[Any]]
+        Created: ClassVar[type[Any]]
+        ErrorRecorded: ClassVar[type[Any]]
+        ExecutionPrepared: ClassVar[type[Any]]
+        FixRoundOpened: ClassVar[type[Any]]
+        Halted: ClassVar[type[Any]]
+        NoteTaken: ClassVar[type[Any]]
+        PlanBounced: ClassVar[type[Any]]
+        PreflightCompleted: ClassVar[type[Any]]
+        PulseCompletionAccepted: ClassVar[type[Any]]
+        PulseCompletionRejected: ClassVar[type[Any]]
+        PulseEnded: ClassVar[type[Any]]
+        PulseStarted: ClassVar[type[Any]]
+        Resumed: ClassVar[type[Any]]
+        ReviewCommentAdded: ClassVar[type[Any]]
+        SessionAssigned: ClassVar[type[Any]]
+        StageChanged: ClassVar[type[Any]]
 
     @staticmethod
     def create_id(workflow_id: str, **_: object) -> UUID:

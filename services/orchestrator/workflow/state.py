@@ -66,6 +66,8 @@ class HaltDetails(msgspec.Struct, kw_only=True, omit_defaults=True):
     """``pulse_failed`` / ``stopped`` after a recovery checkpoint: the commit keeping the pulse's work, and its
     branch."""
     pulse_branch: str | None = None
+    path: str | None = None
+    """``disk_full``: what could not be written for lack of space (a store, the stream's files, the worktree)."""
 
 
 class Halt(msgspec.Struct, kw_only=True):

@@ -40,7 +40,7 @@ __all__ = ["to_contract", "view_of"]
 
 def to_contract(domain_event: DomainEvent) -> Event | None:
     """The wire event for ``domain_event``; None for an event that is not distributed."""
-    base = {"workflow_id": str(domain_event.originator_id), "occurred_at": domain_event.timestamp}
+    base: dict[str, Any] = {"workflow_id": str(domain_event.originator_id), "occurred_at": domain_event.timestamp}
     e = domain_event
     if isinstance(e, Workflow.Created):
         return WorkflowCreated(**base, title=e.title, request=e.request, repo=e.repo, base_branch=e.base_branch)
