@@ -202,7 +202,7 @@ def _write(root: bytes, path: bytes, leaf: Leaf, store: BaseObjectStore) -> Inde
     if os.path.isdir(full) and not os.path.islink(full):
         if mode == MODE_GITLINK:
             return entry_from_stat(os.lstat(full), sha=sha, mode=mode)
-        remove_tree(full)  # only untracked files can remain in a directory a file replaces
+        remove_tree(os.fsdecode(full))  # only untracked files can remain in a directory a file replaces
     if mode == MODE_GITLINK:
         try:
             os.unlink(full)
