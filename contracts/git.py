@@ -69,6 +69,12 @@ class GitErrorCode:
     """Another pulse of the workflow is running (or the pulse already ended)."""
     NO_ACTIVE_PULSE = "no_active_pulse"
     """The pulse named is not the workflow's running pulse."""
+    FILE_TOO_LARGE = "file_too_large"
+    """A worktree file is larger than ``git_max_file_bytes``: nothing was committed (details: path, size, limit)."""
+    PATH_TOO_DEEP = "path_too_deep"
+    """A worktree path nests more directories than a commit may hold (500): nothing was committed."""
+    UNREADABLE_PATH = "unreadable_path"
+    """A directory or file of the worktree cannot be read (permissions, a name too long): nothing was committed."""
 
 
 AbsolutePath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, pattern=r"^/")]

@@ -23,6 +23,8 @@ from collections.abc import Iterable
 
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
+from autarch.runtime.worktree_files import read_regular
+
 __all__ = [
     "GIT_IGNORE_FILES",
     "IGNORE_FILES",
@@ -31,6 +33,7 @@ __all__ = [
     "Stack",
     "decide",
     "git_exclude_path",
+    "linked_git_dirs",
     "load_ignore_files",
     "read_ignore_file",
 ]
@@ -142,13 +145,22 @@ def decide(stack: Stack, rel: str, is_dir: bool) -> bool:
     return False
 
 
-def read_ignore_file(path: str, *, ignorecase: bool = False) -> IgnoreFile | None:
-    """The rules of the file at ``path``; None when it is missing, unreadable or has no rule."""
+MAX_IGNORE_FILE_BYTES = 4 * 1024 * 1024
+"""An ignore file larger than this is read as no rules (a worktree's could be a sparse file of gigabytes)."""
+
+
+def read_ignore_file(path: str, *, ignorecase: bool = False, follow: bool = False) -> IgnoreFile | None:
+    """The rules of the file at ``path``; None when it is missing, unreadable, not a regular file or has no rule.
+
+    A worktree's ignore file is never followed when it is a link (as git ≥ 2.32 does), and a FIFO or device is
+    never opened for reading (``runtime.worktree_files``); ``follow`` is for the user's own files
+    (``core.excludesFile``, ``info/exclude``), which may be links into a dotfiles repository.
+    """
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            rules = IgnoreFile(handle.read(), ignorecase=ignorecase)
+        data = read_regular(path, max_bytes=MAX_IGNORE_FILE_BYTES, follow=follow)
     except OSError:
         return None
+    rules = IgnoreFile(data.decode("utf-8", errors="replace"), ignorecase=ignorecase)
     return rules or None
 
 
@@ -167,25 +179,42 @@ def load_ignore_files(
 
 
 def git_exclude_path(root: str) -> str | None:
-    """``info/exclude`` of the repository whose worktree is ``root`` (a linked worktree's too)."""
+    """``info/exclude`` of the repository whose worktree is ``root`` (a linked worktree's too), or None.
+
+    A linked worktree's ``.git`` file is the agent's to rewrite: the directory it names is taken only when git
+    would take it too and no agent could have made it — its ``gitdir`` file names this worktree back, and
+    neither it nor the common directory lies inside the worktree (docs/security.md).
+    """
     dot_git = os.path.join(root, ".git")
-    if os.path.isdir(dot_git):
+    if os.path.isdir(dot_git) and not os.path.islink(dot_git):
         return os.path.join(dot_git, "info", "exclude")
+    linked = linked_git_dirs(root)
+    return os.path.join(linked[1], "info", "exclude") if linked else None
+
+
+def linked_git_dirs(root: str) -> tuple[str, str] | None:
+    """(git dir, common dir) of the linked worktree ``root``, checked as :func:`git_exclude_path` says."""
+    dot_git = os.path.join(root, ".git")
     try:
-        with open(dot_git, encoding="utf-8", errors="replace") as handle:
-            first = handle.readline().strip()
+        first = read_regular(dot_git, max_bytes=4096).decode("utf-8", "replace").partition("\n")[0].strip()
+        if not first.startswith("gitdir:"):
+            return None
+        git_dir = os.path.realpath(os.path.join(root, first[len("gitdir:") :].strip()))
+        back = read_regular(os.path.join(git_dir, "gitdir"), max_bytes=4096, follow=True)
+        common = git_dir
+        try:
+            relative = read_regular(os.path.join(git_dir, "commondir"), max_bytes=4096, follow=True)
+            common = os.path.realpath(os.path.join(git_dir, relative.decode("utf-8", "replace").strip()))
+        except FileNotFoundError:
+            pass
     except OSError:
         return None
-    if not first.startswith("gitdir:"):
+    real_root = os.path.realpath(root)
+    if os.path.realpath(back.decode("utf-8", "replace").strip()) != os.path.join(real_root, ".git"):
         return None
-    git_dir = os.path.join(root, first[len("gitdir:") :].strip())
-    common = git_dir
-    try:
-        with open(os.path.join(git_dir, "commondir"), encoding="utf-8", errors="replace") as handle:
-            common = os.path.join(git_dir, handle.read().strip())
-    except OSError:
-        pass
-    return os.path.join(common, "info", "exclude")
+    if any(os.path.commonpath([real_root, path]) == real_root for path in (git_dir, common)):
+        return None
+    return git_dir, common
 
 
 class Ignorer:
@@ -216,7 +245,7 @@ class Ignorer:
     def for_worktree(cls, root: str, *, files: tuple[str, ...] = IGNORE_FILES, ignorecase: bool = False) -> Ignorer:
         """With the repository's ``info/exclude`` as base rules."""
         exclude = git_exclude_path(str(root))
-        base = read_ignore_file(exclude, ignorecase=ignorecase) if exclude else None
+        base = read_ignore_file(exclude, ignorecase=ignorecase, follow=True) if exclude else None
         return cls(root, files=files, base=[base] if base else [], ignorecase=ignorecase)
 
     def stack(self, rel_dir: str) -> Stack:

@@ -344,6 +344,9 @@ class GitSettings(CommonSettings, kw_only=True):
     """Committer of those commits; unset means the author."""
     git_committer_email: str | None = None
     """Committer e-mail of those commits; unset means the author's."""
+    git_max_file_bytes: int = 100 * 1024 * 1024
+    """The largest worktree file a checkpoint or bead commit reads; a larger one fails it with ``file_too_large``
+    (nothing committed) rather than holding gigabytes in memory."""
 
 
 class IndexerSettings(CommonSettings, kw_only=True):

@@ -58,7 +58,16 @@ def walk(
     if default_excludes:
         stack = [("", IgnoreFile(list(default_excludes))), *stack]
     options = _Options(max_depth, include_dirs, include_symlinks, skip_nested_repositories, on_skip)
-    yield from _walk_dir(root, start_rel, 1, options, stack)
+    # A stack of directory listings, not recursion: an agent can nest directories deeper than Python recurses.
+    listings = [_walk_dir(root, start_rel, 1, options, stack)]
+    while listings:
+        item = next(listings[-1], None)
+        if item is None:
+            listings.pop()
+        elif isinstance(item, _Descend):
+            listings.append(_walk_dir(root, item.rel, item.depth, options, item.stack))
+        else:
+            yield item
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +79,16 @@ class _Options:
     on_skip: Skipped | None
 
 
-def _walk_dir(root: str, rel_dir: str, depth: int, options: _Options, stack: Stack) -> Iterator[Entry]:
+@dataclass(frozen=True, slots=True)
+class _Descend:
+    """Walk this directory's entries next (where a recursive walk would have recursed)."""
+
+    rel: str
+    depth: int
+    stack: Stack
+
+
+def _walk_dir(root: str, rel_dir: str, depth: int, options: _Options, stack: Stack) -> Iterator[Entry | _Descend]:
     directory = os.path.join(root, rel_dir) if rel_dir else root
     try:
         with os.scandir(directory) as it:
@@ -109,7 +127,7 @@ def _walk_dir(root: str, rel_dir: str, depth: int, options: _Options, stack: Sta
             if options.include_dirs:
                 yield Entry(rel, True, depth)
             if options.max_depth is None or depth < options.max_depth:
-                yield from _walk_dir(root, rel, depth + 1, options, stack)
+                yield _Descend(rel, depth + 1, stack)
         else:
             yield Entry(rel, False, depth)
 

@@ -9,16 +9,18 @@ short by a crash is finished by running it again.
 from __future__ import annotations
 
 import os
-import shutil
+import stat as stat_mod
 from dataclasses import dataclass
 from pathlib import Path
 
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import Blob, Commit
 
+from autarch.runtime.worktree_files import remove_tree
+
 from .dulwich_ids import oid
 from .index_file import IndexEntry, entry_from_stat, read_index, write_index
-from .snapshots import Snapshot, leaves, scan_worktree
+from .snapshots import DEFAULT_MAX_FILE_BYTES, Snapshot, leaves, scan_worktree
 from .trees import MODE_GITLINK, MODE_SYMLINK, TREE_CACHE, Leaf, TreeSet, build_trees, diff_trees, update_trees
 
 __all__ = [
@@ -76,9 +78,13 @@ def index_trees(index_path: Path, snapshot: Snapshot) -> TreeSet | None:
     return TREE_CACHE.lookup(index_path, index.checksum)
 
 
-def tracked_state(root: Path, index_path: Path, *, filemode: bool = True) -> tuple[Snapshot, TreeSet]:
+def tracked_state(
+    root: Path, index_path: Path, *, filemode: bool = True, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+) -> tuple[Snapshot, TreeSet]:
     """The tracked content of a worktree (``git add -u`` without writing) and its trees."""
-    snapshot = scan_worktree(root, read_index(index_path), include_untracked=False, filemode=filemode)
+    snapshot = scan_worktree(
+        root, read_index(index_path), include_untracked=False, filemode=filemode, max_file_bytes=max_file_bytes
+    )
     return snapshot, snapshot_trees(index_path, snapshot)
 
 
@@ -133,6 +139,8 @@ def _check_path(path: bytes) -> None:
 
 
 def _remove(root: bytes, path: bytes) -> None:
+    if _leading_link(root, path):
+        return  # the path's directory is a link now: nothing of the worktree is there, and outside is not ours
     full = root + b"/" + path
     try:
         if os.path.isdir(full) and not os.path.islink(full):
@@ -143,6 +151,19 @@ def _remove(root: bytes, path: bytes) -> None:
     except FileNotFoundError:
         pass
     _prune_empty_parents(root, path)
+
+
+def _leading_link(root: bytes, path: bytes) -> bool:
+    """Some directory of ``path`` is a link or not a directory (an agent may have put one there)."""
+    probe = root
+    for part in path.split(b"/")[:-1]:
+        probe = probe + b"/" + part
+        try:
+            if not stat_mod.S_ISDIR(os.lstat(probe).st_mode):
+                return True
+        except FileNotFoundError:
+            return False
+    return False
 
 
 def _prune_empty_parents(root: bytes, path: bytes) -> None:
@@ -156,22 +177,22 @@ def _prune_empty_parents(root: bytes, path: bytes) -> None:
 
 
 def _make_parents(root: bytes, path: bytes) -> None:
-    directory = path.rpartition(b"/")[0]
-    if not directory:
-        return
-    full = root + b"/" + directory
-    try:
-        os.makedirs(full, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        # A file (tracked before, or untracked) sits where a directory must go: reset --hard
-        # replaces it, so do we.
-        probe = b""
-        for part in directory.split(b"/"):
-            probe = probe + b"/" + part if probe else part
-            candidate = root + b"/" + probe
-            if os.path.lexists(candidate) and not os.path.isdir(candidate):
-                os.unlink(candidate)
-        os.makedirs(full, exist_ok=True)
+    """Make the directories of ``path``, replacing a file or link in the way (as ``reset --hard`` does).
+
+    Never ``makedirs``: it follows a link, and an agent's link where a directory belongs (say, an ignored
+    ``build`` -> ``/home/user``) would make the checkout write outside the worktree.
+    """
+    probe = root
+    for part in path.split(b"/")[:-1]:
+        probe = probe + b"/" + part
+        try:
+            mode = os.lstat(probe).st_mode
+        except FileNotFoundError:
+            os.mkdir(probe)
+            continue
+        if not stat_mod.S_ISDIR(mode):
+            os.unlink(probe)
+            os.mkdir(probe)
 
 
 def _write(root: bytes, path: bytes, leaf: Leaf, store: BaseObjectStore) -> IndexEntry:
@@ -181,7 +202,7 @@ def _write(root: bytes, path: bytes, leaf: Leaf, store: BaseObjectStore) -> Inde
     if os.path.isdir(full) and not os.path.islink(full):
         if mode == MODE_GITLINK:
             return entry_from_stat(os.lstat(full), sha=sha, mode=mode)
-        shutil.rmtree(full)  # only untracked files can remain in a directory a file replaces
+        remove_tree(os.fsdecode(full))  # only untracked files can remain in a directory a file replaces
     if mode == MODE_GITLINK:
         try:
             os.unlink(full)

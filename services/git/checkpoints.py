@@ -68,6 +68,7 @@ def snapshot_all(ws: Workspace) -> Current:
         is_ignored=ws.ignore_check(),
         keep_blobs=True,
         filemode=ws.filemode,
+        max_file_bytes=ws.max_file_bytes,
     )
     return snapshot, snapshot_trees(ws.index_path, snapshot)
 
@@ -77,7 +78,8 @@ def store_snapshot(ws: Workspace, current: Current, base: bytes) -> tuple[bytes,
     snapshot, trees = current
     differing: set[bytes] = set()
     paths = sorted(
-        path.decode(errors="surrogateescape")
+        # Valid UTF-8 whatever the name's bytes: the paths are recorded and sent as JSON (no lone surrogates).
+        path.decode(errors="backslashreplace")
         for path, _, _ in diff_trees(
             ws.objects,
             trees,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,6 +60,7 @@ from autarch.contracts.git import (
     WorktreeRemoved,
     WorktreeView,
 )
+from autarch.runtime.worktree_files import remove_tree
 
 from . import checkpoints, merges, workers
 from .checkout import commit_tree_id, reset_worktree, tracked_state
@@ -78,7 +78,7 @@ from .refs import (
     read_branch,
     validate_branch_name,
 )
-from .snapshots import Snapshot
+from .snapshots import DEFAULT_MAX_FILE_BYTES, Snapshot
 from .store import ArtifactStore, GitStore, PulseRecord, RepositoryRecord, WorkflowRecord
 from .swarm_records import SwarmStore
 from .trees import MODE_SYMLINK, TreeSet, diff_trees
@@ -115,8 +115,16 @@ def _checked_out_branch(repo: Repo, path: str) -> str:
 class GitEngine:
     """Repositories, workflow branches, worktrees and pulses, stored under ``data_dir``."""
 
-    def __init__(self, *, data_dir: Path, identity: Identity | None = None, faults: FaultInjector | None = None):
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        identity: Identity | None = None,
+        faults: FaultInjector | None = None,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    ):
         self.data_dir = data_dir
+        self.max_file_bytes = max_file_bytes
         self.store = GitStore(data_dir / "git")
         self.artifacts = ArtifactStore(data_dir / "git" / "artifacts")
         self.swarms = SwarmStore(data_dir / "git" / "swarms")
@@ -158,7 +166,7 @@ class GitEngine:
                 workflow_id=workflow_id,
                 state=record.state,
             )
-        ws = Workspace(repo=open_repository(record.repository_path), record=record)
+        ws = Workspace(repo=open_repository(record.repository_path), record=record, max_file_bytes=self.max_file_bytes)
         try:
             _break_stale_locks(ws)
             if finish:
@@ -360,7 +368,7 @@ class GitEngine:
         self.faults.step_done("branch")
         worktree = Path(record.worktree_path)
         if worktree.exists():
-            shutil.rmtree(worktree)  # a checkout cut short: start it over
+            remove_tree(worktree)  # a checkout cut short: start it over
         admin = create_worktree_links(repo, worktree_id=record.worktree_id, path=worktree, branch_ref=ref)
         break_stale_locks(admin)
         (admin / "index").unlink(missing_ok=True)
@@ -421,7 +429,8 @@ class GitEngine:
 
     def modified_tracked_files(self, query: ModifiedTrackedFiles) -> TrackedChanges:
         with self._open(query.workflow_id) as ws:
-            state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode)
+            state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode,
+                                          max_file_bytes=ws.max_file_bytes)
             assert ws.record.worktree_commit is not None
             files = self._changes(ws, state, ws.record.worktree_commit)
         return TrackedChanges(workflow_id=query.workflow_id, clean=not files, files=files)
@@ -473,7 +482,8 @@ class GitEngine:
                     branch=name,
                     existing=clash.decode(),
                 )
-            state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode)
+            state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode,
+                                          max_file_bytes=ws.max_file_bytes)
             self._require_clean(ws, state, head)
             head_tree = commit_tree_id(ws.objects, head)
             if state[1].root != head_tree:
@@ -533,7 +543,8 @@ class GitEngine:
                             active_pulse=record.active_pulse,
                         )
                     if ws.worktree.exists() and record.worktree_commit:
-                        state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode)
+                        state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode,
+                                          max_file_bytes=ws.max_file_bytes)
                         self._require_clean(ws, state, ws.workflow_head())
                 if record.active_pulse is not None:
                     record.pulses[record.active_pulse].state = "discarded"

@@ -160,7 +160,7 @@ def _plan(ws: Workspace, attempt: AttemptRecord, tip: bytes, identity: Identity)
         since.reverse()  # the walk goes from the tip back; the contract wants oldest first
         return MergeOutcome(
             status="conflict",
-            conflicting_files=sorted(p.decode("utf-8", "surrogateescape") for p in conflicting),
+            conflicting_files=sorted(p.decode("utf-8", "backslashreplace") for p in conflicting),
             landed_since=since,
         )
     writer = LooseObjectWriter(objects.path)  # type: ignore[attr-defined]  # a DiskObjectStore
@@ -285,7 +285,7 @@ def sync_checkout(ws: Workspace, *, store: GitStore) -> bool:
     if head is None:
         return False
     head_tree = commit_tree_id(ws.objects, head)
-    state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode)
+    state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode, max_file_bytes=ws.max_file_bytes)
     if state[1].root != head_tree:
         if record.worktree_commit is None or state[1].root != commit_tree_id(
             ws.objects, record.worktree_commit.encode()

@@ -49,6 +49,7 @@ from .commits import Identity
 from .engine import GitEngine, repository_id_for
 from .faults import FaultInjector
 from .locks import RepositoryLocks
+from .snapshots import DEFAULT_MAX_FILE_BYTES
 
 __all__ = ["GitService", "identity_from_settings", "start"]
 
@@ -78,8 +79,9 @@ class GitService:
         identity: Identity | None = None,
         faults: FaultInjector | None = None,
         max_workers: int = 8,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     ) -> None:
-        self.engine = GitEngine(data_dir=data_dir, identity=identity, faults=faults)
+        self.engine = GitEngine(data_dir=data_dir, identity=identity, faults=faults, max_file_bytes=max_file_bytes)
         self.locks = RepositoryLocks(self.engine.store.lock_path, max_workers=max_workers)
         self.micro = TypedService(nc, name="git", description="branches, worktrees, checkpoints and diffs")
         engine = self.engine
@@ -160,6 +162,7 @@ async def start(nc: Client, settings: GitSettings) -> Callable[[], Awaitable[Non
         data_dir=settings.data_path,
         identity=identity_from_settings(settings),
         faults=FaultInjector.from_env(),
+        max_file_bytes=settings.git_max_file_bytes,
     )
     await service.start()
     return service.stop

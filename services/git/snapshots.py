@@ -16,10 +16,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autarch.contracts.git import GitErrorCode
+from autarch.runtime.worktree_files import FileTooLarge, NotRegularFile, read_regular
+
 from .index_file import EXT_SKIP_WORKTREE, IndexContents, IndexEntry, entry_from_stat
 from .trees import MODE_GITLINK, MODE_SYMLINK, Leaf
+from .workspace import fail
 
-__all__ = ["Snapshot", "blob_id", "leaves", "scan_worktree"]
+__all__ = ["DEFAULT_MAX_FILE_BYTES", "Snapshot", "blob_id", "leaves", "scan_worktree", "untrackable"]
+
+DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024
+"""The largest file a snapshot reads (``git_max_file_bytes``): a bigger one is ``file_too_large``."""
+
+MAX_DEPTH = 500
+"""Directories a committed path may nest: the tree code recurses once per level, and no source tree needs more."""
+
+# Special files git refuses as symbolic links (a link would make git read them from outside the tree).
+_NO_LINKS = (b".gitmodules", b".gitattributes", b".gitignore", b".mailmap")
 
 _NS = 1_000_000_000
 _U32 = 0xFFFFFFFF
@@ -49,6 +62,18 @@ def blob_id(data: bytes) -> bytes:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).digest()
 
 
+def untrackable(name: bytes, *, is_link: bool = False) -> bool:
+    """A name git refuses to track: ``.git`` in any case (or as NTFS spells it), a linked ``.gitmodules`` & co.
+
+    An agent can make ``.GIT/config`` or ``.Git/hooks/…``; committed, they would become a repository's own files
+    on a case-insensitive checkout (git's ``verify_path`` refuses them on every platform, and so do we).
+    """
+    folded = name.lower().rstrip(b". ")
+    if folded == b".git" or folded == b"git~1":
+        return True
+    return is_link and folded in _NO_LINKS
+
+
 def leaves(entries: dict[bytes, IndexEntry]) -> dict[bytes, Leaf]:
     """The (mode, id) view of index entries that trees are built from."""
     return {path: (e.mode, e.sha) for path, e in entries.items()}
@@ -62,6 +87,7 @@ def scan_worktree(
     is_ignored: IgnoreCheck | None = None,
     keep_blobs: bool = False,
     filemode: bool = True,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> Snapshot:
     """Compare the files under ``root`` with ``index`` and return the resulting snapshot.
 
@@ -72,6 +98,10 @@ def scan_worktree(
         is_ignored: The ignore rules; required with ``include_untracked``.
         keep_blobs: Keep the content of changed files so the caller can store them.
         filemode: Honour the executable bit (``core.fileMode``).
+        max_file_bytes: A file to hash that is larger fails the scan with ``file_too_large``.
+
+    Links are recorded as links (their target is never read), FIFOs, sockets and devices are left out, and
+    nothing is opened but with ``O_NOFOLLOW | O_NONBLOCK`` (``runtime.worktree_files``).
     """
     scan = _Scan(
         root=os.fsencode(root),
@@ -80,8 +110,12 @@ def scan_worktree(
         is_ignored=is_ignored or (lambda _path: False),
         keep_blobs=keep_blobs,
         filemode=filemode,
+        max_file_bytes=max_file_bytes,
     )
-    scan.walk(b"")
+    # Directories waiting to be listed: a loop, not recursion, so no nesting depth exhausts the stack.
+    pending = [b""]
+    while pending:
+        scan.walk(pending.pop(), pending)
     return scan.finish()
 
 
@@ -95,8 +129,10 @@ class _Scan:
         is_ignored: IgnoreCheck,
         keep_blobs: bool,
         filemode: bool,
+        max_file_bytes: int,
     ) -> None:
         self.root = root
+        self.max_file_bytes = max_file_bytes
         self.old = index.entries
         self.racy_after = index.mtime
         self.include_untracked = include_untracked
@@ -118,11 +154,14 @@ class _Scan:
                 self.tracked_dirs.add(directory)
                 directory = directory.rpartition(b"/")[0]
 
-    def walk(self, prefix: bytes) -> None:
+    def walk(self, prefix: bytes, pending: list[bytes]) -> None:
         try:
             listing = os.scandir(self.root + b"/" + prefix if prefix else self.root)
         except (FileNotFoundError, NotADirectoryError):
             return
+        except OSError as exc:
+            # git add would skip the directory with a warning, and its tracked files would look deleted.
+            raise _unreadable(prefix, exc) from None
         # The hot loop of a checkpoint (one pass per tracked file): locals, no helper calls
         # for the common case of an unchanged regular file.
         old_get = self.old.get
@@ -132,25 +171,36 @@ class _Scan:
         with listing:
             for item in listing:
                 name = item.name
-                if name == b".git":
-                    continue  # the worktree's link file, or a nested repository's directory
+                if name == b".git" or untrackable(name):
+                    continue  # the worktree's link file, a nested repository's directory, or .GIT and kin
                 path = prefix + name
                 entry = old_get(path)
                 if item.is_dir(follow_symlinks=False):
                     if entry is not None and entry.mode == MODE_GITLINK:
                         seen_add(path)  # a submodule: its recorded commit is kept as is
+                    elif path.count(b"/") >= MAX_DEPTH:
+                        raise fail(
+                            GitErrorCode.PATH_TOO_DEEP,
+                            f"{_shown(path)[:200]}… nests more than {MAX_DEPTH} directories: remove or ignore it",
+                            path=_shown(path)[:1000],
+                            limit=MAX_DEPTH,
+                        )
                     elif path in self.tracked_dirs:
-                        self.walk(path + b"/")
+                        pending.append(path + b"/")
                     elif self.include_untracked:
-                        self._walk_untracked_dir(path, item.path)
+                        self._walk_untracked_dir(path, item.path, pending)
                     continue
                 if entry is None:
+                    if name in _NO_LINKS and item.is_symlink():
+                        continue  # git refuses a linked .gitmodules, .gitattributes, .gitignore
                     if path in self.unmerged or (
                         self.include_untracked and not self.is_ignored(os.fsdecode(path))
                     ):
                         self._add(path, item, None)
                     continue
                 seen_add(path)
+                if name in _NO_LINKS and item.is_symlink():
+                    continue  # a tracked .gitignore & co. replaced by a link: left as is, never followed
                 # One unpacking instead of a named-field lookup per comparison (a third of the cost).
                 e_cs, e_cn, e_ms, e_mn, _dev, e_ino, e_mode, _uid, _gid, e_size, _sha, e_ext = entry
                 if e_ext:
@@ -184,12 +234,12 @@ class _Scan:
                     continue
                 self._add(path, item, entry, st=st, mode=mode)
 
-    def _walk_untracked_dir(self, path: bytes, abs_path: bytes) -> None:
+    def _walk_untracked_dir(self, path: bytes, abs_path: bytes, pending: list[bytes]) -> None:
         if self.is_ignored(os.fsdecode(path) + "/"):
             return
         if os.path.lexists(abs_path + b"/.git"):
             return  # an embedded repository: git add -A would refuse it too (without --force)
-        self.walk(path + b"/")
+        pending.append(path + b"/")
 
     def _mode(self, st: os.stat_result, entry: IndexEntry | None) -> int | None:
         if stat_mod.S_ISLNK(st.st_mode):
@@ -216,9 +266,23 @@ class _Scan:
                 return
         assert mode is not None
         try:
-            data = os.readlink(item.path) if mode == MODE_SYMLINK else _read(item.path)
-        except FileNotFoundError:
-            return  # vanished between listing and reading: treated as deleted below
+            if mode == MODE_SYMLINK:
+                data = os.readlink(item.path)
+            else:
+                data = read_regular(item.path, max_bytes=self.max_file_bytes)
+        except (FileNotFoundError, NotRegularFile):
+            return  # vanished, or no longer a regular file, between listing and reading: as deleted below
+        except FileTooLarge as exc:
+            raise fail(
+                GitErrorCode.FILE_TOO_LARGE,
+                f"{_shown(path)} is {exc.size} bytes, over the limit of {exc.limit} (git_max_file_bytes): "
+                "remove it or ignore it in .gitignore",
+                path=_shown(path),
+                size=exc.size,
+                limit=exc.limit,
+            ) from None
+        except OSError as exc:
+            raise _unreadable(path, exc) from None
         sha = blob_id(data)
         self.entries[path] = entry_from_stat(st, sha=sha, mode=mode)
         self.seen.add(path)
@@ -241,6 +305,16 @@ class _Scan:
         return self.snapshot
 
 
-def _read(path: bytes) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+def _shown(path: bytes) -> str:
+    """A path for a message or a reply: valid UTF-8 whatever its bytes (JSON carries no lone surrogates)."""
+    return path.decode("utf-8", "backslashreplace")
+
+
+def _unreadable(path: bytes, exc: OSError) -> Exception:
+    name = _shown(path).rstrip("/") or "."
+    return fail(
+        GitErrorCode.UNREADABLE_PATH,
+        f"cannot read {name} in the worktree: {exc.strerror or exc}",
+        path=name,
+        errno=exc.errno,
+    )

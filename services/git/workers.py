@@ -10,7 +10,6 @@ before it moves a branch, so a repeat answers the first outcome or finishes what
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable
 from contextlib import suppress
 from pathlib import Path
@@ -31,6 +30,7 @@ from autarch.contracts.bead_git import (
 )
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import GitErrorCode
+from autarch.runtime.worktree_files import UnsafeWorktreePath, remove_tree, replace_file
 
 from .checkout import commit_tree_id, reset_worktree, snapshot_trees
 from .checkpoints import Current, snapshot_all, store_commit, store_snapshot
@@ -48,7 +48,7 @@ from .refs import (
     read_branch,
     validate_branch_name,
 )
-from .snapshots import scan_worktree
+from .snapshots import scan_worktree, untrackable
 from .swarm_records import AttemptRecord, SwarmRecord, SwarmStore, WorkerRecord, attempt_key
 from .workspace import Workspace, fail
 from .worktrees import admin_dir, break_stale_locks, create_worktree_links, remove_worktree, set_head
@@ -86,7 +86,7 @@ def worker_branch_name(workflow_branch: str, worker: str) -> str:
 def worker_workspace(ws: Workspace, worker: WorkerRecord) -> Workspace:
     """The worker's worktree as a :class:`Workspace` sharing ``ws``'s open repository (do not close it)."""
     record = msgspec.structs.replace(ws.record, worktree_path=worker.worktree_path, worktree_id=worker.worktree_id)
-    return Workspace(repo=ws.repo, record=record)
+    return Workspace(repo=ws.repo, record=record, max_file_bytes=ws.max_file_bytes)
 
 
 def _open_worker(ws: Workspace, swarm: SwarmRecord, name: str) -> WorkerRecord:
@@ -191,7 +191,7 @@ def open_worker(
     assert head is not None
     path = Path(worker.worktree_path)
     if path.exists():
-        shutil.rmtree(path)  # a checkout cut short: start it over
+        remove_tree(path)  # a checkout cut short: start it over
     admin = create_worktree_links(ws.repo, worktree_id=worker.worktree_id, path=path, branch_ref=ref)
     break_stale_locks(admin)
     (admin / "index").unlink(missing_ok=True)
@@ -299,6 +299,7 @@ def _reset_worker(wws: Workspace, worker: WorkerRecord, base: bytes, identity: I
         include_untracked=True,
         is_ignored=wws.ignore_check(),
         filemode=wws.filemode,
+        max_file_bytes=wws.max_file_bytes,
     )
     reset_worktree(
         wws.worktree,
@@ -340,13 +341,11 @@ def commit_bead(ws: Workspace, cmd: CommitBead, *, swarms: SwarmStore, identity:
             current=worker.current,
         )
     base = attempt.base_commit.encode()
-    root = Path(worker.worktree_path)
+    root = worker.worktree_path
     for rel, content in cmd.files.items():
-        target = (root / rel).resolve()
-        if not target.is_relative_to(root.resolve()) or ".git" in Path(rel).parts:
+        if any(untrackable(part.encode()) for part in rel.split("/")):
             raise fail(ErrorCode.BAD_REQUEST, f"{rel} is not a path inside the worktree", path=rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
+        _write_file(root, rel, content, replace_parents=False)
     current = snapshot_all(_without_coordination(wws))
     tree, paths = store_snapshot(wws, current, base)
     if paths:
@@ -374,20 +373,31 @@ def _without_coordination(ws: Workspace) -> Workspace:
             rules = super().ignore_check()
             return lambda path: path.split("/", 1)[0] == ".pulse" or rules(path)
 
-    return _Worktree(repo=ws.repo, record=ws.record)
+    return _Worktree(repo=ws.repo, record=ws.record, max_file_bytes=ws.max_file_bytes)
 
 
 def write_worker_files(ws: Workspace, cmd: WriteWorkerFiles, *, swarms: SwarmStore) -> WorkerFilesWritten:
     """Write ``cmd.files`` (all under ``.pulse/``) into the worker's worktree; a repeat writes the same bytes."""
     worker = _open_worker(ws, swarms.load(ws.record.id), cmd.worker)
-    root = Path(worker.worktree_path).resolve()
-    for rel, content in cmd.files.items():
-        target = (root / rel).resolve()
-        if not target.is_relative_to(root / ".pulse"):
+    for rel in cmd.files:
+        if not rel.startswith(".pulse/"):
             raise fail(ErrorCode.BAD_REQUEST, f"{rel} is not under .pulse/ in the worktree", path=rel)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
+    for rel, content in cmd.files.items():
+        # .pulse is the service's own: a link or file an agent put in its place is replaced, never followed.
+        _write_file(worker.worktree_path, rel, content, replace_parents=True)
     return WorkerFilesWritten(workflow_id=ws.record.id, worker=worker.name, paths=sorted(cmd.files))
+
+
+def _write_file(root: str, rel: str, content: str, *, replace_parents: bool) -> None:
+    """Write one file the caller sent into a worker's worktree, whatever the agent left at its name.
+
+    The name is replaced, never written through (a link out of the worktree, a FIFO that would block the write);
+    a link or file where one of its directories belongs is refused, or replaced with ``replace_parents``.
+    """
+    try:
+        replace_file(root, rel, content.encode("utf-8"), replace_parents=replace_parents)
+    except (UnsafeWorktreePath, IsADirectoryError, NotADirectoryError) as exc:
+        raise fail(ErrorCode.BAD_REQUEST, f"{rel} cannot be written in the worktree: {exc}", path=rel) from None
 
 
 def _finish_commit(

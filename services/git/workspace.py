@@ -62,6 +62,8 @@ class Workspace:
 
     repo: Repo
     record: WorkflowRecord
+    max_file_bytes: int = 100 * 1024 * 1024
+    """The largest file a snapshot of this worktree reads (``git_max_file_bytes``)."""
 
     def close(self) -> None:
         self.repo.close()
@@ -133,7 +135,7 @@ class Workspace:
             default_user_ignore_filter_path(config),
             os.path.join(self.repo.commondir(), "info", "exclude"),
         ):
-            rules = read_ignore_file(os.path.expanduser(path), ignorecase=ignorecase)
+            rules = read_ignore_file(os.path.expanduser(path), ignorecase=ignorecase, follow=True)
             if rules is not None:
                 base.append(rules)
         return Ignorer(str(self.worktree), files=GIT_IGNORE_FILES, base=base, ignorecase=ignorecase)

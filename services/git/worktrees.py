@@ -10,12 +10,13 @@ user's checkout (its HEAD, index and files) is never read for writing nor writte
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from dulwich.repo import Repo
 from dulwich.worktree import list_worktrees
+
+from autarch.runtime.worktree_files import remove_tree
 
 from .index_file import IndexLocked, write_locked
 
@@ -99,9 +100,9 @@ def remove_worktree(repo: Repo, *, worktree_id: str, path: Path) -> bool:
     admin = admin_dir(repo, worktree_id)
     existed = admin.exists() or path.exists()
     if path.exists():
-        shutil.rmtree(path)
+        remove_tree(path)
     if admin.exists():
-        shutil.rmtree(admin)
+        remove_tree(admin)
     worktrees = admin.parent
     try:
         worktrees.rmdir()  # git removes the empty worktrees/ directory too

@@ -29,6 +29,7 @@ from autarch.contracts.indexer import (
     SemanticSearch,
 )
 from autarch.runtime.settings import IndexerSettings
+from autarch.runtime.worktree_files import read_regular
 
 from .chunking import EMBEDDING_TEXT_VERSION, Chunk, chunk_file
 from .embeddings import Embedder, load_embedder
@@ -442,7 +443,7 @@ class Indexer:
         pending: list[tuple[str, list[Chunk]]] = []
         for n, f in enumerate(todo.values(), start=1):
             job.check()
-            content = f.content if f.content is not None else _read(f.disk_path)
+            content = f.content if f.content is not None else _read(f.disk_path, self.max_file_bytes)
             if content is None or blob_id(content) != f.blob_id:
                 # Changed (or gone) since the walk: leave it out; the next index picks it up.
                 manifest = {path: blob for path, blob in manifest.items() if blob != f.blob_id}
@@ -664,9 +665,10 @@ def _path_ranking(
     return [key for _, key in scored]
 
 
-def _read(path: str | None) -> bytes | None:
+def _read(path: str | None, max_bytes: int) -> bytes | None:
+    # The file was regular when walked; an agent may have put a FIFO, a link or a huge file there since.
     try:
-        return Path(path).read_bytes() if path else None
+        return read_regular(path, max_bytes=max_bytes) if path else None
     except OSError:
         return None
 

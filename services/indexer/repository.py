@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from autarch.runtime.ignore import linked_git_dirs
 
 from .errors import IndexerError
 
@@ -63,27 +66,19 @@ def locate_repository(path: str | Path) -> RepoLocation:
     start = start.resolve()
     for candidate in (start, *start.parents):
         dotgit = candidate / ".git"
-        if dotgit.is_dir() and (dotgit / "HEAD").is_file():
+        if dotgit.is_dir() and not dotgit.is_symlink() and (dotgit / "HEAD").is_file():
             return RepoLocation(root=candidate, git_dir=dotgit, common_dir=dotgit)
-        if dotgit.is_file():
-            git_dir = _linked_git_dir(dotgit)
-            if git_dir is not None:
-                common = git_dir
-                commondir_file = git_dir / "commondir"
-                if commondir_file.is_file():
-                    common = (git_dir / commondir_file.read_text().strip()).resolve()
-                return RepoLocation(root=candidate, git_dir=git_dir, common_dir=common)
+        if os.path.lexists(dotgit):
+            # A worktree's .git is the agent's to rewrite (docs/security.md): believed only when the directory it
+            # names names it back and lies outside it. Anything else here is no repository — and the search does
+            # not climb on to a parent's, which would walk (and index) everything around the worktree.
+            linked = linked_git_dirs(str(candidate))
+            if linked is None:
+                raise IndexerError.not_a_repository(
+                    f"{candidate} has a .git that names no repository git would accept", path=str(candidate)
+                )
+            return RepoLocation(root=candidate, git_dir=Path(linked[0]), common_dir=Path(linked[1]))
     raise IndexerError.not_a_repository(f"{start} is not inside a git repository", path=str(start))
-
-
-def _linked_git_dir(dotgit_file: Path) -> Path | None:
-    text = dotgit_file.read_text(errors="replace").strip()
-    if not text.startswith("gitdir:"):
-        return None
-    git_dir = Path(text.split(":", 1)[1].strip())
-    if not git_dir.is_absolute():
-        git_dir = (dotgit_file.parent / git_dir).resolve()
-    return git_dir if (git_dir / "HEAD").is_file() else None
 
 
 def project_id_for(root: Path) -> str:

@@ -6,9 +6,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 
 from autarch.runtime.ignore import IGNORE_FILES, IgnoreFile
 from autarch.runtime.walk import walk
+from autarch.runtime.worktree_files import FileTooLarge, read_regular
 
 from .repository import RepoLocation, blob_id
 
@@ -78,7 +80,8 @@ StatCache = dict[str, tuple[int, int, str | None]]
 class WalkResult:
     files: list[SourceFile] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
-    """Files left out, by reason: ``ignored``, ``binary``, ``too_large``, ``minified``, ``symlink``, ``unreadable``."""
+    """Files left out, by reason: ``ignored``, ``binary``, ``too_large``, ``minified``, ``symlink``, ``unreadable``,
+    ``not_a_file`` (FIFOs, sockets, devices), ``undecodable_name`` (a name that is not UTF-8)."""
 
 
 class IgnoreRules:
@@ -164,7 +167,16 @@ def walk_worktree(
         rel = entry.path
         full = Path(root, rel)
         try:
-            stat = full.stat()
+            rel.encode("utf-8")
+        except UnicodeEncodeError:
+            # Not UTF-8 (the walk's str carries the bytes as surrogates): no store, reply or snippet can hold it.
+            result.skipped["undecodable_name"] += 1
+            continue
+        try:
+            stat = full.lstat()
+            if not S_ISREG(stat.st_mode):
+                result.skipped["not_a_file"] += 1  # a FIFO would block the read forever; sockets, devices
+                continue
             if stat.st_size > max_file_bytes:
                 result.skipped["too_large"] += 1
                 continue
@@ -176,7 +188,11 @@ def walk_worktree(
                 else:
                     result.files.append(SourceFile(path=rel, blob_id=cached[2], disk_path=str(full)))
                 continue
-            content = full.read_bytes()
+            # Not followed, not a FIFO, never more than the cap: the name may have changed since the lstat.
+            content = read_regular(str(full), max_bytes=max_file_bytes)
+        except FileTooLarge:
+            result.skipped["too_large"] += 1
+            continue
         except OSError:
             result.skipped["unreadable"] += 1
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -66,3 +67,53 @@ def test_a_hostile_pulse_cannot_leave_its_worktree(client: Client, model, tmp_pa
     assert not fired.exists(), f"a hook ran: {fired.read_text()}"
     assert "hooksPath" not in (repo / ".git" / "config").read_text()
     assert client.get(wid)["status"] == "done"
+
+
+def test_a_pulse_that_leaves_a_hostile_worktree_commits_correctly_and_runs_nothing(
+    client: Client, model, tmp_path: Path
+) -> None:
+    """Issue 32's audit end to end: the pulse's shell leaves links out, a FIFO, a socket, ``.GIT``, a nested
+    repository, a ``.gitattributes`` naming a filter of the repository's config, a ``.gitmodules`` with an
+    ``ext::`` url and odd names; the checkpoint, the guards, the indexer and the diff take them in their stride,
+    the workflow ends done, nothing outside the worktree enters the branch and no filter or url ever runs."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = "the-secret-beside-the-worktree-0815"
+    (outside / "secret.txt").write_text(secret + "\n")
+    ran = tmp_path / "something-ran"
+    command = "; ".join([
+        "mkfifo pipe",
+        "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"",
+        f"ln -s {outside / 'secret.txt'} leak",
+        f"ln -s {outside} leakdir",
+        "ln -s loop loop",
+        "mkdir -p .GIT vendor/lib/.git && echo '[core]' > .GIT/config && echo 'x' > vendor/lib/lib.txt",
+        "printf 'ref: refs/heads/main\\n' > vendor/lib/.git/HEAD",
+        "printf 'notes.txt filter=evil\\n' > .gitattributes && echo kept > notes.txt",
+        f"printf '[submodule \"x\"]\\n\\tpath = x\\n\\turl = ext::sh -c touch%% {ran}\\n' > .gitmodules",
+        "echo odd > \"$(printf 'new\\nline.txt')\" && echo odd > ./-rf && echo odd > Case.txt && echo odd > case.txt",
+        "echo made",
+    ])
+    scenario = scenarios.base()
+    scenario["scripts"]["pulsing"].insert(0, scenarios.tool("shell", reason="Leave things", command=command))
+    wid, repo = start(client, model, tmp_path, scenario)
+    with open(repo / ".git" / "config", "a") as config:  # the repository's own driver, named by the agent's file
+        config.write(f'[filter "evil"]\n\tclean = touch {ran}; cat\n\tsmudge = touch {ran}; cat\n')
+    approve_stages(client, wid)
+    view = finish(client, wid)
+
+    assert client.get(wid)["status"] == "done"
+    assert branch_log(repo, view["branch"]) == [TEST, FEAT]
+    outputs = [e["output"] for e in client.events(wid) if e["type"] == "turn:tool_completed" and e["tool"] == "shell"]
+    assert any("made" in out and "\"exit_code\":0" in out and "\"stderr\":\"\"" in out for out in outputs), outputs
+    tree = subprocess.run(["git", "ls-tree", "-r", "-z", "--name-only", view["branch"]], cwd=repo,
+                          capture_output=True, check=True).stdout.split(b"\0")
+    for kept in (b"leak", b"leakdir", b"loop", b"notes.txt", b".gitmodules", b"new\nline.txt", b"-rf", b"Case.txt",
+                 b"case.txt"):
+        assert kept in tree, kept
+    for left_out in (b"pipe", b"sock", b".GIT/config", b"vendor/lib/lib.txt", b"leakdir/secret.txt"):
+        assert left_out not in tree, left_out
+    objects = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True,
+                             check=True).stdout
+    assert secret.encode() not in objects
+    assert not ran.exists(), "a filter or an ext:: url ran"
