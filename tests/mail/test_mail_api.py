@@ -55,7 +55,9 @@ def test_a_swarms_mail_is_listed_and_shown_over_http_and_the_cli(system: System,
         subjects = [m["subject"] for m in messages]
         startups = [m for m in messages if m["subject"].startswith("[STARTUP] ")]
         # Every worker that ran reports in itself, first thing in each of its sessions.
-        assert {m["sender"] for m in startups} == {e["worker"] for e in events if e["type"] == "bead:claimed"}
+        ran = {e["session_id"] for e in events if e["type"] == "turn:started"}
+        assert {m["sender"] for m in startups} == {
+            e["worker"] for e in events if e["type"] == "bead:claimed" and e["session_id"] in ran}
         assert sorted(s for s in subjects if s.startswith("Completed ")) == sorted(f"Completed {b}" for b in BEADS)
         assert all(m["to"] == ["coordinator"] and m["thread_id"] == wid and m["topic"] == f"epic-{wid}"
                    for m in messages)

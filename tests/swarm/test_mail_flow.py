@@ -78,10 +78,11 @@ def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worke
     assert delay_ms < 5_000  # a kick, not a poll: far under any polling period (the figure is printed)
 
     mail = [e["message"] for e in events if e["type"] == "mail:posted"]
-    # Each worker session reports in itself, first thing, naming both its identities (a worker that never got a
-    # bead never ran, and said nothing).
+    # Each worker session reports in itself, first thing, naming both its identities (a worker whose claims never
+    # started a session, its files being leased elsewhere, never ran and said nothing).
     workers = {e["worker"]: e["nickname"] for e in events if e["type"] == "worker:joined"}
-    worked = {e["worker"] for e in events if e["type"] == "bead:claimed"}
+    ran = {e["session_id"] for e in events if e["type"] == "turn:started"}
+    worked = {e["worker"] for e in events if e["type"] == "bead:claimed" and e["session_id"] in ran}
     startups = [m for m in mail if m["subject"].startswith("[STARTUP]")]
     assert {m["sender"] for m in startups} == worked
     assert all(m["subject"] == f"[STARTUP] {workers[m['sender']]} / {m['sender']}" for m in startups), startups
