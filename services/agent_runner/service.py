@@ -71,7 +71,7 @@ class AgentRunner:
     def __init__(self, *, nc: Client, app: SessionApplication, settings: AgentRunnerSettings, model: ModelClient,
                  after_save: Callable[[Session], None] | None = None, inline_writes: bool = False,
                  on_model_wait: Callable[[], None] | None = None, store_path: str = "",
-                 storage: StorageState = STORAGE) -> None:
+                 storage: StorageState = STORAGE, leases: LeaseTable | None = None) -> None:
         self.app = app
         self.nc = nc
         self.store_path = store_path
@@ -96,7 +96,7 @@ class AgentRunner:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._agents: dict[tuple[str, str], AgentConfig] = {}
         self._shutting_down = False
-        self.leases: LeaseTable | None = None
+        self.leases = leases
         """The swarm's lease table: a turn of a lease holder's session renews the holder's leases in it."""
 
     # --- lifecycle -------------------------------------------------------------------------------------
@@ -435,14 +435,14 @@ async def open_runner(
     model = model or ModelClient(settings=settings)
     inline = sqlite_store.commits_inline(env)
     relay_box: list[RelayThread] = []
+    leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
     runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
                          after_save=lambda session: relay_box[0].saved(session),
-                         on_model_wait=lambda: relay_box[0].model_wait(), store_path=store_path(env))
+                         on_model_wait=lambda: relay_box[0].model_wait(), store_path=store_path(env), leases=leases)
     # The relay runs on a thread of its own, where its rounds do not queue behind the turns' work (relay_thread.py).
     relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of, store_path=store_path(env),
                         stream_path=embedded_stream_dir(settings.data_path))
     relay_box.append(relay)
-    runner.leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
     await asyncio.to_thread(runner.load)
     await relay.start()
     service = TypedService(nc, name="agent_runner", description="Agent sessions: turns, tools, the model")
