@@ -119,6 +119,7 @@ class ToolExecutor:
         settings: ToolSettings,
         redactor: Redactor | None = None,
         stale_after: float = MAX_TIMEOUT_SECONDS + 60,
+        leases: LeaseTable | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -130,8 +131,8 @@ class ToolExecutor:
         self._root_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._running: dict[tuple[str, str], list[_Running]] = {}
         self._early_cancels: dict[tuple[str, str], tuple[float, str]] = {}
-        self.leases: LeaseTable | None = None
-        """Set by the service once connected: the file leases checked for calls with a ``lease_holder``."""
+        self.leases = leases
+        """The file leases checked for calls with a ``lease_holder`` (None: such calls are refused)."""
         self.launcher = LaunchServer()
         """Starts the confined commands of ``shell`` (its server process starts with the first one)."""
         self.git_records = GitRecords(forwarder.nc)

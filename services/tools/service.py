@@ -92,7 +92,8 @@ def sandbox_warning(settings: ToolsSettings) -> str | None:
 
 
 def build_executor(
-    settings: ToolsSettings, *, nc: Client | None = None, grep_workers: int | None = None
+    settings: ToolsSettings, *, nc: Client | None = None, grep_workers: int | None = None,
+    leases: LeaseTable | None = None,
 ) -> ToolExecutor:
     """An executor with its store under ``<data dir>/tools/`` (grep workers are not started yet)."""
     workers = grep_workers if grep_workers is not None else settings.tools_grep_workers
@@ -116,15 +117,16 @@ def build_executor(
             egress=egress,
         ),
         redactor=Redactor(secrets),
+        leases=leases,
     )
 
 
 async def start(nc: Client, settings: ToolsSettings) -> Callable[[], Awaitable[None]]:
     """Open the session store, start the grep workers and serve the endpoints."""
     settings = narrow(settings, ToolsSettings)
-    executor = build_executor(settings, nc=nc)
-    # Swarm workers' writes are checked against it (calls without a lease holder never read it).
-    executor.leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
+    # Swarm workers' writes are checked against the lease table (calls without a lease holder never read it).
+    leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
+    executor = build_executor(settings, nc=nc, leases=leases)
     warning = await asyncio.to_thread(sandbox_warning, settings)
     if warning:
         log.warning("%s", warning)
