@@ -161,6 +161,18 @@ def build_server(args: argparse.Namespace) -> Any:
         return gw.call("POST", f"/api/workflows/{_path_id(workflowId, 'workflowId')}/request-changes", body)
 
     @tool()
+    def workflow_stop(workflowId: str, reason: str | None = None) -> Json:
+        """Stop whatever agent works for the workflow (a swarm: every worker at once); it halts `stopped`."""
+        body = {"reason": reason} if reason else None
+        return gw.call("POST", f"/api/workflows/{_path_id(workflowId, 'workflowId')}/stop", body)
+
+    @tool()
+    def workflow_resume(workflowId: str, message: str | None = None) -> Json:
+        """Continue a halted workflow; `message` is guidance for the agent that carries on."""
+        body = {"message": message} if message else None
+        return gw.call("POST", f"/api/workflows/{_path_id(workflowId, 'workflowId')}/resume", body)
+
+    @tool()
     def workflow_list() -> Json:
         """Every workflow: id, title, stage, status."""
         return gw.call("GET", "/api/workflows", params={"limit": 10_000})

@@ -20,7 +20,7 @@ from .test_pulse_cmd import FILES, loop_system
 
 PULSE_TOOLS = {"pulse_start", "pulse_status", "pulse_pause", "pulse_resume", "pulse_abort"}
 WORKFLOW_TOOLS = {"workflow_create", "workflow_status", "workflow_approve", "workflow_request_changes",
-                  "workflow_list"}
+                  "workflow_stop", "workflow_resume", "workflow_list"}
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +91,10 @@ async def test_tools_over_stdio(system: System, tmp_path: Path):
         bad_ids = typed_error(await client.call_tool("workflow_request_changes", {
             "workflowId": "0123abcd-0000-4000-8000-000000000000", "feedback": "fix it", "fix": ["not-an-id"]}))
         assert bad_ids["code"] == "bad_request"
+        for verb, body in (("workflow_stop", {"reason": "enough"}), ("workflow_resume", {"message": "go on"})):
+            unknown = typed_error(await client.call_tool(verb, {"workflowId": "0123abcd-0000-4000-8000-000000000000",
+                                                                **body}))
+            assert unknown["code"] == "not_found", (verb, unknown)
 
 
 async def test_a_gateway_that_is_not_running(tmp_path: Path):
