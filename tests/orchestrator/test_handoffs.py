@@ -11,7 +11,13 @@ import msgspec
 
 from autarch.contracts.beads import SwarmMode
 from autarch.runtime.aggregates import project
-from autarch.services.orchestrator.swarm.handoffs import handoff_document, manifest_document, owner_file
+from autarch.services.orchestrator.swarm.handoffs import (
+    STATE_FILE,
+    handoff_document,
+    manifest_document,
+    owner_file,
+    state_document,
+)
 from autarch.services.orchestrator.swarm.model import Swarm
 
 from .test_swarm_model import WID, _bead
@@ -49,6 +55,16 @@ def test_a_standalone_handoff_has_no_runtime_and_its_own_file() -> None:
     VALIDATOR.validate(doc)
     assert "runtime" not in doc["payload"] and doc["owner_id"] == "single-worker"
     assert owner_file(swarm, "AmberFalcon") == ".pulse/handoffs/single-worker.json"
+    # A standalone run records its completions in .pulse/STATE.md (bead a landed): read it first too.
+    assert doc["read_first"] == [".pulse/handoffs/single-worker.json", ".pulse/beads/b.md", STATE_FILE]
+
+
+def test_a_standalone_runs_state_lists_what_landed_and_what_is_left() -> None:
+    swarm = _swarm("standalone")
+    text = state_document(swarm)
+    done, left = text.split("## Left")
+    assert "- a: " in done and "Commit: c0ffee." in done and "- b" not in done
+    assert left.strip().splitlines() == ["- b"]
 
 
 def test_the_schema_refuses_a_handoff_missing_a_field() -> None:

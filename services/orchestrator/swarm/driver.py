@@ -58,7 +58,15 @@ from ..stepping import Stepper, ask_service, stop_agent_session
 from . import kickoffs
 from .book import SwarmBook, ranked
 from .evidence import evidence_markdown
-from .handoffs import MANIFEST, handoff_document, manifest_document, owner_file, resume_briefing
+from .handoffs import (
+    MANIFEST,
+    STATE_FILE,
+    handoff_document,
+    manifest_document,
+    owner_file,
+    resume_briefing,
+    state_document,
+)
 from .model import Attempt, Bead, Swarm
 from .plan import auto_workers, bead_dicts, plan_feature
 
@@ -476,6 +484,11 @@ class SwarmDriver:
         bead = swarm.beads[a.bead_id]
         attempt = swarm.attempts[(a.bead_id, a.number)]
         verification = "passed" if attempt.evidence is not None and attempt.evidence.passed else "none recorded"
+        if swarm.mode == "standalone":
+            # One worker and no coordinator: the completion is recorded in .pulse/STATE.md (seed 002), not mailed.
+            await self._ask("git", "write_worker_files", WriteWorkerFiles(
+                workflow_id=wid, worker=a.worker, files={STATE_FILE: state_document(swarm)}), WorkerFilesWritten)
+            return
         await self._post(wid, a.worker, f"Completed {a.bead_id}",
                          f"Runtime nickname: {worker.nickname}. Agent Mail name: {worker.name}. Implemented: "
                          f"{attempt.summary or bead.title}. Files: {', '.join(attempt.files_changed or bead.files)}. "

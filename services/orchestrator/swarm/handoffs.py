@@ -17,10 +17,31 @@ from autarch.contracts.mail import COORDINATOR
 
 from .model import Attempt, Bead, HandoffDocument, Swarm
 
-__all__ = ["HANDOFF_DIR", "MANIFEST", "handoff_document", "manifest_document", "owner_file", "resume_briefing"]
+__all__ = ["HANDOFF_DIR", "MANIFEST", "STATE_FILE", "handoff_document", "manifest_document", "owner_file",
+           "resume_briefing", "state_document"]
 
 HANDOFF_DIR = ".pulse/handoffs"
 MANIFEST = f"{HANDOFF_DIR}/manifest.json"
+STATE_FILE = ".pulse/STATE.md"
+"""Where a standalone (single-worker) run records each bead it completed (seed 002)."""
+
+
+def state_document(swarm: Swarm) -> str:
+    """A standalone run's ``.pulse/STATE.md``: every bead landed so far, in order, with its summary, files,
+    verification and commit; then what is left."""
+    lines = ["# Standalone execution state", "", "## Completed beads", ""]
+    for bead_id in swarm.merged:
+        bead = swarm.beads[bead_id]
+        done = next((a for a in swarm.attempts.values() if a.bead_id == bead_id and a.ended == "merged"), None)
+        summary = (done.summary if done else None) or bead.title
+        files = ", ".join((done.files_changed if done else None) or bead.files) or "-"
+        verified = "passed" if done is not None and done.evidence is not None and done.evidence.passed else "none"
+        lines.append(f"- {bead_id}: {summary}. Files: {files}. Verification: {verified}"
+                     f"{f' ({bead.verification_evidence})' if bead.verification_evidence else ''}. "
+                     f"Commit: {(bead.commit or '-')[:12]}.")
+    left = [b.id for b in swarm.beads.values() if b.status != "closed"]
+    lines += ["", "## Left", "", *([f"- {b}" for b in left] or ["- nothing"]), ""]
+    return "\n".join(lines)
 
 
 def owner_file(swarm: Swarm, worker: str) -> str:
@@ -38,10 +59,10 @@ def handoff_document(swarm: Swarm, a: Attempt, bead: Bead, *, feature: str, toke
     standalone = swarm.mode == "standalone"
     owner = "single-worker" if standalone else f"worker-{worker.name}"
     closed = worker.beads_closed[-1] if worker.beads_closed else None
-    # Only files that are there to read: this handoff and the bead's card, both written into the worktree.
-    # (The seed's example also names AGENTS.md, .pulse/STATE.md and CONTEXT.md: Autarch writes none of them, and
-    # a worker's kickoff already asks it to read the repository's AGENTS.md if there is one.)
-    read_first = [path, f".pulse/beads/{bead.id}.md"]
+    # Only files that are there to read: this handoff and the bead's card, both written into the worktree, and a
+    # standalone run's state once a bead landed. (The seed's example also names AGENTS.md and CONTEXT.md: Autarch
+    # writes neither, and a worker's kickoff already asks it to read the repository's AGENTS.md if there is one.)
+    read_first = [path, f".pulse/beads/{bead.id}.md", *([STATE_FILE] if standalone and swarm.merged else [])]
     summary = ("Worker paused cleanly because context is near the limit. The next turn should rejoin "
                "coordination, confirm the current graph state, and continue from the highest-priority executable "
                f"bead: {bead.id} is claimed and in progress.")
