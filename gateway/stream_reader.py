@@ -28,6 +28,7 @@ from nats.errors import ConnectionClosedError
 from nats.js.api import DEFAULT_PREFIX, AckPolicy, ConsumerConfig, DeliverPolicy
 
 from autarch.contracts import subjects
+from autarch.runtime.pulls import next_within
 from autarch.runtime.retry import REQUEST_UNAVAILABLE, retry
 
 __all__ = ["StreamReader", "in_background"]
@@ -224,14 +225,7 @@ class StreamReader:
         return True
 
     async def _next(self, timeout: float) -> Msg | None:
-        if not self._queue.empty():
-            return self._queue.get_nowait()
-        if timeout <= 0:
-            return None
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None
+        return await next_within(self._queue, timeout)
 
     async def _release(self, sub: Subscription | None, name: str | None) -> None:
         if sub is not None:

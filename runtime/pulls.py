@@ -31,7 +31,7 @@ from nats.js.errors import NotFoundError
 
 from .retry import PULL_REQUEST, retry
 
-__all__ = ["PullConsumer"]
+__all__ = ["PullConsumer", "next_within"]
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +120,19 @@ class PullConsumer:
                     break
 
     async def _next(self, timeout: float) -> Msg | None:
-        if not self._queue.empty():
-            return self._queue.get_nowait()
-        if timeout <= 0:
-            return None
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None
+        return await next_within(self._queue, timeout)
+
+
+async def next_within(queue: asyncio.Queue[Msg], timeout: float) -> Msg | None:
+    """The next message of ``queue``: at once if one waits, else within ``timeout`` seconds (None: none came)."""
+    if not queue.empty():
+        return queue.get_nowait()
+    if timeout <= 0:
+        return None
+    try:
+        return await asyncio.wait_for(queue.get(), timeout)
+    except TimeoutError:
+        return None
 
 
 def _status(msg: Msg) -> str | None:
