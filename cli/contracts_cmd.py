@@ -50,6 +50,7 @@ def schema_version(kind: object) -> int:
     """The version of a contract's schema: an event's ``schema_version`` default, else 1."""
     fields = getattr(kind, "__struct_fields__", ())
     if "schema_version" in fields:
+        # Ignored below: kind is any contract class; the field's default is an int for every event
         return int(msgspec.structs.fields(kind)[fields.index("schema_version")].default)  # type: ignore[arg-type]
     return 1
 

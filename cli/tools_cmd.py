@@ -15,7 +15,10 @@ import json
 import os
 import sys
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autarch.contracts.tool_catalog import Role
 
 __all__ = ["register"]
 
@@ -30,7 +33,7 @@ def _settings(args: argparse.Namespace) -> Any:
         raise SystemExit(2) from None
 
 
-async def _call(args: argparse.Namespace, arguments: dict[str, Any], role: str) -> Any:
+async def _call(args: argparse.Namespace, arguments: dict[str, Any], role: Role) -> Any:
     from autarch.contracts.tools import ToolCall
     from autarch.runtime.errors import ServiceFailure
     from autarch.services.tools.service import build_executor
@@ -49,7 +52,7 @@ async def _call(args: argparse.Namespace, arguments: dict[str, Any], role: str) 
         call = ToolCall(
             session_id=args.session,
             tool_call_id=args.call_id or f"cli-{uuid.uuid4().hex}",
-            role=role,  # type: ignore[arg-type]
+            role=role,
             root=args.root,
             tool=args.tool,
             arguments=arguments,
@@ -67,7 +70,7 @@ async def _call(args: argparse.Namespace, arguments: dict[str, Any], role: str) 
 
 
 def cmd_call(args: argparse.Namespace) -> int:
-    from autarch.contracts.tool_catalog import ROLES, role_for_tool
+    from autarch.contracts.tool_catalog import ROLES, is_role, role_for_tool
 
     try:
         arguments = json.loads(args.arguments)
@@ -80,7 +83,7 @@ def cmd_call(args: argparse.Namespace) -> int:
     args.root = os.path.abspath(args.root)
     args.repository = [os.path.abspath(path) for path in args.repository or ()]
     role = args.role or role_for_tool(args.tool) or "pulsing"
-    if role not in ROLES:
+    if not is_role(role):
         print(f"autarch tools call: unknown role {role!r} (one of {', '.join(ROLES)})", file=sys.stderr)
         return 2
     result = asyncio.run(_call(args, arguments, role))

@@ -46,6 +46,8 @@ SearchQuery = Annotated[str, msgspec.Meta(min_length=1, max_length=10_000)]
 PatternWeight = Annotated[str, msgspec.Meta(min_length=3, max_length=1000)]
 MaxResults = Annotated[int, msgspec.Meta(ge=1, le=200)]
 ScopeState = Literal["indexing", "ready", "failed"]
+ScopeKind = Literal["project", "worktree"]
+IndexPhase = Literal["scanning", "chunking", "embedding", "storing", "done", "failed"]
 
 
 class IndexerErrorCode:
@@ -129,7 +131,7 @@ class IndexAccepted(Reply, kw_only=True):
 
 class ScopeStatus(Contract, kw_only=True):
     scope: str
-    kind: Literal["project", "worktree"]
+    kind: ScopeKind
     root: str
     state: ScopeState
     commit: str | None = None
@@ -171,7 +173,7 @@ class IndexProgress(Contract, kw_only=True):
     project: str
     scope: str
     job_id: str
-    phase: Literal["scanning", "chunking", "embedding", "storing", "done", "failed"]
+    phase: IndexPhase
     done: int = 0
     """Units finished in this phase (files while scanning/chunking, chunks while embedding)."""
     total: int = 0

@@ -9,7 +9,7 @@ service executes cannot drift apart. Descriptions are the seed's text, verbatim.
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import msgspec
 
@@ -371,10 +371,15 @@ def tool_variant(role: str, tool: str) -> str | None:
     return None
 
 
-_PREFERRED_ROLES = ("pulsing", "preflight", "review", "research", "discussion", "loop")
+_PREFERRED_ROLES: tuple[Role, ...] = ("pulsing", "preflight", "review", "research", "discussion", "loop")
 
 
-def role_for_tool(tool: str) -> str | None:
+def is_role(name: str) -> TypeGuard[Role]:
+    """Whether ``name`` is one of the agent roles."""
+    return name in ROLES
+
+
+def role_for_tool(tool: str) -> Role | None:
     """A role that has ``tool`` (the most capable first), for callers that do not care which role runs it."""
     for role in _PREFERRED_ROLES:
         if tool_variant(role, tool) is not None:

@@ -333,6 +333,7 @@ class EventStream(ServerSentEvent):
         self.live = live
 
     def to_asgi_response(self, app: Litestar | None, request: Request, **kwargs: Any) -> ASGIResponse:
+        # Ignored below: the wrapper forwards the ASGI response, which is all the caller uses
         return _EventStreamBody(super().to_asgi_response(app, request, **kwargs), self.live)  # type: ignore[return-value]
 
 

@@ -228,6 +228,7 @@ def _chars_meet(x: Token, y: Token) -> bool:
     if x[0] == "lit" or y[0] == "lit":
         lit, cls = (x, y) if x[0] == "lit" else (y, x)
         matcher = cls[1]
+        # Ignored below: a class token's second item is a compiled pattern once it is not None
         return matcher is None or matcher.match(str(lit[1])) is not None  # type: ignore[attr-defined]
     return True  # two classes: not worth enumerating; overlapping is the safe answer
 
@@ -261,6 +262,7 @@ def segments_overlap(a: tuple[Segment, ...], b: tuple[Segment, ...]) -> bool:
             return meet(i, j + 1) or (i < len(a) and meet(i + 1, j))
         if i == len(a) or j == len(b):
             return False
+        # Ignored below: segments past the '**' checks are token tuples, not the '**' string
         return _segment_tokens_overlap(a[i], b[j]) and meet(i + 1, j + 1)  # type: ignore[arg-type]
 
     return meet(0, 0)

@@ -328,6 +328,7 @@ class Snapshots:
         datastore = getattr(recorder, "datastore", None)
         try:
             if type(datastore).__module__ == "eventsourcing.sqlite":
+                # Ignored below: getattr gives the recorder's datastore; the module check above fixes its type
                 with datastore.transaction(commit=True) as c:  # type: ignore[union-attr]
                     c.execute(f"DELETE FROM {table} WHERE originator_id=? AND originator_version<?",
                               [aggregate_id.hex, version])
@@ -335,6 +336,7 @@ class Snapshots:
                 from psycopg.sql import SQL, Identifier
 
                 statement = SQL("DELETE FROM {schema}.{table} WHERE originator_id = %s AND originator_version < %s")
+                # Ignored below: getattr gives the recorder's datastore; the module check above fixes its type
                 with datastore.transaction(commit=True) as c:  # type: ignore[union-attr]
                     schema = datastore.schema  # type: ignore[union-attr]  # a PostgresDatastore here
                     c.execute(statement.format(schema=Identifier(str(schema)), table=Identifier(str(table))),

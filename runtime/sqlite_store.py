@@ -196,6 +196,7 @@ class Factory(es_sqlite.SQLiteFactory):
             connection._sqlite_conn.execute(f"PRAGMA synchronous={mode}")
             return connection
 
+        # Ignored below: eventsourcing offers no hook for a connection's pragmas; pinned by test_private_names
         pool._create_connection = create_at_level  # type: ignore[method-assign]
         self.wal_path = None if pool.is_sqlite_memory_mode else f"{pool.db_name}-wal"
 

@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from autarch.contracts.beads import VerificationEvidence, VerificationRun, WorkerDiscipline
 
@@ -41,6 +41,8 @@ _POLICY = '"policy": '
 
 RunShell = Callable[[str, str], Awaitable[tuple[str, bool, float]]]
 """(tool call id, command) → (the tool's output, is_error, milliseconds)."""
+
+VerifyStep = Literal["verify", "tdd-red", "tdd-green"]
 
 
 def is_test_path(path: str) -> bool:
@@ -120,12 +122,12 @@ def edit_refusal(discipline: WorkerDiscipline | None, history: Iterable[ToolCall
                                "then change production code.", "policy": "tdd-red-first"})
 
 
-def _run_of(step: str, command: str, output: str, is_error: bool, ms: float, at: datetime,
+def _run_of(step: VerifyStep, command: str, output: str, is_error: bool, ms: float, at: datetime,
             *, expect_failure: bool = False) -> VerificationRun:
     code = _exit_code(output)
     failed = is_error or code != 0
     passed = (code is not None and code != 0) if expect_failure else (not failed and code == 0)
-    return VerificationRun(step=step, command=command, exit_code=code, passed=passed,  # type: ignore[arg-type]
+    return VerificationRun(step=step, command=command, exit_code=code, passed=passed,
                            output_excerpt=_excerpt(output), output_digest=_digest(output), ran_at=at,
                            duration_ms=round(ms, 3))
 
@@ -160,7 +162,7 @@ async def run_verification(discipline: WorkerDiscipline, *, history: list[ToolCa
         else:
             runs.append(_run_of("tdd-red", discipline.tdd_steps.red, red.output or "", False,
                                 red.duration_ms or 0.0, now, expect_failure=True))
-        commands = [("tdd-green", discipline.tdd_steps.green)]
+        commands: list[tuple[VerifyStep, str]] = [("tdd-green", discipline.tdd_steps.green)]
     else:
         commands = []
     commands += [("verify", c) for c in discipline.verify]

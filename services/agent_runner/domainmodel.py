@@ -16,6 +16,7 @@ from eventsourcing.domain import Aggregate, event
 
 from autarch.contracts.agents import COMPLETION_REJECTED, Baseline, TurnOutcome, TurnUsage
 from autarch.contracts.beads import VerificationEvidence, WorkerDiscipline
+from autarch.contracts.tool_catalog import Role
 
 __all__ = ["GivenMail", "Reply", "Session", "ToolCall", "Turn", "add_usage"]
 
@@ -128,7 +129,7 @@ class Session(Aggregate):
     @event("Started")
     def __init__(self, baselines: list[dict[str, Any]] | None = None, lease_holder: str | None = None,
                  discipline: dict[str, Any] | None = None, *,
-                 session_id: str, role: str, model: str, root: str, workflow_id: str | None,
+                 session_id: str, role: Role, model: str, root: str, workflow_id: str | None,
                  channel_id: str | None, script: str | None, notes: list[str]) -> None:
         # ``baselines`` and ``lease_holder`` came later. They stand before the ``*`` because eventsourcing treats
         # every keyword-only parameter as required, default or not; as parameters with a default they may be

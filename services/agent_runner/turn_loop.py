@@ -374,7 +374,7 @@ class TurnLoop:
             # sent again within seconds instead of reported to the model as failed after its timeout.
             result = await request(
                 self.deps.nc, _TOOLS_CALL,
-                ToolCall(session_id=self._sid, tool_call_id=call.tool_use_id, role=session.role,  # type: ignore[arg-type]
+                ToolCall(session_id=self._sid, tool_call_id=call.tool_use_id, role=session.role,
                          root=session.root, tool=call.name, arguments=args, workflow_id=session.workflow_id,
                          lease_holder=session.lease_holder),
                 ToolResult, timeout=self._tool_timeout(call.name, args), retry_unavailable=15.0, idempotent=True,
@@ -437,7 +437,7 @@ class TurnLoop:
             try:
                 result = await request(
                     self.deps.nc, _TOOLS_CALL,
-                    ToolCall(session_id=self._sid, tool_call_id=call_id, role=self.session.role,  # type: ignore[arg-type]
+                    ToolCall(session_id=self._sid, tool_call_id=call_id, role=self.session.role,
                              root=self.session.root, tool="shell", arguments=args,
                              workflow_id=self.session.workflow_id, lease_holder=self.session.lease_holder),
                     ToolResult, timeout=self._tool_timeout("shell", args), retry_unavailable=15.0, idempotent=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from autarch.contracts.agents import (
@@ -18,7 +20,7 @@ from .domainmodel import Session, Turn
 __all__ = ["status_of", "summary_of", "view_of"]
 
 
-def status_of(session: Session) -> str:
+def status_of(session: Session) -> Literal["idle", "running", "closed"]:
     if session.closed:
         return "closed"
     return "running" if session.current_turn is not None else "idle"
@@ -58,7 +60,7 @@ def view_of(session: Session) -> SessionView:
     """The client-facing state of ``session``: every turn with its messages, tool calls, thoughts and costs."""
     return SessionView(
         session_id=str(session.id), role=session.role, root=session.root, model=session.model,
-        status=status_of(session),  # type: ignore[arg-type]
+        status=status_of(session),
         turns=[_turn_view(t) for t in session.turns], usage=_copy(session.usage),
         cost_usd=round(session.cost_usd, 8), notes=[*session.stage_notes, *session.session_notes()],
         created_at=session.created_on, workflow_id=session.workflow_id, channel_id=session.channel_id,

@@ -8,6 +8,7 @@ text never changes once stored.
 from __future__ import annotations
 
 import hashlib
+from typing import Literal
 
 import msgspec
 from dulwich.graph import find_merge_base
@@ -80,7 +81,8 @@ def get_diff_artifact(artifacts: ArtifactStore, query: GetDiffArtifact) -> DiffA
 
 
 def _artifact(
-    artifacts: ArtifactStore, ws: Workspace, *, kind: str, pulse_id: str | None, start: bytes, end: bytes
+    artifacts: ArtifactStore, ws: Workspace, *, kind: Literal["workflow", "pulse"], pulse_id: str | None,
+    start: bytes, end: bytes,
 ) -> DiffArtifactRef:
     key = f"{kind}:{ws.record.id}:{pulse_id or ''}:{start.decode()}:{end.decode()}"
     artifact_id = hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -91,7 +93,7 @@ def _artifact(
     text = raw.decode("utf-8", errors="replace")
     ref = DiffArtifactRef(
         artifact_id=artifact_id,
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         workflow_id=ws.record.id,
         pulse_id=pulse_id,
         from_commit=start.decode(),

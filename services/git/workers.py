@@ -368,6 +368,7 @@ def _without_coordination(ws: Workspace) -> Workspace:
     worker's worktree for its session to read, and never in the bead's commit."""
     base_type = type(ws)
 
+    # Ignored below: subclassing the runtime type of ws, which mypy cannot take as a base
     class _Worktree(base_type):  # type: ignore[misc, valid-type]
         def ignore_check(self) -> Callable[[str], bool]:
             rules = super().ignore_check()

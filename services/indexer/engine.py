@@ -21,8 +21,10 @@ from autarch.contracts import subjects
 from autarch.contracts.indexer import (
     PROJECT_SCOPE,
     IndexAccepted,
+    IndexPhase,
     IndexProgress,
     IndexStatusReply,
+    ScopeKind,
     ScopeStatus,
     SearchResult,
     SearchResults,
@@ -130,7 +132,7 @@ class _Job:
         if self.cancel is not None and self.cancel.is_set():
             raise JobCancelled(f"job {self.job_id} cancelled")
 
-    def report(self, phase: str, done: int = 0, total: int = 0, error: str | None = None) -> None:
+    def report(self, phase: IndexPhase, done: int = 0, total: int = 0, error: str | None = None) -> None:
         if self.progress is None:
             return
         self.progress(
@@ -138,7 +140,7 @@ class _Job:
                 project=self.project,
                 scope=self.scope,
                 job_id=self.job_id,
-                phase=phase,  # type: ignore[arg-type]
+                phase=phase,
                 done=done,
                 total=total,
                 files=self.files,
@@ -326,7 +328,7 @@ class Indexer:
         self,
         ref: ScopeRef,
         *,
-        kind: str,
+        kind: ScopeKind,
         files: Callable[[_Job], list[SourceFile]],
         commit: str | None,
         base: str | None,
@@ -513,9 +515,9 @@ class Indexer:
             scopes=[
                 ScopeStatus(
                     scope=s.scope,
-                    kind=s.kind,  # type: ignore[arg-type]
+                    kind=s.kind,
                     root=s.root,
-                    state=s.state,  # type: ignore[arg-type]
+                    state=s.state,
                     commit=s.commit,
                     base=s.base,
                     files=s.files,

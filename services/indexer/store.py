@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from autarch.contracts.indexer import ScopeKind, ScopeState
+
 __all__ = ["BlobChunks", "ChunkHit", "IndexStore", "ProjectRecord", "ScopeRecord", "StoredChunk", "text_hash"]
 
 
@@ -28,10 +30,10 @@ class ProjectRecord:
 @dataclass
 class ScopeRecord:
     scope: str
-    kind: str
+    kind: ScopeKind
     """``project`` or ``worktree``."""
     root: str
-    state: str = "indexing"
+    state: ScopeState = "indexing"
     """``indexing``, ``ready`` or ``failed``; a scope with ``indexed_at`` set is searchable in every state."""
     commit: str | None = None
     base: str | None = None

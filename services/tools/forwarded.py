@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from autarch.contracts import git, indexer, mail
 from autarch.contracts import orchestrator_tools as fx
@@ -64,10 +64,14 @@ _NOT_INDEXED_CODES = frozenset(
         ErrorCode.UNAVAILABLE,
     }
 )
-_SEVERITIES = {"high": "High", "medium": "Medium", "low": "Low"}
-_RECOMMENDATIONS = ("approve", "reject", "manual_review")
-_ISSUE_TYPES = {"error": "Error", "warning": "Warning"}
-_SOURCES = {"build": "Build", "lint": "Lint", "test": "Test"}
+_Severity = Literal["High", "Medium", "Low"]
+_CommentKind = Literal["line", "file", "review"]
+_Recommendation = Literal["approve", "reject", "manual_review"]
+# The tools accept any case; each table maps the lower-cased word to the contract's spelling.
+_SEVERITIES: dict[str, _Severity] = {"high": "High", "medium": "Medium", "low": "Low"}
+_RECOMMENDATIONS: dict[str, _Recommendation] = {r: r for r in ("approve", "reject", "manual_review")}
+_ISSUE_TYPES: dict[str, Literal["Error", "Warning"]] = {"error": "Error", "warning": "Warning"}
+_SOURCES: dict[str, Literal["Build", "Lint", "Test"]] = {"build": "Build", "lint": "Lint", "test": "Test"}
 
 
 def _unreachable(what: str, exc: RemoteError) -> str:
@@ -123,8 +127,8 @@ async def record_baseline(ctx: ToolContext, args: RecordBaselineArgs) -> Any:
         workflow_id=ctx.call.workflow_id,
         session_id=ctx.call.session_id,
         idempotency_key=ctx.idempotency_key,
-        issue_type=issue_type,  # type: ignore[arg-type]
-        source=source,  # type: ignore[arg-type]
+        issue_type=issue_type,
+        source=source,
         pattern=args.pattern,
         file_path=args.file_path,
         description=args.description,
@@ -140,7 +144,7 @@ async def record_baseline(ctx: ToolContext, args: RecordBaselineArgs) -> Any:
     }
 
 
-def _severity(value: str) -> str | None:
+def _severity(value: str) -> _Severity | None:
     return _SEVERITIES.get(value.strip().lower())
 
 
@@ -148,15 +152,17 @@ def _invalid_severity(value: str) -> dict[str, Any]:
     return {"success": False, "error": f"Invalid severity '{value}'. Must be High, Medium, or Low."}
 
 
-async def _add_comment(ctx: ToolContext, kind: str, severity: str, args: Any, **where: Any) -> dict[str, Any]:
+async def _add_comment(
+    ctx: ToolContext, kind: _CommentKind, severity: _Severity, args: Any, **where: Any
+) -> dict[str, Any]:
     if not ctx.call.workflow_id:
         return {"success": False, "error": REVIEW_CARD_NOT_FOUND}
     command = fx.AddReviewComment(
         workflow_id=ctx.call.workflow_id,
         session_id=ctx.call.session_id,
         idempotency_key=ctx.idempotency_key,
-        kind=kind,  # type: ignore[arg-type]
-        severity=severity,  # type: ignore[arg-type]
+        kind=kind,
+        severity=severity,
         category=args.category,
         description=args.description,
         **where,
@@ -203,8 +209,8 @@ async def add_review_comment(ctx: ToolContext, args: AddReviewCommentArgs) -> An
 
 
 async def complete_review(ctx: ToolContext, args: CompleteReviewArgs) -> Any:
-    recommendation = args.recommendation.strip().lower()
-    if recommendation not in _RECOMMENDATIONS:
+    recommendation = _RECOMMENDATIONS.get(args.recommendation.strip().lower())
+    if recommendation is None:
         return {
             "success": False,
             "error": f"Invalid recommendation '{args.recommendation}'. Must be one of: approve, reject, manual_review.",
@@ -217,7 +223,7 @@ async def complete_review(ctx: ToolContext, args: CompleteReviewArgs) -> Any:
         workflow_id=ctx.call.workflow_id,
         session_id=ctx.call.session_id,
         idempotency_key=ctx.idempotency_key,
-        recommendation=recommendation,  # type: ignore[arg-type]
+        recommendation=recommendation,
         summary=args.summary,
     )
     try:

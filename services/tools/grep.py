@@ -96,6 +96,7 @@ def _required_literal(parsed: object) -> tuple[str, bool] | None:
     # ``re._parser``/``re._constants`` (Python >= 3.11). If they move, grep stays correct but loses the
     # prefilter, and tests/unit/test_private_names.py fails saying which name moved.
     try:
+        # Ignored below: private module with no stubs; pinned by test_private_names
         from re import _constants as c  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - the names moved: search every line
         return None
@@ -126,6 +127,7 @@ def _required_literal(parsed: object) -> tuple[str, bool] | None:
         if run:
             runs.append("".join(run))
 
+    # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
     visit(parsed)  # type: ignore[arg-type]
     return (max(runs, key=_rarity), flagged) if runs else None
 
@@ -172,17 +174,22 @@ def _matching_lines(data: bytes | str, regex: re.Pattern[bytes] | re.Pattern[str
     counted_to = 0
     search = regex.search
     while pos <= limit:
+        # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
         match = search(data, pos)  # type: ignore[arg-type]
         if match is None:
             break
         start = match.start()
         if start > limit:
             break
+        # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
         line_start = data.rfind(nl, 0, start) + 1  # type: ignore[arg-type]
+        # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
         line_end = data.find(nl, start)  # type: ignore[arg-type]
         if line_end < 0:
             line_end = size
+        # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
         if match.end() <= line_end or search(data, line_start, line_end) is not None:  # type: ignore[arg-type]
+            # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
             line_no += data.count(nl, counted_to, line_start)  # type: ignore[arg-type]
             counted_to = line_start
             hits.append((line_no, line_start, line_end))
@@ -243,6 +250,7 @@ def _drop_secret_only_matches(
 ) -> list[tuple[int, int, int]]:
     """Drop the lines that only match because of a secret in them (grep must not be a secret oracle)."""
     as_bytes = isinstance(data, bytes)
+    # Ignored below: data and the marker are both str or both bytes; mypy cannot tie the two unions
     if (b"PRIVATE KEY-----" if as_bytes else "PRIVATE KEY-----") in data:  # type: ignore[operator]
         # Key blocks span lines: redact the whole file so the lines inside a block are blanked too.
         text = data.decode("utf-8", "surrogateescape") if isinstance(data, bytes) else data
@@ -252,8 +260,10 @@ def _drop_secret_only_matches(
         # Only the matching lines matter; redact them alone (far cheaper than the whole file).
         pieces = [data[start:end] for _, start, end in hits]
         if as_bytes:
+            # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
             text = b"\n".join(pieces).decode("utf-8", "surrogateescape")  # type: ignore[arg-type]
         else:
+            # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
             text = "\n".join(pieces)  # type: ignore[arg-type]
         cleaned = redactor.redact(text)
         if cleaned == text:
@@ -264,6 +274,7 @@ def _drop_secret_only_matches(
     kept = []
     for hit, line in zip(hits, redacted, strict=True):
         subject = line if text_regex else line.encode("utf-8", "surrogateescape")
+        # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
         if regex.search(subject) is not None:  # type: ignore[arg-type]
             kept.append(hit)
     return kept
@@ -305,6 +316,7 @@ def _file_hits(
                 data,
                 haystack,
                 literal,
+                # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
                 pattern.regex,  # type: ignore[arg-type]
                 first=first,
                 line_starts=line_starts,
@@ -324,6 +336,7 @@ def _as_text(piece: bytes | str) -> str:
 def _still_matching(line: str, pattern: GrepPattern) -> bool:
     regex = pattern.regex
     subject = line if isinstance(regex.pattern, str) else line.encode("utf-8", "surrogateescape")
+    # Ignored below: data and its regex are both str or both bytes; mypy cannot tie the two unions
     return regex.search(subject) is not None  # type: ignore[arg-type]
 
 
@@ -372,6 +385,7 @@ def search_files(
             continue
         subject, hits = hits_of
         marker = b"PRIVATE KEY-----" if isinstance(subject, bytes) else "PRIVATE KEY-----"
+        # Ignored below: data and the marker are both str or both bytes; mypy cannot tie the two unions
         if marker in subject:  # type: ignore[operator]
             # Key blocks span lines: this file is redacted whole, on its own.
             kept = _drop_secret_only_matches(subject, hits, pattern, redactor)

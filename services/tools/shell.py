@@ -208,9 +208,10 @@ async def run_command(
         **group,
     )
     out, err = Capture(), Capture()
+    assert proc.stdout is not None and proc.stderr is not None  # both were asked for as pipes above
     pumps = [
-        asyncio.ensure_future(_pump(proc.stdout, out)),  # type: ignore[arg-type]
-        asyncio.ensure_future(_pump(proc.stderr, err)),  # type: ignore[arg-type]
+        asyncio.ensure_future(_pump(proc.stdout, out)),
+        asyncio.ensure_future(_pump(proc.stderr, err)),
     ]
     timed_out = False
     try:

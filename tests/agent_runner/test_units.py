@@ -11,7 +11,7 @@ import anthropic.types as t
 import msgspec
 
 from autarch.contracts.agents import TurnUsage
-from autarch.contracts.tool_catalog import ROLES
+from autarch.contracts.tool_catalog import ROLES, Role
 from autarch.runtime.settings import Settings
 from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
 from autarch.runtime.sqlite_store import SYNCHRONOUS_ENV
@@ -92,7 +92,7 @@ def test_a_tool_input_that_is_not_json_is_kept_and_flagged_not_fatal():
     assert (acc.usage.input_tokens, acc.usage.output_tokens, acc.stop_reason) == (7, 12, "tool_use")
 
 
-def _session(role: str = "pulsing", *, notes: list[str] | None = None) -> Session:
+def _session(role: Role = "pulsing", *, notes: list[str] | None = None) -> Session:
     agent = REGISTRY.get(role)
     return Session(
         session_id=str(uuid.uuid4()),
