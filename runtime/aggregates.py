@@ -49,7 +49,7 @@ def load(app: Application[Any], aggregate_id: UUID, *, version: int | None = Non
     event is replayed by calling the method on the decoded state directly, with the same checks (the next
     version in sequence) and the same effects (``version`` and ``modified_on`` set). Any other event goes the
     repository's way. eventsourcing's ``decorated_funcs`` (event class → method) is not public:
-    tests/unit/test_private_names.py says so when it moves.
+    tests/architecture/test_private_names.py says so when it moves.
     """
     mapper = app.mapper
     if mapper.cipher is not None or mapper.compressor is not None:

@@ -6,7 +6,7 @@ uses); this module adds what a walker needs on top: each rule decides about an e
 only, a pattern with an inner or leading ``/`` is anchored to its ignore file's directory), ignore
 files of deeper directories take precedence over shallower ones, ``.git/info/exclude`` (and any
 other base rules) rank below every ignore file, and nothing below an ignored directory can be
-re-included. ``{a,b}`` is literal, as in git. ``tests/unit/test_ignore_differential.py`` checks
+re-included. ``{a,b}`` is literal, as in git. ``tests/runtime/test_ignore_differential.py`` checks
 the engine against ``git check-ignore``.
 
 Two ways in: a walker keeps a :data:`Stack` (the ignore files in force, shallowest first) and asks

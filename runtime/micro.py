@@ -131,7 +131,7 @@ class TypedService:
 
     async def start(self) -> None:
         # nats.micro builds every $SRV.PING/INFO answer from the metadata dict it was given, so the storage
-        # problems written into this same dict later show in the next answer (tests/unit/test_storage_health.py
+        # problems written into this same dict later show in the next answer (tests/runtime/test_storage.py
         # proves it against nats.micro).
         self._live_metadata = {"host": socket.gethostname(), **self.metadata}
         self._service = await add_service(

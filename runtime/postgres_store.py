@@ -9,7 +9,7 @@ eventsourcing's optional database function for inserts (``POSTGRES_ENABLE_DB_FUN
 the links are written on, so the recorder refuses to be built with it: events recorded unchained after chained
 ones would read as inserted behind the store's back. The links are written from eventsourcing's
 ``_fetch_ids_after_insert_events`` (the one step of its insert that runs inside the transaction, after the
-events' insert); ``tests/unit/test_private_names.py`` says so if an upgrade moves it.
+events' insert); ``tests/architecture/test_private_names.py`` says so if an upgrade moves it.
 """
 
 from __future__ import annotations

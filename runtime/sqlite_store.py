@@ -188,7 +188,7 @@ class Factory(es_sqlite.SQLiteFactory):
         pool = self.datastore.pool
         # The pragma holds per connection and eventsourcing runs nothing public on a new one, so the pool's
         # _create_connection (which every eventsourcing pool class implements) is wrapped;
-        # tests/unit/test_private_names.py fails, naming it, if an upgrade moves it.
+        # tests/architecture/test_private_names.py fails, naming it, if an upgrade moves it.
         create = pool._create_connection
 
         def create_at_level() -> es_sqlite.SQLiteConnection:

@@ -94,7 +94,7 @@ def _required_literal(parsed: object) -> tuple[str, bool] | None:
     """
     # No public API parses a regex (``sre_parse`` is deprecated since 3.11), so the prefilter reads
     # ``re._parser``/``re._constants`` (Python >= 3.11). If they move, grep stays correct but loses the
-    # prefilter, and tests/unit/test_private_names.py fails saying which name moved.
+    # prefilter, and tests/architecture/test_private_names.py fails saying which name moved.
     try:
         # Ignored below: private module with no stubs; pinned by test_private_names
         from re import _constants as c  # type: ignore[attr-defined]

@@ -10,8 +10,8 @@ import pytest
 
 from autarch.cli.main import main
 from tests.cluster.conftest import cluster, model, postgres_url  # noqa: F401 - the cluster tests' fixtures
-from tests.workflow_faults.harness import BRANCH, run_to_done
 from tests.workflows.conftest import Client, demo_scenario, make_repo
+from tests.workflows.faults.harness import BRANCH, run_to_done
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

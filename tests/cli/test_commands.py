@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autarch.cli.local.natsserver import free_port
-from tests.e2e.conftest import System
+from tests.system import System
 
 from .conftest import Cli
 

@@ -11,7 +11,7 @@ import pytest
 from autarch.cli.follow import StreamLost, WorkflowEvents
 from autarch.cli.gateway_client import Connection, GatewayClient
 from autarch.cli.render import SseComment
-from tests.e2e.conftest import System
+from tests.system import System
 
 from .conftest import Cli
 

@@ -13,7 +13,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import make_repo
 
 from .test_pulse_cmd import FILES, loop_system

@@ -22,7 +22,7 @@ from autarch.cli.gateway_client import GatewayClient, connection_from_args
 from autarch.cli.loop_cmd import follow_loop, watch_loop
 from autarch.cli.main import main
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import make_repo, scripted_system
 
 SERVICES = "orchestrator,tools,git,indexer,agent_runner"

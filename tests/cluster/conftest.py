@@ -22,7 +22,7 @@ from autarch.cli.local.natsserver import die_with_parent, free_port_run
 from autarch.contracts import subjects
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.conftest import postgres_dsn
-from tests.e2e.conftest import System
+from tests.system import System
 
 __all__ = ["TTL", "ClusterSystem", "drop_postgres_connections", "leader_of", "stream_leader", "wait_replicas_current"]
 

@@ -15,8 +15,8 @@ import pytest
 from autarch.contracts.subjects import partition_of
 from autarch.runtime.standby import LOST_LEASE_EXIT
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.workflow_faults.harness import BRANCH, Approver, assert_same_result, reference, run_to_done
 from tests.workflows.conftest import Client, demo_scenario, make_repo
+from tests.workflows.faults.harness import BRANCH, Approver, assert_same_result, reference, run_to_done
 
 from .conftest import TTL, ClusterSystem, drop_postgres_connections, leader_of, stream_leader, wait_replicas_current
 from .test_local_cluster import stores_match_stream

@@ -12,8 +12,8 @@ import httpx
 import nats
 
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.workflow_faults.harness import BRANCH, assert_same_result, reference, run_to_done
 from tests.workflows.conftest import Client, demo_scenario, make_repo
+from tests.workflows.faults.harness import BRANCH, assert_same_result, reference, run_to_done
 
 from .conftest import INSTANCES, NODES, ClusterSystem, leader_of, stream_leader
 from .stream_check import check_stores_against_stream

@@ -14,7 +14,7 @@ import pytest
 
 from autarch.cli.demo_cmd import demo_scenario
 from autarch.services.scripted_model.scenario import load_scenario
-from tests.e2e.conftest import pid_alive
+from tests.system import pid_alive
 
 COMMITS = ["test(greeter): cover the empty-name greeting", "feat(greeter): greet the world when the name is empty"]
 BEADS = ["base", "square", "circle", "summary", "units", "naming"]

@@ -21,7 +21,7 @@ from autarch.contracts.loops import GetLoop, LoopView, StartLoop
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import make_repo, scripted_system
 
 SERVICES = "orchestrator,tools,git,indexer,agent_runner,notifier"

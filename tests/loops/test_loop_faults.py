@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from autarch.contracts.loops import NotifyTarget
-from tests.workflow_faults.harness import kill
+from tests.workflows.faults.harness import kill
 
 from .conftest import FILES, iteration, text, write
 from .webhook import Webhook

@@ -158,7 +158,7 @@ def test_a_spent_token_budget_blocks_the_session(model, loops):
 
 def test_a_restarted_orchestrator_rebuilds_every_session_as_it_was(model, loops):
     from autarch.contracts.loops import ListLoops, LoopList
-    from tests.workflow_faults.harness import kill
+    from tests.workflows.faults.harness import kill
 
     model.use({"files": FILES, "scripts": {
         "loop:replay.i1": iteration([write("r.txt", "r\n")], "chore(shop): r\n<signal>CONTINUE</signal>"),

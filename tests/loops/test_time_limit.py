@@ -9,7 +9,7 @@ import pytest
 
 from autarch.contracts.loops import LoopView, ResumeLoop
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import scripted_system
 
 from .conftest import FILES, Loops, iteration, text, write

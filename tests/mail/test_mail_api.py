@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
 from tests.swarm.conftest import swarm_scenario
 from tests.swarm.test_swarm_e2e import BEADS
+from tests.system import System
 from tests.workflows.conftest import Client, approve_stages, finish, scripted_system, start
 
 pytestmark = pytest.mark.slow

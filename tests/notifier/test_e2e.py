@@ -16,7 +16,7 @@ import pytest
 
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.cli.test_pulse_cmd import FILES, wait_status, write
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import make_repo, scripted_system
 
 SCRIPTS = {

@@ -10,7 +10,7 @@ import pytest
 
 from autarch.services.scripted_model import ScriptedModelServer
 from autarch.services.scripted_model.scenario import bundled_scenario_path
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import Client, scripted_system
 
 SERVICES = "orchestrator,tools,git,agent_runner"

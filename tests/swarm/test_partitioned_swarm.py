@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import scripted_system
 
 # Collected here again, with this module's ``system``: the same assertions on the partitioned orchestrator.

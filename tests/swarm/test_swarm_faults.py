@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.workflow_faults.harness import kill
 from tests.workflows.conftest import Client, approve_stages, branch_log, finish, start
+from tests.workflows.faults.harness import kill
 
 from .conftest import swarm_scenario
 from .test_swarm_e2e import BEADS, _swarm_events

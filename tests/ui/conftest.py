@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import Client, scripted_system
 
 CHROMIUM = os.environ.get("AUTARCH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

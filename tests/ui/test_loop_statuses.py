@@ -17,7 +17,7 @@ from playwright.sync_api import Page, expect
 
 from autarch.services.scripted_model import ScriptedModelServer
 from autarch.services.scripted_model.scenario import bundled_scenario_path
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import SERVICES, Client, make_repo, scripted_system
 
 

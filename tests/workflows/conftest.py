@@ -19,7 +19,7 @@ import pytest
 from autarch.cli.local.natsserver import free_port
 from autarch.services.scripted_model import ScriptedModelServer
 from autarch.services.scripted_model.scenario import bundled_scenario_path
-from tests.e2e.conftest import System
+from tests.system import System
 
 SERVICES = "orchestrator,tools,git,agent_runner"
 

@@ -17,9 +17,9 @@ import pytest
 from autarch.contracts import subjects
 from autarch.contracts.workflows import GetWorkflow
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
 from tests.loops.conftest import FILES, Loops, iteration, write
-from tests.workflow_faults.harness import BRANCH, assert_same_result, reference, run_to_done
+from tests.system import System
+from tests.workflows.faults.harness import BRANCH, assert_same_result, reference, run_to_done
 
 from .conftest import Client, demo_scenario, make_repo, scripted_system
 

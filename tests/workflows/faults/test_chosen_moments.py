@@ -31,7 +31,7 @@ import pytest
 
 from autarch.contracts import subjects
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import Client, demo_scenario, make_repo
 
 from .harness import (

@@ -1,4 +1,6 @@
-"""``autarch up`` as a real process tree (embedded nats-server, services, gateway) for end-to-end tests."""
+"""``autarch up`` as a real process tree (embedded nats-server, services, gateway) for end-to-end tests.
+
+Shared by every test folder that starts a whole system; the plain ``system`` fixture is in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -8,14 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import pytest
-
-from autarch.cli.local.natsserver import free_port
 
 
 @dataclass
@@ -101,16 +99,6 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
-
-
-@pytest.fixture
-def system(tmp_path: Path) -> Iterator[System]:
-    data = tmp_path / "data"
-    data.mkdir()
-    sys_ = System(data_dir=data, port=free_port(), nats_port=free_port(), services="orchestrator").start()
-    yield sys_
-    if sys_.proc is not None:
-        sys_.stop()
 
 
 def work_tree(path: Path) -> Path:

@@ -16,8 +16,7 @@ from autarch.contracts.agents import SubmitScopeArgs
 from autarch.contracts.workflows import SubmitScope, WorkflowView
 from autarch.runtime.bus import connect
 from autarch.runtime.requests import request
-
-from .conftest import System, work_tree
+from tests.system import System, work_tree
 
 pytestmark = pytest.mark.slow
 

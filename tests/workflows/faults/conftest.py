@@ -10,7 +10,7 @@ import pytest
 
 from autarch.runtime.settings import Settings
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import scripted_system
 
 from .harness import FIGURES, CpuHog

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import Client, demo_scenario, git, make_repo
 
 from .harness import BRANCH, FIGURES, Approver, assert_same_result, reference, run_to_done

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import Client, scripted_system
 
 

@@ -49,9 +49,9 @@ from autarch.services.git.engine import GitEngine
 from autarch.services.orchestrator.workflow import controls
 from autarch.services.orchestrator.workflow.outcomes import handle_turn
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
 from tests.git.gitcli import fsck, git, make_user_repo
 from tests.orchestrator.test_workflow_steps import SETTINGS, next_step, pulse_running, turn
+from tests.system import System
 from tests.workflows.conftest import SERVICES, Client, demo_scenario, make_repo
 
 SERVICE = "lost_test"

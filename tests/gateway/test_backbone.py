@@ -14,7 +14,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from .conftest import System, pid_alive, work_tree
+from tests.system import System, pid_alive, work_tree
 
 pytestmark = pytest.mark.slow
 

@@ -24,13 +24,13 @@ import pytest
 from autarch.cli.contracts_cmd import schema_version
 from autarch.contracts import subjects
 from autarch.contracts.events import AnyEvent
-from tests.e2e.conftest import System
 from tests.swarm.conftest import swarm_scenario
+from tests.system import System
 from tests.workflows.conftest import Client, approve_stages, demo_scenario, finish, start
 
 pytestmark = pytest.mark.slow
 
-SCHEMAS = Path(__file__).parents[2] / "docs" / "contracts" / "schemas"
+SCHEMAS = Path(__file__).parents[3] / "docs" / "contracts" / "schemas"
 EVENT_CLASSES = {cls.__struct_config__.tag: cls for cls in typing.get_args(AnyEvent)}
 
 

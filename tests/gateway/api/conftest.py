@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from autarch.services.scripted_model import ScriptedModelServer, load_scenario
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import scripted_system
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import Client, demo_scenario, start
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.workflows.conftest import Client, assert_replay_equals_live, git
 
 __all__ = ["BRANCH", "FIGURES", "NATS", "Approver", "CpuHog", "Reference", "assert_same_result", "kill", "log_excerpt",
