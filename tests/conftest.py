@@ -25,7 +25,7 @@ TESTS = Path(__file__).resolve().parent
 # What starts a whole system (tests/system.py's System and its subclasses, the CLI's LocalSystem), and what starts a
 # bare nats-server, as a test module or a conftest fixture names them.
 _E2E_WORDS = ("System(", "LocalSystem(", "run_demo(", "autarch demo")
-_INTEGRATION_WORDS = ("EmbeddedNats(", "nats_server", "connect(")
+_INTEGRATION_WORDS = ("EmbeddedNats(", "nats_server", "bus import connect", "nats.connect(")
 
 
 @pytest.fixture(scope="session")
