@@ -8,6 +8,7 @@ workflow id may be shortened to a unique prefix (``99f31dc9``). Errors are print
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from .gateway_client import (
     connection_from_args,
     print_json,
 )
+from .recording import first_difference, record_workflow, replay_of
 from .render import approval_hint, card_summary, comment_summary, halt_hint, printable
 
 __all__ = ["bead_rows", "describe", "epic_get", "epic_verbs", "gateway_command", "is_bead_plan", "register",
@@ -347,6 +349,42 @@ def cmd_answer(client: GatewayClient, args: argparse.Namespace) -> int:
 # --- the parser -----------------------------------------------------------------------------------------
 
 
+def cmd_record(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Print (or write) the scenario that replays the finished workflow's model replies."""
+    document = record_workflow(client, client.workflow_id(args.workflow_id))
+    text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    if args.output:
+        Path(args.output).write_text(text)
+        recording = document["recording"]
+        print(f"recorded {len(document['scripts'])} scripts, {len(recording['events'])} workflow events and "
+              f"{len(recording['commits'])} commits to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_compare(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Check a finished replay against a recording; name the first event that differs (exit 1)."""
+    try:
+        recording = json.loads(Path(args.recording).read_text()).get("recording")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CliError(f"cannot read the recording {args.recording!r}: {exc}", exit_code=2) from None
+    if not isinstance(recording, dict) or recording.get("kind") != "workflow":
+        raise CliError(f"{args.recording} holds no workflow recording (write one with `autarch workflow record`)",
+                       exit_code=2)
+    replay = replay_of(client, client.workflow_id(args.workflow_id))
+    replay.pop("_sessions")
+    difference = first_difference(recording, replay)
+    if args.json:
+        print_json({"same": difference is None, "first_difference": difference})
+    elif difference is None:
+        print(f"same run: {sum(len(s['events']) for s in recording['sessions'])} session events, "
+              f"{len(recording['events'])} workflow events and {len(recording['commits'])} commit trees match")
+    else:
+        print(f"diverged: {difference}")
+    return 0 if difference is None else 1
+
+
 def _nonempty(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
@@ -416,6 +454,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                      json_flag=True)
     extension.add_argument("workflow_id", metavar="ID")
     extension.add_argument("--message", help="guidance for the agent")
+
+    record = verb("record", cmd_record, "write a finished workflow's model replies as a scripted-model scenario "
+                  "(replay it with `autarch model serve-scripted`)")
+    record.add_argument("workflow_id", metavar="ID")
+    record.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: standard output)")
+
+    compare = verb("compare", cmd_compare, "check a finished replay against a recording: the first event that "
+                   "differs (exit 1), or that it is the same run", json_flag=True)
+    compare.add_argument("recording", metavar="RECORDING", help="the file `autarch workflow record` wrote")
+    compare.add_argument("workflow_id", metavar="ID", help="the replayed workflow")
 
     answer = verb("answer", cmd_answer, "answer the agent's questions, one argument per question, in order",
                   json_flag=True)

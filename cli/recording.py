@@ -1,0 +1,318 @@
+"""Record → replay: a finished workflow as a scripted-model scenario, and a replay checked against it.
+
+``autarch workflow record ID`` reads, through the gateway, every session of the workflow with its model replies
+whole (``GET /api/sessions/{id}?replies=true``) and writes a scenario whose scripts answer each session's
+requests with those replies, in order: the key is the one the session asked the model under (``<role>`` or
+``<role>:<script>``), the step the number of assistant messages before it, as the scripted model counts. The
+scenario's ``files`` are the repository at the commit execution started from, and its ``recording`` holds what
+the run did: that commit, the workflow's events in order, each session's events with every tool result, and
+the branch's commits (subject and tree).
+
+``autarch model serve-scripted run.json`` answers a new run from it with no key; ``autarch workflow compare
+run.json ID`` checks that run against the recording and names the first event that differs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .gateway_client import CliError, GatewayClient
+
+__all__ = [
+    "FILES_LIMIT",
+    "commits_of",
+    "first_difference",
+    "record_workflow",
+    "replay_of",
+    "scripts_of",
+    "session_events",
+]
+
+FILES_LIMIT = 2_000_000
+"""Bytes of starting files a recording carries at most; past it (or with a binary file) only the commit."""
+FINISHED = ("done", "abandoned")
+_END_EVENTS = ("workflow:completed", "workflow:abandoned")
+_WORKFLOW_KINDS = ("workflow", "preflight", "pulse")
+_DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds)\b")
+
+
+# --- the scripts: every session's replies ----------------------------------------------------------------
+
+
+def _key(session: Mapping[str, Any]) -> str:
+    role, script = session["role"], session.get("script")
+    return f"{role}:{script}" if script else role
+
+
+def _block(block: Mapping[str, Any], where: str) -> dict[str, Any]:
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    if kind == "thinking":
+        # The scripted model signs thinking itself; the recorded signature is the original model's.
+        return {"type": "thinking", "thinking": block.get("thinking", "")}
+    if kind == "tool_use":
+        tool_input = block.get("input")
+        call: dict[str, Any] = {"type": "tool_use", "id": block["id"], "name": block["name"]}
+        if isinstance(tool_input, dict):
+            call["input"] = tool_input
+        else:
+            call["raw_input"] = json.dumps(tool_input)  # what the model streamed was not a JSON object
+        return call
+    raise CliError(f"cannot record {where}: a {kind!r} content block has no scripted form")
+
+
+def _steps(session: Mapping[str, Any]) -> list[dict[str, Any]]:
+    if session.get("compacted_through", -1) >= 0:
+        # A digest replaced earlier turns: later requests count fewer assistant messages than replies were given.
+        raise CliError(f"cannot record session {session['session_id']}: its context was compacted, so its "
+                       "requests no longer count one assistant message per reply")
+    steps = []
+    for turn in session["turns"]:
+        for n, reply in enumerate(turn.get("replies") or []):
+            where = f"session {session['session_id']} turn {turn['index']} reply {n}"
+            if reply.get("stop_reason") == "refusal":
+                raise CliError(f"cannot record {where}: a refused reply is left out of later requests, so the "
+                               "next request would be answered with the refusal again")
+            content = [_block(b, where) for b in reply["content"]] or [{"type": "text", "text": "(no content)"}]
+            step: dict[str, Any] = {"content": content}
+            if reply.get("stop_reason") in ("max_tokens", "stop_sequence", "pause_turn"):
+                step["stop_reason"] = reply["stop_reason"]
+            steps.append(step)
+    return steps
+
+
+def scripts_of(sessions: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The scenario's scripts: each session's replies under the key it asked the model with.
+
+    Two sessions asking under one key are answered by one script (the scripted model tells sessions apart by
+    role and script only), so their replies must agree step by step.
+
+    Raises:
+        CliError: a session cannot be replayed this way (compacted context, a refusal, two sessions with one
+            key and different replies, an unknown block type).
+    """
+    scripts: dict[str, list[dict[str, Any]]] = {}
+    owner: dict[str, str] = {}
+    for session in sessions:
+        key, steps = _key(session), _steps(session)
+        if not steps:
+            continue
+        known = scripts.get(key)
+        if known is None:
+            scripts[key], owner[key] = steps, session["session_id"]
+            continue
+        shared = min(len(known), len(steps))
+        if known[:shared] != steps[:shared]:
+            at = next(i for i in range(shared) if known[i] != steps[i])
+            raise CliError(f"cannot record: sessions {owner[key]} and {session['session_id']} both ask as "
+                           f"{key!r} and were answered differently at step {at}")
+        if len(steps) > len(known):
+            scripts[key] = steps
+    return scripts
+
+
+# --- what the run did --------------------------------------------------------------------------------------
+
+
+def session_events(session: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A session's events as a replay is compared on: each turn's start, its tool results in order, its end."""
+    events: list[dict[str, Any]] = []
+    for turn in session["turns"]:
+        events.append({"type": "turn:started", "turn": turn["index"]})
+        for call in sorted(turn["tool_calls"], key=lambda c: c["step"]):
+            events.append({"type": "turn:tool_completed", "turn": turn["index"], "tool": call["name"],
+                           "tool_use_id": call["tool_use_id"], "output": call.get("output"),
+                           "is_error": bool(call.get("is_error"))})
+        outcome = turn.get("outcome") or {}
+        events.append({"type": "turn:completed", "turn": turn["index"], "outcome": outcome.get("kind"),
+                       "tool": outcome.get("tool")})
+    return events
+
+
+def workflow_events(client: GatewayClient, workflow_id: str) -> list[dict[str, Any]]:
+    """The workflow's own events (``workflow:*``, ``preflight:*``, ``pulse:*``) in stream order, through its end."""
+    found: list[dict[str, Any]] = []
+    with client.events(workflow=workflow_id, since=0, deltas=False) as lines:
+        name = None
+        for line in lines:
+            if line.startswith("event:"):
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and name:
+                if name.split(":")[0] in _WORKFLOW_KINDS:
+                    found.append({"type": name, **json.loads(line.split(":", 1)[1])})
+                    if name in _END_EVENTS:
+                        return found
+                name = None
+    raise CliError(f"the event stream of workflow {workflow_id} ended before the workflow did")
+
+
+def _git(repo: Path | str, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise CliError(f"git {' '.join(args)} failed in {repo}: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout.decode()
+
+
+def commits_of(repo: Path | str, base: str, branch: str) -> list[dict[str, str]]:
+    """The commits on ``branch`` after ``base``, oldest first: subject and tree (a tree's hash is its content)."""
+    log = _git(repo, "log", "--reverse", "--format=%T %s", f"{base}..{branch}")
+    return [{"tree": line[:40], "subject": line[41:]} for line in log.splitlines() if line]
+
+
+def files_at(repo: Path | str, commit: str) -> dict[str, str] | None:
+    """The repository's files at ``commit`` (path → text), or None when one is binary, a link or they are large."""
+    listing = _git(repo, "ls-tree", "-r", "-z", commit)
+    files: dict[str, str] = {}
+    total = 0
+    for entry in listing.split("\0"):
+        if not entry:
+            continue
+        meta, path = entry.split("\t", 1)
+        mode, kind, _ = meta.split()
+        if kind != "blob" or mode not in ("100644", "100755"):
+            return None
+        raw = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{path}"], capture_output=True,
+                             check=True).stdout
+        total += len(raw)
+        if total > FILES_LIMIT:
+            return None
+        try:
+            files[path] = raw.decode()
+        except UnicodeDecodeError:
+            return None
+    return files
+
+
+def _sessions(client: GatewayClient, view: Mapping[str, Any]) -> list[dict[str, Any]]:
+    sessions = []
+    for step, sid in view["sessions"].items():
+        session = client.get(f"/api/sessions/{sid}", replies="true")
+        sessions.append({**session, "step": step})
+    return sessions
+
+
+def replay_of(client: GatewayClient, workflow_id: str) -> dict[str, Any]:
+    """What a finished workflow did, as a recording holds it (also what ``compare`` reads of a replay)."""
+    view = client.get(f"/api/workflows/{workflow_id}")
+    if view["status"] not in FINISHED:
+        raise CliError(f"workflow {workflow_id} is {view['status']} (stage {view['stage']}): only a finished "
+                       "workflow (done or abandoned) can be recorded or compared")
+    events = workflow_events(client, workflow_id)
+    started = next((e for e in events if e["type"] == "preflight:started"), None)
+    start_commit = started["base_commit"] if started else _git(view["repo"], "rev-parse", view["base_branch"]).strip()
+    sessions = _sessions(client, view)
+    commits = commits_of(view["repo"], start_commit, view["branch"]) if view.get("branch") else []
+    return {
+        "kind": "workflow", "id": workflow_id, "title": view["title"], "request": view["request"],
+        "repo": view["repo"], "base_branch": view["base_branch"], "branch": view.get("branch"),
+        "start_commit": start_commit, "status": view["status"],
+        "events": [e["type"] for e in events], "commits": commits,
+        "sessions": [{"step": s["step"], "key": _key(s), "session_id": s["session_id"], "root": s["root"],
+                      "events": session_events(s)} for s in sessions],
+        "_sessions": sessions,
+    }
+
+
+def record_workflow(client: GatewayClient, workflow_id: str) -> dict[str, Any]:
+    """The scenario document replaying ``workflow_id``'s model replies, with its recording.
+
+    Raises:
+        CliError: the workflow is not finished, or a session cannot be replayed (see :func:`scripts_of`).
+    """
+    recording = replay_of(client, workflow_id)
+    sessions = recording.pop("_sessions")
+    scripts = scripts_of(sessions)
+    if not scripts:
+        raise CliError(f"workflow {workflow_id} has no model replies to record")
+    files = files_at(recording["repo"], recording["start_commit"])
+    document: dict[str, Any] = {
+        "description": f"recorded from workflow {workflow_id} ({recording['title']}): replay it on the files "
+                       f"below (or commit {recording['start_commit']}) with the same request",
+        "scripts": scripts,
+        "recording": recording,
+    }
+    if files is not None:
+        document["files"] = files
+    return document
+
+
+# --- comparing a replay ---------------------------------------------------------------------------------
+
+
+def _normalize(text: Any, paths: Iterable[str]) -> Any:
+    # A replay runs in another repository and worktree, and its commands take their own time.
+    if not isinstance(text, str):
+        return text
+    for path in sorted({p for p in paths if p}, key=len, reverse=True):
+        text = text.replace(path, "<root>")
+    return _DURATION.sub("<duration>", text)
+
+
+def _clip(value: Any, limit: int = 160) -> str:
+    shown = json.dumps(value)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
+
+
+def _differs(want: Mapping[str, Any], got: Mapping[str, Any], paths: tuple[Iterable[str], Iterable[str]]) -> str:
+    for field in ("type", "tool", "is_error", "outcome"):
+        if want.get(field) != got.get(field):
+            return f"{field} differs: recorded {_clip(want.get(field))}, replayed {_clip(got.get(field))}"
+    recorded, replayed = _normalize(want.get("output"), paths[0]), _normalize(got.get("output"), paths[1])
+    if recorded != replayed:
+        return f"tool result differs: recorded {_clip(recorded)}, replayed {_clip(replayed)}"
+    return ""
+
+
+def _describe(event: Mapping[str, Any]) -> str:
+    if event["type"] == "turn:tool_completed":
+        return f"turn {event['turn']}: turn:tool_completed {event['tool']} ({event['tool_use_id']})"
+    if event["type"].startswith("turn:"):
+        return f"turn {event['turn']}: {event['type']}"
+    return event["type"]
+
+
+def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) -> str | None:
+    """The first event where ``replay`` is not what ``recording`` did, described; None when it is the same run.
+
+    Sessions are compared in the order the workflow opened them, each event by event (tool results with the
+    run's own repository and worktree paths and durations set aside), then the workflow's own events one by
+    one, then the branch's commits tree by tree.
+    """
+    replayed = {s["step"]: s for s in replay["sessions"]}
+    recorded_paths = [recording["repo"], *(s["root"] for s in recording["sessions"])]
+    replay_paths = [replay["repo"], *(s["root"] for s in replay["sessions"])]
+    for session in recording["sessions"]:
+        other = replayed.get(session["step"])
+        if other is None:
+            return f"session {session['step']} ({session['key']}): the replay has no such session"
+        want, got = session["events"], other["events"]
+        for n, event in enumerate(want):
+            where = f"session {session['step']} ({session['key']}) event {n + 1}"
+            if n >= len(got):
+                return f"{where}, {_describe(event)}: missing from the replay"
+            if why := _differs(event, got[n], (recorded_paths, replay_paths)):
+                return f"{where}, {_describe(event)}: {why}"
+        if len(got) > len(want):
+            return (f"session {session['step']} ({session['key']}) event {len(want) + 1}, "
+                    f"{_describe(got[len(want)])}: not in the recording")
+    for n, (want_type, got_type) in enumerate(zip(recording["events"], replay["events"], strict=False)):
+        if want_type != got_type:
+            return f"workflow event {n + 1}: recorded {want_type}, replayed {got_type}"
+    if len(recording["events"]) != len(replay["events"]):
+        n = min(len(recording["events"]), len(replay["events"]))
+        longer = recording["events"] if len(recording["events"]) > n else replay["events"]
+        side = "missing from the replay" if longer is recording["events"] else "not in the recording"
+        return f"workflow event {n + 1}, {longer[n]}: {side}"
+    for n, (want_commit, got_commit) in enumerate(zip(recording["commits"], replay["commits"], strict=False)):
+        if want_commit != got_commit:
+            return (f"commit {n + 1} ({want_commit['subject']}): recorded tree {want_commit['tree']}, replayed "
+                    f"{got_commit['tree']} ({got_commit['subject']})")
+    if len(recording["commits"]) != len(replay["commits"]):
+        return f"the branch has {len(replay['commits'])} commits, the recording {len(recording['commits'])}"
+    return None
