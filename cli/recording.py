@@ -36,9 +36,13 @@ __all__ = [
 FILES_LIMIT = 2_000_000
 """Bytes of starting files a recording carries at most; past it (or with a binary file) only the commit."""
 FINISHED = ("done", "abandoned")
+QUIET = 2.0
+"""Seconds of silence that end the reading of a halted workflow's events (it has no last event)."""
 _END_EVENTS = ("workflow:completed", "workflow:abandoned")
 _WORKFLOW_KINDS = ("workflow", "preflight", "pulse")
 _DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds)\b")
+_FRESH_ID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b[0-9a-f]{40}\b")
+"""Ids a run mints for itself (comment and session ids, UUIDs) and commit hashes (they cover the time)."""
 
 
 # --- the scripts: every session's replies ----------------------------------------------------------------
@@ -135,20 +139,32 @@ def session_events(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
-def workflow_events(client: GatewayClient, workflow_id: str) -> list[dict[str, Any]]:
-    """The workflow's own events (``workflow:*``, ``preflight:*``, ``pulse:*``) in stream order, through its end."""
+def workflow_events(client: GatewayClient, workflow_id: str, *, finished: bool = True) -> list[dict[str, Any]]:
+    """The workflow's own events (``workflow:*``, ``preflight:*``, ``pulse:*``) in stream order, through its end.
+
+    A workflow that is not finished (a halted replay) has no last event: its events are read until the stream
+    stays silent for :data:`QUIET` seconds.
+    """
+    import httpx  # the gateway client's own dependency, loaded when a command talks to the gateway
+
     found: list[dict[str, Any]] = []
-    with client.events(workflow=workflow_id, since=0, deltas=False) as lines:
-        name = None
-        for line in lines:
-            if line.startswith("event:"):
-                name = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and name:
-                if name.split(":")[0] in _WORKFLOW_KINDS:
-                    found.append({"type": name, **json.loads(line.split(":", 1)[1])})
-                    if name in _END_EVENTS:
-                        return found
-                name = None
+    try:
+        with client.events(workflow=workflow_id, since=0, deltas=False,
+                           read_timeout=None if finished else QUIET) as lines:
+            name = None
+            for line in lines:
+                if line.startswith("event:"):
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("data:") and name:
+                    if name.split(":")[0] in _WORKFLOW_KINDS:
+                        found.append({"type": name, **json.loads(line.split(":", 1)[1])})
+                        if name in _END_EVENTS:
+                            return found
+                    name = None
+    except httpx.ReadTimeout:
+        if not finished:
+            return found
+        raise CliError(f"the event stream of workflow {workflow_id} went silent before the workflow's end") from None
     raise CliError(f"the event stream of workflow {workflow_id} ended before the workflow did")
 
 
@@ -197,13 +213,15 @@ def _sessions(client: GatewayClient, view: Mapping[str, Any]) -> list[dict[str, 
     return sessions
 
 
-def replay_of(client: GatewayClient, workflow_id: str) -> dict[str, Any]:
-    """What a finished workflow did, as a recording holds it (also what ``compare`` reads of a replay)."""
+def replay_of(client: GatewayClient, workflow_id: str, *, halted_too: bool = False) -> dict[str, Any]:
+    """What a finished workflow did, as a recording holds it (also what ``compare`` reads of a replay, which
+    may have halted where it diverged: ``halted_too``)."""
     view = client.get(f"/api/workflows/{workflow_id}")
-    if view["status"] not in FINISHED:
+    allowed = (*FINISHED, "halted") if halted_too else FINISHED
+    if view["status"] not in allowed:
         raise CliError(f"workflow {workflow_id} is {view['status']} (stage {view['stage']}): only a finished "
-                       "workflow (done or abandoned) can be recorded or compared")
-    events = workflow_events(client, workflow_id)
+                       f"workflow ({' or '.join(allowed)}) can be {'compared' if halted_too else 'recorded'}")
+    events = workflow_events(client, workflow_id, finished=view["status"] in FINISHED)
     started = next((e for e in events if e["type"] == "preflight:started"), None)
     start_commit = started["base_commit"] if started else _git(view["repo"], "rev-parse", view["base_branch"]).strip()
     sessions = _sessions(client, view)
@@ -246,12 +264,12 @@ def record_workflow(client: GatewayClient, workflow_id: str) -> dict[str, Any]:
 
 
 def _normalize(text: Any, paths: Iterable[str]) -> Any:
-    # A replay runs in another repository and worktree, and its commands take their own time.
+    # A replay runs in another repository and worktree, its commands take their own time, it mints its own ids.
     if not isinstance(text, str):
         return text
     for path in sorted({p for p in paths if p}, key=len, reverse=True):
         text = text.replace(path, "<root>")
-    return _DURATION.sub("<duration>", text)
+    return _FRESH_ID.sub("<id>", _DURATION.sub("<duration>", text))
 
 
 def _clip(value: Any, limit: int = 160) -> str:
@@ -281,8 +299,8 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
     """The first event where ``replay`` is not what ``recording`` did, described; None when it is the same run.
 
     Sessions are compared in the order the workflow opened them, each event by event (tool results with the
-    run's own repository and worktree paths and durations set aside), then the workflow's own events one by
-    one, then the branch's commits tree by tree.
+    run's own repository and worktree paths, durations, minted ids and commit hashes set aside), then the
+    workflow's own events one by one, then the branch's commits tree by tree.
     """
     replayed = {s["step"]: s for s in replay["sessions"]}
     recorded_paths = [recording["repo"], *(s["root"] for s in recording["sessions"])]

@@ -372,7 +372,7 @@ def cmd_compare(client: GatewayClient, args: argparse.Namespace) -> int:
     if not isinstance(recording, dict) or recording.get("kind") != "workflow":
         raise CliError(f"{args.recording} holds no workflow recording (write one with `autarch workflow record`)",
                        exit_code=2)
-    replay = replay_of(client, client.workflow_id(args.workflow_id))
+    replay = replay_of(client, client.workflow_id(args.workflow_id), halted_too=True)
     replay.pop("_sessions")
     difference = first_difference(recording, replay)
     if args.json:
