@@ -65,8 +65,8 @@ def test_a_recorded_demo_replays_offline_to_the_same_trees_and_events(
     document: dict[str, Any] = json.loads(run.read_text())
     recording = document["recording"]
     # Every session's replies, keyed as it asked the model; the repository it started from.
-    assert set(document["scripts"]) == {"scoping", "research", "plan", "preflight", "pulsing:pulse-1", "pulsing:pulse-2",
-                                        "review"}
+    assert set(document["scripts"]) == {"scoping", "research", "plan", "preflight", "pulsing:pulse-1",
+                                        "pulsing:pulse-2", "review"}
     assert document["files"] == demo_scenario()["files"]
     assert recording["start_commit"] == git(original_repo, "rev-parse", "main").strip()
     assert load_scenario(run).recording == recording  # the scripted model takes the file as it is
