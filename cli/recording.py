@@ -25,12 +25,20 @@ from .gateway_client import CliError, GatewayClient
 
 __all__ = [
     "FILES_LIMIT",
+    "LOOP_STOPPED",
     "commits_of",
+    "document_of",
+    "files_at",
     "first_difference",
+    "load_recording",
+    "loop_replay_of",
+    "print_comparison",
+    "record_loop",
     "record_workflow",
     "replay_of",
     "scripts_of",
     "session_events",
+    "stream_events",
 ]
 
 FILES_LIMIT = 2_000_000
@@ -38,8 +46,11 @@ FILES_LIMIT = 2_000_000
 FINISHED = ("done", "abandoned")
 QUIET = 2.0
 """Seconds of silence that end the reading of a halted workflow's events (it has no last event)."""
-_END_EVENTS = ("workflow:completed", "workflow:abandoned")
+_WORKFLOW_ENDS = {"done": "workflow:completed", "abandoned": "workflow:abandoned"}
 _WORKFLOW_KINDS = ("workflow", "preflight", "pulse")
+_LOOP_ENDS = {"complete": "loop:completed", "failed": "loop:failed", "aborted": "loop:aborted"}
+LOOP_STOPPED = (*_LOOP_ENDS, "blocked", "paused")
+"""Loop statuses with no turn running: a session in one of them can be recorded or compared."""
 _DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds)\b")
 _FRESH_ID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b[0-9a-f]{40}\b")
 """Ids a run mints for itself (comment and session ids, UUIDs) and commit hashes (they cover the time)."""
@@ -139,33 +150,35 @@ def session_events(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     return events
 
 
-def workflow_events(client: GatewayClient, workflow_id: str, *, finished: bool = True) -> list[dict[str, Any]]:
-    """The workflow's own events (``workflow:*``, ``preflight:*``, ``pulse:*``) in stream order, through its end.
+def stream_events(client: GatewayClient, aggregate_id: str, kinds: tuple[str, ...], *,
+                  end: str | None) -> list[dict[str, Any]]:
+    """The events of ``kinds`` (``workflow``, ``preflight``, ``pulse``; ``loop``) a workflow or loop session
+    recorded, in stream order, through its ``end`` event.
 
-    A workflow that is not finished (a halted replay) has no last event: its events are read until the stream
-    stays silent for :data:`QUIET` seconds.
+    A run without a last event (halted, blocked, paused: ``end`` None) is read until the stream stays silent
+    for :data:`QUIET` seconds.
     """
     import httpx  # the gateway client's own dependency, loaded when a command talks to the gateway
 
     found: list[dict[str, Any]] = []
     try:
-        with client.events(workflow=workflow_id, since=0, deltas=False,
-                           read_timeout=None if finished else QUIET) as lines:
+        with client.events(workflow=aggregate_id, since=0, deltas=False,
+                           read_timeout=None if end else QUIET) as lines:
             name = None
             for line in lines:
                 if line.startswith("event:"):
                     name = line.split(":", 1)[1].strip()
                 elif line.startswith("data:") and name:
-                    if name.split(":")[0] in _WORKFLOW_KINDS:
+                    if name.split(":")[0] in kinds:
                         found.append({"type": name, **json.loads(line.split(":", 1)[1])})
-                        if name in _END_EVENTS:
+                        if name == end:
                             return found
                     name = None
     except httpx.ReadTimeout:
-        if not finished:
+        if end is None:
             return found
-        raise CliError(f"the event stream of workflow {workflow_id} went silent before the workflow's end") from None
-    raise CliError(f"the event stream of workflow {workflow_id} ended before the workflow did")
+        raise CliError(f"the event stream of {aggregate_id} went silent before its {end} event") from None
+    raise CliError(f"the event stream of {aggregate_id} ended before its {end} event")
 
 
 def _git(repo: Path | str, *args: str) -> str:
@@ -205,12 +218,28 @@ def files_at(repo: Path | str, commit: str) -> dict[str, str] | None:
     return files
 
 
-def _sessions(client: GatewayClient, view: Mapping[str, Any]) -> list[dict[str, Any]]:
-    sessions = []
-    for step, sid in view["sessions"].items():
-        session = client.get(f"/api/sessions/{sid}", replies="true")
-        sessions.append({**session, "step": step})
-    return sessions
+def _session(client: GatewayClient, session_id: str, step: str) -> dict[str, Any]:
+    return {**client.get(f"/api/sessions/{session_id}", replies="true"), "step": step}
+
+
+def _run(kind: str, run_id: str, *, repo: str, start_commit: str, branch: str | None, status: str,
+         events: list[dict[str, Any]], sessions: list[dict[str, Any]], **about: Any) -> dict[str, Any]:
+    commits = commits_of(repo, start_commit, branch) if branch else []
+    return {
+        "kind": kind, "id": run_id, **about, "repo": repo, "branch": branch, "start_commit": start_commit,
+        "status": status, "events": [e["type"] for e in events], "commits": commits,
+        "sessions": [{"step": s["step"], "key": _key(s), "session_id": s["session_id"], "root": s["root"],
+                      "events": session_events(s)} for s in sessions],
+        "_sessions": sessions,
+    }
+
+
+def _script_of(session: Mapping[str, Any] | None, suffix: str = "") -> str | None:
+    # The selector the run was started with, as its sessions carry it (a loop iteration's adds ``.i<n>``).
+    script = session.get("script") if session else None
+    if script and suffix:
+        return script.removesuffix(suffix).removesuffix(".") or None
+    return script
 
 
 def replay_of(client: GatewayClient, workflow_id: str, *, halted_too: bool = False) -> dict[str, Any]:
@@ -221,43 +250,108 @@ def replay_of(client: GatewayClient, workflow_id: str, *, halted_too: bool = Fal
     if view["status"] not in allowed:
         raise CliError(f"workflow {workflow_id} is {view['status']} (stage {view['stage']}): only a finished "
                        f"workflow ({' or '.join(allowed)}) can be {'compared' if halted_too else 'recorded'}")
-    events = workflow_events(client, workflow_id, finished=view["status"] in FINISHED)
+    events = stream_events(client, workflow_id, _WORKFLOW_KINDS, end=_WORKFLOW_ENDS.get(view["status"]))
     started = next((e for e in events if e["type"] == "preflight:started"), None)
     start_commit = started["base_commit"] if started else _git(view["repo"], "rev-parse", view["base_branch"]).strip()
-    sessions = _sessions(client, view)
-    commits = commits_of(view["repo"], start_commit, view["branch"]) if view.get("branch") else []
-    return {
-        "kind": "workflow", "id": workflow_id, "title": view["title"], "request": view["request"],
-        "repo": view["repo"], "base_branch": view["base_branch"], "branch": view.get("branch"),
-        "start_commit": start_commit, "status": view["status"],
-        "events": [e["type"] for e in events], "commits": commits,
-        "sessions": [{"step": s["step"], "key": _key(s), "session_id": s["session_id"], "root": s["root"],
-                      "events": session_events(s)} for s in sessions],
-        "_sessions": sessions,
-    }
+    sessions = [_session(client, sid, step) for step, sid in view["sessions"].items()]
+    return _run("workflow", workflow_id, repo=view["repo"], start_commit=start_commit, branch=view.get("branch"),
+                status=view["status"], events=events, sessions=sessions, title=view["title"],
+                request=view["request"], base_branch=view["base_branch"],
+                script=_script_of(next((s for s in sessions if s["step"] == "scoping"), None)))
 
 
-def record_workflow(client: GatewayClient, workflow_id: str) -> dict[str, Any]:
-    """The scenario document replaying ``workflow_id``'s model replies, with its recording.
+def loop_replay_of(client: GatewayClient, loop_id: str) -> dict[str, Any]:
+    """What a loop session that stopped (complete, failed, aborted, blocked or paused) did, as recorded."""
+    view = client.get(f"/api/pulse/{loop_id}", iterations_from=1, iterations_limit=1000)
+    if view["status"] not in LOOP_STOPPED:
+        raise CliError(f"loop session {loop_id} is {view['status']}: only a stopped session "
+                       f"({', '.join(LOOP_STOPPED)}) can be recorded or compared")
+    if view["iterations_total"] > len(view["iterations"]):
+        raise CliError(f"loop session {loop_id} has {view['iterations_total']} iterations; a recording holds "
+                       f"{len(view['iterations'])} at most")
+    if not view.get("base_commit"):
+        raise CliError(f"loop session {loop_id} has no branch: nothing ran")
+    events = stream_events(client, loop_id, ("loop",), end=_LOOP_ENDS.get(view["status"]))
+    sessions = [_session(client, it["agent_session_id"], f"iteration {it['iteration_number']}")
+                for it in view["iterations"] if it.get("agent_session_id")]
+    first = sessions[0] if sessions else None
+    return _run("loop", loop_id, repo=view["project_path"], start_commit=view["base_commit"],
+                branch=view["branch_name"], status=view["status"], events=events, sessions=sessions,
+                goal=view["goal"], max_iterations=view["max_iterations"],
+                context_strategy=view["context_strategy"], script=_script_of(first, suffix="i1"))
+
+
+def document_of(recording: dict[str, Any], description: str) -> dict[str, Any]:
+    """The scenario document of a run read by :func:`replay_of` or :func:`loop_replay_of`.
 
     Raises:
-        CliError: the workflow is not finished, or a session cannot be replayed (see :func:`scripts_of`).
+        CliError: no model replies, or a session cannot be replayed (see :func:`scripts_of`).
     """
-    recording = replay_of(client, workflow_id)
     sessions = recording.pop("_sessions")
     scripts = scripts_of(sessions)
     if not scripts:
-        raise CliError(f"workflow {workflow_id} has no model replies to record")
+        raise CliError(f"{recording['kind']} {recording['id']} has no model replies to record")
     files = files_at(recording["repo"], recording["start_commit"])
     document: dict[str, Any] = {
-        "description": f"recorded from workflow {workflow_id} ({recording['title']}): replay it on the files "
-                       f"below (or commit {recording['start_commit']}) with the same request",
+        "description": f"{description}: replay it on the files below (or commit {recording['start_commit']})",
         "scripts": scripts,
         "recording": recording,
     }
     if files is not None:
         document["files"] = files
     return document
+
+
+def record_workflow(client: GatewayClient, workflow_id: str) -> dict[str, Any]:
+    """The scenario document replaying a finished workflow's model replies, with its recording.
+
+    Raises:
+        CliError: the workflow is not finished, or a session cannot be replayed (see :func:`scripts_of`).
+    """
+    recording = replay_of(client, workflow_id)
+    return document_of(recording, f"recorded from workflow {workflow_id} ({recording['title']}), with the same "
+                                  "request and the same answers to its cards")
+
+
+def record_loop(client: GatewayClient, loop_id: str) -> dict[str, Any]:
+    """The scenario document replaying a stopped loop session's iterations, with its recording.
+
+    Raises:
+        CliError: the session still runs, or an iteration cannot be replayed (see :func:`scripts_of`).
+    """
+    recording = loop_replay_of(client, loop_id)
+    return document_of(recording, f"recorded from loop session {loop_id}, with the same goal and script")
+
+
+def load_recording(path: str, kind: str) -> dict[str, Any]:
+    """The ``recording`` of a file ``record`` wrote, of a ``kind`` run.
+
+    Raises:
+        CliError: (exit code 2) the file is unreadable or holds no such recording.
+    """
+    try:
+        recording = json.loads(Path(path).read_text()).get("recording")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CliError(f"cannot read the recording {path!r}: {exc}", exit_code=2) from None
+    if not isinstance(recording, dict) or recording.get("kind") != kind:
+        raise CliError(f"{path} holds no {kind} recording (write one with `autarch "
+                       f"{'pulse' if kind == 'loop' else kind} record`)", exit_code=2)
+    return recording
+
+
+def print_comparison(recording: Mapping[str, Any], replay: dict[str, Any], *, as_json: bool) -> int:
+    """Print how ``replay`` compares with ``recording``; 0 when it is the same run, else 1."""
+    replay.pop("_sessions", None)
+    difference = first_difference(recording, replay)
+    if as_json:
+        print(json.dumps({"same": difference is None, "first_difference": difference}, indent=2))
+    elif difference is None:
+        print(f"same run: {sum(len(s['events']) for s in recording['sessions'])} session events, "
+              f"{len(recording['events'])} {recording['kind']} events and {len(recording['commits'])} commit "
+              "trees match")
+    else:
+        print(f"diverged: {difference}")
+    return 0 if difference is None else 1
 
 
 # --- comparing a replay ---------------------------------------------------------------------------------

@@ -22,11 +22,11 @@ from .gateway_client import (
     connection_from_args,
     print_json,
 )
-from .recording import first_difference, record_workflow, replay_of
+from .recording import load_recording, print_comparison, record_workflow, replay_of
 from .render import approval_hint, card_summary, comment_summary, halt_hint, printable
 
 __all__ = ["bead_rows", "describe", "epic_get", "epic_verbs", "gateway_command", "is_bead_plan", "register",
-           "show_lines"]
+           "show_lines", "write_recording"]
 
 Action = Callable[[GatewayClient, argparse.Namespace], int | None]
 
@@ -349,40 +349,29 @@ def cmd_answer(client: GatewayClient, args: argparse.Namespace) -> int:
 # --- the parser -----------------------------------------------------------------------------------------
 
 
+def write_recording(document: dict[str, Any], output: str | None) -> None:
+    """``record``'s output: the scenario on standard output, or in ``output`` with a line on stderr."""
+    text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    if not output:
+        sys.stdout.write(text)
+        return
+    Path(output).write_text(text)
+    recording = document["recording"]
+    print(f"recorded {len(document['scripts'])} scripts, {len(recording['events'])} {recording['kind']} events "
+          f"and {len(recording['commits'])} commits to {output}", file=sys.stderr)
+
+
 def cmd_record(client: GatewayClient, args: argparse.Namespace) -> int:
     """Print (or write) the scenario that replays the finished workflow's model replies."""
-    document = record_workflow(client, client.workflow_id(args.workflow_id))
-    text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
-    if args.output:
-        Path(args.output).write_text(text)
-        recording = document["recording"]
-        print(f"recorded {len(document['scripts'])} scripts, {len(recording['events'])} workflow events and "
-              f"{len(recording['commits'])} commits to {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    write_recording(record_workflow(client, client.workflow_id(args.workflow_id)), args.output)
     return 0
 
 
 def cmd_compare(client: GatewayClient, args: argparse.Namespace) -> int:
     """Check a finished replay against a recording; name the first event that differs (exit 1)."""
-    try:
-        recording = json.loads(Path(args.recording).read_text()).get("recording")
-    except (OSError, ValueError, AttributeError) as exc:
-        raise CliError(f"cannot read the recording {args.recording!r}: {exc}", exit_code=2) from None
-    if not isinstance(recording, dict) or recording.get("kind") != "workflow":
-        raise CliError(f"{args.recording} holds no workflow recording (write one with `autarch workflow record`)",
-                       exit_code=2)
+    recording = load_recording(args.recording, "workflow")
     replay = replay_of(client, client.workflow_id(args.workflow_id), halted_too=True)
-    replay.pop("_sessions")
-    difference = first_difference(recording, replay)
-    if args.json:
-        print_json({"same": difference is None, "first_difference": difference})
-    elif difference is None:
-        print(f"same run: {sum(len(s['events']) for s in recording['sessions'])} session events, "
-              f"{len(recording['events'])} workflow events and {len(recording['commits'])} commit trees match")
-    else:
-        print(f"diverged: {difference}")
-    return 0 if difference is None else 1
+    return print_comparison(recording, replay, as_json=args.json)
 
 
 def _nonempty(text: str) -> str:
