@@ -98,6 +98,9 @@ def _steps(session: Mapping[str, Any]) -> list[dict[str, Any]]:
             step: dict[str, Any] = {"content": content}
             if reply.get("stop_reason") in ("max_tokens", "stop_sequence", "pause_turn"):
                 step["stop_reason"] = reply["stop_reason"]
+            if reply.get("usage"):
+                # The original's token counts, not the server's estimates: the replay costs the same.
+                step["usage"] = dict(reply["usage"])
             steps.append(step)
     return steps
 

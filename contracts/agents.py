@@ -520,6 +520,8 @@ class ReplyView(msgspec.Struct, kw_only=True):
 
     content: list[dict[str, Any]]
     stop_reason: str | None = None
+    usage: TurnUsage | None = None
+    """The tokens the model reported for this reply (a recording replays them, so costs and budgets match)."""
 
 
 class TurnView(msgspec.Struct, kw_only=True):

@@ -53,7 +53,8 @@ def _turn_view(turn: Turn, *, replies: bool) -> TurnView:
         model_calls=len(turn.replies), completed_at=turn.completed_at, outcome=outcome,
         violations=list(turn.violations),
         # Copies of the recorded blocks, whole: a recording replays them to the model client byte for byte.
-        replies=[ReplyView(content=[dict(b) for b in r.content], stop_reason=r.stop_reason) for r in turn.replies]
+        replies=[ReplyView(content=[dict(b) for b in r.content], stop_reason=r.stop_reason, usage=_copy(r.usage))
+                 for r in turn.replies]
         if replies else None,
     )
 
