@@ -8,10 +8,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.workflows.conftest import make_repo
 
 from .conftest import FILES, Loops, iteration, text, write
+
+pytestmark = pytest.mark.slow
 
 
 def git(repo: Path, *args: str) -> str:
