@@ -49,6 +49,15 @@ def stage_events(client: Client, wid: str) -> list[str]:
     return [e["type"] for e in client.events(wid) if e["type"].split(":")[0] in ("workflow", "preflight", "pulse")]
 
 
+def cards(client: Client, wid: str) -> dict[str, Any]:
+    """The workflow's cards, the review's comments without the ids and times each run mints."""
+    found = client.artifacts(wid)
+    review = dict(found["review"])
+    review["comments"] = [{k: v for k, v in c.items() if k not in ("id", "comment_id", "created_at")}
+                          for c in review["comments"]]
+    return {"scope": found["scope"], "research": found["research"], "plan": found["plan"], "review": review}
+
+
 def serve_scripted(scenario: Path) -> tuple[subprocess.Popen[str], str]:
     """``autarch model serve-scripted SCENARIO`` as its own process, and the base URL it announced."""
     proc = subprocess.Popen([sys.executable, "-m", "autarch.cli.main", "model", "serve-scripted", str(scenario)],
@@ -59,7 +68,7 @@ def serve_scripted(scenario: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split(" at ", 1)[1].strip()
 
 
-def test_a_recorded_demo_replays_offline_to_the_same_trees_and_events(
+def test_a_recorded_demo_replays_offline_to_the_same_cards_trees_and_events(
         recorded: tuple[Path, str, Path], system: System, tmp_path: Path) -> None:
     run, original, original_repo = recorded
     document: dict[str, Any] = json.loads(run.read_text())
@@ -73,6 +82,7 @@ def test_a_recorded_demo_replays_offline_to_the_same_trees_and_events(
     live = Client(system)
     try:
         original_events = stage_events(live, original)
+        original_cards = cards(live, original)
     finally:
         live.http.close()
     assert recording["events"] == original_events
@@ -96,6 +106,7 @@ def test_a_recorded_demo_replays_offline_to_the_same_trees_and_events(
         assert trees(repo, view["branch"]) == [c["tree"] for c in recording["commits"]]
         assert trees(repo, view["branch"]) == trees(original_repo, recording["branch"])
         assert len(recording["commits"]) == 2
+        assert cards(client, wid) == original_cards
         replayed = stage_events(client, wid)
         for n, (want, got) in enumerate(zip(original_events, replayed, strict=True)):
             assert want == got, f"event {n + 1}: recorded {want}, replayed {got}"
