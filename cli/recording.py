@@ -33,6 +33,7 @@ __all__ = [
     "load_recording",
     "loop_replay_of",
     "print_comparison",
+    "recall_markers",
     "record_loop",
     "record_workflow",
     "replay_of",
@@ -82,12 +83,53 @@ def _block(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     raise CliError(f"cannot record {where}: a {kind!r} content block has no scripted form")
 
 
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_ID_PATTERN = "([0-9a-f-]{36})"
+
+
+def recall_markers(kickoff: str) -> dict[str, str]:
+    """Id → ``{{recall:…}}`` marker, for each UUID the run gave the session in its first message.
+
+    A replay gives its session other ids (its epic, an earlier turn): a reply that quotes one recalls it from the
+    replay's own first message, found by the words just before it on its line. An id without such words, or
+    whose words find another id first, is left as recorded.
+    """
+    markers: dict[str, str] = {}
+    for found in _UUID.finditer(kickoff):
+        value = found.group(0)
+        if value in markers:
+            continue
+        line = kickoff[: found.start()].rsplit("\n", 1)[-1]
+        before = _UUID.split(line[-32:])[-1]
+        if len(before.strip()) < 4:
+            continue
+        pattern = re.escape(before) + _ID_PATTERN
+        first = re.search(pattern, kickoff)
+        if first is None or first.group(1) != value or "}}" in pattern:
+            continue
+        markers[value] = "{{recall:" + pattern + "}}"
+    return markers
+
+
+def _with_markers(value: Any, markers: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        for found, marker in markers.items():
+            value = value.replace(found, marker)
+        return value
+    if isinstance(value, dict):
+        return {k: _with_markers(v, markers) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_markers(v, markers) for v in value]
+    return value
+
+
 def _steps(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     if session.get("compacted_through", -1) >= 0:
         # A digest replaced earlier turns: later requests count fewer assistant messages than replies were given.
         raise CliError(f"cannot record session {session['session_id']}: its context was compacted, so its "
                        "requests no longer count one assistant message per reply")
     steps = []
+    markers = recall_markers(session["turns"][0]["user_text"]) if session["turns"] else {}
     for turn in session["turns"]:
         for n, reply in enumerate(turn.get("replies") or []):
             where = f"session {session['session_id']} turn {turn['index']} reply {n}"
@@ -95,6 +137,8 @@ def _steps(session: Mapping[str, Any]) -> list[dict[str, Any]]:
                 raise CliError(f"cannot record {where}: a refused reply is left out of later requests, so the "
                                "next request would be answered with the refusal again")
             content = [_block(b, where) for b in reply["content"]] or [{"type": "text", "text": "(no content)"}]
+            # Text and tool inputs only: the scripted model fills markers in those (thinking stays as recorded).
+            content = [b if b["type"] == "thinking" else _with_markers(b, markers) for b in content]
             step: dict[str, Any] = {"content": content}
             if reply.get("stop_reason") in ("max_tokens", "stop_sequence", "pause_turn"):
                 step["stop_reason"] = reply["stop_reason"]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from autarch.cli.gateway_client import CliError
-from autarch.cli.recording import first_difference, scripts_of, session_events
+from autarch.cli.recording import first_difference, recall_markers, scripts_of, session_events
 from autarch.services.scripted_model.scenario import parse_scenario
 
 
@@ -18,14 +19,15 @@ def call(name: str, output: str | None, *, step: int = 0, tool_use_id: str = "to
 
 def session(sid: str = "s1", *, role: str = "research", script: str | None = None,
             replies: list[dict[str, Any]] | None = None, calls: list[dict[str, Any]] | None = None,
-            root: str = "/run/a", compacted_through: int = -1) -> dict[str, Any]:
+            root: str = "/run/a", compacted_through: int = -1, kickoff: str = "Look into it.") -> dict[str, Any]:
     replies = replies if replies is not None else [
         {"content": [{"type": "thinking", "thinking": "look first", "signature": "sig-of-the-real-model"},
                      {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a.py"}}],
          "stop_reason": "tool_use"},
         {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
     ]
-    turn = {"index": 0, "replies": replies, "tool_calls": calls if calls is not None else [call("read_file", "x")],
+    turn = {"index": 0, "user_text": kickoff, "replies": replies,
+            "tool_calls": calls if calls is not None else [call("read_file", "x")],
             "outcome": {"kind": "end_turn", "tool": None}}
     return {"session_id": sid, "role": role, "script": script, "root": root, "step": role,
             "compacted_through": compacted_through, "turns": [turn]}
@@ -87,3 +89,21 @@ def test_the_first_differing_event_is_named() -> None:
         "workflow:abandoned"
     assert first_difference(recorded, run("def greet(): 'Greet someone'", trees=["b" * 40])) == (
         f"commit 1 (feat: x): recorded tree {'a' * 40}, replayed {'b' * 40} (feat: x)")
+
+
+def test_an_id_the_run_gave_the_session_is_recalled_from_the_replay_s_own_first_message() -> None:
+    epic, turn = "0b3c1e2a-5f7d-4c1b-9a8e-2d4f6a8c0e1f", "7e6d5c4b-3a29-4817-8f6e-5d4c3b2a1908"
+    kickoff = f"Work on bead base.\nPost on the topic `epic-{epic}` when done.\nIteration 1 ended (turn {turn})."
+    reply = {"content": [{"type": "text", "text": f"Building on turn {turn}."},
+                         {"type": "tool_use", "id": "toolu_9", "name": "send_mail",
+                          "input": {"topic": f"epic-{epic}", "to": ["all"]}}], "stop_reason": "tool_use"}
+    [step] = scripts_of([session(replies=[reply], kickoff=kickoff)])["research"]
+    markers = recall_markers(kickoff)
+    assert step["content"][0]["text"] == f"Building on turn {markers[turn]}."
+    assert step["content"][1]["input"] == {"topic": f"epic-{markers[epic]}", "to": ["all"]}
+    # In a replay, each marker finds the replay's own id.
+    fresh_epic, fresh_turn = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-8999-aaaaaaaaaaaa"
+    replayed = kickoff.replace(epic, fresh_epic).replace(turn, fresh_turn)
+    for marker, fresh in ((markers[epic], fresh_epic), (markers[turn], fresh_turn)):
+        pattern = marker.removeprefix("{{recall:").removesuffix("}}")
+        assert re.search(pattern, replayed).group(1) == fresh  # type: ignore[union-attr]
