@@ -85,14 +85,15 @@ def _block(block: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _ID_PATTERN = "([0-9a-f-]{36})"
+_HEX = re.compile(r"\b(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
 
 
 def recall_markers(kickoff: str) -> dict[str, str]:
     """Id → ``{{recall:…}}`` marker, for each UUID the run gave the session in its first message.
 
     A replay gives its session other ids (its epic, an earlier turn): a reply that quotes one recalls it from the
-    replay's own first message, found by the words just before it on its line. An id without such words, or
-    whose words find another id first, is left as recorded.
+    replay's own first message, found by the words just before it on its line (a commit hash among them matching
+    any). An id without such words, or whose words find another id first, is left as recorded.
     """
     markers: dict[str, str] = {}
     for found in _UUID.finditer(kickoff):
@@ -103,7 +104,8 @@ def recall_markers(kickoff: str) -> dict[str, str]:
         before = _UUID.split(line[-32:])[-1]
         if len(before.strip()) < 4:
             continue
-        pattern = re.escape(before) + _ID_PATTERN
+        # A commit hash in those words differs in a replay too: any hex run matches there.
+        pattern = "[0-9a-f]+".join(re.escape(part) for part in _HEX.split(before)) + _ID_PATTERN
         first = re.search(pattern, kickoff)
         if first is None or first.group(1) != value or "}}" in pattern:
             continue

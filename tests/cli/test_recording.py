@@ -93,7 +93,8 @@ def test_the_first_differing_event_is_named() -> None:
 
 def test_an_id_the_run_gave_the_session_is_recalled_from_the_replay_s_own_first_message() -> None:
     epic, turn = "0b3c1e2a-5f7d-4c1b-9a8e-2d4f6a8c0e1f", "7e6d5c4b-3a29-4817-8f6e-5d4c3b2a1908"
-    kickoff = f"Work on bead base.\nPost on the topic `epic-{epic}` when done.\nIteration 1 ended (turn {turn})."
+    kickoff = (f"Work on bead base.\nPost on the topic `epic-{epic}` when done.\n"
+               f"- iteration 1 (CONTINUE, commit 3fa9c2e71b, turn {turn}): the model")
     reply = {"content": [{"type": "text", "text": f"Building on turn {turn}."},
                          {"type": "tool_use", "id": "toolu_9", "name": "send_mail",
                           "input": {"topic": f"epic-{epic}", "to": ["all"]}}], "stop_reason": "tool_use"}
@@ -103,7 +104,7 @@ def test_an_id_the_run_gave_the_session_is_recalled_from_the_replay_s_own_first_
     assert step["content"][1]["input"] == {"topic": f"epic-{markers[epic]}", "to": ["all"]}
     # In a replay, each marker finds the replay's own id.
     fresh_epic, fresh_turn = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-8999-aaaaaaaaaaaa"
-    replayed = kickoff.replace(epic, fresh_epic).replace(turn, fresh_turn)
+    replayed = kickoff.replace(epic, fresh_epic).replace(turn, fresh_turn).replace("3fa9c2e71b", "0c1d2e3f4a")
     for marker, fresh in ((markers[epic], fresh_epic), (markers[turn], fresh_turn)):
         pattern = marker.removeprefix("{{recall:").removesuffix("}}")
         assert re.search(pattern, replayed).group(1) == fresh  # type: ignore[union-attr]

@@ -34,9 +34,13 @@ SCRIPTS = {
     "loop:rec.i1": iteration([text("Looking at the app first."), read("shop/app.py")],
                              [write("shop/health.py", "def health():\n    return 'ok'\n")],
                              "feat(shop): add a health function\n<signal>CONTINUE</signal>"),
+    # Quotes iteration 1's turn id (as the run gave it): a replay must name its own iteration 1 instead.
     "loop:rec.i2": iteration([write("tests/test_health.py", "from shop.health import health\n\n\n"
                                     "def test_health():\n    assert health() == 'ok'\n")],
-                             "test(shop): cover the health function\n<signal>COMPLETE</signal>"),
+                             "test(shop): cover the health function\n<signal>CONTINUE</signal>\n<anchor_hint>"
+                             "<turn_id>{{recall:iteration 1 \\([^)]*turn ([^)\\s]+)\\)}}</turn_id>"
+                             "<reason>iteration 1 made the function</reason></anchor_hint>"),
+    "loop:rec.i3": iteration("Nothing is left to do.\n<signal>COMPLETE</signal>"),
 }
 
 
@@ -50,7 +54,7 @@ def test_a_recorded_loop_session_replays_to_the_same_trees_and_a_changed_file_is
     assert recorded.returncode == 0, recorded.stderr
     document = json.loads(run.read_text())
     recording = document["recording"]
-    assert set(document["scripts"]) == {"loop:rec.i1", "loop:rec.i2"} and document["files"] == FILES
+    assert set(document["scripts"]) == {"loop:rec.i1", "loop:rec.i2", "loop:rec.i3"} and document["files"] == FILES
     assert recording["script"] == "rec" and recording["start_commit"] == done.base_commit
     assert [c["subject"] for c in recording["commits"]] == ["feat(shop): add a health function",
                                                             "test(shop): cover the health function"]
@@ -60,6 +64,9 @@ def test_a_recorded_loop_session_replays_to_the_same_trees_and_a_changed_file_is
     model.use(document)
     replay = loops.start(loops.repo("replay"), recording["script"])
     replayed = loops.wait_status(replay.id, "complete")
+    # The recorded hint named the original's iteration 1; the replay's names its own.
+    assert done.iterations[1].anchor_hint_next == done.progress_log[0].turn_id
+    assert replayed.iterations[1].anchor_hint_next == replayed.progress_log[0].turn_id != done.progress_log[0].turn_id
     assert git(loops.tmp / "replay", "log", "--reverse", "--format=%T", f"main..{replayed.branch_name}").split() \
         == [c["tree"] for c in recording["commits"]]
     for n, (want, got) in enumerate(zip(recording["events"], loop_events(loops, replay.id), strict=True)):
