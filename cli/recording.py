@@ -1,4 +1,5 @@
-"""Record → replay: a finished workflow as a scripted-model scenario, and a replay checked against it.
+"""Record → replay: a finished workflow (or a stopped loop session) as a scripted-model scenario, and a replay
+checked against it.
 
 ``autarch workflow record ID`` reads, through the gateway, every session of the workflow with its model replies
 whole (``GET /api/sessions/{id}?replies=true``) and writes a scenario whose scripts answer each session's
@@ -9,7 +10,8 @@ the run did: that commit, the workflow's events in order, each session's events 
 the branch's commits (subject and tree).
 
 ``autarch model serve-scripted run.json`` answers a new run from it with no key; ``autarch workflow compare
-run.json ID`` checks that run against the recording and names the first event that differs.
+run.json ID`` checks that run against the recording and names the first event that differs. ``autarch pulse
+record`` and ``compare`` do the same for a loop session, one script per iteration.
 """
 
 from __future__ import annotations
@@ -139,8 +141,11 @@ def _steps(session: Mapping[str, Any]) -> list[dict[str, Any]]:
                 raise CliError(f"cannot record {where}: a refused reply is left out of later requests, so the "
                                "next request would be answered with the refusal again")
             content = [_block(b, where) for b in reply["content"]] or [{"type": "text", "text": "(no content)"}]
-            # Text and tool inputs only: the scripted model fills markers in those (thinking stays as recorded).
-            content = [b if b["type"] == "thinking" else _with_markers(b, markers) for b in content]
+            for block in content:
+                # Text and tool inputs only: the scripted model fills markers in those, nowhere else.
+                field = {"text": "text", "tool_use": "input"}.get(block["type"])
+                if field in block:
+                    block[field] = _with_markers(block[field], markers)
             step: dict[str, Any] = {"content": content}
             if reply.get("stop_reason") in ("max_tokens", "stop_sequence", "pause_turn"):
                 step["stop_reason"] = reply["stop_reason"]
@@ -445,6 +450,7 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
     run's own repository and worktree paths, durations, minted ids and commit hashes set aside), then the
     workflow's own events one by one, then the branch's commits tree by tree.
     """
+    kind = recording.get("kind", "workflow")
     replayed = {s["step"]: s for s in replay["sessions"]}
     recorded_paths = [recording["repo"], *(s["root"] for s in recording["sessions"])]
     replay_paths = [replay["repo"], *(s["root"] for s in replay["sessions"])]
@@ -464,12 +470,12 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
                     f"{_describe(got[len(want)])}: not in the recording")
     for n, (want_type, got_type) in enumerate(zip(recording["events"], replay["events"], strict=False)):
         if want_type != got_type:
-            return f"workflow event {n + 1}: recorded {want_type}, replayed {got_type}"
+            return f"{kind} event {n + 1}: recorded {want_type}, replayed {got_type}"
     if len(recording["events"]) != len(replay["events"]):
         n = min(len(recording["events"]), len(replay["events"]))
         longer = recording["events"] if len(recording["events"]) > n else replay["events"]
         side = "missing from the replay" if longer is recording["events"] else "not in the recording"
-        return f"workflow event {n + 1}, {longer[n]}: {side}"
+        return f"{kind} event {n + 1}, {longer[n]}: {side}"
     for n, (want_commit, got_commit) in enumerate(zip(recording["commits"], replay["commits"], strict=False)):
         if want_commit != got_commit:
             return (f"commit {n + 1} ({want_commit['subject']}): recorded tree {want_commit['tree']}, replayed "
