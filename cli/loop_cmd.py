@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .gateway_client import CliError, GatewayClient, GatewayError, add_connection_arguments, print_json
-from .workflow_cmd import gateway_command
+from .recording import load_recording, loop_replay_of, print_comparison, record_loop
+from .workflow_cmd import gateway_command, write_recording
 
 __all__ = ["ENDING_STATUSES", "follow_loop", "iteration_rows", "loop_id", "register", "show_lines"]
 
@@ -200,6 +201,18 @@ def cmd_abort(client: GatewayClient, args: argparse.Namespace) -> int:
     return _control(client, args, "abort", {"reason": args.reason} if args.reason else None)
 
 
+def cmd_record(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Print (or write) the scenario that replays a stopped session's iterations."""
+    write_recording(record_loop(client, loop_id(client, args.session_id)), args.output)
+    return 0
+
+
+def cmd_compare(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Check a replayed session against a recording; name the first event that differs (exit 1)."""
+    recording = load_recording(args.recording, "loop")
+    return print_comparison(recording, loop_replay_of(client, loop_id(client, args.session_id)), as_json=args.json)
+
+
 def watch_loop(client: GatewayClient, given: str, *, reconnect_for: float = 60.0) -> int | None:
     """For ``autarch watch``: follow ``given`` if it is a loop session id, else None (not a session)."""
     try:
@@ -275,3 +288,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     abort = verb("abort", cmd_abort, "stop a session now (the running turn's work is kept on a recovery commit)")
     abort.add_argument("session_id", metavar="ID")
     abort.add_argument("--reason", help="why (recorded with the abort)")
+
+    record = verb("record", cmd_record, "write a stopped session's model replies as a scripted-model scenario "
+                  "(replay it with `autarch model serve-scripted`); --json is ignored")
+    record.add_argument("session_id", metavar="ID")
+    record.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: standard output)")
+
+    compare = verb("compare", cmd_compare, "check a stopped replay against a recording: the first event that "
+                   "differs (exit 1), or that it is the same run")
+    compare.add_argument("recording", metavar="RECORDING", help="the file `autarch pulse record` wrote")
+    compare.add_argument("session_id", metavar="ID", help="the replayed session")

@@ -8,6 +8,7 @@ workflow id may be shortened to a unique prefix (``99f31dc9``). Errors are print
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +22,11 @@ from .gateway_client import (
     connection_from_args,
     print_json,
 )
+from .recording import load_recording, print_comparison, record_workflow, replay_of
 from .render import approval_hint, card_summary, comment_summary, halt_hint, printable
 
 __all__ = ["bead_rows", "describe", "epic_get", "epic_verbs", "gateway_command", "is_bead_plan", "register",
-           "show_lines"]
+           "show_lines", "write_recording"]
 
 Action = Callable[[GatewayClient, argparse.Namespace], int | None]
 
@@ -347,6 +349,31 @@ def cmd_answer(client: GatewayClient, args: argparse.Namespace) -> int:
 # --- the parser -----------------------------------------------------------------------------------------
 
 
+def write_recording(document: dict[str, Any], output: str | None) -> None:
+    """``record``'s output: the scenario on standard output, or in ``output`` with a line on stderr."""
+    text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    if not output:
+        sys.stdout.write(text)
+        return
+    Path(output).write_text(text)
+    recording = document["recording"]
+    print(f"recorded {len(document['scripts'])} scripts, {len(recording['events'])} {recording['kind']} events "
+          f"and {len(recording['commits'])} commits to {output}", file=sys.stderr)
+
+
+def cmd_record(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Print (or write) the scenario that replays the finished workflow's model replies."""
+    write_recording(record_workflow(client, client.workflow_id(args.workflow_id)), args.output)
+    return 0
+
+
+def cmd_compare(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Check a finished replay against a recording; name the first event that differs (exit 1)."""
+    recording = load_recording(args.recording, "workflow")
+    replay = replay_of(client, client.workflow_id(args.workflow_id), halted_too=True)
+    return print_comparison(recording, replay, as_json=args.json)
+
+
 def _nonempty(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
@@ -416,6 +443,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                      json_flag=True)
     extension.add_argument("workflow_id", metavar="ID")
     extension.add_argument("--message", help="guidance for the agent")
+
+    record = verb("record", cmd_record, "write a finished workflow's model replies as a scripted-model scenario "
+                  "(replay it with `autarch model serve-scripted`)")
+    record.add_argument("workflow_id", metavar="ID")
+    record.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: standard output)")
+
+    compare = verb("compare", cmd_compare, "check a finished replay against a recording: the first event that "
+                   "differs (exit 1), or that it is the same run", json_flag=True)
+    compare.add_argument("recording", metavar="RECORDING", help="the file `autarch workflow record` wrote")
+    compare.add_argument("workflow_id", metavar="ID", help="the replayed workflow")
 
     answer = verb("answer", cmd_answer, "answer the agent's questions, one argument per question, in order",
                   json_flag=True)

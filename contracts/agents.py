@@ -45,6 +45,7 @@ __all__ = [
     "PlannedPulse",
     "PlannedTddSteps",
     "Question",
+    "ReplyView",
     "RequestExtensionArgs",
     "SendMessage",
     "SessionList",
@@ -421,6 +422,9 @@ class StopSession(Command, kw_only=True):
 
 class GetSession(Query, kw_only=True):
     session_id: SessionId
+    replies: bool = False
+    """Also give each turn's model replies as the API sent them (``TurnView.replies``): what
+    ``autarch workflow record`` turns into a scenario. Off by default: they repeat the text and tool calls."""
 
 
 class ListSessions(Query, kw_only=True):
@@ -511,6 +515,15 @@ class ThoughtView(msgspec.Struct, kw_only=True):
     text: str
 
 
+class ReplyView(msgspec.Struct, kw_only=True):
+    """One model reply of a turn, whole: its content blocks in order (thinking signatures included)."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str | None = None
+    usage: TurnUsage | None = None
+    """The tokens the model reported for this reply (a recording replays them, so costs and budgets match)."""
+
+
 class TurnView(msgspec.Struct, kw_only=True):
     turn_id: str
     index: int
@@ -528,6 +541,8 @@ class TurnView(msgspec.Struct, kw_only=True):
     """None while the turn runs."""
     violations: list[str] = []
     """Block-tool rule violations the model was told about."""
+    replies: list[ReplyView] | None = None
+    """Every model reply of the turn, in order; only when asked (``GetSession.replies``), else None."""
 
 
 class SessionView(Reply, kw_only=True):
@@ -545,6 +560,8 @@ class SessionView(Reply, kw_only=True):
     channel_id: str | None = None
     compacted_through: int = -1
     """Index of the last turn replaced by a digest in model requests (-1: none)."""
+    script: str | None = None
+    """The scripted model's scenario selector the session was started with (None: none)."""
 
 
 class SessionSummary(msgspec.Struct, kw_only=True):

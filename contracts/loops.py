@@ -306,6 +306,8 @@ class LoopView(Reply, kw_only=True):
     """The latest iterations (at most ``ITERATIONS_PER_VIEW``), or the page ``GetLoop`` asked for, in order."""
     iterations_total: int = 0
     """How many iterations the session has (``iterations`` may hold only some of them)."""
+    base_commit: str | None = None
+    """The commit the session's branch was cut from (None until the branch exists): a replay starts there."""
 
 
 class LoopSummary(msgspec.Struct, kw_only=True):

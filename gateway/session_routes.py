@@ -77,13 +77,19 @@ async def send_message(
 
 @get("/api/sessions/{session_id:str}", summary="Get one session with its turns", tags=["sessions"],
      responses=error_responses(404))
-async def get_session(session_id: FromPath[str], state: State) -> SessionView | Response[ErrorReply]:
+async def get_session(
+    session_id: FromPath[str],
+    state: State,
+    replies: Annotated[bool, QueryParameter(description="Also each turn's model replies, content blocks whole "
+                                                        "(what `autarch workflow record` reads)")] = False,
+) -> SessionView | Response[ErrorReply]:
     """The session's status (``idle``, ``running``, ``closed``) and every turn: the user's text, the assistant's
     messages, thoughts, tool calls with their output, usage, cost and outcome (``null`` while it runs)."""
     sid = canonical_uuid(session_id)
     if sid is None:
         return not_found("session", session_id)
-    return await ask_agent_runner(state, "get_session", GetSession(session_id=sid), SessionView, idempotent=True)
+    return await ask_agent_runner(state, "get_session", GetSession(session_id=sid, replies=replies), SessionView,
+                                  idempotent=True)
 
 
 @get("/api/sessions", summary="List sessions", tags=["sessions"], responses=error_responses(400))

@@ -267,7 +267,7 @@ class AgentRunner:
             return SessionStopped(session_id=sid, turn_id=turn_id, closed=session.closed)
 
     async def get_session(self, query: GetSession) -> SessionView:
-        return view_of(self._get(query.session_id))
+        return view_of(self._get(query.session_id), replies=query.replies)
 
     async def list_sessions(self, query: ListSessions) -> SessionList:
         items = []

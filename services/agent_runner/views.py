@@ -7,6 +7,7 @@ from typing import Literal
 import msgspec
 
 from autarch.contracts.agents import (
+    ReplyView,
     SessionSummary,
     SessionView,
     ThoughtView,
@@ -32,7 +33,7 @@ def _copy(usage: TurnUsage) -> TurnUsage:
                      cache_creation_input_tokens=usage.cache_creation_input_tokens)
 
 
-def _turn_view(turn: Turn) -> TurnView:
+def _turn_view(turn: Turn, *, replies: bool) -> TurnView:
     messages, thoughts = [], []
     for step, reply in enumerate(turn.replies):
         for block in reply.content:
@@ -53,18 +54,23 @@ def _turn_view(turn: Turn) -> TurnView:
         tool_calls=calls, thoughts=thoughts, usage=_copy(turn.usage), cost_usd=round(turn.cost_usd, 8),
         model_calls=len(turn.replies), completed_at=turn.completed_at, outcome=outcome,
         violations=list(turn.violations),
+        # Copies of the recorded blocks, whole: a recording replays them to the model client byte for byte.
+        replies=[ReplyView(content=[dict(b) for b in r.content], stop_reason=r.stop_reason, usage=_copy(r.usage))
+                 for r in turn.replies]
+        if replies else None,
     )
 
 
-def view_of(session: Session) -> SessionView:
-    """The client-facing state of ``session``: every turn with its messages, tool calls, thoughts and costs."""
+def view_of(session: Session, *, replies: bool = False) -> SessionView:
+    """The client-facing state of ``session``: every turn with its messages, tool calls, thoughts and costs
+    (and with ``replies``, every model reply's content blocks)."""
     return SessionView(
         session_id=str(session.id), role=session.role, root=session.root, model=session.model,
         status=status_of(session),
-        turns=[_turn_view(t) for t in session.turns], usage=_copy(session.usage),
+        turns=[_turn_view(t, replies=replies) for t in session.turns], usage=_copy(session.usage),
         cost_usd=round(session.cost_usd, 8), notes=[*session.stage_notes, *session.session_notes()],
         created_at=session.created_on, workflow_id=session.workflow_id, channel_id=session.channel_id,
-        compacted_through=session.compacted_through,
+        compacted_through=session.compacted_through, script=session.script,
     )
 
 

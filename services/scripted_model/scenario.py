@@ -169,6 +169,10 @@ class Scenario(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The repository the script was written against (path → content), for tests and the demo to create."""
     context_window: Annotated[int, Meta(gt=0)] | None = None
     """Refuse (400 ``prompt is too long``) a request whose estimated input tokens exceed this; None: no limit."""
+    recording: dict[str, Any] | None = None
+    """What a recorded run did (``autarch workflow record``): its starting commit, the workflow's events, each
+    session's tool results and the branch's trees. The server ignores it; ``autarch workflow compare`` checks a
+    replay against it."""
     source: str = "<scenario>"
     """Where the scenario came from (file name or bundled name); set by the loader."""
 
@@ -180,6 +184,7 @@ class _ScenarioDocument(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     check_tools: bool = True
     files: dict[str, str] = {}
     context_window: Annotated[int, Meta(gt=0)] | None = None
+    recording: dict[str, Any] | None = None
 
 
 def split_key(key: str) -> tuple[str, str | None]:
@@ -290,7 +295,7 @@ def parse_scenario(document: Mapping[str, Any] | str | bytes, *, source: str = "
         scripts[key] = steps
     return Scenario(
         scripts=scripts, description=top.description, check_tools=top.check_tools, files=top.files,
-        context_window=top.context_window, source=source,
+        context_window=top.context_window, recording=top.recording, source=source,
     )
 
 
