@@ -15,7 +15,7 @@ import pytest
 from autarch.cli.local.natsserver import free_port
 from autarch.services.scripted_model import ScriptedModelServer
 from autarch.services.scripted_model.scenario import load_scenario
-from tests.e2e.conftest import System
+from tests.system import System
 
 from .conftest import SERVICES, Client, approve_stages, demo_scenario, finish, git, make_repo, start
 
