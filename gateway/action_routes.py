@@ -102,17 +102,20 @@ def _refusal(reply: ErrorReply, status: int, as_html: bool) -> Response[Any]:
 
 @get("/act/{token:str}", summary="What an action link does (changes nothing)", tags=["actions"], opt=NO_AUTH,
      responses=_responses(400, 403, 410), media_type=MediaType.HTML)
-async def show_action(token: FromPath[str], state: State) -> Response[str]:
+async def show_action(token: FromPath[str], request: Request, state: State) -> Response[Any]:
     """A page saying what the link does, to which card, with the button that does it (a ``POST`` of the same
     URL). Safe for link previews: nothing happens on ``GET``. An invalid link's page says why
-    (``link_malformed`` 400, ``link_forged`` 403, ``link_expired`` or ``link_used`` 410)."""
+    (``link_malformed`` 400, ``link_forged`` 403, ``link_expired`` or ``link_used`` 410): an HTML page for a
+    browser (``Accept: text/html``), else the ``ErrorReply``."""
+    as_html = _wants_html(request)
     try:
         link = verify(_key(state), token)
         earlier = await _used(state).used(link.nonce)
     except LinkRefused as exc:
-        return _refusal(exc.reply, exc.status, True)
+        return _refusal(exc.reply, exc.status, as_html)
     if earlier is not None:
-        return _refusal(ErrorReply(code="link_used", message="this link was used already; it works once"), 410, True)
+        return _refusal(ErrorReply(code="link_used", message="this link was used already; it works once"), 410,
+                        as_html)
     title = f"{_VERB[link.action]} the {link.stage} card"
     about = ""
     try:
