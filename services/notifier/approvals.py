@@ -64,7 +64,7 @@ def approval_intents(event: WorkflowApprovalNeeded, *, event_key: str, settings:
     intents: list[Intent] = []
     links: list[LinkRow] = []
     for target in approval_targets(settings):
-        channel: ActionSource = target.kind  # type: ignore[assignment]  # every approval target kind is a source
+        channel: ActionSource = target.kind
         did = delivery_id(event_key, target)
 
         def link(action: ActionKind, channel: ActionSource = channel) -> tuple[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -245,7 +246,8 @@ def test_an_answer_naming_its_card_is_refused_once_that_card_moved_on() -> None:
     assert wf.card_version == first
     wf.collect_events()
     wf.request_changes("narrower", source="telegram", card_version=first)
-    (sent_back,) = wf.collect_events()
+    recorded: Sequence[Any] = wf.collect_events()
+    (sent_back,) = recorded
     assert (sent_back.source, sent_back.stage) == ("telegram", "scoping")
     wf.submit_artifact("scoping", card("scoping", SCOPE))
     second = wf.version
@@ -257,7 +259,7 @@ def test_an_answer_naming_its_card_is_refused_once_that_card_moved_on() -> None:
         assert refused.value.code == WorkflowErrorCode.CARD_MOVED_ON
         assert names(wf) == [] and wf.awaiting_approval
     wf.approve(source="slack", card_version=second)
-    (moved,) = [e for e in wf.collect_events() if type(e).__name__ == "StageChanged"]
+    moved: Any = next(e for e in wf.collect_events() if type(e).__name__ == "StageChanged")
     assert (moved.from_stage, moved.to_stage, moved.source) == ("scoping", "research", "slack")
     with pytest.raises(LifecycleError) as refused:
         wf.approve(card_version=second)  # answered already
