@@ -51,8 +51,8 @@ def _common(parser: argparse.ArgumentParser, *, port: bool = False) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from autarch.cli.local.supervisor import AVAILABLE_SERVICES, CannotStart, Supervisor
-    from autarch.runtime.process import configure_logging
     from autarch.runtime.action_links import key_of
+    from autarch.runtime.process import configure_logging
     from autarch.runtime.token import ensure_token
 
     settings = _settings(args)

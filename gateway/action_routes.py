@@ -24,6 +24,7 @@ from litestar.params import FromPath
 
 from autarch.contracts.actions import ActionOutcome
 from autarch.contracts.errors import ErrorCode, ErrorReply
+from autarch.contracts.loops import LoopErrorCode
 from autarch.contracts.workflows import GetWorkflow, WorkflowView
 from autarch.runtime.action_links import LinkRefused, UsedLinks, redeem, verify
 from autarch.runtime.errors import RemoteError
@@ -31,7 +32,7 @@ from autarch.runtime.settings import GatewaySettings
 
 from .auth import NO_AUTH
 from .orchestrator_client import ask_orchestrator, nc_of
-from .workflow_routes import _STATUS
+from .workflow_routes import _STATUS as _WORKFLOW_STATUS
 
 __all__ = ["ACTION_ROUTES"]
 
@@ -62,7 +63,9 @@ def _responses(*statuses: int) -> dict[int, ResponseSpec]:
             for status in statuses}
 
 
-_VERB = {"approve": "Approve", "request_changes": "Request changes to"}
+_STATUS = {**_WORKFLOW_STATUS, **dict.fromkeys(LoopErrorCode.CONFLICTS, 409)}
+
+_VERB = {"approve": "Approve", "request_changes": "Request changes to", "stop": "Stop"}
 
 
 def _key(state: State) -> bytes:
@@ -116,6 +119,12 @@ async def show_action(token: FromPath[str], request: Request, state: State) -> R
     if earlier is not None:
         return _refusal(ErrorReply(code="link_used", message="this link was used already; it works once"), 410,
                         as_html)
+    if link.action == "stop":
+        return _page("Stop the blocked loop session",
+                     f"<p>Loop session {html.escape(link.workflow_id)}, blocked at iteration {link.card_version}: "
+                     "stopping ends it for good (its work stays on its branch).</p>"
+                     '<form method="post"><button type="submit">Stop the session</button></form>'
+                     "<p>The link works once, and only while the session is still blocked there.</p>")
     title = f"{_VERB[link.action]} the {link.stage} card"
     about = ""
     try:
@@ -142,7 +151,8 @@ async def show_action(token: FromPath[str], request: Request, state: State) -> R
                                                 generate_examples=False), **_responses(400, 403, 409, 410, 503, 504)})
 async def take_action(token: FromPath[str], request: Request, state: State) -> Response[Any]:
     """Approve, or request changes to, the link's card; the workflow's event records the channel the link was
-    sent to (``source``). A request-changes link needs ``{"feedback": "..."}`` (or the form field). Refused, with
+    sent to (``source``). A Stop link aborts its blocked loop session (reason ``stopped from <channel>``).
+    A request-changes link needs ``{"feedback": "..."}`` (or the form field). Refused, with
     nothing changed: ``link_malformed`` (400), ``link_forged`` (403), ``link_expired`` / ``link_used`` (410),
     ``card_moved_on`` (409: the card was answered or replaced) or another lifecycle conflict (409). A link
     refused by the workflow is spent; one the orchestrator could not be asked about (503/504) works again."""
@@ -163,10 +173,12 @@ async def take_action(token: FromPath[str], request: Request, state: State) -> R
         return _refusal(exc.reply, _STATUS.get(exc.code, 500), as_html)
     log.info("action link: %s of the %s card of %s from %s", outcome.action, outcome.stage, outcome.workflow_id,
              outcome.source)
-    if as_html:
+    if as_html and outcome.workflow is not None:
         done = "approved" if outcome.action == "approve" else "sent back with your feedback"
         return _page("Done", f"<p>The {html.escape(outcome.stage)} card of <b>{html.escape(outcome.workflow.title)}"
                              f"</b> was {done}; the workflow is now in {html.escape(outcome.workflow.stage)}.</p>")
+    if as_html:
+        return _page("Done", f"<p>Loop session {html.escape(outcome.workflow_id)} was stopped.</p>")
     return Response(outcome, headers=_HEADERS)
 
 

@@ -36,6 +36,7 @@ from nats.js.kv import KeyValue
 from autarch.contracts import subjects
 from autarch.contracts.actions import ActionKind, ActionLinkErrorCode, ActionOutcome, ActionSource
 from autarch.contracts.errors import ErrorCode, ErrorReply
+from autarch.contracts.loops import AbortLoop, LoopView
 from autarch.contracts.workflows import ApproveWorkflow, RequestChanges, WorkflowView
 
 from .bus import open_key_value
@@ -192,6 +193,18 @@ async def redeem(nc: Client, key: bytes, token: str, used: UsedLinks, *, partiti
     if link.action == "request_changes" and not (feedback and feedback.strip()):
         raise LinkRefused(ErrorCode.BAD_REQUEST, "a change request needs feedback: say what to change")
     await used.claim(link)
+    if link.action == "stop":
+        abort = AbortLoop(session_id=link.workflow_id, reason=f"stopped from {link.channel}",
+                          blocked_at=link.card_version)
+        try:
+            loop = await request(nc, subjects.orchestrator_request("abort_loop", abort, partitions), abort, LoopView,
+                                 timeout=timeout, retry_unavailable=timeout)
+        except RemoteError as exc:
+            if exc.code in _RETRY_LATER:
+                await used.release(link.nonce)
+            raise
+        return ActionOutcome(action="stop", workflow_id=link.workflow_id, stage=link.stage, source=link.channel,
+                             loop=loop)
     command: ApproveWorkflow | RequestChanges
     if link.action == "approve":
         command = ApproveWorkflow(workflow_id=link.workflow_id, source=link.channel, card_version=link.card_version)

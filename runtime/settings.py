@@ -420,6 +420,9 @@ class NotifierSettings(CommonSettings, kw_only=True):
     it. Unset: only Telegram's buttons act (answered through the Bot API); other channels get the text alone."""
     notify_link_ttl: int = 86400
     """Seconds an action link stays valid (at most 30 days)."""
+    notify_blocked_links: bool = False
+    """Give each ``loop:blocked`` notification a Stop link (Telegram: a button answered through the Bot API; Slack,
+    Discord, webhooks: with ``notify_links_base_url``) that aborts the session while it is still blocked there."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

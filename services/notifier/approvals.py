@@ -9,11 +9,12 @@ link's page; Slack and Discord get link buttons; a webhook gets the links as JSO
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 from autarch.contracts.actions import ActionKind, ActionSource
-from autarch.contracts.events import WorkflowApprovalNeeded
+from autarch.contracts.events import LoopBlocked, WorkflowApprovalNeeded
 from autarch.contracts.loops import NotifyTarget
 from autarch.runtime.action_links import mint
 from autarch.runtime.settings import NotifierSettings
@@ -21,7 +22,7 @@ from autarch.runtime.settings import NotifierSettings
 from .messages import DISCORD_LIMIT, NO_MENTIONS, TELEGRAM_LIMIT, Intent, clip, delivery_id
 from .outbox import LinkRow
 
-__all__ = ["APPROVAL_EVENT", "CALLBACK_PREFIX", "approval_intents", "approval_targets"]
+__all__ = ["APPROVAL_EVENT", "CALLBACK_PREFIX", "approval_intents", "approval_targets", "with_stop_links"]
 
 APPROVAL_EVENT = "workflow:approval_needed"
 CALLBACK_PREFIX = "act:"
@@ -117,3 +118,39 @@ def _body(target: NotifyTarget, event: WorkflowApprovalNeeded, text: str, urls: 
             "card_version": event.version, "text": text, "actions": urls or {},
             "expires_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)),
             "occurred_at": event.occurred_at.isoformat()}
+
+
+def with_stop_links(intents: list[Intent], event: LoopBlocked, *, settings: NotifierSettings, key: bytes,
+                    now: float | None = None) -> tuple[list[Intent], list[LinkRow]]:
+    """``intents`` (a ``loop:blocked`` notification's) each with a Stop link of its own channel: a Telegram button,
+    a Slack or Discord link button, a webhook's ``actions.stop``; an SMS is left as it is."""
+    clock = time.time() if now is None else now
+    base = settings.notify_links_base_url.rstrip("/") if settings.notify_links_base_url else None
+    changed: list[Intent] = []
+    links: list[LinkRow] = []
+    for intent in intents:
+        target = intent.target
+        if target.kind == "sms" or (target.kind != "telegram" and base is None):
+            changed.append(intent)
+            continue
+        token, made = mint(key, workflow_id=event.workflow_id, stage="blocked", card_version=event.iteration_number,
+                           action="stop", channel=target.kind, ttl=settings.notify_link_ttl, now=clock)
+        url = f"{base}/act/{token}" if base else None
+        body = dict(intent.body)
+        if target.kind == "telegram":
+            body["reply_markup"] = {"inline_keyboard": [[{"text": "⏹️ Stop the session",
+                                                          "callback_data": f"{CALLBACK_PREFIX}{made.nonce}"}]]}
+            links.append(LinkRow(nonce=made.nonce, delivery_id=intent.delivery_id, workflow_id=event.workflow_id,
+                                 token=token, chat_id=target.chat_id))
+        elif target.kind == "slack":
+            button = {"type": "button", "action_id": "stop", "style": "danger", "url": url,
+                      "text": {"type": "plain_text", "text": "Stop the session"}}
+            body["blocks"] = [{"type": "section", "text": {"type": "plain_text", "text": intent.text}},
+                              {"type": "actions", "elements": [button]}]
+        elif target.kind == "discord":
+            body["components"] = [{"type": 1, "components": [{"type": 2, "style": 5, "label": "Stop the session",
+                                                              "url": url}]}]
+        else:
+            body["actions"] = {"stop": url}
+        changed.append(dataclasses.replace(intent, body=body))
+    return changed, links

@@ -27,7 +27,7 @@ from nats.js import api
 
 from autarch.contracts import subjects
 from autarch.contracts.base import decoder_for
-from autarch.contracts.events import AnyEvent, LoopEvent, WorkflowApprovalNeeded
+from autarch.contracts.events import AnyEvent, LoopBlocked, LoopEvent, WorkflowApprovalNeeded
 from autarch.contracts.notifications import DeliveryList, ListDeliveries
 from autarch.runtime.action_links import key_of
 from autarch.runtime.bus import ensure_event_stream
@@ -37,10 +37,10 @@ from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.retry import Backoff
 from autarch.runtime.settings import NotifierSettings, narrow
 
-from .approvals import approval_intents, approval_targets
+from .approvals import approval_intents, approval_targets, with_stop_links
 from .channels import Request, redact, request_for
 from .messages import intents_for, target_key
-from .outbox import Outbox, Pending
+from .outbox import LinkRow, Outbox, Pending
 from .telegram_poller import TelegramPoller
 
 __all__ = ["CONSUMER", "NotifierService", "approvals_config", "consumer_config", "start"]
@@ -95,7 +95,8 @@ class NotifierService:
         self._pulls: PullConsumer | None = None
         self._approval_pulls: PullConsumer | None = None
         self._approvals_task: asyncio.Task[None] | None = None
-        self.link_key = key_of(settings.data_path) if settings.notify_approvals else b""
+        self.link_key = key_of(settings.data_path) if settings.notify_approvals or settings.notify_blocked_links \
+            else b""
         self._consumer_task: asyncio.Task[None] | None = None
         self._telegram_task: asyncio.Task[None] | None = None
         self._queues: dict[str, asyncio.Queue[Pending]] = {}
@@ -123,7 +124,9 @@ class NotifierService:
             await self._approval_pulls.start()
             self._approvals_task = asyncio.create_task(self._approval_pulls.run(), name="notifier-approvals")
         telegram_approvals = any(t.kind == "telegram" for t in approval_targets(self.settings))
-        if self.settings.notify_telegram_token and (self.settings.notify_telegram_allowed_chats or telegram_approvals):
+        # A Stop button may go to any session's chat: its presses are read whenever blocked links are on.
+        presses = telegram_approvals or self.settings.notify_blocked_links
+        if self.settings.notify_telegram_token and (self.settings.notify_telegram_allowed_chats or presses):
             poller = TelegramPoller(self.nc, self.settings, self.outbox, self._http, self._enqueue,
                                     link_key=self.link_key)
             self._telegram_task = asyncio.create_task(poller.run(), name="notifier-telegram")
@@ -158,9 +161,12 @@ class NotifierService:
         if isinstance(event, LoopEvent):
             key = (msg.headers or {}).get("Nats-Msg-Id") or f"seq:{msg.metadata.sequence.stream}"
             intents = intents_for(event, event_key=key, default_webhooks=tuple(self.settings.notify_webhooks))
+            links: list[LinkRow] = []
+            if isinstance(event, LoopBlocked) and self.settings.notify_blocked_links and intents:
+                intents, links = with_stop_links(intents, event, settings=self.settings, key=self.link_key)
             if intents:
                 try:
-                    new = await asyncio.to_thread(self.outbox.record, intents)  # before the ack: never lost
+                    new = await asyncio.to_thread(self.outbox.record, intents, links)  # before the ack: never lost
                 except Exception:
                     log.exception("notifier: deliveries of %s not recorded; the event will come again", msg.subject)
                     await msg.nak(delay=1.0)

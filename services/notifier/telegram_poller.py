@@ -243,10 +243,13 @@ class TelegramPoller:
             except RemoteError as exc:
                 text = f"⛔ Not done: {exc.code}: {exc.message}"
             else:
-                log.info("notifier: the %s card of %s approved from Telegram chat %s", outcome.stage,
-                         outcome.workflow_id, chat_id)
-                text = (f"✅ Approved the {outcome.stage} card of {outcome.workflow.title} ({outcome.workflow_id}); "
-                        f"the workflow is now in {outcome.workflow.stage}.")
+                log.info("notifier: %s of %s (%s) from Telegram chat %s", outcome.action, outcome.workflow_id,
+                         outcome.stage, chat_id)
+                if outcome.workflow is not None:
+                    text = (f"✅ Approved the {outcome.stage} card of {outcome.workflow.title} "
+                            f"({outcome.workflow_id}); the workflow is now in {outcome.workflow.stage}.")
+                else:
+                    text = f"⏹️ Stopped loop session {outcome.workflow_id}."
         await self._answer_press(press.id, text)
         target = NotifyTarget(kind="telegram", chat_id=chat_id)
         key = f"telegram-press:{self.bot_id}:{press.id}"

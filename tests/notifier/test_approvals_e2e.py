@@ -16,6 +16,7 @@ import pytest
 from autarch.cli.local.natsserver import free_port
 from autarch.runtime.action_links import KEY_FILE, mint
 from autarch.services.scripted_model import ScriptedModelServer
+from tests.cli.test_pulse_cmd import FILES, wait_status
 from tests.e2e.conftest import System
 from tests.workflows.conftest import Client, demo_scenario, make_repo
 
@@ -35,7 +36,10 @@ def fake() -> Iterator[FakeApis]:
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory, fake: FakeApis) -> Iterator[System]:
-    with ScriptedModelServer("demo") as model:
+    scenario = demo_scenario()
+    # A loop session started with script "stop" blocks in its first iteration; the demo answers the workflows.
+    scenario["scripts"]["loop:stop.i1"] = ["<signal>BLOCKED: which database?</signal>"]
+    with ScriptedModelServer(scenario) as model:
         data = tmp_path_factory.mktemp("approvals-e2e") / "data"
         data.mkdir()
         port = free_port()  # chosen here: the links start with the gateway's address
@@ -46,7 +50,8 @@ def system(tmp_path_factory: pytest.TempPathFactory, fake: FakeApis) -> Iterator
                "AUTARCH_NOTIFY_TELEGRAM_POLL_TIMEOUT": "5",
                "AUTARCH_NOTIFY_APPROVALS": f"telegram:{CHAT},slack:{fake.url}/slack,discord:{fake.url}/discord,"
                                            f"webhook:{fake.url}/hook",
-               "AUTARCH_NOTIFY_LINKS_BASE_URL": f"http://127.0.0.1:{port}"}
+               "AUTARCH_NOTIFY_LINKS_BASE_URL": f"http://127.0.0.1:{port}", "AUTARCH_NOTIFY_BLOCKED_LINKS": "true",
+               "AUTARCH_LOOP_ITERATION_TIMEOUT": "20"}
         sys_ = System(data_dir=data, port=port, nats_port=free_port(),
                       services="orchestrator,tools,git,agent_runner,notifier", extra_env=env)
         sys_.start(timeout=60)
@@ -218,3 +223,31 @@ def _api_source_recorded(client: Client, tmp_path: Path) -> bool:
     client.approve(wid)
     (event,) = _stage_events(client, wid, 1)
     return bool(event["source"] == "api")
+
+
+def test_a_blocked_loop_session_is_stopped_from_its_telegram_button_once(
+        system: System, client: Client, fake: FakeApis, phone: httpx.Client, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "shop", FILES)
+    started = client.http.post("/api/pulse/start", json={
+        "projectName": "shop", "projectPath": str(repo), "goal": "a database", "script": "stop",
+        "notify": [{"kind": "telegram", "chatId": str(CHAT)}, {"kind": "slack", "url": f"{fake.url}/slack"}]})
+    sid = started.raise_for_status().json()["id"]
+    wait_status(client.http, sid, "blocked")
+    blocked = fake.wait_for(lambda: next((b for b in fake.sent if b["text"] == "⏸️ Blocked: which database?"
+                                          and "reply_markup" in b), None), "the Blocked message with its button")
+    ((stop,),) = blocked["reply_markup"]["inline_keyboard"]
+    assert stop["text"] == "⏹️ Stop the session"
+    slack = fake.wait_for(lambda: next((p for p in fake.posted if p.path == "/slack"
+                                        and p.body.get("text") == "⏸️ Blocked: which database?"), None),
+                          "the Blocked message on Slack")
+    (slack_stop,) = slack.body["blocks"][1]["elements"]
+
+    fake.press(CHAT, stop["callback_data"])
+    view = wait_status(client.http, sid, "aborted")
+    assert "stopped from telegram" in str(view)
+    assert _wait_text(fake, f"⏹️ Stopped loop session {sid}.")
+    fake.press(CHAT, stop["callback_data"])
+    assert _wait_text(fake, "⛔ Not done: link_used")
+    # Slack's Stop link names the same block, which is over: refused, typed.
+    answer = phone.post(slack_stop["url"])
+    assert answer.status_code == 409 and answer.json()["code"] == "card_moved_on", answer.text
