@@ -100,7 +100,7 @@ def _refusal(reply: ErrorReply, status: int, as_html: bool) -> Response[Any]:
     if as_html:
         return _page("This link does nothing", f"<p><code>{html.escape(reply.code)}</code>: "
                                                f"{html.escape(reply.message)}</p>", status)
-    return Response(reply, status_code=status, headers=_HEADERS)
+    return Response(reply, status_code=status, headers=_HEADERS, media_type=MediaType.JSON)
 
 
 @get("/act/{token:str}", summary="What an action link does (changes nothing)", tags=["actions"], opt=NO_AUTH,
@@ -179,7 +179,7 @@ async def take_action(token: FromPath[str], request: Request, state: State) -> R
                              f"</b> was {done}; the workflow is now in {html.escape(outcome.workflow.stage)}.</p>")
     if as_html:
         return _page("Done", f"<p>Loop session {html.escape(outcome.workflow_id)} was stopped.</p>")
-    return Response(outcome, headers=_HEADERS)
+    return Response(outcome, headers=_HEADERS, media_type=MediaType.JSON)
 
 
 def _feedback(raw: bytes, content_type: str) -> str | None:
