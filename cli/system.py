@@ -51,12 +51,14 @@ def _common(parser: argparse.ArgumentParser, *, port: bool = False) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from autarch.cli.local.supervisor import AVAILABLE_SERVICES, CannotStart, Supervisor
+    from autarch.runtime.action_links import key_of
     from autarch.runtime.process import configure_logging
     from autarch.runtime.token import ensure_token
 
     settings = _settings(args)
     configure_logging(settings.log_level)
     ensure_token(settings.token_path)
+    key_of(settings.data_path)  # made here, before the gateway and the notifier both read it at once
     services = tuple(args.services.split(",")) if args.services else AVAILABLE_SERVICES
     unknown = sorted(set(services) - set(AVAILABLE_SERVICES))
     if unknown:

@@ -133,6 +133,8 @@ class WorkflowApprovalNeeded(WorkflowEvent, tag="workflow:approval_needed", kw_o
 
     stage: str
     artifact: dict[str, Any]
+    version: int | None = None
+    """The workflow's version with this card recorded: what an action link names to answer this card only."""
 
 
 class WorkflowStageChanged(WorkflowEvent, tag="workflow:stage_changed", kw_only=True):
@@ -142,6 +144,9 @@ class WorkflowStageChanged(WorkflowEvent, tag="workflow:stage_changed", kw_only=
     to_stage: str
     path: str | None = None
     """``quick`` or ``full``, chosen at scope approval."""
+    source: str | None = None
+    """For a move made by the user's approval: where it came from (``api``, or the channel of an action link:
+    ``telegram``, ``slack``, …); None for an automatic move and in events recorded before sources were."""
 
 
 class WorkflowCompleted(WorkflowEvent, tag="workflow:completed", kw_only=True):
@@ -158,6 +163,9 @@ class WorkflowChangesRequested(WorkflowEvent, tag="workflow:changes_requested", 
     stage: str
     feedback: str
     fix: bool = False
+    source: str | None = None
+    """Where the user's request came from (as for ``workflow:stage_changed``); None when the plan check sent the
+    plan back, and in events recorded before sources were."""
 
 
 class WorkflowFixRoundOpened(WorkflowEvent, tag="workflow:fix_round_opened", kw_only=True):

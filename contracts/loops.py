@@ -157,7 +157,10 @@ class LoopErrorCode:
     """An explicit anchor cannot be checked: the turn memory (the indexer) did not answer. Not ``unavailable``,
     which would tell a client that the orchestrator itself is down and the request is worth repeating at once."""
 
-    CONFLICTS = frozenset({NOT_RUNNING, NOT_RESUMABLE, FINISHED})
+    CARD_MOVED_ON = "card_moved_on"
+    """A Stop link (``blocked_at``) for a block the session has left (resumed, or ended)."""
+
+    CONFLICTS = frozenset({NOT_RUNNING, NOT_RESUMABLE, FINISHED, CARD_MOVED_ON})
     """The codes that mean "not in this state" (HTTP 409)."""
 
 
@@ -222,6 +225,9 @@ class AbortLoop(Command, kw_only=True):
 
     session_id: SessionId
     reason: Message = "aborted by the user"
+    blocked_at: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    """Stop only the session blocked at this iteration (``iteration_number`` of its ``loop:blocked``, as a Stop
+    action link carries): refused with ``card_moved_on`` once it was resumed or ended. None: whatever its state."""
 
 
 class IterationView(msgspec.Struct, kw_only=True):

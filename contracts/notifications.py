@@ -35,9 +35,12 @@ class Delivery(Reply, kw_only=True):
     delivery_id: str
     """Deterministic from the event and the target; sent as the ``Idempotency-Key`` header."""
     session_id: str
-    """The loop session; empty for the answer to a Telegram command that started none."""
+    """The loop session (the workflow for an approval announcement); empty for the answer to a Telegram command
+    that started none."""
     event: str
-    """The loop event type (``loop:completed``, …), or ``telegram:command`` for the answer to a Telegram command."""
+    """The loop event type (``loop:completed``, …); ``workflow:approval_needed`` for a card announced with its
+    action links; ``telegram:command`` for the answer to a Telegram command, ``telegram:action`` for what an
+    approval button did."""
     kind: NotifyKind
     url: str
     """The target's webhook URL; empty for the Bot APIs and SMS (their URLs are built from the notifier's settings

@@ -89,6 +89,9 @@ class ReplayWorkflow(Query, kw_only=True):
     at: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
+Source = Literal["api", "webhook", "slack", "discord", "telegram", "sms"]
+"""Where a user's answer to a card came from (``contracts.actions.ActionSource``)."""
+
 WorkflowPath = Literal["quick", "full"]
 """``full`` runs every stage; ``quick`` goes from scoping straight to one execution pulse, then review."""
 
@@ -120,9 +123,13 @@ class WorkflowErrorCode:
     """A fix round names comment ids that are not on the review card awaiting approval."""
     FIX_ROUNDS_EXHAUSTED = "fix_rounds_exhausted"
     """A fix round asked after ``review_fix_rounds`` rounds already ran: a person decides how the work goes on."""
+    CARD_MOVED_ON = "card_moved_on"
+    """An answer to a card (``card_version``, as an action link carries) that no longer awaits approval: it was
+    approved, sent back or replaced."""
 
     CONFLICTS = frozenset({NOT_AWAITING_APPROVAL, AWAITING_APPROVAL, WRONG_STAGE, NOT_HALTED, WRONG_HALT,
-                           NOT_RUNNING, FINISHED, NO_REVIEW_COMMENTS, UNKNOWN_COMMENTS, FIX_ROUNDS_EXHAUSTED})
+                           NOT_RUNNING, FINISHED, NO_REVIEW_COMMENTS, UNKNOWN_COMMENTS, FIX_ROUNDS_EXHAUSTED,
+                           CARD_MOVED_ON})
     """The codes that mean "not in this state" (HTTP 409)."""
 
 
@@ -157,6 +164,11 @@ class ApproveWorkflow(Command, kw_only=True):
     workflow_id: WorkflowId
     path: WorkflowPath | None = None
     """Only at scope approval; defaults to the scope card's ``recommended_path``."""
+    source: Source = "api"
+    """Where the approval came from (the channel of an action link); recorded in ``workflow:stage_changed``."""
+    card_version: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The workflow version the approved card was recorded at (``version`` of its ``workflow:approval_needed``):
+    refused with ``card_moved_on`` unless that card still awaits approval. None: whatever card awaits."""
 
 
 FIX_RULES = (
@@ -180,6 +192,10 @@ class RequestChanges(Command, kw_only=True):
     workflow_id: WorkflowId
     feedback: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
     fix: FixRequest = False
+    source: Source = "api"
+    """Where the request came from; recorded in ``workflow:changes_requested``."""
+    card_version: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """As for ``ApproveWorkflow``: the card this answers (``card_moved_on`` once another is waiting or none)."""
 
 
 class ApproveBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

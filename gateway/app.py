@@ -19,11 +19,13 @@ from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.http import CreateWorkflowBody, Health
 from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, ListWorkflows, WorkflowList, WorkflowView
+from autarch.runtime.action_links import key_of
 from autarch.runtime.bus import close_quietly, connect, ensure_event_stream
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.settings import GatewaySettings, narrow
 from autarch.runtime.token import ensure_token
 
+from .action_routes import ACTION_ROUTES
 from .auth import NO_AUTH, token_guard
 from .bead_routes import BEAD_ROUTES
 from .control_routes import CONTROL_ROUTES
@@ -179,13 +181,15 @@ def create_app(settings: GatewaySettings, *, expected_services: tuple[str, ...] 
     return Litestar(
         route_handlers=[
             create_workflow, list_workflows, get_workflow, *WORKFLOW_ROUTES, *DIFF_ROUTES, *CONTROL_ROUTES,
-            *SESSION_ROUTES, *LOOP_ROUTES, *BEAD_ROUTES, *MAIL_ROUTES, events, healthz, *UI_ROUTES,
+            *SESSION_ROUTES, *LOOP_ROUTES, *BEAD_ROUTES, *MAIL_ROUTES, *ACTION_ROUTES, events, healthz,
+            *UI_ROUTES,
         ],
         guards=[token_guard(token), strict_body],
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[complete_allow_header],
         lifespan=[nats_connection],
-        state=State({"settings": settings, "expected_services": expected_services, "ui_token": token}),
+        state=State({"settings": settings, "expected_services": expected_services, "ui_token": token,
+                     "action_key": key_of(settings.data_path)}),
         openapi_config=OpenAPIConfig(
             title="Autarch",
             version="0.1.0",

@@ -370,6 +370,9 @@ class IndexerSettings(CommonSettings, kw_only=True):
     """Files larger than this are not indexed."""
 
 
+_APPROVAL_TARGET = re.compile(r"telegram:-?[0-9]{1,20}|(slack|discord|webhook):https?://\S+")
+
+
 class NotifierSettings(CommonSettings, kw_only=True):
     """The notifier's settings: where loop-session notifications go and how delivery is retried."""
 
@@ -408,6 +411,18 @@ class NotifierSettings(CommonSettings, kw_only=True):
     directory name (env: comma-separated)."""
     notify_telegram_poll_timeout: int = 30
     """Seconds one ``getUpdates`` long poll waits for a message before asking again."""
+    notify_approvals: tuple[str, ...] = ()
+    """Where each card awaiting approval is announced with its action links (env: comma-separated):
+    ``telegram:<chat id>`` (an inline keyboard; that chat's buttons are answered), ``slack:<webhook url>``,
+    ``discord:<webhook url>`` (link buttons), ``webhook:<url>`` (JSON with the links)."""
+    notify_links_base_url: str | None = None
+    """The gateway's address as a phone reaches it (``https://autarch.example.com``): the action links start with
+    it. Unset: only Telegram's buttons act (answered through the Bot API); other channels get the text alone."""
+    notify_link_ttl: int = 86400
+    """Seconds an action link stays valid (at most 30 days)."""
+    notify_blocked_links: bool = False
+    """Give each ``loop:blocked`` notification a Stop link (Telegram: a button answered through the Bot API; Slack,
+    Discord, webhooks: with ``notify_links_base_url``) that aborts the session while it is still blocked there."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -421,6 +436,15 @@ class NotifierSettings(CommonSettings, kw_only=True):
         bad_chats = [chat for chat in self.notify_telegram_allowed_chats if not re.fullmatch(r"-?[0-9]{1,20}", chat)]
         if bad_chats:
             raise SettingsError(f"notify_telegram_allowed_chats must be numeric chat ids, got {bad_chats}")
+        bad_targets = [t for t in self.notify_approvals if not _APPROVAL_TARGET.fullmatch(t)]
+        if bad_targets:
+            raise SettingsError("notify_approvals takes telegram:<chat id>, slack:<url>, discord:<url> or "
+                                f"webhook:<url> (http or https), got {bad_targets}")
+        if self.notify_links_base_url is not None and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?",
+                                                                      self.notify_links_base_url):
+            raise SettingsError(f"notify_links_base_url must be an http(s) URL, got {self.notify_links_base_url!r}")
+        if not 60 <= self.notify_link_ttl <= 30 * 24 * 3600:  # runtime.action_links.MAX_TTL
+            raise SettingsError(f"notify_link_ttl must be between 60 seconds and 30 days, got {self.notify_link_ttl}")
         names: dict[str, str] = {}
         for path in self.notify_telegram_projects:
             name = Path(path).name

@@ -61,6 +61,8 @@ def request_for(delivery: Pending, settings: NotifierSettings) -> Request | str:
     url = target.url
     if target.kind == "discord" and target.discord_thread_id:
         url = _with_query(url, f"thread_id={target.discord_thread_id}")  # the webhook posts into that thread
+    if target.kind == "discord" and "components" in delivery.body:
+        url = _with_query(url, "with_components=true")  # a webhook's link buttons are dropped without it
     return Request(url=url, json=delivery.body, headers=headers)
 
 

@@ -25,7 +25,7 @@ from autarch.contracts.notifications import Delivery
 
 from .messages import Intent
 
-__all__ = ["Outbox", "Pending"]
+__all__ = ["LinkRow", "Outbox", "Pending"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS deliveries (
@@ -39,10 +39,25 @@ CREATE TABLE IF NOT EXISTS deliveries (
 CREATE INDEX IF NOT EXISTS deliveries_by_session ON deliveries (session_id, seq);
 CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries (state, seq);
 CREATE TABLE IF NOT EXISTS telegram_offsets (bot_id TEXT PRIMARY KEY, next_offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS action_links (
+    nonce TEXT PRIMARY KEY, delivery_id TEXT NOT NULL, workflow_id TEXT NOT NULL, token TEXT NOT NULL, chat_id TEXT,
+    created_at REAL NOT NULL
+);
 """
 _ADDED_COLUMNS = ("discord_thread_id", "phone_number")
 """Columns added after the first outboxes were written (added to an older file when it is opened)."""
 _COLUMNS = "kind, url, chat_id, discord_thread_id, phone_number"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkRow:
+    """An action link sent as a Telegram button: the button carries ``act:<nonce>``, the token stays here."""
+
+    nonce: str
+    delivery_id: str
+    workflow_id: str
+    token: str
+    chat_id: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,10 +90,32 @@ class Outbox:
         with self._lock:
             self._db.close()
 
-    def record(self, intents: list[Intent]) -> list[str]:
-        """Write ``intents`` in one transaction; returns the ids that were new (a recorded one is left as it is)."""
+    def record(self, intents: list[Intent], links: list[LinkRow] | None = None) -> list[str]:
+        """Write ``intents`` in one transaction; returns the ids that were new (a recorded one is left as it is).
+
+        ``links``: the action links a Telegram button of these deliveries names by nonce (``callback_data`` holds
+        64 bytes, a link more); kept only for the deliveries that were new, so a redelivered event's fresh links
+        are dropped with it."""
+        def write() -> list[str]:
+            new = self._insert(intents)
+            for link in links or []:
+                if link.delivery_id in new:
+                    self._db.execute("INSERT OR IGNORE INTO action_links (nonce, delivery_id, workflow_id, token, "
+                                     "chat_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                                     (link.nonce, link.delivery_id, link.workflow_id, link.token, link.chat_id,
+                                      time.time()))
+            return new
+
         with self._lock:
-            return self._transaction(lambda: self._insert(intents))
+            return self._transaction(write)
+
+    def link(self, nonce: str) -> LinkRow | None:
+        """The action link a Telegram button names."""
+        with self._lock:
+            row = self._db.execute("SELECT nonce, delivery_id, workflow_id, token, chat_id FROM action_links "
+                                   "WHERE nonce = ?", (nonce,)).fetchone()
+        return None if row is None else LinkRow(nonce=row[0], delivery_id=row[1], workflow_id=row[2], token=row[3],
+                                                chat_id=row[4])
 
     def answer(self, intent: Intent | None, *, bot_id: str, next_offset: int) -> list[str]:
         """Record the answer to a Telegram command (if any) and the bot's next ``getUpdates`` offset at once;

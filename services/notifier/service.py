@@ -27,8 +27,9 @@ from nats.js import api
 
 from autarch.contracts import subjects
 from autarch.contracts.base import decoder_for
-from autarch.contracts.events import AnyEvent, LoopEvent
+from autarch.contracts.events import AnyEvent, LoopBlocked, LoopEvent, WorkflowApprovalNeeded
 from autarch.contracts.notifications import DeliveryList, ListDeliveries
+from autarch.runtime.action_links import key_of
 from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.micro import TypedService
@@ -36,12 +37,13 @@ from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.retry import Backoff
 from autarch.runtime.settings import NotifierSettings, narrow
 
+from .approvals import approval_intents, approval_targets, with_stop_links
 from .channels import Request, redact, request_for
 from .messages import intents_for, target_key
-from .outbox import Outbox, Pending
+from .outbox import LinkRow, Outbox, Pending
 from .telegram_poller import TelegramPoller
 
-__all__ = ["CONSUMER", "NotifierService", "consumer_config", "start"]
+__all__ = ["CONSUMER", "NotifierService", "approvals_config", "consumer_config", "start"]
 
 log = logging.getLogger("notifier")
 
@@ -51,6 +53,15 @@ _RETRYABLE_4XX = frozenset({408, 425, 429})
 _ACK_WAIT = 5.0
 """A message handed to a notifier that died before acknowledging it comes again after this long. Handling one
 is a single SQLite write and a second handling records nothing, so a short wait costs nothing."""
+
+
+def approvals_config(name: str) -> api.ConsumerConfig:
+    """The durable consumer of cards awaiting approval. Created from the stream's *next* message: a notifier
+    configured for approvals later does not announce every card the system ever had (their links would be for
+    cards long answered); every later start resumes it."""
+    return api.ConsumerConfig(durable_name=name, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=_ACK_WAIT,
+                              max_ack_pending=64, deliver_policy=api.DeliverPolicy.NEW,
+                              filter_subject=subjects.event("*", "workflow", "*", "approval_needed"))
 
 
 def consumer_config(name: str = CONSUMER, **changes: object) -> api.ConsumerConfig:
@@ -82,6 +93,10 @@ class NotifierService:
         self.micro.endpoint("list_deliveries", ListDeliveries, self._list_deliveries)
         self._http: httpx.AsyncClient | None = None
         self._pulls: PullConsumer | None = None
+        self._approval_pulls: PullConsumer | None = None
+        self._approvals_task: asyncio.Task[None] | None = None
+        self.link_key = key_of(settings.data_path) if settings.notify_approvals or settings.notify_blocked_links \
+            else b""
         self._consumer_task: asyncio.Task[None] | None = None
         self._telegram_task: asyncio.Task[None] | None = None
         self._queues: dict[str, asyncio.Queue[Pending]] = {}
@@ -102,20 +117,32 @@ class NotifierService:
                                    handle=self._on_message)
         await self._pulls.start()
         self._consumer_task = asyncio.create_task(self._pulls.run(), name="notifier-consumer")
-        if self.settings.notify_telegram_token and self.settings.notify_telegram_allowed_chats:
-            poller = TelegramPoller(self.nc, self.settings, self.outbox, self._http, self._enqueue)
+        if self.settings.notify_approvals:
+            self._approval_pulls = PullConsumer(self.nc, stream=subjects.EVENTS_STREAM,
+                                                config=approvals_config(f"{self.consumer_name}-approvals"),
+                                                handle=self._on_approval)
+            await self._approval_pulls.start()
+            self._approvals_task = asyncio.create_task(self._approval_pulls.run(), name="notifier-approvals")
+        telegram_approvals = any(t.kind == "telegram" for t in approval_targets(self.settings))
+        # A Stop button may go to any session's chat: its presses are read whenever blocked links are on.
+        presses = telegram_approvals or self.settings.notify_blocked_links
+        if self.settings.notify_telegram_token and (self.settings.notify_telegram_allowed_chats or presses):
+            poller = TelegramPoller(self.nc, self.settings, self.outbox, self._http, self._enqueue,
+                                    link_key=self.link_key)
             self._telegram_task = asyncio.create_task(poller.run(), name="notifier-telegram")
         log.info("notifier following %s with durable consumer %s; %d deliveries pending", subjects.EVENTS_STREAM,
                  self.consumer_name, len(pending))
 
     async def stop(self) -> None:
         """Stop following and delivering; pending deliveries stay in the outbox for the next start."""
-        await cancel_and_wait([self._consumer_task, self._telegram_task, *self._workers.values()])
+        await cancel_and_wait([self._consumer_task, self._approvals_task, self._telegram_task,
+                               *self._workers.values()])
         self._workers.clear()
         self._queues.clear()
-        if self._pulls is not None:
-            await self._pulls.stop()
-            self._pulls = None
+        for pulls in (self._pulls, self._approval_pulls):
+            if pulls is not None:
+                await pulls.stop()
+        self._pulls = self._approval_pulls = None
         await self.micro.stop()
         if self._http is not None:
             await self._http.aclose()
@@ -134,9 +161,12 @@ class NotifierService:
         if isinstance(event, LoopEvent):
             key = (msg.headers or {}).get("Nats-Msg-Id") or f"seq:{msg.metadata.sequence.stream}"
             intents = intents_for(event, event_key=key, default_webhooks=tuple(self.settings.notify_webhooks))
+            links: list[LinkRow] = []
+            if isinstance(event, LoopBlocked) and self.settings.notify_blocked_links and intents:
+                intents, links = with_stop_links(intents, event, settings=self.settings, key=self.link_key)
             if intents:
                 try:
-                    new = await asyncio.to_thread(self.outbox.record, intents)  # before the ack: never lost
+                    new = await asyncio.to_thread(self.outbox.record, intents, links)  # before the ack: never lost
                 except Exception:
                     log.exception("notifier: deliveries of %s not recorded; the event will come again", msg.subject)
                     await msg.nak(delay=1.0)
@@ -144,6 +174,27 @@ class NotifierService:
                 if new:
                     for delivery in await asyncio.to_thread(self.outbox.pending, new):
                         self._enqueue(delivery)
+        await msg.ack()
+
+    async def _on_approval(self, msg: Msg) -> None:
+        try:
+            event = self._decode(msg.data)
+        except Exception as exc:
+            log.warning("notifier: undecodable event on %s skipped (%s)", msg.subject, exc)
+            await msg.ack()
+            return
+        if isinstance(event, WorkflowApprovalNeeded):
+            key = (msg.headers or {}).get("Nats-Msg-Id") or f"seq:{msg.metadata.sequence.stream}"
+            intents, links = approval_intents(event, event_key=key, settings=self.settings, key=self.link_key)
+            try:
+                new = await asyncio.to_thread(self.outbox.record, intents, links)  # before the ack: never lost
+            except Exception:
+                log.exception("notifier: approval announcements of %s not recorded; the event will come again",
+                              msg.subject)
+                await msg.nak(delay=1.0)
+                return
+            for delivery in await asyncio.to_thread(self.outbox.pending, new) if new else []:
+                self._enqueue(delivery)
         await msg.ack()
 
     # --- delivering ----------------------------------------------------------------------------------

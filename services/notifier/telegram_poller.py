@@ -30,11 +30,13 @@ from nats.aio.client import Client
 from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode
 from autarch.contracts.loops import LoopView, NotifyTarget, StartLoop
+from autarch.runtime.action_links import LinkRefused, UsedLinks, redeem
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
 from autarch.runtime.retry import Backoff
 from autarch.runtime.settings import NotifierSettings
 
+from .approvals import CALLBACK_PREFIX
 from .channels import redact
 from .messages import Intent, chat_body, delivery_id
 from .outbox import Outbox, Pending
@@ -56,6 +58,8 @@ log = logging.getLogger("notifier")
 
 COMMAND_EVENT = "telegram:command"
 """The ``event`` of an answer's delivery record."""
+ACTION_EVENT = "telegram:action"
+"""The ``event`` of the message saying what an approval button did."""
 _SESSION_NAMESPACE = uuid.UUID("5d6f6c2e-8f3a-4c52-9a7e-2b1c0e7d4a90")
 _RETRY_START = frozenset({ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT})
 
@@ -70,9 +74,18 @@ class _Message(msgspec.Struct):
     text: str | None = None
 
 
+class _Callback(msgspec.Struct):
+    """A press of an inline keyboard's button: ``data`` is the button's ``callback_data``."""
+
+    id: str
+    data: str | None = None
+    message: _Message | None = None
+
+
 class _Update(msgspec.Struct):
     update_id: int
     message: _Message | None = None
+    callback_query: _Callback | None = None
 
 
 class _Answer(msgspec.Struct):
@@ -91,13 +104,15 @@ class TelegramPoller:
     """One long-polling reader of the bot's messages; ``enqueue`` hands a recorded answer to delivery."""
 
     def __init__(self, nc: Client, settings: NotifierSettings, outbox: Outbox, http: httpx.AsyncClient,
-                 enqueue: Callable[[Pending], None]) -> None:
+                 enqueue: Callable[[Pending], None], *, link_key: bytes = b"") -> None:
         assert settings.notify_telegram_token
         self.nc, self.settings, self.outbox, self.http, self.enqueue = nc, settings, outbox, http, enqueue
         self.token = settings.notify_telegram_token
         self.bot_id = bot_id_of(self.token)
         self.allowed = frozenset(settings.notify_telegram_allowed_chats)
         self.projects = projects_of(settings.notify_telegram_projects)
+        self.link_key = link_key
+        self.used = UsedLinks(nc, replicas=settings.stream_replicas, timeout=settings.request_timeout)
         self.backoff = Backoff(initial=settings.notify_backoff_initial,
                                max_delay=max(settings.notify_backoff_max, settings.notify_backoff_initial))
 
@@ -125,7 +140,8 @@ class TelegramPoller:
                     break
 
     async def _get_updates(self, offset: int | None) -> list[Any]:
-        body: dict[str, Any] = {"timeout": self.settings.notify_telegram_poll_timeout, "allowed_updates": ["message"]}
+        body: dict[str, Any] = {"timeout": self.settings.notify_telegram_poll_timeout,
+                                "allowed_updates": ["message", "callback_query"]}
         if offset is not None:
             body["offset"] = offset
         url = f"{self.settings.notify_telegram_base_url.rstrip('/')}/bot{self.token}/getUpdates"
@@ -161,6 +177,8 @@ class TelegramPoller:
 
     async def _answer(self, update: _Update) -> Intent | None:
         """What to answer ``update`` with (starting the session it asks for); None: nothing."""
+        if update.callback_query is not None:
+            return await self._act(update.callback_query)
         message = update.message
         if message is None or message.text is None:
             return None
@@ -204,6 +222,50 @@ class TelegramPoller:
                 continue
             log.info("notifier: loop session %s started from Telegram chat %s", view.id, chat_id)
             return started_text(view)
+
+
+    async def _act(self, press: _Callback) -> Intent | None:
+        """A press of an approval's button: redeem its link (once) and say what came of it in the chat."""
+        data = press.data or ""
+        if not data.startswith(CALLBACK_PREFIX) or press.message is None:
+            return None  # not one of our buttons
+        chat_id = str(press.message.chat.id)
+        row = await asyncio.to_thread(self.outbox.link, data[len(CALLBACK_PREFIX):])
+        if row is None or row.chat_id != chat_id:
+            text = "⛔ This button is not an action link this notifier sent to this chat: nothing was done."
+        else:
+            try:
+                outcome = await redeem(self.nc, self.link_key, row.token, self.used,
+                                       partitions=self.settings.orchestrator_partitions,
+                                       timeout=self.settings.request_timeout)
+            except LinkRefused as exc:
+                text = f"⛔ Not done: {exc.reply.code}: {exc.reply.message}"
+            except RemoteError as exc:
+                text = f"⛔ Not done: {exc.code}: {exc.message}"
+            else:
+                log.info("notifier: %s of %s (%s) from Telegram chat %s", outcome.action, outcome.workflow_id,
+                         outcome.stage, chat_id)
+                if outcome.workflow is not None:
+                    text = (f"✅ Approved the {outcome.stage} card of {outcome.workflow.title} "
+                            f"({outcome.workflow_id}); the workflow is now in {outcome.workflow.stage}.")
+                else:
+                    text = f"⏹️ Stopped loop session {outcome.workflow_id}."
+        await self._answer_press(press.id, text)
+        target = NotifyTarget(kind="telegram", chat_id=chat_id)
+        key = f"telegram-press:{self.bot_id}:{press.id}"
+        return Intent(delivery_id=delivery_id(key, target), session_id=row.workflow_id if row is not None else "",
+                      event=ACTION_EVENT, target=target, text=text, body=chat_body(target, text), occurred_at=_now())
+
+    async def _answer_press(self, press_id: str, text: str) -> None:
+        """Stop the button's spinner with a short note (best effort: the chat message says it in full)."""
+        url = f"{self.settings.notify_telegram_base_url.rstrip('/')}/bot{self.token}/answerCallbackQuery"
+        try:
+            response = await self.http.post(url, json={"callback_query_id": press_id, "text": text[:200]},
+                                            timeout=self.settings.notify_timeout)
+            if response.status_code != 200:
+                log.info("notifier: answerCallbackQuery answered HTTP %d", response.status_code)
+        except httpx.HTTPError as exc:
+            log.info("notifier: answerCallbackQuery failed (%s)", redact(str(exc), self.settings)[:200])
 
 
 class _PollError(Exception):

@@ -35,6 +35,8 @@ class FakeApis:
         """The ``offset`` of every ``getUpdates`` call, in order."""
         self.sent: list[dict[str, Any]] = []
         """Every ``sendMessage`` body."""
+        self.pressed: list[dict[str, Any]] = []
+        """Every ``answerCallbackQuery`` body (the bot's answer to a button press)."""
         self.posted: list[Posted] = []
         """Every other POST."""
         self.poll_failures = 0
@@ -75,6 +77,32 @@ class FakeApis:
                 "from": {"id": abs(chat_id), "is_bot": False, "first_name": "Ada"}}})})
             self._changed.notify_all()
         return update_id
+
+    def press(self, chat_id: int, data: str) -> int:
+        """Someone in chat ``chat_id`` presses an inline keyboard button whose ``callback_data`` is ``data``."""
+        press = {"id": f"cb{next(self._ids)}", "chat_instance": "1", "data": data,
+                 "from": {"id": abs(chat_id), "is_bot": False, "first_name": "Ada"},
+                 "message": {"message_id": next(self._messages), "date": 1_700_000_000, "text": "…",
+                             "chat": {"id": chat_id, "type": "private" if chat_id > 0 else "group"}}}
+        return self.say(chat_id, "", update={"callback_query": press})
+
+    def wait_for(self, found: Any, what: str, timeout: float = 60.0) -> Any:
+        """Wait until ``found()`` (called under the lock) returns something true; returns it."""
+        with self._changed:
+            result = self._changed.wait_for(found, timeout)
+            if not result:
+                raise AssertionError(f"timed out waiting for {what}: sent {self.sent}, posted {self.posted}")
+            return result
+
+    def wait_sent_bodies(self, count: int, chat_id: int, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """Wait until ``count`` messages were sent to ``chat_id``; returns their bodies."""
+        def found() -> list[dict[str, Any]]:
+            return [m for m in self.sent if str(m["chat_id"]) == str(chat_id)]
+
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(found()) >= count, timeout):
+                raise AssertionError(f"{len(found())} of {count} messages sent: {found()}")
+            return found()
 
     def wait_sent(self, count: int, chat_id: int | None = None, timeout: float = 60.0) -> list[str]:
         """Wait until ``count`` messages were sent (to ``chat_id``); returns their texts."""
@@ -149,6 +177,11 @@ def _handler(fake: FakeApis) -> type[BaseHTTPRequestHandler]:
                 status, answer = fake.get_updates(body or {})
             elif path == f"/bot{fake.token}/sendMessage":
                 status, answer = fake.send_message(body)
+            elif path == f"/bot{fake.token}/answerCallbackQuery":
+                with fake._changed:
+                    fake.pressed.append(body)
+                    fake._changed.notify_all()
+                status, answer = 200, {"ok": True, "result": True}
             elif path.startswith("/bot"):
                 status, answer = 401, {"ok": False, "error_code": 401, "description": "Unauthorized"}
             else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -235,3 +236,31 @@ def test_scope_card_is_given_only_once_approved():
     assert wf.approved_scope() is None
     wf.approve()
     assert wf.approved_scope() == msgspec.convert(SCOPE, SubmitScopeArgs)
+
+
+def test_an_answer_naming_its_card_is_refused_once_that_card_moved_on() -> None:
+    """What an action link relies on: ``card_version`` is the version the card was recorded at."""
+    wf = new()
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
+    first = wf.version
+    assert wf.card_version == first
+    wf.collect_events()
+    wf.request_changes("narrower", source="telegram", card_version=first)
+    recorded: Sequence[Any] = wf.collect_events()
+    (sent_back,) = recorded
+    assert (sent_back.source, sent_back.stage) == ("telegram", "scoping")
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
+    second = wf.version
+    wf.collect_events()
+    for answer in (lambda: wf.approve(card_version=first),  # the card it names was sent back and replaced
+                   lambda: wf.request_changes("again", card_version=first)):
+        with pytest.raises(LifecycleError) as refused:
+            answer()
+        assert refused.value.code == WorkflowErrorCode.CARD_MOVED_ON
+        assert names(wf) == [] and wf.awaiting_approval
+    wf.approve(source="slack", card_version=second)
+    moved: Any = next(e for e in wf.collect_events() if type(e).__name__ == "StageChanged")
+    assert (moved.from_stage, moved.to_stage, moved.source) == ("scoping", "research", "slack")
+    with pytest.raises(LifecycleError) as refused:
+        wf.approve(card_version=second)  # answered already
+    assert refused.value.code == WorkflowErrorCode.CARD_MOVED_ON

@@ -218,8 +218,8 @@ class LoopBook:
 
 
 
-Abort = Callable[[str, str], Awaitable[LoopSession]]
-"""Stops a session now, cancelling its running turn: ``(session id, reason)`` (``LoopDriver.abort``)."""
+Abort = Callable[[str, str, int | None], Awaitable[LoopSession]]
+"""Stops a session now, cancelling its running turn: ``(session id, reason, blocked_at)`` (``LoopDriver.abort``)."""
 
 
 def register_loops(service: TypedService, book: LoopBook, abort: Abort | None = None) -> None:
@@ -229,7 +229,7 @@ def register_loops(service: TypedService, book: LoopBook, abort: Abort | None = 
     async def abort_loop(cmd: AbortLoop) -> LoopView:
         if abort is None:
             raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive loop sessions")
-        return page_of(view_of(await abort(cmd.session_id, cmd.reason)))
+        return page_of(view_of(await abort(cmd.session_id, cmd.reason, cmd.blocked_at)))
 
     service.endpoint("start_loop", StartLoop, book.start_loop)
     service.endpoint("get_loop", GetLoop, book.get_loop)

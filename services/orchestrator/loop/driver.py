@@ -400,10 +400,10 @@ class LoopDriver:
 
     # --- controls and limits ---------------------------------------------------------------------------
 
-    async def abort(self, session_id: str, reason: str) -> LoopSession:
+    async def abort(self, session_id: str, reason: str, blocked_at: int | None = None) -> LoopSession:
         """Stop the session now: its running turn is cancelled, its work kept on the pulse branch."""
         async with self._locks[session_id]:
-            session, running = await self.book.change(session_id, lambda s: s.abort(reason))
+            session, running = await self.book.change(session_id, lambda s: s.abort(reason, blocked_at=blocked_at))
             if running is not None and running.kickoff_turn_id is not None:
                 await stop_agent_session(self.nc, self.settings, running.agent_session_id, reason)
         self.kick(session_id)

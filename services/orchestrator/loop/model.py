@@ -428,8 +428,13 @@ class LoopSession(Aggregate):
                             status=self.status)
         self._resumed(message=message, at=_now())
 
-    def abort(self, reason: str) -> Iteration | None:
-        """Stop the session; the iteration still running (its turn is cancelled by the driver), if any."""
+    def abort(self, reason: str, *, blocked_at: int | None = None) -> Iteration | None:
+        """Stop the session; the iteration still running (its turn is cancelled by the driver), if any.
+        ``blocked_at``: only while the session is still blocked at that iteration (a Stop link's check)."""
+        if blocked_at is not None and (self.status != "blocked" or len(self.iterations) != blocked_at):
+            raise LoopError(LoopErrorCode.CARD_MOVED_ON, f"the block this stops (at iteration {blocked_at}) is over: "
+                            f"the session is {self.status} at iteration {len(self.iterations)}",
+                            status=self.status)
         self._check_open("abort")
         current = self.current_iteration()
         running = current if current is not None and not current.over else None

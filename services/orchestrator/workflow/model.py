@@ -77,6 +77,10 @@ def _seconds_between(start: str, end: str) -> float:
 class Workflow(Aggregate):
     """A user's request for a change, taken through the stages to a reviewed branch."""
 
+    card_version: int | None = None
+    """The version the card awaiting approval was recorded at (what an action link names); a class default, so a
+    workflow restored from a snapshot older than the field has it (None: answers naming a card are refused)."""
+
     if TYPE_CHECKING:
         # The event classes the @event decorators below create when the class is built (mypy cannot see them).
         Abandoned: ClassVar[type[Any]]
@@ -168,6 +172,7 @@ class Workflow(Aggregate):
     @event("ArtifactSubmitted")
     def _artifact_submitted(self, *, stage: str, artifact: dict[str, Any], key: str | None) -> None:
         self.awaiting_approval = True
+        self.card_version = self.version + 1  # this event's own version (set on the aggregate after this runs)
         self.last_feedback = None
         # The event keeps the card's wire payload as recorded; the state is the typed card.
         if stage == "review":
@@ -185,7 +190,9 @@ class Workflow(Aggregate):
             self.seen[key] = stage
 
     @event("StageChanged")
-    def _stage_changed(self, *, from_stage: Stage, to_stage: Stage, path: WorkflowPath | None) -> None:
+    def _stage_changed(self, *, from_stage: Stage, to_stage: Stage, path: WorkflowPath | None,
+                       source: str | None = None) -> None:
+        # ``source``: who approved (absent from automatic moves and from events recorded before it existed).
         self.stage = to_stage
         self.awaiting_approval = False
         fix_round = from_stage == "review" and to_stage == "execution"
@@ -210,7 +217,7 @@ class Workflow(Aggregate):
         pass  # the stage is already "done"; the event tells subscribers the workflow is finished
 
     @event("ChangesRequested")
-    def _changes_requested(self, *, stage: str, feedback: str, fix: bool = False) -> None:
+    def _changes_requested(self, *, stage: str, feedback: str, fix: bool = False, source: str | None = None) -> None:
         # ``fix`` is absent (False) in events recorded before fix rounds existed.
         self.awaiting_approval = False
         self.last_feedback = feedback
@@ -281,8 +288,21 @@ class Workflow(Aggregate):
         self._artifact_submitted(stage=stage, artifact=artifact, key=key)
         return True
 
-    def approve(self, path: WorkflowPath | None = None) -> None:
+    def check_card(self, card_version: int | None) -> None:
+        """Refuse (``card_moved_on``) an answer naming a card that no longer awaits approval."""
+        if card_version is None:
+            return
+        if not self.awaiting_approval or self.card_version != card_version:
+            raise LifecycleError(WorkflowErrorCode.CARD_MOVED_ON,
+                                 f"the card this answers (recorded at version {card_version}) no longer awaits "
+                                 f"approval: the workflow is in {self.stage}"
+                                 + (" with another card waiting" if self.awaiting_approval else ""),
+                                 stage=self.stage, card_version=card_version)
+
+    def approve(self, path: WorkflowPath | None = None, *, source: str = "api",
+                card_version: int | None = None) -> None:
         """Approve the waiting card: move to the next stage (at scoping, on the chosen path)."""
+        self.check_card(card_version)
         if not self.awaiting_approval:
             raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
                                  f"nothing awaits approval in the {self.stage} stage", stage=self.stage)
@@ -304,16 +324,17 @@ class Workflow(Aggregate):
                 return
         from_stage = self.stage
         to_stage = next_stage(from_stage, path)
-        self._stage_changed(from_stage=from_stage, to_stage=to_stage, path=path)
+        self._stage_changed(from_stage=from_stage, to_stage=to_stage, path=path, source=source)
         if to_stage == "done":
             self._completed(recommendation=self.review.recommendation if self.review is not None else None)
 
-    def request_changes(self, feedback: str) -> None:
+    def request_changes(self, feedback: str, *, source: str = "api", card_version: int | None = None) -> None:
         """Send the waiting card back with ``feedback``; the agent revises and resubmits."""
+        self.check_card(card_version)
         if not self.awaiting_approval:
             raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
                                  f"nothing awaits approval in the {self.stage} stage", stage=self.stage)
-        self._changes_requested(stage=self.stage, feedback=feedback, fix=False)
+        self._changes_requested(stage=self.stage, feedback=feedback, fix=False, source=source)
         if self.stage in self.sessions:
             self.queue_message(self.stage, revision_request(self.stage, feedback))
 
@@ -354,10 +375,10 @@ class Workflow(Aggregate):
         taken = [p.id for p in self.pulses] + [r.id for r in self.runs] + [
             p.pulse_id for r in self.fix_rounds for p in r.pulses]
         pulses = fix_pulses(comments, number, taken)
-        self._changes_requested(stage="review", feedback=feedback, fix=True)
+        self._changes_requested(stage="review", feedback=feedback, fix=True, source="api")
         self._fix_round_opened(number=number, feedback=feedback, comment_ids=[c.comment_id for c in comments],
                                pulses=msgspec.to_builtins(pulses))
-        self._stage_changed(from_stage="review", to_stage="execution", path=self.path)
+        self._stage_changed(from_stage="review", to_stage="execution", path=self.path, source="api")
         return self.fix_rounds[-1]
 
     def finish_execution(self) -> bool:
@@ -370,7 +391,7 @@ class Workflow(Aggregate):
             return False
         if self.stage != "execution":
             raise LifecycleError.wrong_stage(self.stage, "execution", "finishing execution")
-        self._stage_changed(from_stage="execution", to_stage="review", path=self.path)
+        self._stage_changed(from_stage="execution", to_stage="review", path=self.path, source=None)
         if self.fix_rounds and "review" in self.sessions:
             self.queue_message("review", review_again(self.fix_rounds[-1], self.runs))
         return True

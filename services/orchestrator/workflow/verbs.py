@@ -83,12 +83,14 @@ def register_lifecycle(service: TypedService, orch: WorkflowBook, controls: Work
         return await submit(cmd.workflow_id, "planning", cmd.plan, cmd.idempotency_key)
 
     async def approve(cmd: ApproveWorkflow) -> WorkflowView:
-        workflow, _ = await orch.change(cmd.workflow_id, lambda wf: wf.approve(cmd.path))
+        workflow, _ = await orch.change(cmd.workflow_id, lambda wf: wf.approve(
+            cmd.path, source=cmd.source, card_version=cmd.card_version))
         return view_of(workflow)
 
     async def request_changes(cmd: RequestChanges) -> WorkflowView:
         if cmd.fix is False:
-            workflow, _ = await orch.change(cmd.workflow_id, lambda wf: wf.request_changes(cmd.feedback))
+            workflow, _ = await orch.change(cmd.workflow_id, lambda wf: wf.request_changes(
+                cmd.feedback, source=cmd.source, card_version=cmd.card_version))
         else:
             chosen = None if cmd.fix is True else cmd.fix
             workflow, _ = await orch.change(cmd.workflow_id, lambda wf: wf.request_fix(

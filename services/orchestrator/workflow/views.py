@@ -47,13 +47,15 @@ def to_contract(domain_event: DomainEvent) -> Event | None:
     if isinstance(e, Workflow.ErrorRecorded):
         return WorkflowError(**base, stage=e.stage, message=e.message)
     if isinstance(e, Workflow.ArtifactSubmitted):
-        return WorkflowApprovalNeeded(**base, stage=e.stage, artifact=e.artifact)
+        return WorkflowApprovalNeeded(**base, stage=e.stage, artifact=e.artifact, version=e.originator_version)
     if isinstance(e, Workflow.StageChanged):
-        return WorkflowStageChanged(**base, from_stage=e.from_stage, to_stage=e.to_stage, path=e.path)
+        return WorkflowStageChanged(**base, from_stage=e.from_stage, to_stage=e.to_stage, path=e.path,
+                                    source=getattr(e, "source", None))
     if isinstance(e, Workflow.Completed):
         return WorkflowCompleted(**base, recommendation=e.recommendation)
     if isinstance(e, Workflow.ChangesRequested):
-        return WorkflowChangesRequested(**base, stage=e.stage, feedback=e.feedback, fix=getattr(e, "fix", False))
+        return WorkflowChangesRequested(**base, stage=e.stage, feedback=e.feedback, fix=getattr(e, "fix", False),
+                                        source=getattr(e, "source", None))
     if isinstance(e, Workflow.FixRoundOpened):
         return WorkflowFixRoundOpened(**base, round=e.number, feedback=e.feedback, comment_ids=e.comment_ids,
                                       pulses=msgspec.convert(e.pulses, list[FixPulseView]))
