@@ -254,15 +254,14 @@ def test_a_huge_file_deep_nesting_and_a_crowd_of_files_halt_typed_then_commit(
 
 def _halt_typed_then_commit(client: Client, wid: str, repo: Path) -> None:
     approve_stages(client, wid)
-    halts: dict[str, dict[str, Any]] = {}
+    halts: dict[str, str] = {}
     for _ in range(2):
-        began = time.monotonic()
         view = client.wait_halted(wid, "error", timeout=120)
-        halted_after = time.monotonic() - began
         message = view["halt"]["message"]
         code = next((c for c in ("file_too_large", "path_too_deep") if f": {c}: " in message), None)
         assert code is not None and code not in halts, message
-        halts[code] = {"message": message, "seconds": halted_after}
+        halts[code] = message
+        assert branch_log(repo, view["branch"]) == []  # nothing committed
         worktree = Path(view["worktree_path"])
         for path in (f"/api/workflows/{wid}/diff", f"/api/workflows/{wid}/pulses/pulse-1/diff"):
             reply = client.http.get(path, timeout=30)  # the worktree holds all of it: the routes never read it
@@ -276,9 +275,7 @@ def _halt_typed_then_commit(client: Client, wid: str, repo: Path) -> None:
             assert "deeper/d/d/" in message and "500" in message, message
             remove_tree(worktree / "deeper")
         assert client.post(wid, "resume").status_code == 200
-    began = time.monotonic()
     view = finish(client, wid)
-    print(f"halts: {halts}; from the last resume to done: {time.monotonic() - began:.1f} s")
 
     assert branch_log(repo, view["branch"]) == [TEST, FEAT]
     outputs = [e["output"] for e in client.events(wid) if e["type"] == "turn:tool_completed" and e["tool"] == "shell"]
@@ -291,7 +288,7 @@ def _halt_typed_then_commit(client: Client, wid: str, repo: Path) -> None:
     assert sum(path.startswith("many/") for path in tree) == CROWD
     assert "deep/" + "d/" * 400 + "bottom.txt" in tree
     assert not any(path.startswith(("huge", "deeper/")) for path in tree if path != "huge-5g")
-    assert git(repo, "cat-file", "-s", f"{view['branch']}~1:huge-5g") == "0"  # cut at the limit: nothing written
+    assert git(repo, "cat-file", "-s", f"{view['branch']}~1:huge-5g").strip() == "0"  # cut at the limit
     shown = subprocess.run(["git", "show", f"{view['branch']}~1:many/0049/099.txt"], cwd=repo, capture_output=True,
                            check=True, text=True).stdout
     assert shown == "file 4999\n"
