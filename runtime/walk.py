@@ -30,7 +30,7 @@ class Entry:
     is_symlink: bool = False
 
 
-def _inherited_ignores(root: str, start_rel: str, common_dir: str | None) -> Stack:
+def _inherited_ignores(root: str, start_rel: str, common_dir: str | None = None) -> Stack:
     """Ignore files of ``start_rel``'s ancestors (and ``info/exclude``), shallowest first."""
     ignorer = Ignorer.for_worktree(root, common_dir=common_dir)
     return ignorer.stack(start_rel.rpartition("/")[0]) if start_rel else list(ignorer.base)
