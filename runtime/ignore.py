@@ -242,9 +242,13 @@ class Ignorer:
         self._dirs: dict[str, bool] = {"": False}
 
     @classmethod
-    def for_worktree(cls, root: str, *, files: tuple[str, ...] = IGNORE_FILES, ignorecase: bool = False) -> Ignorer:
-        """With the repository's ``info/exclude`` as base rules."""
-        exclude = git_exclude_path(str(root))
+    def for_worktree(
+        cls, root: str, *, files: tuple[str, ...] = IGNORE_FILES, ignorecase: bool = False,
+        common_dir: str | None = None,
+    ) -> Ignorer:
+        """With the repository's ``info/exclude`` as base rules: from ``common_dir`` when the caller has it from a
+        record (then the worktree's ``.git`` is not read at all), else as :func:`git_exclude_path` finds it."""
+        exclude = os.path.join(common_dir, "info", "exclude") if common_dir else git_exclude_path(str(root))
         base = read_ignore_file(exclude, ignorecase=ignorecase, follow=True) if exclude else None
         return cls(root, files=files, base=[base] if base else [], ignorecase=ignorecase)
 

@@ -30,9 +30,9 @@ class Entry:
     is_symlink: bool = False
 
 
-def _inherited_ignores(root: str, start_rel: str) -> Stack:
+def _inherited_ignores(root: str, start_rel: str, common_dir: str | None = None) -> Stack:
     """Ignore files of ``start_rel``'s ancestors (and ``info/exclude``), shallowest first."""
-    ignorer = Ignorer.for_worktree(root)
+    ignorer = Ignorer.for_worktree(root, common_dir=common_dir)
     return ignorer.stack(start_rel.rpartition("/")[0]) if start_rel else list(ignorer.base)
 
 
@@ -46,6 +46,7 @@ def walk(
     default_excludes: Sequence[str] = (),
     skip_nested_repositories: bool = False,
     on_skip: Skipped | None = None,
+    common_dir: str | None = None,
 ) -> Iterator[Entry]:
     """Depth-first walk below ``root/start_rel`` in name order, skipping ignored entries.
 
@@ -53,8 +54,11 @@ def walk(
     Symlinks are never followed; with ``include_symlinks`` they are reported (as non-directories).
     ``default_excludes`` are gitignore lines below every ignore file (any of them can re-include);
     ``skip_nested_repositories`` leaves out directories holding a ``.git`` (submodules, nested clones).
+    ``common_dir`` is the repository's git directory as a record names it (its ``info/exclude`` applies);
+    without it, a linked worktree's ``.git`` file is followed to find it, checked as
+    :func:`~autarch.runtime.ignore.git_exclude_path` says.
     """
-    stack = _inherited_ignores(root, start_rel)
+    stack = _inherited_ignores(root, start_rel, common_dir)
     if default_excludes:
         stack = [("", IgnoreFile(list(default_excludes))), *stack]
     options = _Options(max_depth, include_dirs, include_symlinks, skip_nested_repositories, on_skip)

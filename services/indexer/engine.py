@@ -7,6 +7,7 @@ directly. Chunks are stored once per git blob id, so a scope only embeds blobs n
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from autarch.contracts.indexer import (
     SearchResults,
     SemanticSearch,
 )
+from autarch.runtime.git_admin import own_git_dir
 from autarch.runtime.settings import IndexerSettings
 from autarch.runtime.worktree_files import read_regular
 
@@ -44,11 +46,12 @@ from .repository import (
     RepoLocation,
     blob_id,
     iter_commit_files,
-    locate_repository,
+    locate_project,
     project_id_for,
     read_blobs,
     resolve_commit,
     scope_id_for,
+    worktree_location,
 )
 from .store import BlobChunks, ChunkHit, IndexStore, ProjectRecord, ScopeRecord, StoredChunk, text_hash
 from .walker import (
@@ -195,34 +198,56 @@ class Indexer:
 
     def project_target(self, path: str) -> ScopeRef:
         """The project scope of the repository containing ``path`` (raises ``not_a_repository``)."""
-        location = locate_repository(path)
-        root = location.main_root if location.is_linked_worktree else location.root
+        root = locate_project(path).root
         return ScopeRef(project=project_id_for(root), scope=PROJECT_SCOPE, root=str(root))
 
     def worktree_target(self, project: str, worktree: str) -> ScopeRef:
-        """The scope of a pulse's worktree (raises ``unknown_project`` / ``not_a_repository``)."""
-        if self.store.get_project(project) is None:
-            raise IndexerError.unknown_project(project)
-        location = locate_repository(worktree)
-        if location.is_linked_worktree and project_id_for(location.main_root) != project:
-            raise IndexerError.bad_request(
-                f"{location.root} is a worktree of {location.main_root}, not of project {project}",
-                worktree=str(location.root),
-            )
+        """The scope of a pulse's worktree (raises ``unknown_project`` / ``not_a_repository`` / ``bad_request``)."""
+        location = worktree_location(self._project_location(project), worktree)
         return ScopeRef(project=project, scope=scope_id_for(location.root), root=str(location.root))
+
+    def _project_location(self, project: str) -> RepoLocation:
+        record = self.store.get_project(project)
+        if record is None:
+            raise IndexerError.unknown_project(project)
+        return locate_project(record.root)
+
+    def _location(self, ref: ScopeRef) -> RepoLocation:
+        """Where ``ref``'s repository is: a worktree's from its project's repository, never from its ``.git`` file
+        (docs/security.md)."""
+        if ref.scope == PROJECT_SCOPE:
+            return locate_project(ref.root)
+        return worktree_location(self._project_location(ref.project), ref.root)
+
+    def _root_ref(self, root: str, project: str | None) -> ScopeRef:
+        """The scope whose root holds ``root``: a repository's own checkout (its ``.git`` a directory) is its
+        project's scope; a worktree is known by the scope :meth:`index_worktree` recorded for it, once it checked
+        the worktree against its project's repository. Raises ``not_a_repository``, or ``not_indexed`` for a
+        worktree no index was made of."""
+        start = Path(root).expanduser()
+        if not start.is_absolute() or not start.exists():
+            raise IndexerError.not_a_repository(f"{start} does not exist", path=str(start))
+        start = start.resolve()
+        for candidate in (start, *start.parents):
+            if own_git_dir(str(candidate)) is not None and (candidate / ".git" / "HEAD").is_file():
+                return ScopeRef(project=project or project_id_for(candidate), scope=PROJECT_SCOPE, root=str(candidate))
+            scope = scope_id_for(candidate)
+            projects = [project] if project else [p.project for p in self.store.list_projects()]
+            for name in projects:
+                record = self.store.get_scope(name, scope)
+                if record is not None and record.kind == "worktree" and record.root == str(candidate):
+                    return ScopeRef(project=name, scope=scope, root=str(candidate))
+            if os.path.lexists(candidate / ".git"):
+                # A worktree nobody indexed (or a .git an agent made): not a parent directory's repository.
+                raise IndexerError.not_indexed(project=project, scope=scope)
+        raise IndexerError.not_a_repository(f"{start} is not inside a git repository", path=str(start))
 
     def search_target(self, *, project: str | None, root: str | None) -> ScopeRef:
         """The scope a search addresses: a worktree or project root, else the project's own scope."""
         if root is None and project is None:
             raise IndexerError.bad_request("semantic_search needs 'root' (a repository or worktree path) or 'project'")
         if root is not None:
-            location = locate_repository(root)
-            main = location.main_root if location.is_linked_worktree else location.root
-            project_id = project or project_id_for(main)
-            if location.root == main:
-                ref = ScopeRef(project=project_id, scope=PROJECT_SCOPE, root=str(main))
-            else:
-                ref = ScopeRef(project=project_id, scope=scope_id_for(location.root), root=str(location.root))
+            ref = self._root_ref(root, project)
         else:
             assert project is not None
             record = self.store.get_project(project)
@@ -236,7 +261,7 @@ class Indexer:
 
     def resolve_commit(self, ref: ScopeRef, commit: str) -> str:
         """The full sha of ``commit`` in the project's repository (raises ``unknown_commit``)."""
-        return resolve_commit(locate_repository(ref.root), commit)
+        return resolve_commit(locate_project(ref.root), commit)
 
     def mark_interrupted(self) -> int:
         """Mark scopes a previous process left ``indexing`` as failed; returns how many there were."""
@@ -260,7 +285,7 @@ class Indexer:
     ) -> IndexAccepted:
         """Index the working tree of the repository at ``path`` (or ``commit``'s tree)."""
         ref = self.project_target(path)
-        location = locate_repository(ref.root)
+        location = locate_project(ref.root)
         commit_sha = resolve_commit(location, commit) if commit else None
         self.store.save_project(ProjectRecord(project=ref.project, root=ref.root))
         return self._index(
@@ -288,7 +313,7 @@ class Indexer:
     ) -> IndexAccepted:
         """Index a pulse's worktree; blobs the project already has are reused, not re-embedded."""
         ref = self.worktree_target(project, worktree)
-        location = locate_repository(ref.root)
+        location = self._location(ref)
         return self._index(
             ref,
             kind="worktree",
@@ -310,7 +335,7 @@ class Indexer:
         if not lock.acquire(blocking=False):
             return False
         try:
-            location = locate_repository(ref.root)
+            location = self._location(ref)
             job = _Job(project=ref.project, scope=ref.scope, job_id="refresh", progress=None)
             files = self._worktree_files(location, job)
             if {f.path: f.blob_id for f in files} == self.store.scope_files(ref.project, ref.scope):
@@ -494,20 +519,16 @@ class Indexer:
     # status and search ----------------------------------------------------------------------------
 
     def status(self, *, project: str | None = None, root: str | None = None) -> IndexStatusReply:
+        wanted = None
         if root is not None:
-            location = locate_repository(root)
-            main = location.main_root if location.is_linked_worktree else location.root
-            project = project or project_id_for(main)
+            ref = self._root_ref(root, project)
+            project, wanted = ref.project, ref.scope
         if project is None:
             raise IndexerError.bad_request("index_status needs 'project' or 'root'")
         record = self.store.get_project(project)
         if record is None:
             raise IndexerError.unknown_project(project)
-        scopes = self.store.list_scopes(project)
-        if root is not None:
-            location = locate_repository(root)
-            wanted = PROJECT_SCOPE if str(location.root) == record.root else scope_id_for(location.root)
-            scopes = [s for s in scopes if s.scope == wanted]
+        scopes = [s for s in self.store.list_scopes(project) if wanted is None or s.scope == wanted]
         return IndexStatusReply(
             project=project,
             root=record.root,

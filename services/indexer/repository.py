@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from autarch.runtime.ignore import linked_git_dirs
+from autarch.runtime.git_admin import admin_dir_of, own_git_dir
 
 from .errors import IndexerError
 
@@ -17,11 +17,12 @@ __all__ = [
     "RepoLocation",
     "blob_id",
     "iter_commit_files",
-    "locate_repository",
+    "locate_project",
     "project_id_for",
     "read_blobs",
     "resolve_commit",
     "scope_id_for",
+    "worktree_location",
 ]
 
 _SUBMODULE_MODE = 0o160000
@@ -56,8 +57,12 @@ def blob_id(content: bytes) -> str:
     return digest.hexdigest()
 
 
-def locate_repository(path: str | Path) -> RepoLocation:
-    """The repository containing ``path``; raises ``not_a_repository`` when there is none."""
+def locate_project(path: str | Path) -> RepoLocation:
+    """The checkout containing ``path`` whose ``.git`` is a real directory; raises ``not_a_repository``.
+
+    A ``.git`` file (a linked worktree's) is never followed: an agent can rewrite it (docs/security.md). A
+    worktree's git directories come from its project's repository instead (:func:`worktree_location`).
+    """
     start = Path(path).expanduser()
     if not start.is_absolute():
         start = start.resolve()
@@ -65,20 +70,37 @@ def locate_repository(path: str | Path) -> RepoLocation:
         raise IndexerError.not_a_repository(f"{start} does not exist", path=str(start))
     start = start.resolve()
     for candidate in (start, *start.parents):
-        dotgit = candidate / ".git"
-        if dotgit.is_dir() and not dotgit.is_symlink() and (dotgit / "HEAD").is_file():
-            return RepoLocation(root=candidate, git_dir=dotgit, common_dir=dotgit)
-        if os.path.lexists(dotgit):
-            # A worktree's .git is the agent's to rewrite (docs/security.md): believed only when the directory it
-            # names names it back and lies outside it. Anything else here is no repository — and the search does
-            # not climb on to a parent's, which would walk (and index) everything around the worktree.
-            linked = linked_git_dirs(str(candidate))
-            if linked is None:
-                raise IndexerError.not_a_repository(
-                    f"{candidate} has a .git that names no repository git would accept", path=str(candidate)
-                )
-            return RepoLocation(root=candidate, git_dir=Path(linked[0]), common_dir=Path(linked[1]))
+        if own_git_dir(str(candidate)) is not None and (candidate / ".git" / "HEAD").is_file():
+            return RepoLocation(root=candidate, git_dir=candidate / ".git", common_dir=candidate / ".git")
+        if os.path.lexists(candidate / ".git"):
+            # Not climbing on to a parent's repository, which would walk (and index) everything around this one.
+            raise IndexerError.not_a_repository(
+                f"{candidate} has a .git that is not a repository's own directory (a linked worktree's .git file is "
+                "not trusted to name one): index the repository it belongs to, then the worktree with its project",
+                path=str(candidate),
+            )
     raise IndexerError.not_a_repository(f"{start} is not inside a git repository", path=str(start))
+
+
+def worktree_location(project: RepoLocation, worktree: str | Path) -> RepoLocation:
+    """Where the worktree ``worktree`` of ``project`` keeps its repository, from the project's own git directory.
+
+    Raises ``not_a_repository`` when ``worktree`` does not exist, ``bad_request`` when the project's repository
+    has no such worktree. The worktree's ``.git`` file is never read: whatever an agent wrote there, the
+    repository's ``worktrees/*/gitdir`` records decide.
+    """
+    real = Path(os.path.realpath(worktree))
+    if not real.is_dir():
+        raise IndexerError.not_a_repository(f"{real} does not exist", path=str(real))
+    if real == project.root:
+        return project
+    admin = admin_dir_of(str(project.common_dir), str(real))
+    if admin is None:
+        raise IndexerError.bad_request(
+            f"{real} is not a worktree of {project.root} (its repository records no such worktree)",
+            worktree=str(real),
+        )
+    return RepoLocation(root=real, git_dir=Path(admin), common_dir=project.common_dir)
 
 
 def project_id_for(root: Path) -> str:

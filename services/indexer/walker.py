@@ -162,8 +162,9 @@ def walk_worktree(
         if why != "nested_repository":
             result.skipped[why] += 1
 
+    # The repository's info/exclude comes from the location (records), never from the worktree's .git file.
     for entry in walk(root, include_dirs=False, default_excludes=DEFAULT_EXCLUDES, skip_nested_repositories=True,
-                      on_skip=skipped):
+                      on_skip=skipped, common_dir=str(location.common_dir)):
         rel = entry.path
         full = Path(root, rel)
         try:

@@ -20,7 +20,7 @@ from autarch.runtime.ignore import git_exclude_path
 from autarch.runtime.walk import walk
 from autarch.runtime.worktree_files import remove_tree
 from autarch.services.indexer.engine import Indexer
-from autarch.services.indexer.repository import locate_repository
+from autarch.services.indexer.repository import locate_project, worktree_location
 from autarch.services.indexer.walker import walk_worktree
 
 from .conftest import git, make_repo
@@ -109,7 +109,7 @@ def test_a_hostile_worktree_is_indexed_without_hanging_or_leaking(
     git(repo, "worktree", "add", "-q", "-b", "pulse-1", str(wt))
     CASES[case](wt, outside)
 
-    walked = walk_worktree(locate_repository(wt))
+    walked = walk_worktree(worktree_location(locate_project(repo), wt))
     paths = {f.path for f in walked.files}
     assert not any(p.startswith(("leak", "loop", "pipe", "sock", "huge", "vendor/")) for p in paths), paths
     assert all(f.content is None or SECRET.encode() not in f.content for f in walked.files)
@@ -156,22 +156,68 @@ def test_a_rewritten_dot_git_names_no_exclude_file_and_no_repository(tmp_path: P
     assert git_exclude_path(str(wt)) is None
 
 
-def test_a_garbled_dot_git_is_no_repository_and_the_search_does_not_climb(indexer: Indexer, tmp_path: Path) -> None:
+def test_a_rewritten_dot_git_redirects_nothing_the_project_records_decide(indexer: Indexer, tmp_path: Path) -> None:
+    """The indexer never reads a worktree's ``.git``: whatever an agent writes there (another repository's
+    directories, ``/root``, garbage, a FIFO, a link), the worktree is indexed as its project's repository records
+    it, with that repository's ``info/exclude``, and nothing from around the worktree reaches the index."""
     from autarch.runtime.errors import ServiceFailure
 
-    # The worktree sits inside another repository (a home directory kept in git, say) holding a secret.
+    # The worktree sits inside another repository (a home directory kept in git, say) holding a secret, whose
+    # info/exclude would hide the worktree's app/ if it were taken.
     home = make_repo(tmp_path / "home", {"notes.py": f"def {SECRET}():\n    pass\n"})
+    (home / ".git" / "info").mkdir(exist_ok=True)
+    (home / ".git" / "info" / "exclude").write_text("app/\n")
     project = make_repo(home / "project")
+    (project / ".git" / "info").mkdir(exist_ok=True)
+    (project / ".git" / "info" / "exclude").write_text("local_only.py\n")
     registered = indexer.index_project(str(project))
     wt = home / "worktrees" / "pulse-1"
     git(project, "worktree", "add", "-q", "-b", "pulse-1", str(wt))
-    assert locate_repository(wt).root == wt
-    for garbage in ("gitdir: /nonexistent\n", "not a git file\n", f"gitdir: {project / '.git'}\n"):
-        (wt / ".git").write_text(garbage)
+    (wt / "local_only.py").write_text("def excluded_by_the_project():\n    return 1\n")
+    other = make_repo(tmp_path / "other", {"x.py": "x = 1\n"})
+    git(other, "worktree", "add", "-q", "-b", "o", str(tmp_path / "other-wt"))
+    other_admin = other / ".git" / "worktrees" / "other-wt"
+    # Another repository's administrative directory, told to name this worktree back, as an agent would want.
+    (other_admin / "gitdir").write_text(f"{wt / '.git'}\n")
+
+    def rewrite(content: str | None) -> None:
+        dot_git = wt / ".git"
+        if dot_git.is_symlink() or dot_git.exists():
+            dot_git.unlink()
+        if content == "fifo":
+            os.mkfifo(dot_git)
+        elif content == "link":
+            dot_git.symlink_to(other / ".git")
+        elif content is not None:
+            dot_git.write_text(content)
+
+    for garbage in (f"gitdir: {other_admin}\n", "gitdir: /root\n", f"gitdir: {home / '.git'}\n",
+                    "not a git file\n", "fifo", "link", None):
+        rewrite(garbage)
+        location = worktree_location(locate_project(project), wt)
+        assert (location.root, location.common_dir) == (wt, project / ".git"), garbage
+        assert location.git_dir == (project / ".git" / "worktrees" / "pulse-1").resolve()
+        result = indexer.index_worktree(registered.project, str(wt))
+        assert (result.state, result.root, result.project) == ("ready", str(wt), registered.project)
+        paths = set(indexer.store.scope_files(registered.project, result.scope))
+        assert "app/auth.py" in paths, garbage  # home's info/exclude was not taken
+        assert "local_only.py" not in paths and "notes.py" not in paths, garbage
+        hits = indexer.search(SemanticSearch(query=SECRET, root=str(wt), max_results=20))
+        assert all(SECRET not in hit.snippet and hit.file_path != "notes.py" for hit in hits.results)
+        assert indexer.status(root=str(wt)).scopes[0].scope == result.scope
+
+    # A worktree of another repository, its .git pointed into this project's records, is not this project's.
+    (tmp_path / "other-wt" / ".git").write_text(f"gitdir: {project / '.git' / 'worktrees' / 'pulse-1'}\n")
+    with pytest.raises(ServiceFailure) as caught:
+        indexer.index_worktree(registered.project, str(tmp_path / "other-wt"))
+    assert caught.value.code == "bad_request"
+    with pytest.raises(ServiceFailure) as caught:
+        indexer.search(SemanticSearch(query="x", root=str(tmp_path / "other-wt")))
+    assert caught.value.code == "not_indexed"
+    # A project is only a repository's own .git directory, never what a .git file names; nor does the search climb
+    # on to the home repository around it.
+    rewrite(f"gitdir: {project / '.git'}\n")
+    for target in (wt, tmp_path / "other-wt"):
         with pytest.raises(ServiceFailure) as caught:
-            indexer.index_worktree(registered.project, str(wt))
+            indexer.index_project(str(target))
         assert caught.value.code == "not_a_repository"
-    (wt / ".git").unlink()
-    os.mkfifo(wt / ".git")
-    with pytest.raises(ServiceFailure):
-        locate_repository(wt)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from autarch.services.indexer.repository import blob_id, locate_repository
+from autarch.services.indexer.repository import blob_id, locate_project
 from autarch.services.indexer.walker import IgnoreRules, skip_reason, walk_worktree
 
 from .conftest import git, make_repo
 
 
 def _paths(root: Path, **kwargs) -> tuple[set[str], dict[str, int]]:
-    result = walk_worktree(locate_repository(root), **kwargs)
+    result = walk_worktree(locate_project(root), **kwargs)
     return {f.path for f in result.files}, dict(result.skipped)
 
 
@@ -73,7 +73,7 @@ def test_binary_large_minified_symlink_and_nested_repo_are_skipped(tmp_path: Pat
 
 def test_blob_ids_match_git(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r", {"a.py": "print('hello')\n", "b.txt": "two\nlines\n"})
-    result = walk_worktree(locate_repository(repo))
+    result = walk_worktree(locate_project(repo))
     for f in result.files:
         if f.path in ("a.py", "b.txt"):
             assert f.blob_id == git(repo, "rev-parse", f"HEAD:{f.path}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import jsonschema
@@ -69,4 +71,47 @@ def test_a_worker_past_its_context_limit_hands_off_and_a_fresh_session_finishes(
     replayed = json.loads(client.system.cli("replay", wid).stdout)["swarm"]
     assert replayed["handoffs"] == listed["handoffs"]
     assert [e["bead_id"] for e in replayed["evidence"]].count("summary") == 1
+    finish(client, wid)
+
+
+def test_a_worker_that_swaps_the_handoff_directory_for_a_link_out_gets_its_handoff_written_inside(
+        client: Client, model, tmp_path: Path) -> None:
+    """Issue 32's audit of the worker-file writer, as a real swarm: before it hands off, the worker's shell swaps
+    ``.pulse/handoffs`` for a link to a directory outside whose ``manifest.json`` is a FIFO. Followed, the link
+    would write the handoff outside, or block on the FIFO forever. The git service's ``write_worker_files``
+    replaces the link with a directory: the handoff is written in the worktree, the fresh session reads it and
+    finishes the bead, and nothing outside is touched."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.mkfifo(outside / "manifest.json")
+    scenario = swarm_scenario()
+    first = scenario["scripts"]["pulsing:summary"]
+    swap = {"content": [{"type": "tool_use", "name": "shell", "input": {
+        "reason": "Swap the handoff directory", "command": f"rm -rf .pulse/handoffs && ln -s {outside} .pulse/handoffs"
+        " && echo swapped"}}]}
+    first[1]["usage"] = {"input_tokens": 150_000, "output_tokens": 50}
+    scenario["scripts"]["pulsing:summary"] = [first[0], swap, first[1]]
+    scenario["scripts"]["pulsing:summary-h1"] = [
+        {"content": [{"type": "tool_use", "name": "read_file", "input": {
+            "reason": "Resume from the handoff", "path": "{{recall:" + HANDOFF_FILE + "}}"}}]},
+        {"content": [{"type": "tool_use", "name": "complete_pulse", "input": {
+            "summary": "feat(shapes): total area of shapes", "filesChanged": ["shapes/summary.py"]}}]},
+        "Bead complete.",
+    ]
+    wid, repo = start(client, model, tmp_path, scenario, branch="autarch/hostile-handoff")
+    approve_stages(client, wid)
+    view = client.wait_awaiting(wid, "review", timeout=120)
+
+    shells = [e["output"] for e in client.events(wid, until="swarm:finished")
+              if e["type"] == "turn:tool_completed" and e.get("tool") == "shell"]
+    assert any("swapped" in out for out in shells), shells
+    handoffs = [e for e in _swarm_events(client, wid) if e["type"] == "worker:handoff"]
+    assert [h["bead_id"] for h in handoffs] == ["summary"]
+    read = json.dumps([r for r in model.requests if r.script == "summary-h1" and r.body][1].body["messages"][-1])
+    assert "schema_version" in read and "ready_to_resume" in read  # the handoff, written in the worktree, was read
+    assert sorted(p.name for p in outside.iterdir()) == ["manifest.json"]
+    assert stat.S_ISFIFO(os.lstat(outside / "manifest.json").st_mode)
+    log = git(repo, "log", "--format=%s", f"main..{view['branch']}").splitlines()
+    assert len(log) == len(BEADS)
+    assert not any(p.startswith(".pulse/") for p in git(repo, "ls-tree", "-r", "--name-only", view["branch"]).split())
     finish(client, wid)
