@@ -86,7 +86,7 @@ def _pulses(files: int) -> dict[str, object]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the tests package, for its helpers
     from autarch.cli.local.natsserver import free_port
     from autarch.services.scripted_model import ScriptedModelServer
-    from tests.e2e.conftest import System
+    from tests.system import System
     from tests.workflows import scenarios
     from tests.workflows.conftest import Client, approve_stages, branch_log, start
     from tests.workflows.test_hostile_pulse import crowd_command

@@ -22,7 +22,7 @@ import pytest
 
 from autarch.runtime.worktree_files import remove_tree
 from autarch.services.scripted_model import ScriptedModelServer
-from tests.e2e.conftest import System
+from tests.system import System
 from tests.tools.helpers import processes_with
 
 from . import scenarios
