@@ -200,6 +200,22 @@ def cmd_abort(client: GatewayClient, args: argparse.Namespace) -> int:
     return _control(client, args, "abort", {"reason": args.reason} if args.reason else None)
 
 
+def cmd_fork(client: GatewayClient, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"atIteration": args.at_iteration}
+    if args.branch:
+        body["branchName"] = args.branch
+    if args.script:
+        body["script"] = args.script
+    original = loop_id(client, args.session_id)
+    view = client.post(f"/api/pulse/{original}/fork", body)
+    if args.json:
+        print_json(view)
+    else:
+        print(describe(view))
+        print(f"  forked from {original} after its iteration {args.at_iteration}, on branch {view['branch_name']}")
+    return 0
+
+
 def watch_loop(client: GatewayClient, given: str, *, reconnect_for: float = 60.0) -> int | None:
     """For ``autarch watch``: follow ``given`` if it is a loop session id, else None (not a session)."""
     try:
@@ -275,3 +291,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     abort = verb("abort", cmd_abort, "stop a session now (the running turn's work is kept on a recovery commit)")
     abort.add_argument("session_id", metavar="ID")
     abort.add_argument("--reason", help="why (recorded with the abort)")
+
+    fork = verb("fork", cmd_fork, "a new session from this one's history up to iteration K, on a branch cut from "
+                "that iteration's commit; it goes on with iteration K+1 (the original is not changed)")
+    fork.add_argument("session_id", metavar="ID")
+    fork.add_argument("--at-iteration", required=True, type=_positive, metavar="K",
+                      help="an ended iteration (before the session's last allowed one)")
+    fork.add_argument("--branch", metavar="NAME", help="the fork's branch (default autarch/loop-<id prefix>)")
+    fork.add_argument("--script", metavar="NAME", help=argparse.SUPPRESS)  # the scripted model's selector
