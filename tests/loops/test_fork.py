@@ -19,6 +19,11 @@ HINT = ("feat(shop): add the payment page\n<signal>CONTINUE</signal>\n<anchor_hi
         "turn (\\S+) \\(}}</turn_id><reason>the payment design</reason></anchor_hint>")
 
 
+def settled(loops, session_id: str):
+    """The session once complete with its worktree removed: nothing more is recorded for it after that."""
+    return loops.wait(session_id, lambda v: v.status == "complete" and v.worktree_path is None, "settled")
+
+
 def http(loops) -> httpx.Client:
     return httpx.Client(base_url=loops.system.url, headers=loops.system.headers, timeout=30)
 
@@ -34,8 +39,7 @@ def test_a_session_forked_at_an_iteration_goes_on_from_its_commit_with_its_chain
         "loop:fork-b.i3": iteration("Nothing left to do.\n<signal>COMPLETE</signal>"),
     }})
     anchor = loops.get(earlier.session_id).progress_log[0].turn_id
-    original = loops.wait_status(loops.start(repo, "fork-a", goal="Design the payment flow",
-                                             anchor_turn_id=anchor).id, "complete")
+    original = settled(loops, loops.start(repo, "fork-a", goal="Design the payment flow", anchor_turn_id=anchor).id)
     one = original.iterations[0]
     assert one.commit_hash and one.anchor_hint_next == anchor
     head = git(repo, "rev-parse", original.branch_name).strip()
@@ -46,7 +50,7 @@ def test_a_session_forked_at_an_iteration_goes_on_from_its_commit_with_its_chain
     fork = reply.json()
     assert (fork["forked_from"], fork["forked_at_iteration"]) == (original.id, 1)
     assert fork["branch_name"] == f"autarch/loop-{fork['id'][:8]}"
-    done = loops.wait_status(fork["id"], "complete")
+    done = settled(loops, fork["id"])
 
     first, second = done.iterations
     assert (first.commit_hash, first.output_summary) == (one.commit_hash, one.output_summary)  # its history
@@ -65,7 +69,7 @@ def test_a_session_forked_at_an_iteration_goes_on_from_its_commit_with_its_chain
     assert cli.returncode == 0, cli.stderr
     again = json.loads(cli.stdout)
     assert (again["forked_from"], again["forked_at_iteration"]) == (done.id, 2)
-    last = loops.wait_status(again["id"], "complete")
+    last = settled(loops, again["id"])
     assert [it.commit_hash for it in last.iterations[:2]] == [one.commit_hash, second.commit_hash]
     assert git(repo, "rev-parse", last.branch_name).strip() == second.commit_hash  # iteration 3 changed nothing
     assert loops.get(done.id) == done
@@ -74,7 +78,7 @@ def test_a_session_forked_at_an_iteration_goes_on_from_its_commit_with_its_chain
 def test_a_bad_fork_is_refused_with_a_typed_error_and_records_nothing(model, loops):
     model.use({"files": FILES, "scripts": {
         "loop:fork-bad.i1": iteration([write("a.txt", "1\n")], "feat(shop): a\n<signal>COMPLETE</signal>")}})
-    session = loops.wait_status(loops.start(loops.repo("fork-bad"), "fork-bad").id, "complete")
+    session = settled(loops, loops.start(loops.repo("fork-bad"), "fork-bad").id)
     total = loops.ask("list_loops", ListLoops(), LoopList).total
 
     def fork(session_id: str, at: int) -> ForkLoop:
