@@ -66,7 +66,7 @@ from autarch.runtime.worktree_files import remove_tree
 from . import checkpoints, merges, workers
 from .checkout import commit_tree_id, reset_worktree, tracked_state
 from .commits import Identity
-from .dulwich_ids import ref_name
+from .dulwich_ids import oid, ref_name
 from .faults import FaultInjector
 from .refs import (
     BranchNameError,
@@ -104,7 +104,7 @@ def _check_branch_name(name: str) -> None:
 def _commit_in(repo: Repo, commit: str) -> bytes:
     """``commit`` as the repository holds it; ``not_found`` when it holds no such commit."""
     try:
-        found = repo.object_store[commit.encode()]
+        found = repo.object_store[oid(commit.encode())]
     except KeyError:
         found = None
     if not isinstance(found, Commit):
@@ -320,8 +320,10 @@ class GitEngine:
             ref = branch_ref(cmd.branch)
             if record is None:
                 start = _commit_in(repo, cmd.start_commit) if cmd.start_commit else None
-                base_commit = (_commit_in(repo, cmd.base_commit or cmd.start_commit) if start is not None
-                               else read_branch(repo, branch_ref(base_branch)))
+                if start is None:
+                    base_commit = read_branch(repo, branch_ref(base_branch))
+                else:
+                    base_commit = _commit_in(repo, cmd.base_commit) if cmd.base_commit else start
                 if base_commit is None:
                     raise fail(
                         GitErrorCode.BASE_BRANCH_MISSING,

@@ -76,10 +76,10 @@ def forked_history(app: WorkflowApplication, original_id: str, fork_id: str, ver
     # The stored bytes as recorded, under the fork's id: the fork gets chain links of its own when saved.
     copies = [StoredEvent(originator_id=UUID(fork_id), originator_version=e.originator_version, topic=e.topic,
                           state=e.state) for e in stored]
-    events = [app.mapper.to_domain_event(e) for e in copies]
+    events: list[Any] = [app.mapper.to_domain_event(e) for e in copies]
     fork: Any = None
     for e in events:
-        fork = e.mutate(fork)  # type: ignore[attr-defined]  # ours are aggregate events
+        fork = e.mutate(fork)
     assert isinstance(fork, LoopSession) and fork.version == version
     fork.pending_events.extend(events)
     return fork
