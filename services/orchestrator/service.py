@@ -12,7 +12,6 @@ from nats.aio.client import Client
 from autarch.contracts.subjects import PARTITION_METADATA
 from autarch.contracts.workflows import (
     CreateWorkflow,
-    ForkWorkflow,
     GetWorkflow,
     ListWorkflows,
     ReplayWorkflow,
@@ -113,7 +112,6 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     service.endpoint("get_workflow", GetWorkflow, workflows.get_workflow)
     service.endpoint("list_workflows", ListWorkflows, workflows.list_workflows)
     service.endpoint("replay_workflow", ReplayWorkflow, workflows.replay_workflow)
-    service.endpoint("fork_workflow", ForkWorkflow, workflows.fork_workflow)
     register_lifecycle(service, workflows, controls=workflow_driver if drive else None, loops=loops)
     register_loops(service, loops, abort=loop_driver.abort if drive else None)
     register_beads(service, epics)
