@@ -86,6 +86,8 @@ def show_lines(view: dict[str, Any]) -> list[str]:
     add("context", f"{view.get('context_strategy')}" + (f", anchor {view['anchor_turn_id']}"
                                                         if view.get("anchor_turn_id") else ""))
     add("created", f"{str(view.get('created_at', ''))[:19].replace('T', ' ')} UTC by {view.get('created_by')}")
+    if view.get("forked_from"):
+        add("forked", f"from {view['forked_from']} after its iteration {view.get('forked_at_iteration')}")
     if view.get("status") in ("blocked", "paused"):
         add("", f"→ autarch pulse resume {view['id']} [--message …]")
     if view.get("iterations"):
