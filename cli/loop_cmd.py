@@ -87,6 +87,8 @@ def show_lines(view: dict[str, Any]) -> list[str]:
     add("context", f"{view.get('context_strategy')}" + (f", anchor {view['anchor_turn_id']}"
                                                         if view.get("anchor_turn_id") else ""))
     add("created", f"{str(view.get('created_at', ''))[:19].replace('T', ' ')} UTC by {view.get('created_by')}")
+    if view.get("forked_from"):
+        add("forked", f"from {view['forked_from']} after its iteration {view.get('forked_at_iteration')}")
     if view.get("status") in ("blocked", "paused"):
         add("", f"→ autarch pulse resume {view['id']} [--message …]")
     if view.get("iterations"):
@@ -213,6 +215,22 @@ def cmd_compare(client: GatewayClient, args: argparse.Namespace) -> int:
     return print_comparison(recording, loop_replay_of(client, loop_id(client, args.session_id)), as_json=args.json)
 
 
+def cmd_fork(client: GatewayClient, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"atIteration": args.at_iteration}
+    if args.branch:
+        body["branchName"] = args.branch
+    if args.script:
+        body["script"] = args.script
+    original = loop_id(client, args.session_id)
+    view = client.post(f"/api/pulse/{original}/fork", body)
+    if args.json:
+        print_json(view)
+    else:
+        print(describe(view))
+        print(f"  forked from {original} after its iteration {args.at_iteration}, on branch {view['branch_name']}")
+    return 0
+
+
 def watch_loop(client: GatewayClient, given: str, *, reconnect_for: float = 60.0) -> int | None:
     """For ``autarch watch``: follow ``given`` if it is a loop session id, else None (not a session)."""
     try:
@@ -298,3 +316,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "differs (exit 1), or that it is the same run")
     compare.add_argument("recording", metavar="RECORDING", help="the file `autarch pulse record` wrote")
     compare.add_argument("session_id", metavar="ID", help="the replayed session")
+    fork = verb("fork", cmd_fork, "a new session from this one's history up to iteration K, on a branch cut from "
+                "that iteration's commit; it goes on with iteration K+1 (the original is not changed)")
+    fork.add_argument("session_id", metavar="ID")
+    fork.add_argument("--at-iteration", required=True, type=_positive, metavar="K",
+                      help="an ended iteration (before the session's last allowed one)")
+    fork.add_argument("--branch", metavar="NAME", help="the fork's branch (default autarch/loop-<id prefix>)")
+    fork.add_argument("--script", metavar="NAME", help=argparse.SUPPRESS)  # the scripted model's selector

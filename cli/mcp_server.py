@@ -1,10 +1,11 @@
 """``autarch mcp``: the gateway's loop-session and workflow verbs as MCP tools, served over stdio.
 
 Claude Code (or any MCP client) runs ``autarch mcp`` and gets the seed's ``pulse_start``, ``pulse_status``,
-``pulse_pause``, ``pulse_resume``, ``pulse_abort`` tools and the workflow verbs. Each tool is one HTTP call to
-the gateway with the CLI's connection settings (``--url``, ``--token-file``, ``--data-dir``), resolved at each
-call, so the server may start before ``autarch up`` does. A gateway error comes back as an MCP tool error
-whose text is the gateway's JSON body ``{"code", "message", "details"}``.
+``pulse_pause``, ``pulse_resume``, ``pulse_abort`` tools, ``pulse_fork`` and the workflow verbs (``workflow_fork``
+among them). Each tool is one HTTP call to the gateway with the CLI's connection settings (``--url``,
+``--token-file``, ``--data-dir``), resolved at each call, so the server may start before ``autarch up`` does. A
+gateway error comes back as an MCP tool error whose text is the gateway's JSON body ``{"code", "message",
+"details"}``.
 """
 
 from __future__ import annotations
@@ -126,6 +127,16 @@ def build_server(args: argparse.Namespace) -> Any:
         return gw.call("POST", f"/api/pulse/{_path_id(sessionId, 'sessionId')}/abort", body)
 
     @tool()
+    def pulse_fork(sessionId: str, atIteration: int, branchName: str | None = None) -> Json:
+        """A new loop session from this one's history up to iteration `atIteration` (an ended one), on a branch cut
+        from the commit it had then; it goes on with the next iteration, anchored on that one's hint. The original
+        is not changed."""
+        body: Json = {"atIteration": atIteration}
+        if branchName:
+            body["branchName"] = branchName
+        return gw.call("POST", f"/api/pulse/{_path_id(sessionId, 'sessionId')}/fork", body)
+
+    @tool()
     def workflow_create(title: str, request: str, repo: str, baseBranch: str | None = None,
                         branch: str | None = None) -> Json:
         """Start a workflow: agents take `request` on the git repository at `repo` (absolute) through scoping,
@@ -171,6 +182,16 @@ def build_server(args: argparse.Namespace) -> Any:
         """Continue a halted workflow; `message` is guidance for the agent that carries on."""
         body = {"message": message} if message else None
         return gw.call("POST", f"/api/workflows/{_path_id(workflowId, 'workflowId')}/resume", body)
+
+    @tool()
+    def workflow_fork(workflowId: str, at: int, branch: str | None = None) -> Json:
+        """A new workflow whose history is this one's first `at` events (its `version` counts them), going on live
+        from there on a branch of its own cut from the commit this one's branch had then (for example: request
+        changes to a plan this one approved). The original is not changed."""
+        body: Json = {"at": at}
+        if branch:
+            body["branch"] = branch
+        return gw.call("POST", f"/api/workflows/{_path_id(workflowId, 'workflowId')}/fork", body)
 
     @tool()
     def workflow_list() -> Json:

@@ -186,6 +186,8 @@ def show_lines(view: dict[str, Any], artifacts: dict[str, Any], beads: dict[str,
     branch = f" → branch {view['branch']}" if view.get("branch") else ""
     add("repo", f"{view['repo']} (base {view['base_branch']}{branch})")
     add("stage", f"{view['stage']}, {_status(view)}" + (f", path {view['path']}" if view.get("path") else ""))
+    if view.get("forked_from"):
+        add("forked", f"from {view['forked_from']} at its event {view.get('forked_at')}")
     halt = view.get("halt")
     if halt:
         pulse = f" in {halt['pulse_id']}" if halt.get("pulse_id") else ""
@@ -287,6 +289,20 @@ def _post_and_describe(client: GatewayClient, args: argparse.Namespace, route: s
         print_json(view)
     else:
         print(describe(view))
+    return 0
+
+
+def cmd_fork(client: GatewayClient, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"at": args.at}
+    for key in ("branch", "script"):
+        if getattr(args, key):
+            body[key] = getattr(args, key)
+    wf = client.workflow_id(args.workflow_id)
+    view = client.post(f"/api/workflows/{wf}/fork", body)
+    if args.json:
+        print_json(view)
+    else:
+        print(f"{describe(view)}\n  forked from {wf} at its event {args.at}; follow it:  autarch watch {view['id']}")
     return 0
 
 
@@ -454,6 +470,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     compare.add_argument("recording", metavar="RECORDING", help="the file `autarch workflow record` wrote")
     compare.add_argument("workflow_id", metavar="ID", help="the replayed workflow")
 
+    fork = verb("fork", cmd_fork, "make a new workflow from this one's first N events and carry it on from there "
+                "(the original is not changed)", json_flag=True)
+    fork.add_argument("workflow_id", metavar="ID")
+    fork.add_argument("--at", type=int, required=True, metavar="N",
+                      help="how many of the original's events the fork starts from (1 … its version)")
+    fork.add_argument("--branch", metavar="NAME", help="the fork's branch (default autarch/<id prefix>)")
+    fork.add_argument("--script", metavar="NAME", help=argparse.SUPPRESS)  # the scripted model's scenario selector
     answer = verb("answer", cmd_answer, "answer the agent's questions, one argument per question, in order",
                   json_flag=True)
     answer.add_argument("workflow_id", metavar="ID")

@@ -82,6 +82,7 @@ AbsolutePath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, patter
 BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Identifier = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$(?!\n)")]
 """Workflow and pulse ids: used in branch names, directory names and worktree ids."""
+CommitHex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}$(?!\n)")]
 RepositoryId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$(?!\n)")]
 ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$(?!\n)")]
 COMMIT_TYPES = ("feat", "fix", "docs", "style", "refactor", "perf", "test", "chore", "build", "ci")
@@ -199,6 +200,12 @@ class CreateWorkflowBranch(Command, kw_only=True):
     """The workflow branch name the user chose, e.g. ``autarch/jwt-validation``."""
     base_branch: BranchName | None = None
     """Defaults to the repository's registered base branch."""
+    start_commit: CommitHex | None = None
+    """Cut the branch at this commit instead of the base branch's head (a fork of another workflow: the commit
+    that workflow's branch had at the fork's event). The repository must hold it (``not_found`` otherwise)."""
+    base_commit: CommitHex | None = None
+    """With ``start_commit``: the commit the work is measured from (the original's base, so the fork's diff is
+    its whole change); default ``start_commit``."""
 
 
 class PulseView(Reply, kw_only=True):

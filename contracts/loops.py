@@ -27,6 +27,8 @@ __all__ = [
     "AnchorStrategy",
     "ContextStrategy",
     "CreatedBy",
+    "ForkLoop",
+    "ForkLoopBody",
     "GetLoop",
     "IterationStatus",
     "IterationView",
@@ -160,6 +162,10 @@ class LoopErrorCode:
     CARD_MOVED_ON = "card_moved_on"
     """A Stop link (``blocked_at``) for a block the session has left (resumed, or ended)."""
 
+    ITERATION_OUT_OF_RANGE = "iteration_out_of_range"
+    """A fork at an iteration the session has not ended (details: ``at_iteration``, ``iterations_ended``), or at
+    its last allowed one (nothing would be left to run)."""
+
     CONFLICTS = frozenset({NOT_RUNNING, NOT_RESUMABLE, FINISHED, CARD_MOVED_ON})
     """The codes that mean "not in this state" (HTTP 409)."""
 
@@ -187,6 +193,21 @@ class StartLoop(Command, kw_only=True):
     """The session's token budget (every iteration's tokens summed); spent → the session blocks."""
     max_cost_usd: CostBudget | None = None
     """The session's cost budget in US dollars at list prices; spent → the session blocks."""
+
+
+class ForkLoop(Command, kw_only=True):
+    """Make a new session whose history is ``forked_from``'s up to the end of its iteration ``at_iteration``, on a
+    branch cut from the commit its branch had then; it goes on with the next iteration, anchored on that one's hint
+    (the chained anchor). The original is only read. Idempotent on ``session_id``."""
+
+    session_id: SessionId
+    """The new session's id, chosen by the caller (a UUID) so that a retried fork cannot make a second one."""
+    forked_from: SessionId
+    at_iteration: Annotated[int, msgspec.Meta(ge=1)]
+    branch_name: BranchName | None = None
+    """Default ``autarch/loop-<first 8 characters of the new id>``."""
+    script: Script | None = None
+    """Scenario selector for the scripted model from here on (default: the original's)."""
 
 
 ITERATIONS_PER_VIEW = 100
@@ -314,6 +335,9 @@ class LoopView(Reply, kw_only=True):
     """How many iterations the session has (``iterations`` may hold only some of them)."""
     base_commit: str | None = None
     """The commit the session's branch was cut from (None until the branch exists): a replay starts there."""
+    forked_from: str | None = None
+    """For a fork: the session it was forked from, after its iteration ``forked_at_iteration``."""
+    forked_at_iteration: int | None = None
 
 
 class LoopSummary(msgspec.Struct, kw_only=True):
@@ -358,6 +382,17 @@ class StartLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, re
     script: Script | None = None
     max_tokens: TokenBudget | None = None
     max_cost_usd: CostBudget | None = None
+
+
+class ForkLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """``POST /api/pulse/{id}/fork``."""
+
+    at_iteration: Annotated[int, msgspec.Meta(ge=1)]
+    """The iteration (an ended one, before the session's last allowed) the fork starts after."""
+    session_id: SessionId | None = None
+    """Optional: a client that retries its fork sends the same id (default: a new UUID)."""
+    branch_name: BodyBranchName | None = None
+    script: Script | None = None
 
 
 class ResumeLoopBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -23,6 +23,8 @@ __all__ = [
     "FixPulseView",
     "FixRequest",
     "FixRoundView",
+    "ForkBody",
+    "ForkWorkflow",
     "GetArtifacts",
     "GetWorkflow",
     "ListWorkflows",
@@ -71,6 +73,39 @@ class CreateWorkflow(Command, kw_only=True):
     """The workflow branch the pulses commit to (default ``autarch/<first 8 characters of the id>``)."""
     script: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$(?!\n)")] | None = None
     """Scenario selector handed to the scripted model (tests, demo); ignored by real models."""
+
+
+ScriptName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$(?!\n)")]
+
+
+class ForkWorkflow(Command, kw_only=True):
+    """Make a new workflow whose history is the first ``at`` events of ``forked_from``, and carry it on live.
+
+    The original is only read. Idempotent on ``workflow_id``: the same fork twice records one workflow.
+    """
+
+    workflow_id: WorkflowId
+    """The new workflow's id, chosen by the caller (a UUID) so that a retried fork cannot record a second one."""
+    forked_from: WorkflowId
+    at: Annotated[int, msgspec.Meta(ge=1)]
+    """How many of the original's events the fork starts from (``version`` counts them; 1 is its creation)."""
+    branch: BranchName | None = None
+    """The fork's workflow branch (default ``autarch/<first 8 characters of the new id>``)."""
+    script: ScriptName | None = None
+    """Scenario selector handed to the scripted model from here on (default: the original's)."""
+
+
+class ForkBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/fork``. Unknown fields are refused."""
+
+    at: Annotated[int, msgspec.Meta(ge=1)]
+    """The number of the original's event the fork starts after (1 … the original's ``version``)."""
+    fork_id: WorkflowId | None = None
+    """The new workflow's id (default: a new UUID); given, a retried request records one fork."""
+    branch: BranchName | None = None
+    """The fork's workflow branch (default ``autarch/<first 8 characters of the new id>``)."""
+    script: ScriptName | None = None
+    """Scenario selector handed to the scripted model from here on (default: the original's)."""
 
 
 class GetWorkflow(Query, kw_only=True):
@@ -127,9 +162,15 @@ class WorkflowErrorCode:
     """An answer to a card (``card_version``, as an action link carries) that no longer awaits approval: it was
     approved, sent back or replaced."""
 
+    EVENT_OUT_OF_RANGE = "event_out_of_range"
+    """A fork ``at`` an event number the workflow has not recorded (details: ``at``, ``events_total``)."""
+    FORK_UNSUPPORTED = "fork_unsupported"
+    """A fork at a point it cannot start from (a bead plan's swarm execution: its workers' state is not the
+    workflow's)."""
+
     CONFLICTS = frozenset({NOT_AWAITING_APPROVAL, AWAITING_APPROVAL, WRONG_STAGE, NOT_HALTED, WRONG_HALT,
                            NOT_RUNNING, FINISHED, NO_REVIEW_COMMENTS, UNKNOWN_COMMENTS, FIX_ROUNDS_EXHAUSTED,
-                           CARD_MOVED_ON})
+                           CARD_MOVED_ON, FORK_UNSUPPORTED})
     """The codes that mean "not in this state" (HTTP 409)."""
 
 
@@ -359,6 +400,9 @@ class WorkflowView(Reply, kw_only=True):
     fix_rounds: int = 0
     """Change requests at review that sent the work back to execution so far (see ``fix_rounds`` of
     ``GET …/artifacts``)."""
+    forked_from: str | None = None
+    """For a fork: the workflow it was forked from (``forked_at``: after how many of that one's events)."""
+    forked_at: int | None = None
 
 
 class WorkflowList(Reply, kw_only=True):

@@ -24,6 +24,8 @@ from autarch.contracts.loops import (
     ITERATIONS_PER_VIEW,
     AbortLoop,
     AbortLoopBody,
+    ForkLoop,
+    ForkLoopBody,
     GetLoop,
     ListLoops,
     LoopErrorCode,
@@ -50,6 +52,7 @@ _STATUS = {
     LoopErrorCode.UNKNOWN_ANCHOR: 400,
     LoopErrorCode.NOT_A_REPOSITORY: 400,
     LoopErrorCode.MEMORY_UNAVAILABLE: 503,
+    LoopErrorCode.ITERATION_OUT_OF_RANGE: 400,
     GitErrorCode.BASE_BRANCH_MISSING: 400,
     GitErrorCode.INVALID_BRANCH_NAME: 400,
     GitErrorCode.BRANCH_EXISTS: 409,
@@ -168,4 +171,26 @@ async def abort_pulse(
     return await _ask(state, "abort_loop", command, LoopView, idempotent=False)
 
 
-LOOP_ROUTES = [start_pulse, get_pulse, list_pulse, pause_pulse, resume_pulse, abort_pulse]
+@post("/api/pulse/{session_id:str}/fork", status_code=201,
+      summary="Fork the session after one of its iterations into a new session that goes on from there",
+      tags=["pulse"], responses=error_responses(400, 404, 409))
+async def fork_pulse(
+    session_id: FromPath[str], state: State, data: JSONBody[ForkLoopBody]
+) -> LoopView | Response[ErrorReply]:
+    """Body: ``atIteration`` (K), optionally ``branchName`` (default ``autarch/loop-<new id>``), ``sessionId``
+    (send the same one to retry safely). The new session's history is this one's up to the end of iteration K;
+    its branch is cut from the commit this session's branch had then, in a worktree of its own, and it goes on
+    with iteration K+1, anchored on iteration K's hint (the chained anchor). ``forked_from`` and
+    ``forked_at_iteration`` say where it came from; this session is never changed.
+    404 for an unknown session; 400 ``iteration_out_of_range`` when iteration K has not ended or is the last the
+    session allows, or for a bad branch name; 409 when the branch exists or ``sessionId`` names another session.
+    A refused fork records nothing."""
+    sid = canonical_uuid(session_id)
+    if sid is None:
+        return _not_found(session_id)
+    command = ForkLoop(session_id=data.session_id or str(uuid.uuid4()), forked_from=sid,
+                       at_iteration=data.at_iteration, branch_name=data.branch_name, script=data.script)
+    return await _ask(state, "fork_loop", command, LoopView, idempotent=True)
+
+
+LOOP_ROUTES = [start_pulse, get_pulse, list_pulse, pause_pulse, resume_pulse, abort_pulse, fork_pulse]

@@ -13,6 +13,8 @@ from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.workflows import (
     ApproveBody,
     ApproveWorkflow,
+    ForkBody,
+    ForkWorkflow,
     GetArtifacts,
     RequestChanges,
     RequestChangesBody,
@@ -23,11 +25,13 @@ from autarch.contracts.workflows import (
 from autarch.runtime.errors import RemoteError
 
 from .errors import STATUS_OF, error_response
+from .input_rules import branch_name_problem
 from .orchestrator_client import ask_orchestrator
 
 __all__ = ["WORKFLOW_ROUTES", "lifecycle", "not_found", "workflow_id_of"]
 
-_STATUS = {**STATUS_OF, WorkflowErrorCode.INVALID_PLAN: 400, **dict.fromkeys(WorkflowErrorCode.CONFLICTS, 409)}
+_STATUS = {**STATUS_OF, WorkflowErrorCode.INVALID_PLAN: 400, WorkflowErrorCode.EVENT_OUT_OF_RANGE: 400,
+           **dict.fromkeys(WorkflowErrorCode.CONFLICTS, 409)}
 """Lifecycle codes: "not in this state" is 409 whatever the precise code (the code says which)."""
 
 
@@ -103,4 +107,33 @@ async def get_artifacts(workflow_id: FromPath[str], state: State) -> WorkflowArt
                             idempotent=True)
 
 
-WORKFLOW_ROUTES = [approve_workflow, request_changes, get_artifacts]
+@post("/api/workflows/{workflow_id:str}/fork", status_code=201,
+      summary="Fork the workflow at one of its events into a new workflow that carries on from there",
+      tags=["workflows"])
+async def fork_workflow(
+    workflow_id: FromPath[str], state: State, data: JSONBody[ForkBody]
+) -> WorkflowView | Response[ErrorReply]:
+    """Make a new workflow whose history is this one's first ``at`` events (its cards, approvals, pulses and
+    commits up to there) and that goes on live from that point: a card that awaited approval there awaits it
+    again, a step an agent was working on starts over with an agent of its own. When this workflow had a branch
+    by then, the fork's branch is cut from the commit it had at that event, in a worktree of its own. This
+    workflow is never changed. The new workflow's ``forked_from`` and ``forked_at`` say where it came from.
+
+    404 for an unknown workflow; 400 ``event_out_of_range`` when ``at`` is past its ``version``; 409
+    ``fork_unsupported`` inside a bead plan's swarm execution; 409 ``conflict`` for a ``fork_id`` that names
+    another workflow. A refused fork records nothing."""
+    wf = workflow_id_of(workflow_id)
+    if wf is None:
+        return not_found(workflow_id)
+    if data.branch is not None:
+        problem = branch_name_problem(data.branch)
+        if problem:
+            return error_response(ErrorReply(code=ErrorCode.BAD_REQUEST, message=f"branch {data.branch!r} is not "
+                                             f"a valid branch name: it {problem}", details={"field": "branch"}))
+    command = ForkWorkflow(workflow_id=data.fork_id or str(uuid.uuid4()), forked_from=wf, at=data.at,
+                           branch=data.branch, script=data.script)
+    # Idempotent on the new id: a retry after a lost reply answers the fork it made.
+    return await lifecycle(state, "fork_workflow", command, WorkflowView, idempotent=True)
+
+
+WORKFLOW_ROUTES = [approve_workflow, request_changes, get_artifacts, fork_workflow]

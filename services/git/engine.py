@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+from dulwich.objects import Commit
 from dulwich.repo import Repo
 
 from autarch.contracts.bead_git import (
@@ -65,7 +66,7 @@ from autarch.runtime.worktree_files import remove_tree
 from . import checkpoints, merges, workers
 from .checkout import commit_tree_id, reset_worktree, tracked_state
 from .commits import Identity
-from .dulwich_ids import ref_name
+from .dulwich_ids import oid, ref_name
 from .faults import FaultInjector
 from .refs import (
     BranchNameError,
@@ -98,6 +99,17 @@ def _check_branch_name(name: str) -> None:
         validate_branch_name(name)
     except BranchNameError as exc:
         raise fail(GitErrorCode.INVALID_BRANCH_NAME, f"illegal branch name: {exc}", branch=name) from None
+
+
+def _commit_in(repo: Repo, commit: str) -> bytes:
+    """``commit`` as the repository holds it; ``not_found`` when it holds no such commit."""
+    try:
+        found = repo.object_store[oid(commit.encode())]
+    except KeyError:
+        found = None
+    if not isinstance(found, Commit):
+        raise fail(ErrorCode.NOT_FOUND, f"the repository holds no commit {commit}", commit=commit)
+    return commit.encode()
 
 
 def _checked_out_branch(repo: Repo, path: str) -> str:
@@ -307,7 +319,11 @@ class GitEngine:
         try:
             ref = branch_ref(cmd.branch)
             if record is None:
-                base_commit = read_branch(repo, branch_ref(base_branch))
+                start = _commit_in(repo, cmd.start_commit) if cmd.start_commit else None
+                if start is None:
+                    base_commit = read_branch(repo, branch_ref(base_branch))
+                else:
+                    base_commit = _commit_in(repo, cmd.base_commit) if cmd.base_commit else start
                 if base_commit is None:
                     raise fail(
                         GitErrorCode.BASE_BRANCH_MISSING,
@@ -332,6 +348,7 @@ class GitEngine:
                     base_commit=base_commit.decode(),
                     worktree_path=str(worktree),
                     worktree_id=cmd.workflow_id,
+                    start_commit=start.decode() if start is not None else None,
                     created_at=time.time(),
                 )
                 if admin_dir(repo, record.worktree_id).exists():
@@ -347,7 +364,8 @@ class GitEngine:
         return self.view(GetWorkflowBranch(workflow_id=cmd.workflow_id))
 
     def _make_branch_and_worktree(self, repo: Repo, record: WorkflowRecord, ref: bytes) -> None:
-        base_commit = record.base_commit.encode()
+        # The branch starts at the base, or for a fork where its original's branch was at the fork's event.
+        base_commit = (record.start_commit or record.base_commit).encode()
         break_ref_lock(repo, ref)  # the record, saved before this step, makes the branch this workflow's
         current = read_branch(repo, ref)
         if current is None:
@@ -375,7 +393,7 @@ class GitEngine:
         reset_worktree(worktree, admin / "index", repo.object_store, commit_tree_id(repo.object_store, base_commit))
         self.faults.step_done("worktree")
         record.state = "ready"
-        record.worktree_commit = record.base_commit
+        record.worktree_commit = base_commit.decode()
         self.store.save_workflow(record)
 
     def view(self, query: GetWorkflowBranch) -> WorkflowBranchView:

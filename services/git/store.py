@@ -68,6 +68,8 @@ class WorkflowRecord(msgspec.Struct, kw_only=True):
     worktree_path: str
     worktree_id: str
     state: Literal["creating", "ready", "removed"] = "creating"
+    start_commit: str | None = None
+    """Where the branch was cut when not at ``base_commit`` (a fork: the original branch's commit at the fork)."""
     worktree_commit: str | None = None
     """The commit the worktree was last reset to (what "clean" is measured against)."""
     active_pulse: str | None = None

@@ -18,9 +18,9 @@ from tests.workflows.conftest import make_repo
 
 from .test_pulse_cmd import FILES, loop_system
 
-PULSE_TOOLS = {"pulse_start", "pulse_status", "pulse_pause", "pulse_resume", "pulse_abort"}
+PULSE_TOOLS = {"pulse_start", "pulse_status", "pulse_pause", "pulse_resume", "pulse_abort", "pulse_fork"}
 WORKFLOW_TOOLS = {"workflow_create", "workflow_status", "workflow_approve", "workflow_request_changes",
-                  "workflow_stop", "workflow_resume", "workflow_list"}
+                  "workflow_stop", "workflow_resume", "workflow_list", "workflow_fork"}
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,9 @@ async def test_tools_over_stdio(system: System, tmp_path: Path):
         assert aborted["status"] == "aborted"
         again = typed_error(await client.call_tool("pulse_resume", {"sessionId": session["id"]}))
         assert again["code"] == "loop_finished"
+        # A fork names an ended iteration: the refusal is the gateway's typed error, and nothing is made.
+        too_far = typed_error(await client.call_tool("pulse_fork", {"sessionId": session["id"], "atIteration": 99}))
+        assert too_far["code"] == "iteration_out_of_range"
 
         missing = typed_error(await client.call_tool("pulse_status",
                                                      {"sessionId": "0123abcd-0000-4000-8000-000000000000"}))
@@ -91,7 +94,8 @@ async def test_tools_over_stdio(system: System, tmp_path: Path):
         bad_ids = typed_error(await client.call_tool("workflow_request_changes", {
             "workflowId": "0123abcd-0000-4000-8000-000000000000", "feedback": "fix it", "fix": ["not-an-id"]}))
         assert bad_ids["code"] == "bad_request"
-        for verb, body in (("workflow_stop", {"reason": "enough"}), ("workflow_resume", {"message": "go on"})):
+        for verb, body in (("workflow_stop", {"reason": "enough"}), ("workflow_resume", {"message": "go on"}),
+                           ("workflow_fork", {"at": 1})):
             unknown = typed_error(await client.call_tool(verb, {"workflowId": "0123abcd-0000-4000-8000-000000000000",
                                                                 **body}))
             assert unknown["code"] == "not_found", (verb, unknown)

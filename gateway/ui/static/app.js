@@ -811,6 +811,23 @@ function sessionPage() {
 
 // --- workflow page -----------------------------------------------------------------------------------------
 
+// Fork: a new workflow from this one's first N events (``version`` counts them), carried on from there; the page
+// then opens the fork. This workflow is not changed.
+function forkForm(wf) {
+  const at = h("input", { id: "fork-at", type: "text", inputmode: "numeric", size: "6", value: String(wf.version),
+    "aria-describedby": "fork-help" });
+  const [button, alert] = action("Fork here", async () => {
+    const n = Number(at.value.trim());
+    if (!Number.isInteger(n) || n < 1 || n > wf.version) throw new Error(`Give an event number from 1 to ${wf.version}.`);
+    const fork = await api("POST", `/api/workflows/${wf.id}/fork`, { at: n });
+    location.assign(`/workflows/${fork.id}`);
+  });
+  return h("details", { class: "panel keep", id: "fork" }, h("summary", {}, "Fork this workflow"),
+    h("p", { class: "muted", id: "fork-help" }, `A new workflow starts from this one's first N events (of ${wf.version}) `
+      + "with its own branch and agents, and goes on from there; this one is not changed."),
+    h("div", { class: "row" }, h("label", { for: "fork-at" }, "Event N "), at, button, alert));
+}
+
 function workflowPage() {
   let wf = STATE.workflow;
   let cards = STATE.artifacts;
@@ -850,6 +867,8 @@ function workflowPage() {
       h("h1", {}, wf.title, " ", badge(wf.status)),
       h("p", { class: "muted" }, h("span", { id: "stage-k" }, `Stage ${k}/5 · ${label}`), wf.path ? ` · ${wf.path} path` : "",
         " · ", agents.summary, " · ", h("span", { class: "mono" }, wf.repo), wf.branch ? [" · ", h("span", { class: "mono" }, wf.branch)] : null),
+      wf.forked_from ? h("p", { class: "muted", id: "forked-from" }, "Forked from ",
+        h("a", { href: `/workflows/${wf.forked_from}`, class: "mono" }, wf.forked_from.slice(0, 8)), ` after its event ${wf.forked_at}`) : null,
       track, h("details", { class: "keep", id: "request" }, h("summary", {}, "Request"), h("div", { class: "msg" }, wf.request)),
       stop.length ? h("div", { class: "row" }, ...stop) : null,
       wf.last_error ? h("p", { class: "error" }, wf.last_error) : null].filter(Boolean));
@@ -894,6 +913,7 @@ function workflowPage() {
       parts.push(h("details", { class: "panel" }, h("summary", {}, `Notes (${cards.notes.length})`),
         cards.notes.map((n) => h("div", { class: "sub" }, h("strong", {}, human(n.stage)), h("div", { class: "msg" }, n.note)))));
     }
+    parts.push(forkForm(wf));
     panel.replaceChildren(...parts);
   });
 

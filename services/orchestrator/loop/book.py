@@ -9,6 +9,7 @@ iteration (the anchor, the prompt, the iteration's worktree), whose start makes 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,7 @@ from autarch.contracts.git import (
 )
 from autarch.contracts.loops import (
     AbortLoop,
+    ForkLoop,
     GetLoop,
     ListLoops,
     LoopErrorCode,
@@ -49,6 +51,7 @@ from autarch.runtime.settings import OrchestratorSettings
 from ..application import WorkflowApplication
 from ..book import Book, ignore
 from ..writer import BatchedWriter
+from .forks import forked_history, loop_fork_point
 from .model import LoopSession
 from .views import Made, page_of, summary_of, view_of
 
@@ -159,6 +162,39 @@ class LoopBook:
             await self.book.save(cmd.session_id, session)
         return self.views[str(session.id)]
 
+    async def fork_loop(self, cmd: ForkLoop) -> LoopView:
+        """Make ``cmd.session_id`` a fork of ``cmd.forked_from`` after its iteration ``cmd.at_iteration``
+        (``forks.py``); the original is only read. A repeated fork answers the recorded one."""
+        key, forked_from = self.book.key(cmd.session_id), self.book.key(cmd.forked_from)
+        cmd = msgspec.structs.replace(cmd, session_id=key, forked_from=forked_from)
+        async with self.book.lock(key):
+            existing = self.views.get(key)
+            if existing is not None:
+                if (existing.forked_from, existing.forked_at_iteration) != (forked_from, cmd.at_iteration):
+                    raise ServiceFailure.conflict(f"loop session {key} already exists and is not this fork",
+                                                  session_id=key)
+                return page_of(existing)
+            point = await asyncio.to_thread(loop_fork_point, self.app, cmd)
+            repo = await self._git("register_repository",
+                                   RegisterRepository(path=point.project_path, base_branch=point.base_branch),
+                                   RepositoryRegistered)
+            # Cut where the original's branch was after iteration K (a retry finds the branch this fork made).
+            branch = await self._git("create_workflow_branch",
+                                     CreateWorkflowBranch(workflow_id=key, repository_id=repo.repository_id,
+                                                          branch=cmd.branch_name or f"autarch/loop-{key[:8]}",
+                                                          base_branch=repo.base_branch,
+                                                          start_commit=point.start_commit,
+                                                          base_commit=point.base_commit),
+                                     WorkflowBranchView)
+            fork = await asyncio.to_thread(forked_history, self.app, forked_from, key, point.version)
+            fork._forked(forked_from=forked_from, at_iteration=cmd.at_iteration,
+                         branch={"branch": branch.branch, "worktree_path": branch.worktree_path,
+                                 "base_commit": branch.base_commit, "repository_id": repo.repository_id},
+                         script=cmd.script if cmd.script is not None else point.script,
+                         closed=[it.number for it in fork.iterations if not it.session_closed], at=_now())
+            await self.book.save(key, fork)
+        return page_of(self.views[key])
+
     async def _check_anchor(self, turn_id: str, project_path: str) -> None:
         try:
             found = await request(self.nc, subjects.request("indexer", "find_turn"),
@@ -237,4 +273,5 @@ def register_loops(service: TypedService, book: LoopBook, abort: Abort | None = 
     service.endpoint("pause_loop", PauseLoop, book.pause_loop)
     service.endpoint("resume_loop", ResumeLoop, book.resume_loop)
     service.endpoint("abort_loop", AbortLoop, abort_loop)
+    service.endpoint("fork_loop", ForkLoop, book.fork_loop)
     service.endpoint(fx.SEARCH_HISTORY_VERB, fx.SearchHistory, book.search_history)

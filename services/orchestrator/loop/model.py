@@ -123,8 +123,14 @@ class Iteration(msgspec.Struct, kw_only=True):
 class LoopSession(Aggregate):
     """A goal handed to agents that iterate on it unattended, one signalled iteration at a time."""
 
+    forked_from: str | None = None
+    """For a fork (``forks.py``): the session whose history up to iteration ``forked_at_iteration`` this one's
+    history starts with."""
+    forked_at_iteration: int | None = None
+
     if TYPE_CHECKING:
         # The event classes the @event decorators below create when the class is built (mypy cannot see them).
+        Forked: ClassVar[type[Any]]
         IterationEnded: ClassVar[type[Any]]
         IterationStarted: ClassVar[type[Any]]
         Resumed: ClassVar[type[Any]]
@@ -267,6 +273,21 @@ class LoopSession(Aggregate):
     def _note_taken(self, *, note_id: str, agent_session_id: str, note: str, taken_at: str, key: str) -> None:
         self.notes.append(note)
         self.seen[key] = note_id
+
+    @event("Forked")
+    def _forked(self, *, forked_from: str, at_iteration: int, branch: dict[str, Any], script: str | None,
+                closed: list[int], at: str) -> None:
+        # The first event of a fork's own, after the copied history: its branch and worktree (cut where the
+        # original's branch was after that iteration), the original's agent sessions counted closed (the original
+        # closes its own), and running again from the next iteration whatever the original decided after it.
+        self.forked_from, self.forked_at_iteration = forked_from, at_iteration
+        self.branch = msgspec.convert(branch, LoopBranch)
+        self.branch_name, self.script = self.branch.branch, script
+        self.worktree_removed, self.worktree_left = False, None
+        for number in closed:
+            self._change(number, session_closed=True)
+        self.status, self.status_reason, self.pause_requested = "running", None, False
+        self.updated_at = at
 
     def _change(self, number: int, **changes: Any) -> None:
         """Put iteration ``number`` with ``changes`` in its place. An iteration is replaced, never changed in place,

@@ -85,7 +85,8 @@ def view_of(session: LoopSession, made: Made | None = None) -> LoopView:
         worktree_path=session.branch.worktree_path if session.branch and not session.worktree_removed else None,
         max_tokens=session.max_tokens, max_cost_usd=session.max_cost_usd,
         iterations=[view for _, view, _ in made], iterations_total=len(made),
-        base_commit=session.branch.base_commit if session.branch else None)
+        base_commit=session.branch.base_commit if session.branch else None,
+        forked_from=session.forked_from, forked_at_iteration=session.forked_at_iteration)
 
 
 def page_of(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> LoopView:

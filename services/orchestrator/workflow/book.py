@@ -8,8 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import msgspec
+
 from autarch.contracts.workflows import (
     CreateWorkflow,
+    ForkWorkflow,
     GetWorkflow,
     ListWorkflows,
     ReplayedWorkflow,
@@ -23,6 +26,7 @@ from ..application import WorkflowApplication
 from ..book import Book, ignore
 from ..replay import replay
 from ..writer import BatchedWriter
+from .forks import fork_point, forked_history, record_fork
 from .model import Workflow
 from .state import HaltDetails
 from .steps import needs_driving
@@ -86,6 +90,26 @@ class WorkflowBook:
         self.kick(view.id)  # a repeated create makes sure the workflow is moving
         return view
 
+    async def fork_workflow(self, command: ForkWorkflow) -> WorkflowView:
+        """Make ``command.workflow_id`` a fork of ``command.forked_from`` at its event ``command.at`` (``forks.py``).
+
+        The original is only read. A repeated fork answers the recorded one; the id of any other workflow is a
+        ``conflict``. An unknown original is ``not_found``, ``at`` past its events ``event_out_of_range``.
+        """
+        key = self.book.key(command.workflow_id)
+        command = msgspec.structs.replace(command, workflow_id=key, forked_from=self.book.key(command.forked_from))
+        async with self.book.lock(key):
+            existing = await self.book.find(key)
+            if existing is None:
+                fork = await asyncio.to_thread(_fork, self.app, command)
+                await self.book.save(key, fork)  # its view, and the driver's kick
+                return self.views[key]
+            if (existing.forked_from, existing.forked_at) != (command.forked_from, command.at):
+                raise ServiceFailure.conflict(f"workflow {key} already exists and is not this fork", workflow_id=key)
+            view = self.views[key] = view_of(existing)
+        self.kick(key)  # a repeated fork makes sure the fork is moving
+        return view
+
     async def read(self, workflow_id: str) -> Workflow:
         """The workflow as the store holds it; ``not_found`` for an unknown (or malformed) id.
 
@@ -129,3 +153,11 @@ class WorkflowBook:
             return await asyncio.to_thread(replay, self.app, query.workflow_id, at=query.at)
         except LookupError:
             raise ServiceFailure.not_found(f"no workflow {query.workflow_id}", workflow_id=query.workflow_id) from None
+
+
+def _fork(app: WorkflowApplication, command: ForkWorkflow) -> Workflow:
+    # Blocking reads of the original, in a worker thread.
+    point = fork_point(app, command)
+    fork = forked_history(app, command.forked_from, command.workflow_id, command.at)
+    record_fork(fork, command, point.start_commit)
+    return fork

@@ -123,6 +123,9 @@ def next_action(driver: WorkflowDriver, wf: Workflow) -> Action | None:
     closing = sessions_to_close(wf)
     if closing:
         return lambda: driver.close_session(wid, closing[0])
+    if wf.execution is None and wf.fork_start_commit is not None:
+        # A fork of a workflow that had a branch: its own branch is cut first, whatever stage it is in.
+        return lambda: driver.prepare_execution(wid)
     if wf.abandoned or wf.stage == "done":
         if wf.execution is not None and not wf.worktree_removed:
             return lambda: driver.remove_worktree(wid)
@@ -338,7 +341,9 @@ class WorkflowDriver:
                                RegisterRepository(path=wf.repo, base_branch=wf.base_branch), RepositoryRegistered)
         branch = await self._ask("git", "create_workflow_branch",
                                  CreateWorkflowBranch(workflow_id=workflow_id, repository_id=repo.repository_id,
-                                                      branch=wf.branch, base_branch=wf.base_branch),
+                                                      branch=wf.branch, base_branch=wf.base_branch,
+                                                      start_commit=wf.fork_start_commit,
+                                                      base_commit=wf.fork_base_commit),
                                  WorkflowBranchView)
         await self._record(workflow_id, lambda w: w.execution_prepared(
             branch=branch.branch, worktree_path=branch.worktree_path, base_commit=branch.base_commit,

@@ -14,6 +14,7 @@ import msgspec
 from autarch.contracts.agents import Question, SubmitScopeArgs
 
 from .fixes import comment_line
+from .lifecycle import revision_request
 
 if TYPE_CHECKING:
     from .model import Workflow
@@ -51,6 +52,18 @@ def _card(title: str, card: msgspec.Struct | None) -> str:
 
 def kickoff(step: str, workflow: Workflow, run: PulseRun | None = None) -> str:
     """The first message of the session that works on ``step`` of ``workflow``."""
+    text = _kickoff(step, workflow, run)
+    card = {"scoping": workflow.artifacts.scoping, "research": workflow.artifacts.research,
+            "planning": workflow.artifacts.planning}.get(step)
+    if card is not None and workflow.last_feedback is not None:
+        # A card sent back with no session of this workflow to revise it (a fork: the card came with the
+        # original's history): the new session gets the card and the change request together.
+        text += (f"\n\n{_card('Your earlier submission', card)}\n\n"
+                 f"{revision_request(step, workflow.last_feedback)}")
+    return text
+
+
+def _kickoff(step: str, workflow: Workflow, run: PulseRun | None) -> str:
     request = f"# Request: {workflow.title}\n\n{workflow.request}"
     scope = workflow.artifacts.scoping
     if step == "scoping":

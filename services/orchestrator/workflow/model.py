@@ -80,6 +80,12 @@ class Workflow(Aggregate):
     card_version: int | None = None
     """The version the card awaiting approval was recorded at (what an action link names); a class default, so a
     workflow restored from a snapshot older than the field has it (None: answers naming a card are refused)."""
+    forked_from: str | None = None
+    """For a fork (``forks.py``): the workflow whose first ``forked_at`` events this one's history starts with."""
+    forked_at: int | None = None
+    fork_start_commit: str | None = None
+    """For a fork made after its original's branch existed: the commit the fork's branch is cut at."""
+    fork_base_commit: str | None = None
 
     if TYPE_CHECKING:
         # The event classes the @event decorators below create when the class is built (mypy cannot see them).
@@ -92,6 +98,7 @@ class Workflow(Aggregate):
         ErrorRecorded: ClassVar[type[Any]]
         ExecutionPrepared: ClassVar[type[Any]]
         FixRoundOpened: ClassVar[type[Any]]
+        Forked: ClassVar[type[Any]]
         Halted: ClassVar[type[Any]]
         NoteTaken: ClassVar[type[Any]]
         PlanBounced: ClassVar[type[Any]]
@@ -261,6 +268,27 @@ class Workflow(Aggregate):
         assert self.review is not None
         self.review.comments.append(msgspec.convert(comment, ReviewCommentView))
         self.seen[key] = str(comment["comment_id"])
+
+    @event("Forked")
+    def _forked(self, *, forked_from: str, at: int, branch: str, script: str | None, closed_steps: list[str],
+                dropped_steps: list[str], dropped_runs: list[str], start_commit: str | None,
+                base_commit: str | None) -> None:
+        # The first event of a fork's own, after the copied history (``forks.py`` decides what it drops): the
+        # original's agents and worktree are never this workflow's, so the steps they were doing start over here.
+        self.forked_from, self.forked_at = forked_from, at
+        self.branch, self.script = branch, script
+        for step in closed_steps:
+            self.sessions[step].closed = True
+        for step in dropped_steps:
+            del self.sessions[step]
+            self.nudges.pop(step, None)
+        self.outbox = [m for m in self.outbox if m.step not in dropped_steps]
+        self.runs = [r for r in self.runs if r.id not in dropped_runs]
+        if self.halt is not None and self.halt.step in dropped_steps:
+            self.halt = None
+        # The original's branch and worktree stay its own: the driver cuts the fork's at ``start_commit``.
+        self.execution, self.worktree_removed = None, False
+        self.fork_start_commit, self.fork_base_commit = start_commit, base_commit
 
     # --- commands -----------------------------------------------------------------------------------
 

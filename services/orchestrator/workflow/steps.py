@@ -131,6 +131,8 @@ def needs_driving(wf: Workflow) -> bool:
     is not removed or a session of it is not closed yet (a process that died before doing that)."""
     if not (wf.abandoned or wf.stage == "done"):
         return True
+    if wf.execution is None and wf.fork_start_commit is not None:
+        return True  # a fork of a finished workflow whose branch is not cut yet (``forks.py``)
     return (wf.execution is not None and not wf.worktree_removed) or bool(sessions_to_close(wf))
 
 

@@ -14,6 +14,7 @@ from autarch.contracts.execution import AnswerQuestions, ApproveExtension, Resum
 from autarch.contracts.workflows import (
     ApproveWorkflow,
     FinishExecution,
+    ForkWorkflow,
     GetArtifacts,
     RequestChanges,
     SubmitPlan,
@@ -45,6 +46,7 @@ LIFECYCLE_VERBS = (
     "request_changes",
     "finish_execution",
     "get_artifacts",
+    "fork_workflow",
     *fx.ORCHESTRATOR_TOOL_VERBS,
     "stop_workflow",
     "resume_workflow",
@@ -172,6 +174,8 @@ def register_lifecycle(service: TypedService, orch: WorkflowBook, controls: Work
     service.endpoint("request_changes", RequestChanges, request_changes)
     service.endpoint("finish_execution", FinishExecution, finish_execution)
     service.endpoint("get_artifacts", GetArtifacts, get_artifacts)
+    # A fork records a new workflow from the store alone; its driver cuts its branch (``forks.py``).
+    service.endpoint("fork_workflow", ForkWorkflow, orch.fork_workflow)
     service.endpoint(fx.TAKE_NOTE_VERB, fx.TakeNote, take_note)
     service.endpoint(fx.RECORD_BASELINE_VERB, fx.RecordBaseline, record_baseline)
     service.endpoint(fx.GET_SCOPE_CARD_VERB, fx.GetScopeCard, get_scope_card)

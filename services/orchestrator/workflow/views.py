@@ -140,4 +140,6 @@ def view_of(workflow: Workflow) -> WorkflowView:
         current_pulse=running.id if (running := workflow.running_run()) is not None else None,
         sessions={step: s.session_id for step, s in workflow.sessions.items()},
         fix_rounds=len(workflow.fix_rounds),
+        forked_from=workflow.forked_from,
+        forked_at=workflow.forked_at,
     )
