@@ -215,8 +215,10 @@ class LiveEvents:
             return False
         self._queue.append(message)
         self.last = sequence
-        self._wake()
         return True
+
+    def wake(self) -> None:
+        self._wake()
 
     def fell_behind(self) -> None:
         feed = self._feed
@@ -225,13 +227,13 @@ class LiveEvents:
         self._behind = True
         self._catch_up = asyncio.ensure_future(self._catching_up())
 
-    def take_delta(self, message: Encoded) -> None:
+    def take_delta(self, message: Encoded) -> bool:
         # Behind, the connection keeps room for the recorded events it owes.
         if len(self._queue) >= (self._buffer // 2 if self._behind else self._buffer):
             self.dropped_deltas += 1
-            return
+            return False
         self._queue.append(message)
-        self._wake()
+        return True
 
     def feed_failed(self, error: BaseException) -> None:
         self._fail(error)
