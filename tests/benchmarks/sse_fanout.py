@@ -323,9 +323,12 @@ def running_system(tmp: Path, *, source: str = "demo") -> Iterator[System]:
     try:
         system.start()
         info = system.run_info() or {}
+        pids = {name: int(pid) for name, pid in (info.get("children") or {}).items() if pid}
+        if info.get("nats_pid"):
+            pids["nats-server"] = int(info["nats_pid"])
         yield System(url=system.url, token=system.token, nats_url=f"nats://127.0.0.1:{system.nats_port}",
                      gateway_pid=int(info["children"]["gateway"]), source=source, repos=tmp / "repos",
-                     alive=system.alive, client=system.client)
+                     alive=system.alive, client=system.client, extra={"pids": pids})
     finally:
         system.stop()
         if model is not None:
