@@ -34,7 +34,7 @@ from autarch.contracts.agents import TurnDelta
 
 from .stream_reader import StreamReader, in_background
 
-__all__ = ["CATCH_UPS", "FOLLOW_BATCH", "DeltaFeed", "Encoded", "Fanout", "Member", "RecordedFeed", "Waker",
+__all__ = ["CATCH_UPS", "FOLLOW_BATCH", "Chunk", "DeltaFeed", "Encoded", "Fanout", "Member", "RecordedFeed", "Waker",
            "fanout_of", "recorded_message"]
 
 log = logging.getLogger(__name__)
@@ -77,26 +77,38 @@ def recorded_message(msg: Msg) -> Encoded:
     return Encoded(data=msg.data.decode(), event=event_type, id=msg.metadata.sequence.stream)
 
 
+class Chunk(ServerSentEventMessage):
+    """The messages of one feed window a group of connections all get, joined into one write once for them all.
+
+    ``entries`` are (stream sequence, message), sequence 0 for a delta; ``last`` is the sequence of the last
+    recorded event in it (0: none).
+    """
+
+    def __init__(self, entries: list[tuple[int, Encoded]]) -> None:
+        super().__init__(data=None)
+        self.entries = entries
+        self.messages = [message for _, message in entries]
+        self.recorded = sum(1 for sequence, _ in entries if sequence)
+        self.last = max((sequence for sequence, _ in entries), default=0)
+        self._encoded = b"".join(message.encode() for message in self.messages)
+
+    def encode(self) -> bytes:
+        return self._encoded
+
+
 class Member(Protocol):
     """What a feed asks of a connection attached to it."""
 
     last: int
     """The stream sequence of the last recorded event the connection has (queued or sent)."""
 
-    def take_recorded(self, message: Encoded, sequence: int) -> bool:
-        """Queue a recorded event, without waking the connection; False when the buffer is full (nothing queued)."""
-        ...
-
-    def wake(self) -> None:
-        """Messages were queued: send them."""
+    def take(self, chunk: Chunk) -> bool:
+        """Queue what ``chunk`` holds after ``last`` (deltas it has no room for counted dropped) and wake up; False
+        when a recorded event found the buffer full (it and the rest of the chunk's recorded events not queued)."""
         ...
 
     def fell_behind(self) -> None:
         """The feed detached the connection (its buffer was full): it catches up on its own."""
-        ...
-
-    def take_delta(self, message: Encoded) -> bool:
-        """Queue a delta without waking the connection (True), or count it dropped (False)."""
         ...
 
     def feed_failed(self, error: BaseException) -> None:
@@ -158,18 +170,14 @@ class RecordedFeed:
     def _dispatch(self, msg: Msg) -> None:
         sequence = msg.metadata.sequence.stream
         self.position = sequence
-        message = recorded_message(msg)
-        behind: list[Member] = []
-        due = self._waker.due
-        for member in self._attached:
-            if sequence > member.last:
-                if member.take_recorded(message, sequence):
-                    due[member] = None
-                else:
-                    behind.append(member)
-        self._waker.schedule()
-        for member in behind:
-            del self._attached[member]
+        self._waker.add(self, sequence, recorded_message(msg), len(self._attached))
+
+    def attached(self) -> list[Member]:
+        return list(self._attached)
+
+    def detach(self, member: Member) -> None:
+        """``member`` found its buffer full: it catches up on its own (and attaches again once caught up)."""
+        if self._attached.pop(member, 0) is None:
             member.fell_behind()
 
     def _fail(self, error: BaseException) -> None:
@@ -247,12 +255,13 @@ class DeltaFeed:
         except msgspec.DecodeError:  # not ours to forward: the subject is shared, the payload is checked
             log.debug("ignored a malformed delta on %s", msg.subject)
             return
-        message = Encoded(data=msg.data.decode(), event=delta.type)
-        due = self._waker.due
-        for member in self._attached:
-            if member.take_delta(message):
-                due[member] = None
-        self._waker.schedule()
+        self._waker.add(self, 0, Encoded(data=msg.data.decode(), event=delta.type), len(self._attached))
+
+    def attached(self) -> list[Member]:
+        return list(self._attached)
+
+    def detach(self, member: Member) -> None:
+        """Deltas are dropped when there is no room, never a reason to detach."""
 
     def _end(self) -> None:
         if self.ended:
@@ -272,34 +281,53 @@ async def _unsubscribe(sub: Subscription) -> None:
 
 
 class Waker:
-    """Wakes the connections that were handed messages, all together, a moment after the first message.
+    """Hands the messages of the shared feeds out to their connections a window at a time, each window's messages
+    joined into one write once for every connection that gets the same ones.
 
-    Sending costs a turn of the event loop and a write per connection, whatever the write carries: woken at each
-    message, a thousand connections following a busy workflow cost a thousand writes per event and per delta, and
-    the last connection's wait grows with every message behind which it queues. Woken together after a short
-    window (:data:`WAKE_WINDOW_PER_MEMBER` per connection to wake, at most :data:`WAKE_WINDOW_MAX`: nothing for a
-    few connections, 20 ms for a thousand), an event and the deltas that follow it go out in one write per
-    connection, and the write rate no longer follows the message rate.
+    Sending costs a turn of the event loop and a write per connection, whatever the write carries: handed out one
+    by one, a thousand connections following a busy workflow cost a thousand queue appends per message and a
+    thousand writes per event and per delta, and the last connection's wait grows with every message it queues
+    behind. Gathered over a short window (:data:`WAKE_WINDOW_PER_MEMBER` per connection, at most
+    :data:`WAKE_WINDOW_MAX`: nothing for a few connections, 20 ms for a thousand), an event and the deltas that
+    follow it are joined once and go out in one write per connection. The window keeps the order the messages
+    came in, recorded events and deltas alike.
     """
 
     def __init__(self) -> None:
-        self.due: dict[Member, None] = {}
-        """The connections to wake (the feeds add to it, then call :meth:`schedule`)."""
+        self._window: list[tuple[RecordedFeed | DeltaFeed, int, Encoded]] = []
         self._handle: asyncio.Handle | None = None
 
-    def schedule(self) -> None:
-        if self._handle is not None or not self.due:
-            return
-        loop = asyncio.get_running_loop()
-        window = min(WAKE_WINDOW_MAX, len(self.due) * WAKE_WINDOW_PER_MEMBER)
-        # Under a millisecond: the next turn of the loop, which already gathers what came in the same read.
-        self._handle = loop.call_later(window, self._wake) if window >= 0.001 else loop.call_soon(self._wake)
+    def add(self, feed: RecordedFeed | DeltaFeed, sequence: int, message: Encoded, members: int) -> None:
+        """``message`` of ``feed`` (``sequence`` 0 for a delta) goes out with the window; ``members``: how many
+        connections it goes to, which sets the window's length."""
+        self._window.append((feed, sequence, message))
+        if self._handle is None:
+            loop = asyncio.get_running_loop()
+            window = min(WAKE_WINDOW_MAX, members * WAKE_WINDOW_PER_MEMBER)
+            # Under a millisecond: the next turn of the loop, which already gathers what came in the same read.
+            self._handle = loop.call_later(window, self._flush) if window >= 0.001 else loop.call_soon(self._flush)
 
-    def _wake(self) -> None:
+    def _flush(self) -> None:
         self._handle = None
-        due, self.due = self.due, {}
-        for member in due:
-            member.wake()
+        window, self._window = self._window, []
+        feeds: dict[RecordedFeed | DeltaFeed, None] = dict.fromkeys(feed for feed, _, _ in window)
+        follows: dict[Member, list[RecordedFeed | DeltaFeed]] = {}
+        for feed in feeds:
+            for member in feed.attached():
+                follows.setdefault(member, []).append(feed)
+        # Connections following the same feeds from the same last event get the same chunk: joined once.
+        chunks: dict[tuple[tuple[int, ...], int], Chunk | None] = {}
+        for member, followed in follows.items():
+            key = (tuple(id(feed) for feed in followed), member.last)
+            if key in chunks:
+                chunk = chunks[key]
+            else:
+                entries = [(sequence, message) for feed, sequence, message in window
+                           if feed in followed and (sequence == 0 or sequence > member.last)]
+                chunk = chunks[key] = Chunk(entries) if entries else None
+            if chunk is not None and not member.take(chunk):
+                for feed in followed:
+                    feed.detach(member)
 
 
 class Fanout:
