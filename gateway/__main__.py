@@ -23,20 +23,8 @@ def main() -> None:
     sock = listen("gateway", settings.host, settings.port, setting="--port or AUTARCH_PORT")
     app = create_app(settings)
     settle_heap()  # the app and its routes live as long as the process: out of the collector's way
-    # httptools when installed (the gateway extra has it): writing an SSE chunk costs a few microseconds there and
-    # ten times that through h11, once per connection per write, which a thousand followers multiply. The loop
-    # stays asyncio's whatever else is installed.
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                            http="httptools" if _has_httptools() else "h11", loop="asyncio")
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
-
-
-def _has_httptools() -> bool:
-    try:
-        import httptools  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 However many SSE connections follow the same filter (every event, or one workflow's), the gateway reads the
 stream for them once: a :class:`RecordedFeed` follows it with one consumer of its own (a
-:class:`~autarch.gateway.stream_reader.StreamReader`), encodes each event once and hands the same message to
-every connection attached to it; a :class:`DeltaFeed` does the same with one core-NATS subscription to the live
-deltas. A feed starts with its first connection and ends with its last.
+:class:`~autarch.gateway.stream_reader.StreamReader`) and encodes each event once; a :class:`DeltaFeed` does the
+same with one core-NATS subscription to the live deltas. The :class:`Waker` hands both out to the connections
+attached, a short window at a time, each window's messages joined once into one write (a :class:`Chunk`) for
+every connection that gets the same ones. A feed starts with its first connection and ends with its last.
 
 A connection joins the recorded feed at a stream sequence ``last`` (the last event it has): at once when it
 wants only new events or already has everything the feed has handed out (``last >= position``), otherwise
