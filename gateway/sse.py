@@ -9,9 +9,10 @@ last recorded event.
 Shared reading: the connections following the same filter share one reading of the stream and one delta
 subscription (:mod:`autarch.gateway.fanout`), so a thousand watchers cost the server and NATS about what one
 does; the feeds hand their messages out a short window at a time, joined once into the write every connection
-getting the same ones sends. A connection resuming from an older event first catches up on its own — a consumer of its own
-(:mod:`autarch.gateway.stream_reader`) from its ``Last-Event-ID`` — until it has every event the shared feed
-has handed out, then joins the feed, which gives it only the events after its last one: no gap, no repeat.
+getting the same ones sends. A connection resuming from an older event first catches up on its own — a consumer
+of its own (:mod:`autarch.gateway.stream_reader`) from its ``Last-Event-ID`` — until it has every event the
+shared feed has handed out, then joins the feed, which gives it only the events after its last one: no gap, no
+repeat.
 
 Back-pressure: each connection has a bounded queue between NATS and the socket. A recorded event that finds
 it full is not dropped and does not hold the shared feed back: the connection is detached from the feed and
