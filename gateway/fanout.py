@@ -2,9 +2,10 @@
 
 However many SSE connections follow the same filter (every event, or one workflow's), the gateway reads the
 stream for them once: a :class:`RecordedFeed` follows it with one consumer of its own (a
-:class:`~autarch.gateway.stream_reader.StreamReader`), encodes each event once and hands the same message to
-every connection attached to it; a :class:`DeltaFeed` does the same with one core-NATS subscription to the live
-deltas. A feed starts with its first connection and ends with its last.
+:class:`~autarch.gateway.stream_reader.StreamReader`) and encodes each event once; a :class:`DeltaFeed` does the
+same with one core-NATS subscription to the live deltas. The :class:`Waker` hands both out to the connections
+attached, a short window at a time, each window's messages joined once into one write (a :class:`Chunk`) for
+every connection that gets the same ones. A feed starts with its first connection and ends with its last.
 
 A connection joins the recorded feed at a stream sequence ``last`` (the last event it has): at once when it
 wants only new events or already has everything the feed has handed out (``last >= position``), otherwise
@@ -34,8 +35,8 @@ from autarch.contracts.agents import TurnDelta
 
 from .stream_reader import StreamReader, in_background
 
-__all__ = ["CATCH_UPS", "FOLLOW_BATCH", "DeltaFeed", "Encoded", "Fanout", "Member", "RecordedFeed", "fanout_of",
-           "recorded_message"]
+__all__ = ["CATCH_UPS", "FOLLOW_BATCH", "Chunk", "DeltaFeed", "Encoded", "Fanout", "Member", "RecordedFeed", "Waker",
+           "fanout_of", "recorded_message"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,12 @@ while it does; the server allows a thousand per stream); the others wait their t
 
 FOLLOW_BATCH = 256
 """Events one pull request of a shared feed asks for; the next request goes out when they have come."""
+
+WAKE_WINDOW_PER_MEMBER = 20e-6
+"""Seconds the connections' wake-up waits, per connection to wake, for more messages to go out in the same write."""
+
+WAKE_WINDOW_MAX = 0.02
+"""The longest wait of a wake-up (reached at a thousand connections)."""
 
 _NATS_PENDING = 65536
 """Deltas nats.py may hold before the shared delta callback sees them (it drains at once unless the loop is
@@ -71,22 +78,38 @@ def recorded_message(msg: Msg) -> Encoded:
     return Encoded(data=msg.data.decode(), event=event_type, id=msg.metadata.sequence.stream)
 
 
+class Chunk(ServerSentEventMessage):
+    """The messages of one feed window a group of connections all get, joined into one write once for them all.
+
+    ``entries`` are (stream sequence, message), sequence 0 for a delta; ``last`` is the sequence of the last
+    recorded event in it (0: none).
+    """
+
+    def __init__(self, entries: list[tuple[int, Encoded]]) -> None:
+        super().__init__(data=None)
+        self.entries = entries
+        self.messages = [message for _, message in entries]
+        self.recorded = sum(1 for sequence, _ in entries if sequence)
+        self.last = max((sequence for sequence, _ in entries), default=0)
+        self._encoded = b"".join(message.encode() for message in self.messages)
+
+    def encode(self) -> bytes:
+        return self._encoded
+
+
 class Member(Protocol):
     """What a feed asks of a connection attached to it."""
 
     last: int
     """The stream sequence of the last recorded event the connection has (queued or sent)."""
 
-    def take_recorded(self, message: Encoded, sequence: int) -> bool:
-        """Queue a recorded event; False when the buffer is full (nothing queued)."""
+    def take(self, chunk: Chunk) -> bool:
+        """Queue what ``chunk`` holds after ``last`` (deltas it has no room for counted dropped) and wake up; False
+        when a recorded event found the buffer full (it and the rest of the chunk's recorded events not queued)."""
         ...
 
     def fell_behind(self) -> None:
         """The feed detached the connection (its buffer was full): it catches up on its own."""
-        ...
-
-    def take_delta(self, message: Encoded) -> None:
-        """Queue a delta, or count it dropped."""
         ...
 
     def feed_failed(self, error: BaseException) -> None:
@@ -101,9 +124,11 @@ class RecordedFeed:
     later event of the filter is handed out, in order, after it.
     """
 
-    def __init__(self, nc: Client, subject: str, on_end: Callable[[RecordedFeed | DeltaFeed], None]) -> None:
+    def __init__(self, nc: Client, subject: str, on_end: Callable[[RecordedFeed | DeltaFeed], None],
+                 waker: Waker) -> None:
         self._nc = nc
         self.subject = subject
+        self._waker = waker
         self.position = 0
         self._members: dict[Member, None] = {}  # joined and not left: attached, or catching up on their own
         self._attached: dict[Member, None] = {}
@@ -146,13 +171,14 @@ class RecordedFeed:
     def _dispatch(self, msg: Msg) -> None:
         sequence = msg.metadata.sequence.stream
         self.position = sequence
-        message = recorded_message(msg)
-        behind: list[Member] = []
-        for member in self._attached:
-            if sequence > member.last and not member.take_recorded(message, sequence):
-                behind.append(member)
-        for member in behind:
-            del self._attached[member]
+        self._waker.add(self, sequence, recorded_message(msg), len(self._attached))
+
+    def attached(self) -> list[Member]:
+        return list(self._attached)
+
+    def detach(self, member: Member) -> None:
+        """``member`` found its buffer full: it catches up on its own (and attaches again once caught up)."""
+        if self._attached.pop(member, 0) is None:
             member.fell_behind()
 
     def _fail(self, error: BaseException) -> None:
@@ -178,9 +204,11 @@ class RecordedFeed:
 class DeltaFeed:
     """One core-NATS subscription to the live deltas of ``subject``, shared by every connection that wants them."""
 
-    def __init__(self, nc: Client, subject: str, on_end: Callable[[RecordedFeed | DeltaFeed], None]) -> None:
+    def __init__(self, nc: Client, subject: str, on_end: Callable[[RecordedFeed | DeltaFeed], None],
+                 waker: Waker) -> None:
         self._nc = nc
         self.subject = subject
+        self._waker = waker
         self._attached: dict[Member, None] = {}
         self._members: dict[Member, None] = {}
         self._sub: Subscription | None = None
@@ -228,9 +256,13 @@ class DeltaFeed:
         except msgspec.DecodeError:  # not ours to forward: the subject is shared, the payload is checked
             log.debug("ignored a malformed delta on %s", msg.subject)
             return
-        message = Encoded(data=msg.data.decode(), event=delta.type)
-        for member in self._attached:
-            member.take_delta(message)
+        self._waker.add(self, 0, Encoded(data=msg.data.decode(), event=delta.type), len(self._attached))
+
+    def attached(self) -> list[Member]:
+        return list(self._attached)
+
+    def detach(self, member: Member) -> None:
+        """Deltas are dropped when there is no room, never a reason to detach."""
 
     def _end(self) -> None:
         if self.ended:
@@ -249,6 +281,56 @@ async def _unsubscribe(sub: Subscription) -> None:
         log.debug("unsubscribe failed", exc_info=True)
 
 
+class Waker:
+    """Hands the messages of the shared feeds out to their connections a window at a time, each window's messages
+    joined into one write once for every connection that gets the same ones.
+
+    Sending costs a turn of the event loop and a write per connection, whatever the write carries: handed out one
+    by one, a thousand connections following a busy workflow cost a thousand queue appends per message and a
+    thousand writes per event and per delta, and the last connection's wait grows with every message it queues
+    behind. Gathered over a short window (:data:`WAKE_WINDOW_PER_MEMBER` per connection, at most
+    :data:`WAKE_WINDOW_MAX`: nothing for a few connections, 20 ms for a thousand), an event and the deltas that
+    follow it are joined once and go out in one write per connection. The window keeps the order the messages
+    came in, recorded events and deltas alike.
+    """
+
+    def __init__(self) -> None:
+        self._window: list[tuple[RecordedFeed | DeltaFeed, int, Encoded]] = []
+        self._handle: asyncio.Handle | None = None
+
+    def add(self, feed: RecordedFeed | DeltaFeed, sequence: int, message: Encoded, members: int) -> None:
+        """``message`` of ``feed`` (``sequence`` 0 for a delta) goes out with the window; ``members``: how many
+        connections it goes to, which sets the window's length."""
+        self._window.append((feed, sequence, message))
+        if self._handle is None:
+            loop = asyncio.get_running_loop()
+            window = min(WAKE_WINDOW_MAX, members * WAKE_WINDOW_PER_MEMBER)
+            # Under a millisecond: the next turn of the loop, which already gathers what came in the same read.
+            self._handle = loop.call_later(window, self._flush) if window >= 0.001 else loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._handle = None
+        window, self._window = self._window, []
+        feeds: dict[RecordedFeed | DeltaFeed, None] = dict.fromkeys(feed for feed, _, _ in window)
+        follows: dict[Member, list[RecordedFeed | DeltaFeed]] = {}
+        for feed in feeds:
+            for member in feed.attached():
+                follows.setdefault(member, []).append(feed)
+        # Connections following the same feeds from the same last event get the same chunk: joined once.
+        chunks: dict[tuple[tuple[int, ...], int], Chunk | None] = {}
+        for member, followed in follows.items():
+            key = (tuple(id(feed) for feed in followed), member.last)
+            if key in chunks:
+                chunk = chunks[key]
+            else:
+                entries = [(sequence, message) for feed, sequence, message in window
+                           if feed in followed and (sequence == 0 or sequence > member.last)]
+                chunk = chunks[key] = Chunk(entries) if entries else None
+            if chunk is not None and not member.take(chunk):
+                for feed in followed:
+                    feed.detach(member)
+
+
 class Fanout:
     """The shared feeds of one NATS connection, by subject."""
 
@@ -257,6 +339,7 @@ class Fanout:
         self._nc = weakref.ref(nc)
         self._recorded: dict[str, RecordedFeed] = {}
         self._deltas: dict[str, DeltaFeed] = {}
+        self._waker = Waker()
         self.catch_ups = asyncio.Semaphore(CATCH_UPS)
         """Taken by a connection while it reads the stream on its own (see :data:`CATCH_UPS`)."""
 
@@ -265,7 +348,7 @@ class Fanout:
         once done (``attach`` hands it events)."""
         feed = self._recorded.get(subject)
         if feed is None:
-            feed = self._recorded[subject] = RecordedFeed(self._client(), subject, self._forget)
+            feed = self._recorded[subject] = RecordedFeed(self._client(), subject, self._forget, self._waker)
         return await _join(feed, member)
 
     async def join_deltas(self, subject: str, member: Member) -> DeltaFeed:
@@ -273,7 +356,7 @@ class Fanout:
         ``leave`` once done."""
         feed = self._deltas.get(subject)
         if feed is None:
-            feed = self._deltas[subject] = DeltaFeed(self._client(), subject, self._forget)
+            feed = self._deltas[subject] = DeltaFeed(self._client(), subject, self._forget, self._waker)
         return await _join(feed, member)
 
     def _client(self) -> Client:

@@ -8,9 +8,11 @@ last recorded event.
 
 Shared reading: the connections following the same filter share one reading of the stream and one delta
 subscription (:mod:`autarch.gateway.fanout`), so a thousand watchers cost the server and NATS about what one
-does. A connection resuming from an older event first catches up on its own — a consumer of its own
-(:mod:`autarch.gateway.stream_reader`) from its ``Last-Event-ID`` — until it has every event the shared feed
-has handed out, then joins the feed, which gives it only the events after its last one: no gap, no repeat.
+does; the feeds hand their messages out a short window at a time, joined once into the write every connection
+getting the same ones sends. A connection resuming from an older event first catches up on its own — a consumer
+of its own (:mod:`autarch.gateway.stream_reader`) from its ``Last-Event-ID`` — until it has every event the
+shared feed has handed out, then joins the feed, which gives it only the events after its last one: no gap, no
+repeat.
 
 Back-pressure: each connection has a bounded queue between NATS and the socket. A recorded event that finds
 it full is not dropped and does not hold the shared feed back: the connection is detached from the feed and
@@ -47,7 +49,7 @@ from nats.aio.client import Client
 
 from autarch.contracts import subjects
 
-from .fanout import DeltaFeed, Encoded, Fanout, RecordedFeed, fanout_of, recorded_message
+from .fanout import Chunk, DeltaFeed, Encoded, Fanout, RecordedFeed, fanout_of, recorded_message
 from .stream_reader import StreamReader
 
 if TYPE_CHECKING:
@@ -74,12 +76,13 @@ class _Batch(ServerSentEventMessage):
     other clients make meanwhile; sent together, the burst costs about as many turns as one event.
     """
 
-    def __init__(self, messages: list[ServerSentEventMessage]) -> None:
+    def __init__(self, items: list[ServerSentEventMessage]) -> None:
         super().__init__(data=None)
-        self.messages = messages
+        self._items = items
+        self.messages = [m for item in items for m in (item.messages if isinstance(item, Chunk) else [item])]
 
     def encode(self) -> bytes:
-        return b"".join(message.encode() for message in self.messages)
+        return b"".join(item.encode() for item in self._items)
 
 
 class LiveEvents:
@@ -99,7 +102,8 @@ class LiveEvents:
         self._deltas = deltas
         self._stopping = stopping
         self._buffer = buffer
-        self._queue: deque[ServerSentEventMessage] = deque()
+        self._queue: deque[Encoded | Chunk] = deque()
+        self._count = 0  # messages in the queue (a chunk holds several)
         self.last = 0
         """The stream sequence of the last recorded event queued for the client (or before its first one)."""
         self._fanout: Fanout | None = None
@@ -120,7 +124,7 @@ class LiveEvents:
     @property
     def queued(self) -> int:
         """Messages waiting for the client now (never more than the buffer)."""
-        return len(self._queue)
+        return self._count
 
     @property
     def behind(self) -> bool:
@@ -166,7 +170,8 @@ class LiveEvents:
                 if self._queue:
                     # Whatever is waiting goes out in the same write (see _Batch).
                     queue = self._queue
-                    batch = [queue.popleft() for _ in range(min(BATCH, len(queue)))]
+                    batch: list[ServerSentEventMessage] = [queue.popleft() for _ in range(min(BATCH, len(queue)))]
+                    self._count -= sum(len(item.entries) if isinstance(item, Chunk) else 1 for item in batch)
                     if self._behind:
                         self._room.set()
                     if self.dropped_deltas > reported:
@@ -210,13 +215,34 @@ class LiveEvents:
 
     # --- what the shared feeds call ---------------------------------------------------------------------------
 
-    def take_recorded(self, message: Encoded, sequence: int) -> bool:
-        if len(self._queue) >= self._buffer:
-            return False
-        self._queue.append(message)
-        self.last = sequence
+    def take(self, chunk: Chunk) -> bool:
+        if self._count + len(chunk.entries) <= (self._buffer // 2 if self._behind else self._buffer) and (
+                chunk.last == 0 or not self._behind):
+            # The usual case: the whole chunk, as joined once for every connection that gets it.
+            self._queue.append(chunk.messages[0] if len(chunk.entries) == 1 else chunk)
+            self._count += len(chunk.entries)
+            if chunk.last:
+                self.last = chunk.last
+            self._wake()
+            return True
+        # No room for all of it: message by message, as much as there is room for.
+        taken = True
+        for sequence, message in chunk.entries:
+            if sequence:
+                if not taken or self._behind or self._count >= self._buffer:
+                    taken = False
+                    continue
+                self._queue.append(message)
+                self._count += 1
+                self.last = sequence
+            elif self._count >= (self._buffer // 2 if self._behind else self._buffer):
+                # Behind, the connection keeps room for the recorded events it owes.
+                self.dropped_deltas += 1
+            else:
+                self._queue.append(message)
+                self._count += 1
         self._wake()
-        return True
+        return taken
 
     def fell_behind(self) -> None:
         feed = self._feed
@@ -224,14 +250,6 @@ class LiveEvents:
             return
         self._behind = True
         self._catch_up = asyncio.ensure_future(self._catching_up())
-
-    def take_delta(self, message: Encoded) -> None:
-        # Behind, the connection keeps room for the recorded events it owes.
-        if len(self._queue) >= (self._buffer // 2 if self._behind else self._buffer):
-            self.dropped_deltas += 1
-            return
-        self._queue.append(message)
-        self._wake()
 
     def feed_failed(self, error: BaseException) -> None:
         self._fail(error)
@@ -254,7 +272,7 @@ class LiveEvents:
         try:
             while True:
                 # Half the buffer free at least: room for what the feed brings once joined, or for a useful batch.
-                while len(self._queue) > self._buffer // 2:
+                while self._count > self._buffer // 2:
                     await self._wait_for_room()
                 if self.last >= feed.position or (caught and mark == feed.position):
                     # Synchronously with the check: the feed hands out nothing in between.
@@ -269,12 +287,13 @@ class LiveEvents:
                         await reader.open(retry=True)
                         while True:
                             caught = reader.pending == 0
-                            room = self._buffer - len(self._queue)
+                            room = self._buffer - self._count
                             if self.last >= feed.position or (caught and mark == feed.position) or room <= 0:
                                 break  # to join (or to wait for room) without holding a consumer
                             mark = feed.position
                             for msg in await reader.fetch(room):
                                 self._queue.append(recorded_message(msg))
+                                self._count += 1
                                 self.last = msg.metadata.sequence.stream
                             if self._queue:
                                 self._wake()

@@ -20,8 +20,9 @@ first step of each run is reported apart (``first_step_ms``) and left out of the
   each writing one file then completing. A step is a pulse: the time between the recorded ends of two pulses
   (``pulse:completed``'s ``occurred_at``; the first from its start) minus its three model calls. CPU and memory by
   process as for the loop.
-- **swarm**, **agent_session**, **event_store**, **sse_fanout**: listed with what they would measure; not measured
-  yet (each says so in the figures).
+- **sse_fanout** (``growth_sse.py``), **event_store** (``growth_events.py``): measured by modules of their own,
+  each also a script; see their docstrings.
+- **swarm**, **agent_session**: listed with what they would measure; not measured yet (each says so in the figures).
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ from autarch.runtime.requests import request
 from autarch.services.scripted_model import ScriptedModelServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from growth_events import event_store_curve  # type: ignore[import-not-found]
+from growth_sse import sse_curve  # type: ignore[import-not-found]
 from loops import make_repo, model_request_ms, scenario  # type: ignore[import-not-found]
+
+CURVES_ELSEWHERE = {"sse_fanout": sse_curve, "event_store": event_store_curve}
+"""Curves measured by modules of their own (each takes a scratch directory and returns its figures)."""
 
 LOOP_SERVICES = ("orchestrator", "tools", "git", "indexer", "agent_runner")
 GOAL_RATIO = 1.25
@@ -316,7 +322,7 @@ def workflow_curve(tmp: Path, sizes: list[int]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--curves", default="loop,workflow",
-                        help="comma-separated: loop, workflow (the others are not measured yet)")
+                        help="comma-separated: loop, workflow, sse_fanout, event_store")
     parser.add_argument("--loop-sizes", default="10,100,1000")
     parser.add_argument("--workflow-sizes", default="2,20,200")
     args = parser.parse_args()
@@ -328,6 +334,9 @@ def main() -> None:
             figures["loop"] = loop_curve(tmp, [int(s) for s in args.loop_sizes.split(",")])
         if "workflow" in curves:
             figures["workflow"] = workflow_curve(tmp, [int(s) for s in args.workflow_sizes.split(",")])
+        for name, measure in CURVES_ELSEWHERE.items():
+            if name in curves:
+                figures[name] = measure(tmp / name)
     for name, what in PENDING.items():
         figures.setdefault(name, {"measured": False, "would_measure": what})
     for name, curve in figures.items():

@@ -28,9 +28,10 @@ The busy workflow (``--source``):
 The clients: one process of their own (``--client-processes`` to split them), raw non-blocking sockets on one
 event loop, each reading with ``recvmsg`` and the kernel's receive timestamp (``SO_TIMESTAMPNS``): the time a
 read's bytes reached the client's socket, so the client's own processing of the other N-1 connections is not
-counted. ``client_overhead`` reports it apart (the user-space time of the read minus the kernel's, p99): what a
-client timing its reads itself would have added. A read that holds several events dates them all by its last
-packet, so early ones in it count slightly late. The machine has 2 cores shared by the gateway, nats-server,
+counted (each socket's receive buffer is 1 MiB, so a client process reading late does not hold the gateway's
+writes back either). ``client_overhead`` reports it apart (the user-space time of the read minus the kernel's,
+p99): what a client timing its reads itself would have added. A read that holds several events dates them all
+by its last packet, so early ones in it count slightly late. The machine has 2 cores shared by the gateway, nats-server,
 the services, the clients and anything else running: ``load_avg`` is reported with each size.
 
 Importable: :func:`fanout_curve` runs the whole curve on a system it starts (``tests/benchmarks/growth.py`` calls
@@ -77,6 +78,7 @@ SIZES = (1, 10, 100, 1000)
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python's socket module does not name it
 _ANCILLARY = socket.CMSG_SPACE(16)
+_RECEIVE_BUFFER = 1 << 20
 
 
 def pct(values: list[float], q: float) -> float:
@@ -191,6 +193,9 @@ async def _clients(pipe: Connection, host: str, port: int, request: bytes, count
     for _ in range(count):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        # Room for seconds of events: a client process slower than the gateway (a thousand sockets on a busy core)
+        # must not close its TCP windows, or the kernel's arrival times would be the client's reading pace.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RECEIVE_BUFFER)
         sock.setblocking(False)
         await loop.sock_connect(sock, (host, port))
         await loop.sock_sendall(sock, request)
@@ -323,9 +328,12 @@ def running_system(tmp: Path, *, source: str = "demo") -> Iterator[System]:
     try:
         system.start()
         info = system.run_info() or {}
+        pids = {name: int(pid) for name, pid in (info.get("children") or {}).items() if pid}
+        if info.get("nats_pid"):
+            pids["nats-server"] = int(info["nats_pid"])
         yield System(url=system.url, token=system.token, nats_url=f"nats://127.0.0.1:{system.nats_port}",
                      gateway_pid=int(info["children"]["gateway"]), source=source, repos=tmp / "repos",
-                     alive=system.alive, client=system.client)
+                     alive=system.alive, client=system.client, extra={"pids": pids})
     finally:
         system.stop()
         if model is not None:

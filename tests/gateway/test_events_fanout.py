@@ -259,6 +259,42 @@ async def test_a_client_following_one_workflow_sees_only_that_workflow(gateway: 
         assert [s for s in everything.ids if s in set(ones + twos)] == sorted(ones + twos)
 
 
+async def test_a_hundred_connections_get_every_event_and_delta_of_a_burst_once_in_order(nc: Client):
+    """A burst of events and deltas reaches a hundred connections in shared windows (one write each per window):
+    every connection gets every event and every delta once, each kind in the order it was recorded or sent."""
+    wf = new_id()
+    lives = [LiveEvents(nc, workflow=wf, after=None, keepalive=30) for _ in range(100)]
+    streams = [live.messages() for live in lives]
+    got: list[tuple[list[int], list[str]]] = [([], []) for _ in lives]
+
+    async def read(stream: AsyncIterator, into: tuple[list[int], list[str]], last: int, texts: int) -> None:
+        while not (into[0] and into[0][-1] >= last and len(into[1]) >= texts):
+            item = await anext(stream)
+            for message in getattr(item, "messages", [item]):
+                if message.id is not None:
+                    into[0].append(message.id)
+                elif message.event == "turn:message_delta":
+                    into[1].append(msgspec.json.decode(str(message.data), type=TurnDelta).text)
+
+    try:
+        for stream in streams:
+            assert (await anext(stream)).comment == "connected"
+        sequences, texts = [], []
+        for n in range(10):
+            sequences.append(await record(nc, wf, f"note {n}"))
+            texts += [f"{n}.{k}" for k in range(3)]
+            for k in range(3):
+                await nc.publish(subjects.deltas(wf, "s"), msgspec.json.encode(delta(wf, f"{n}.{k}", session_id="s")))
+        await nc.flush()
+        await asyncio.wait_for(asyncio.gather(*(read(stream, into, sequences[-1], len(texts))
+                                                for stream, into in zip(streams, got, strict=True))), 20)
+        assert all(ids == sequences and deltas == texts for ids, deltas in got)
+        assert not any(live.dropped_deltas for live in lives)
+    finally:
+        for stream in streams:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+
 async def test_connections_share_the_delta_subscription_until_the_last_one_ends(gateway: Gateway, nc: Client):
     wf = new_id()
     subject = subjects.deltas(wf, "s")
