@@ -42,6 +42,7 @@ __all__ = [
     "HandoffEntry",
     "HandoffManifest",
     "LeaseMode",
+    "LeaseOrigin",
     "LeaseView",
     "ListBeads",
     "RankedBead",
@@ -84,6 +85,8 @@ BeadStatus = Literal["open", "in_progress", "closed", "bounced"]
 DependencyType = Literal["blocks", "parent-child"]
 TestingMode = Literal["standard", "tdd-required"]
 LeaseMode = Literal["exclusive", "shared"]
+LeaseOrigin = Literal["coordinator", "worker"]
+"""Who took a lease: the coordinator for a worker's bead (its scope), or the worker itself (a reservation)."""
 SwarmMode = Literal["swarm", "standalone"]
 """``standalone``: preflight said a swarm is not safe, so one worker runs."""
 WorkerStatus = Literal["idle", "working", "waiting", "retired"]
@@ -297,6 +300,10 @@ class LeaseView(msgspec.Struct, kw_only=True):
     mode: LeaseMode = "exclusive"
     bead_id: str | None = None
     expires_at: datetime | None = None
+    origin: LeaseOrigin = "coordinator"
+    """``coordinator``: granted with a claim or a widening, the holder's bead scope (the only files its writes may
+    change); ``worker``: the worker's own reservation (``file_reservation_paths``), which keeps others off the
+    files but is no licence to write them."""
 
 
 class WorkerView(msgspec.Struct, kw_only=True):
