@@ -18,6 +18,8 @@ from .http import CLEAN_TEXT, TITLE, Reason
 
 __all__ = [
     "BEAD_ID",
+    "MAX_SCOPE_WAIT",
+    "REQUEST_SCOPE_VERB",
     "REQUIRED_FIELDS",
     "AddDependency",
     "AddDependencyBody",
@@ -48,6 +50,8 @@ __all__ = [
     "RankedBead",
     "ReadyBeads",
     "ReadyList",
+    "RequestScope",
+    "ScopeAnswer",
     "SwarmMode",
     "SwarmView",
     "TddSteps",
@@ -405,6 +409,47 @@ class CloseBead(Command, kw_only=True):
     epic_id: EpicId
     bead_id: BeadId
     reason: Reason
+
+
+# --- a worker's request for more files (its bead's scope) ----------------------------------------------
+
+REQUEST_SCOPE_VERB = "request_scope"
+MAX_SCOPE_WAIT = 90
+"""Seconds a ``request_scope`` may wait for files another worker holds (the tool call's time bounds it)."""
+
+
+class RequestScope(Command, kw_only=True):
+    """A worker asks the coordinator to widen its current bead by ``paths`` (tool ``request_scope``).
+
+    The request is recorded (``bead:scope_requested``), then answered: widened (``bead:widened``: the paths
+    join the bead's files and the worker's bead lease) or refused (``bead:scope_refused``, with the reason).
+    The same ``request_id`` twice records and answers once."""
+
+    epic_id: EpicId
+    worker: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    """The worker's registered name (the tools service sets it from the session, never the model)."""
+    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    paths: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]],
+                     msgspec.Meta(min_length=1, max_length=50)]
+    why: Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
+    wait_seconds: Annotated[int, msgspec.Meta(ge=0, le=MAX_SCOPE_WAIT)] = 0
+    """How long to wait for paths another worker holds to be released (0: answer at once)."""
+
+
+class ScopeAnswer(Reply, kw_only=True):
+    """The coordinator's answer to a :class:`RequestScope`."""
+
+    request_id: str
+    granted: bool
+    bead_id: str | None = None
+    added: list[str] = []
+    """Paths that joined the bead's files (empty when granted because all were in it already)."""
+    files: list[str] = []
+    """The bead's files after the answer: the worker's scope."""
+    reason: str | None = None
+    """Why it was refused."""
+    held_by: list[str] = []
+    """Workers holding paths of the request, when that is why it was refused."""
 
 
 # --- HTTP bodies ---------------------------------------------------------------------------------------

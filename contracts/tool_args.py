@@ -38,6 +38,7 @@ __all__ = [
     "ReadFileArgs",
     "RecordBaselineArgs",
     "ReplyMessageArgs",
+    "RequestScopeArgs",
     "SearchHistoryArgs",
     "SemanticSearchArgs",
     "SendMessageArgs",
@@ -309,3 +310,14 @@ class FetchTopicArgs(ToolArgs, kw_only=True):
     reason: Reason
     topic_name: Annotated[str, Meta(min_length=1, description="The topic, e.g. epic-<EPIC_ID>")]
     project_key: ProjectKey = None
+
+
+class RequestScopeArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    paths: Annotated[list[Annotated[str, Meta(min_length=1, max_length=1000)]],
+                     Meta(min_length=1, max_length=50,
+                          description="Files (or globs) your bead needs beyond its files, relative to the worktree")]
+    why: Annotated[str, Meta(min_length=1, max_length=2000,
+                             description="Why the bead needs them (recorded with the request)")]
+    wait_seconds: Annotated[int, Meta(ge=0, le=90, description="If another worker holds one of the paths, wait up "
+                                                              "to this many seconds for its release (default 0)")] = 0

@@ -66,6 +66,7 @@ TOOL_ARGUMENTS: dict[str, type[a.ToolArgs]] = {
     "reply_message": a.ReplyMessageArgs,
     "fetch_inbox": a.FetchInboxArgs,
     "fetch_topic": a.FetchTopicArgs,
+    "request_scope": a.RequestScopeArgs,
 }
 """Every executable tool and the Struct its arguments decode into."""
 
@@ -83,6 +84,7 @@ MUTATING_TOOLS = frozenset(
         "complete_review",
         "send_message",
         "reply_message",
+        "request_scope",
     }
 )
 """Tools with an effect: a repeated call (same session and tool-call id) replays the recorded result."""
@@ -99,6 +101,7 @@ SUCCESS_SHAPED_TOOLS = frozenset(
         "complete_review",
         "send_message",
         "reply_message",
+        "request_scope",
     }
 )
 """Tools whose errors take the seed's ``{"success": false, "error": …}`` shape; the rest use ``{"error": …}``."""
@@ -275,6 +278,12 @@ oldest first."""
 
 _FETCH_TOPIC = """List every coordination message on a topic of your epic (the epic timeline), oldest first."""
 
+_REQUEST_SCOPE = """Ask the coordinator for files beyond your bead's files.
+A bead's files are its scope: writes and edits outside them are refused, and what a command changes outside them
+is put back. If the bead truly needs another file, ask here with the paths and why; the coordinator widens the
+bead (the files become yours, leased to you) or refuses with the reason (for instance another worker holds them;
+wait_seconds lets you wait for their release). Write the files only once the answer says granted."""
+
 DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("semantic_search", "base"): _SEMANTIC_SEARCH,
     ("semantic_search", "pulsing"): _SEMANTIC_SEARCH_PULSING,
@@ -303,6 +312,7 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("reply_message", "base"): _REPLY_MESSAGE,
     ("fetch_inbox", "base"): _FETCH_INBOX,
     ("fetch_topic", "base"): _FETCH_TOPIC,
+    ("request_scope", "base"): _REQUEST_SCOPE,
 }
 """LLM description of each (tool, variant); the seed's text verbatim."""
 
@@ -318,6 +328,8 @@ _BASE = (
 
 
 _MAIL = (("send_message", "base"), ("reply_message", "base"), ("fetch_inbox", "base"), ("fetch_topic", "base"))
+_COORDINATION = (("request_scope", "base"),)
+"""A swarm worker's own coordination verbs beside mail (seed 002)."""
 
 
 def _with(tools: tuple[tuple[str, str], ...], **variants: str) -> tuple[tuple[str, str], ...]:
@@ -339,6 +351,7 @@ ROLE_TOOLS: dict[str, tuple[tuple[str, str], ...]] = {
         # Seed 002's coordination mail. The catalog has no per-session sets, so every pulsing agent is offered
         # them; a session that is no swarm worker (no epic, no registered name) gets an error saying so.
         *_MAIL,
+        *_COORDINATION,
     ),
     "loop": (
         # A Pulse Protocol iteration (seed 001): the pulsing tools (take_note is in the base set) and the search

@@ -10,9 +10,10 @@ Two rules, both read from the same lease table:
   bead leases are gone (lapsed, released) has no scope left and changes nothing.
 
 A file tool (``write_file``, ``edit_file``, ``multi_edit``) on a path another holder leased, or outside the
-bead's scope, is refused before it touches anything. A command cannot be checked before it runs, so ``shell`` is checked after: the
-worktree's changed paths (``git status``, untracked files included, each with a content hash) are compared
-before and after the command, and every path the command changed that another holder leased is put back:
+bead's scope, is refused before it touches anything. A command cannot be checked before it runs, so ``shell``
+is checked after: the worktree's changed paths (``git status``, untracked files included, each with a content
+hash) are compared before and after the command, and every path the command changed that another holder leased
+(or that lies outside the bead's scope) is put back:
 
 - a file that differed from HEAD before (modified, or untracked) gets back the bytes it had, kept in memory
   while it was hashed — they are read anyway, and a worker's dirty files are few; past ``_KEEP_BYTES`` in

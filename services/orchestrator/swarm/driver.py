@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -45,7 +46,7 @@ from autarch.contracts.bead_git import (
     WorkflowWorktreeSynced,
     WriteWorkerFiles,
 )
-from autarch.contracts.beads import ConflictRecord, WorkerDiscipline
+from autarch.contracts.beads import ConflictRecord, RequestScope, ScopeAnswer, WorkerDiscipline
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.mail import COORDINATOR, MailMessage
 from autarch.runtime.cancel import cancel_and_wait
@@ -67,7 +68,7 @@ from .handoffs import (
     resume_briefing,
     state_document,
 )
-from .model import Attempt, Bead, Swarm
+from .model import Attempt, Bead, ScopeRequest, Swarm, SwarmError
 from .plan import auto_workers, bead_dicts, plan_feature
 
 if TYPE_CHECKING:
@@ -495,6 +496,83 @@ class SwarmDriver:
                          f"Verification: {verification} ({bead.verification_evidence or '-'}). "
                          f"Commit: {(commit or '-')[:12]}.", key=f"done:{a.bead_id}:{a.number}")
 
+    # --- a worker's request for more files ----------------------------------------------------------------
+
+    async def request_scope(self, command: RequestScope) -> ScopeAnswer:
+        """Record a worker's request for files beyond its bead's, then answer it as the coordinator: widen the bead
+        and its lease, or refuse with the reason. Files another worker holds are waited for up to
+        ``wait_seconds`` (woken by the lease table's changes); then the request is refused."""
+        wid = command.epic_id
+        try:
+            _, (a, request) = await self.book.change(
+                wid, lambda s: s.request_scope(command.worker, command.request_id, command.paths, command.why))
+        except SwarmError as exc:
+            raise exc.failure(epic_id=wid) from None
+        changed = asyncio.Event()
+        watch = asyncio.create_task(self._watch_table(wid, changed)) if command.wait_seconds else None
+        deadline = asyncio.get_running_loop().time() + command.wait_seconds
+        try:
+            while request.granted is None:
+                changed.clear()
+                held, reason = await self._decide_scope(wid, a, request)
+                left = deadline - asyncio.get_running_loop().time()
+                if held and left > 0:
+                    # Woken by the table's change; the cap only covers a release made before the watch was up.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), timeout=min(left, 1.0))
+                    continue
+                if reason is not None:
+                    await self.book.change(wid, functools.partial(_refuse_scope, key=(a.bead_id, a.number),
+                                                                  request_id=request.request_id, reason=reason,
+                                                                  held_by=held))
+                swarm = await self.book.read(wid)
+                a = swarm.attempts[(a.bead_id, a.number)]
+                request = next(r for r in a.scope_requests if r.request_id == request.request_id)
+        finally:
+            if watch is not None:
+                await cancel_and_wait([watch])
+        swarm = await self.book.read(wid)
+        return ScopeAnswer(request_id=request.request_id, granted=bool(request.granted), bead_id=a.bead_id,
+                           added=list(request.added), files=list(swarm.beads[a.bead_id].files),
+                           reason=request.reason, held_by=list(request.held_by))
+
+    async def _watch_table(self, wid: str, changed: asyncio.Event) -> None:
+        """Set ``changed`` whenever ``wid``'s lease table changes (a release may free what a request waits for)."""
+        if self.leases is None:
+            return
+        async for scope in self.leases.watch():
+            if scope == wid:
+                changed.set()
+
+    async def _decide_scope(self, wid: str, a: Attempt, request: ScopeRequest) -> tuple[list[str], str | None]:
+        """Widen now if the paths are free ((held_by, None) after recording it); else (held_by, why refused)."""
+        swarm = await self.book.read(wid)
+        a = swarm.attempts[(a.bead_id, a.number)]
+        bead = swarm.beads[a.bead_id]
+        if not a.open or a.verified or a.committed:
+            return [], f"the attempt at {bead.id} is {'over' if not a.open else 'completed'}: nothing to widen"
+        swarms_own = [p for p in request.paths if p.split("/")[0] in (".pulse", ".git")]
+        if swarms_own:
+            return [], f"{', '.join(swarms_own)}: the swarm's own files are never a bead's"
+        added = [p for p in request.paths if p not in bead.files]
+        if not added:
+            await self.book.change(wid, lambda s: s.widen(s.attempts[(a.bead_id, a.number)], request.request_id, []))
+            return [], None
+        # Files of another worker's bead (claimed, maybe not leased yet) are that worker's until it lets go.
+        held = sorted({x.worker for x in swarm.open_attempts() if x.worker != a.worker
+                       and any(patterns_overlap(p, f) for p in added for f in swarm.beads[x.bead_id].files)})
+        if not held and self.leases is not None:
+            outcome = await self.leases.acquire(wid, a.worker, added, mode="exclusive", bead_id=bead.id,
+                                                ttl=self.settings.lease_ttl, origin="coordinator")
+            refused = _refusal_holders(outcome)
+            if refused is not None:
+                held = refused[1]
+        if held:
+            return held, f"{', '.join(added)} held by {', '.join(held)}; ask again once they are released"
+        await self.book.change(wid, lambda s: s.widen(s.attempts[(a.bead_id, a.number)], request.request_id, added))
+        log.info("workflow %s: %s widened by %s for %s", wid, bead.id, added, a.worker)
+        return [], None
+
     # --- leases ------------------------------------------------------------------------------------------
 
     async def _still_holding(self, wid: str, a: Attempt) -> bool:
@@ -653,6 +731,10 @@ class SwarmDriver:
             for turn in view.turns:
                 if turn.outcome is not None and turn.turn_id not in swarm.seen:
                     await self.on_turn(turn_completed(epic, view, turn))
+
+
+def _refuse_scope(s: Swarm, *, key: tuple[str, int], request_id: str, reason: str, held_by: list[str]) -> None:
+    s.refuse_scope(s.attempts[key], request_id, reason, held_by)
 
 
 def _feature_of(bead: Bead) -> str:
