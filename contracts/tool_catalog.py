@@ -67,6 +67,9 @@ TOOL_ARGUMENTS: dict[str, type[a.ToolArgs]] = {
     "fetch_inbox": a.FetchInboxArgs,
     "fetch_topic": a.FetchTopicArgs,
     "request_scope": a.RequestScopeArgs,
+    "file_reservation_paths": a.FileReservationPathsArgs,
+    "release_file_reservations": a.ReleaseFileReservationsArgs,
+    "robot_priority": a.RobotPriorityArgs,
 }
 """Every executable tool and the Struct its arguments decode into."""
 
@@ -85,6 +88,8 @@ MUTATING_TOOLS = frozenset(
         "send_message",
         "reply_message",
         "request_scope",
+        "file_reservation_paths",
+        "release_file_reservations",
     }
 )
 """Tools with an effect: a repeated call (same session and tool-call id) replays the recorded result."""
@@ -102,6 +107,8 @@ SUCCESS_SHAPED_TOOLS = frozenset(
         "send_message",
         "reply_message",
         "request_scope",
+        "file_reservation_paths",
+        "release_file_reservations",
     }
 )
 """Tools whose errors take the seed's ``{"success": false, "error": …}`` shape; the rest use ``{"error": …}``."""
@@ -284,6 +291,19 @@ is put back. If the bead truly needs another file, ask here with the paths and w
 bead (the files become yours, leased to you) or refuses with the reason (for instance another worker holds them;
 wait_seconds lets you wait for their release). Write the files only once the answer says granted."""
 
+_FILE_RESERVATION_PATHS = """Reserve files (paths or globs) in your epic's lease table, the one the coordinator's
+assignments are in. exclusive (default): nobody else may reserve or write them; exclusive=false: a shared,
+reader's reservation, granted beside other shared ones, that keeps writers off while you read. All paths are
+granted or none: a conflict names the holder, its bead and until when. Reserving keeps others off a file; it does
+not add it to your bead's files (ask request_scope for that). Reserve again to renew."""
+
+_RELEASE_FILE_RESERVATIONS = """Release your own reservations (the given paths, or all of them). Your bead's files
+stay leased until the bead lands: the coordinator releases them before your completion report."""
+
+_ROBOT_PRIORITY = """The ready beads of your epic ranked by impact (the bv --robot-priority equivalent), best first,
+each with every part of its score: pagerank, betweenness, blocker_ratio, staleness, priority, on_critical_path,
+and unblocks (the beads it alone holds back). Check it before claiming more work."""
+
 DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("semantic_search", "base"): _SEMANTIC_SEARCH,
     ("semantic_search", "pulsing"): _SEMANTIC_SEARCH_PULSING,
@@ -313,6 +333,9 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("fetch_inbox", "base"): _FETCH_INBOX,
     ("fetch_topic", "base"): _FETCH_TOPIC,
     ("request_scope", "base"): _REQUEST_SCOPE,
+    ("file_reservation_paths", "base"): _FILE_RESERVATION_PATHS,
+    ("release_file_reservations", "base"): _RELEASE_FILE_RESERVATIONS,
+    ("robot_priority", "base"): _ROBOT_PRIORITY,
 }
 """LLM description of each (tool, variant); the seed's text verbatim."""
 
@@ -328,7 +351,8 @@ _BASE = (
 
 
 _MAIL = (("send_message", "base"), ("reply_message", "base"), ("fetch_inbox", "base"), ("fetch_topic", "base"))
-_COORDINATION = (("request_scope", "base"),)
+_COORDINATION = (("request_scope", "base"), ("file_reservation_paths", "base"), ("release_file_reservations", "base"),
+                 ("robot_priority", "base"))
 """A swarm worker's own coordination verbs beside mail (seed 002)."""
 
 

@@ -211,12 +211,13 @@ class LeaseTable:
         return await self._change(scope, change)
 
     async def renew(self, scope: str, holder: str, ttl: float) -> int:
-        """Move every unexpired lease of ``holder`` to ``now + ttl``; how many moved (0: it holds none)."""
+        """Move every unexpired bead lease (origin ``coordinator``) of ``holder`` to ``now + ttl``; how many moved
+        (0: it holds none). A worker's own reservations keep the TTL it gave them (it renews by reserving again)."""
         _check_ttl(ttl)
 
         def change(entries: list[_Entry], now: float) -> tuple[list[_Entry] | None, int]:
             # An expired lease is not revived: someone else may have been granted its files since.
-            mine = [e for e in entries if e.holder == holder and e.expires_at > now]
+            mine = [e for e in entries if e.holder == holder and e.expires_at > now and e.origin == "coordinator"]
             if not mine:
                 return None, 0
             for entry in mine:

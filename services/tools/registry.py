@@ -34,6 +34,9 @@ HANDLERS: dict[str, Handler] = {
     "fetch_inbox": forwarded.fetch_inbox,
     "fetch_topic": forwarded.fetch_topic,
     "request_scope": coordination.request_scope,
+    "file_reservation_paths": coordination.file_reservation_paths,
+    "release_file_reservations": coordination.release_file_reservations,
+    "robot_priority": coordination.robot_priority,
 }
 
 assert HANDLERS.keys() == TOOL_ARGUMENTS.keys(), "every tool of the catalog needs a handler"

@@ -1,6 +1,7 @@
-"""A worker's ``request_scope`` through the real tools executor, forwarded over NATS to the real orchestrator,
-with the real lease table: the coordinator widens the bead and its lease, or refuses with the reason; every
-request and answer is recorded on the epic; bad requests change nothing."""
+"""A swarm worker's own coordination tools through the real tools executor, the real orchestrator over NATS and
+the real lease table: ``request_scope`` (the coordinator widens the bead and its lease, or refuses with the reason;
+bad requests change nothing), ``file_reservation_paths`` / ``release_file_reservations`` (the same table as the
+coordinator's assignments; shared leases for readers) and ``robot_priority`` (the ranked ready work)."""
 
 from __future__ import annotations
 
@@ -151,3 +152,93 @@ async def test_bad_requests_change_nothing(nc, epic, executor: ToolExecutor, tmp
                                               lease_holder="w1", arguments={"reason": "r", **arguments}))
         assert result.is_error
     assert await _bead_files(nc, epic, "b1") == ["src/a.py"]
+
+
+# --- reservations and the ranked ready work -----------------------------------------------------------------
+
+
+async def _tool(executor: ToolExecutor, root: Path, tool: str, arguments: dict[str, Any], *, epic: str | None,
+                holder: str | None) -> tuple[dict[str, Any], bool]:
+    result = await executor.call(ToolCall(session_id=f"s-{holder}", tool_call_id=uuid.uuid4().hex, role="pulsing",
+                                          root=str(root), tool=tool, workflow_id=epic, lease_holder=holder,
+                                          arguments={"reason": "Working bead b1", **arguments}))
+    return json.loads(result.content), result.is_error
+
+
+async def test_reservations_meet_the_coordinators_leases_in_one_table(
+        epic, leases: LeaseTable, executor: ToolExecutor, tmp_path: Path) -> None:
+    got, err = await _tool(executor, tmp_path, "file_reservation_paths",
+                           {"paths": ["docs/**"], "ttl_seconds": 120, "project_key": str(tmp_path),
+                            "agent_name": "w1"}, epic=epic, holder="w1")
+    assert not err and got["success"] is True, got
+    assert [(g["path_pattern"], g["exclusive"], g["origin"]) for g in got["granted"]] == [("docs/**", True, "worker")]
+    assert any(lease.holder == "w1" and lease.pattern == "docs/**" and lease.origin == "worker"
+               for lease in await leases.leases(epic))
+    # Another worker (and the coordinator, for a bead) meets it: all or nothing, the holder named.
+    got, err = await _tool(executor, tmp_path, "file_reservation_paths", {"paths": ["docs/api.md", "lib/x.py"]},
+                           epic=epic, holder="w2")
+    assert err and got["success"] is False and got["granted"] == [], got
+    assert [(c["holder"], c["path_pattern"]) for c in got["conflicts"]] == [("w1", "docs/**")]
+    assert "'docs/**' held by w1 (exclusive)" in got["error"]
+    assert not any(lease.pattern == "lib/x.py" for lease in await leases.leases(epic))
+    # The coordinator's bead file of w2 cannot be reserved by w1 either.
+    got, err = await _tool(executor, tmp_path, "file_reservation_paths", {"paths": ["src/b.py"], "exclusive": False},
+                           epic=epic, holder="w1")
+    assert err and got["conflicts"][0]["bead_id"] == "b2" and got["conflicts"][0]["origin"] == "coordinator"
+
+    # Release: only the worker's own reservations go; its bead's files stay until the bead lands.
+    got, err = await _tool(executor, tmp_path, "release_file_reservations", {"paths": ["docs/**", "src/a.py"]},
+                           epic=epic, holder="w1")
+    assert not err and got["released"] == ["docs/**"] and got["kept"] == ["src/a.py"], got
+    live = {(lease.holder, lease.pattern) for lease in await leases.leases(epic)}
+    assert ("w1", "docs/**") not in live and ("w1", "src/a.py") in live
+    got, err = await _tool(executor, tmp_path, "release_file_reservations", {}, epic=epic, holder="w1")
+    assert not err and got["released"] == []
+
+
+async def test_shared_reservations_are_granted_to_readers_and_keep_writers_off(
+        epic, leases: LeaseTable, executor: ToolExecutor, tmp_path: Path) -> None:
+    for reader in ("w1", "w2"):
+        got, err = await _tool(executor, tmp_path, "file_reservation_paths",
+                               {"paths": ["docs/api.md"], "exclusive": False}, epic=epic, holder=reader)
+        assert not err and got["granted"][0]["exclusive"] is False, got
+    shared = sorted(lease.holder for lease in await leases.leases(epic) if lease.pattern == "docs/api.md")
+    assert shared == ["w1", "w2"]
+    got, err = await _tool(executor, tmp_path, "file_reservation_paths", {"paths": ["docs/*.md"]}, epic=epic,
+                           holder="w3")
+    assert err and sorted(c["holder"] for c in got["conflicts"]) == ["w1", "w2"]
+
+
+async def test_reservation_errors_change_nothing(epic, leases: LeaseTable, executor: ToolExecutor,
+                                                 tmp_path: Path) -> None:
+    before = await leases.leases(epic)
+    cases: list[tuple[dict[str, Any], str | None, str | None, str]] = [
+        ({"paths": ["a.py"]}, None, None, "only available to swarm workers"),
+        ({"paths": ["a.py"], "agent_name": "w2"}, epic, "w1", "You can only reserve as yourself"),
+        ({"paths": ["a.py"], "project_key": str(uuid.uuid4())}, epic, "w1", "names another epic"),
+        ({"paths": ["../a.py"]}, epic, "w1", "Invalid path '../a.py'"),
+    ]
+    for arguments, scope, holder, expected in cases:
+        got, err = await _tool(executor, tmp_path, "file_reservation_paths", arguments, epic=scope, holder=holder)
+        assert err and got["success"] is False and expected in got["error"], (arguments, got)
+    got, err = await _tool(executor, tmp_path, "release_file_reservations", {"agent_name": "w2"}, epic=epic,
+                           holder="w1")
+    assert err and "only reserve as yourself" in got["error"]
+    for arguments in ({"paths": []}, {"paths": ["a"], "ttl_seconds": 1}, {"paths": ["a"], "ttl_seconds": 7200}):
+        _, err = await _tool(executor, tmp_path, "file_reservation_paths", arguments, epic=epic, holder="w1")
+        assert err, arguments
+    assert await leases.leases(epic) == before
+
+
+async def test_robot_priority_ranks_the_ready_beads_with_each_part(epic, executor: ToolExecutor,
+                                                                   tmp_path: Path) -> None:
+    got, err = await _tool(executor, tmp_path, "robot_priority", {"limit": 5}, epic=epic, holder="w3")
+    assert not err and got["epic_id"] == epic, got
+    assert [b["bead_id"] for b in got["ready"]] == ["b3"]  # b1, b2 are in progress
+    top = got["ready"][0]
+    assert top["rank"] == 1 and set(top) >= {"score", "pagerank", "betweenness", "blocker_ratio", "staleness",
+                                             "priority", "on_critical_path", "unblocks"}
+    got, err = await _tool(executor, tmp_path, "robot_priority", {}, epic=None, holder=None)
+    assert err and "only available to swarm workers" in got["error"]
+    got, err = await _tool(executor, tmp_path, "robot_priority", {}, epic=str(uuid.uuid4()), holder="w1")
+    assert err and "no beads yet" in got["error"], got
