@@ -250,15 +250,16 @@ class SwarmDriver:
         log.info("workflow %s: epic of %d beads, %d workers (%s)", wf.id, len(beads), workers, swarm.mode)
 
     async def _held_elsewhere(self, wid: str, swarm: Swarm) -> set[str]:
-        """Beads whose last attempt met a lease held outside this swarm that is still held: they wait for its
-        release (the lease watch kicks the epic then) instead of meeting the same conflict again."""
+        """Beads whose last attempt met a lease held outside this swarm (or a worker's own reservation) that is still
+        held: they wait for its release (the lease watch kicks the epic then) instead of meeting the same conflict again."""
         blocked = [b for b in swarm.beads.values() if b.status == "open" and b.conflicts
                    and b.conflicts[-1].kind == "lease"]
         if not blocked or self.leases is None:
             return set()
         live = await self.leases.leases(wid)
         ours = {a.worker for a in swarm.open_attempts()}
-        held = [lease.pattern for lease in live if lease.holder not in ours]
+        # A worker's own reservation counts too: unlike its bead's files, it is not released by a claim's turn-over.
+        held = [lease.pattern for lease in live if lease.holder not in ours or lease.origin == "worker"]
         return {b.id for b in blocked if any(patterns_overlap(p, f) for p in held for f in b.files)}
 
     async def _open_worker(self, wid: str, name: str, nickname: str) -> None:
