@@ -63,6 +63,7 @@ from .handoffs import (
     MANIFEST,
     STATE_FILE,
     handoff_document,
+    handoff_mail_request,
     manifest_document,
     owner_file,
     resume_briefing,
@@ -207,8 +208,14 @@ class SwarmDriver:
                 jobs.append(self._close_session(wid, a))
             elif not a.open and a.leased and not a.leases_released:
                 jobs.append(self._release(wid, a, "done" if a.ended == "merged" else "reopened"))
+            if not a.open:
+                # A session that handed off and never got to its mail (the attempt ended meanwhile) is closed too.
+                jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions)
         for a in swarm.open_attempts():
-            jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions)
+            if a.handoff_mail is not None and not a.handoff_mail_asked:
+                jobs.append(self._ask_handoff_mail(wid, swarm, a))
+            # The session that handed off stays open until its [HANDOFF] mail turn ended.
+            jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions if sid != a.handoff_mail)
         return jobs
 
     async def settle(self, wid: str) -> object:
@@ -250,8 +257,9 @@ class SwarmDriver:
         log.info("workflow %s: epic of %d beads, %d workers (%s)", wf.id, len(beads), workers, swarm.mode)
 
     async def _held_elsewhere(self, wid: str, swarm: Swarm) -> set[str]:
-        """Beads whose last attempt met a lease held outside this swarm (or a worker's own reservation) that is still
-        held: they wait for its release (the lease watch kicks the epic then) instead of meeting the same conflict again."""
+        """Beads whose last attempt met a lease held outside this swarm (or a worker's own reservation) that is
+        still held: they wait for its release (the lease watch kicks the epic then) instead of meeting the same
+        conflict again."""
         blocked = [b for b in swarm.beads.values() if b.status == "open" and b.conflicts
                    and b.conflicts[-1].kind == "lease"]
         if not blocked or self.leases is None:
@@ -438,6 +446,23 @@ class SwarmDriver:
         if self.leases is not None:
             await self.leases.release(wid, a.worker)
         await self.book.change(wid, lambda s: s.released(s.attempts[(a.bead_id, a.number)], reason))
+
+    async def _ask_handoff_mail(self, wid: str, swarm: Swarm, a: Attempt) -> None:
+        """Write the handoff into the worktree, then ask the session that handed off to send the coordinator its
+        ``[HANDOFF]`` mail (seed 002, worker mode): the mail is the worker's own tool call, never posted for it."""
+        assert a.handoff_mail is not None
+        worker = swarm.workers[a.worker]
+        path = owner_file(swarm, a.worker)
+        handoff = next(d for d in reversed(swarm.handoff_documents) if d.owner_id.endswith(a.worker))
+        files = {path: json.dumps(msgspec.to_builtins(handoff), indent=2) + "\n",
+                 MANIFEST: manifest_document(swarm.handoffs)}
+        await self._ask("git", "write_worker_files", WriteWorkerFiles(workflow_id=wid, worker=a.worker, files=files),
+                        WorkerFilesWritten)
+        await self._ask("agent_runner", "send_message",
+                        SendMessage(session_id=a.handoff_mail, text=handoff_mail_request(handoff, path, worker.nickname,
+                                                                                         worker.name),
+                                    message_id=f"{a.handoff_mail}:handoff-mail"), TurnAccepted)
+        await self.book.change(wid, lambda s: s.handoff_mail_asked(s.attempts[(a.bead_id, a.number)]))
 
     async def _close_stale(self, wid: str, a: Attempt, session_id: str) -> None:
         """Close a session a handoff left behind (its turn ended; the attempt goes on in a fresh one)."""
@@ -669,6 +694,11 @@ class SwarmDriver:
         a = swarm.attempt_of_session(event.session_id)
         if a is None:
             return False
+        if a.open and event.session_id == a.handoff_mail and a.handoff_mail_asked:
+            # The handed-off session's mail turn ended (whatever it sent is its own record): the next one may start.
+            await self.book.change(event.workflow_id, lambda s: s.handoff_mail_turn_ended(
+                s.attempts[(a.bead_id, a.number)], event.turn_id, event.outcome))
+            return True
         if event.turn_id in swarm.seen or not a.open or event.session_id != a.session_id:
             return True
         bead = swarm.beads[a.bead_id]
@@ -750,6 +780,8 @@ def _card(bead_id: str) -> str:
 
 def _needs_step(a: Attempt) -> bool:
     """Whether an open attempt has a step for the driver (else it waits for its agent)."""
+    if a.handoff_mail is not None:
+        return False  # the session that handed off sends its [HANDOFF] mail first (a clean-up job asks it)
     return (a.base_commit is None or not a.leased or not a.session_started or a.pending_message is not None
             or a.verified)
 

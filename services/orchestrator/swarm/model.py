@@ -166,6 +166,10 @@ class Attempt(msgspec.Struct, kw_only=True):
     """Sessions a handoff left behind, until they are closed."""
     scope_requests: list[ScopeRequest] = []
     """The worker's requests for more files during this attempt, with their answers."""
+    handoff_mail: str | None = None
+    """A session that handed off and is still to send its ``[HANDOFF]`` mail (worker mode): the next session starts
+    once its mail turn ended."""
+    handoff_mail_asked: bool = False
 
     @property
     def open(self) -> bool:
@@ -264,6 +268,8 @@ class Swarm(Aggregate):
         EvidenceRecorded: ClassVar[type[Any]]
         Finished: ClassVar[type[Any]]
         HandedOff: ClassVar[type[Any]]
+        HandoffMailAsked: ClassVar[type[Any]]
+        HandoffMailTurnEnded: ClassVar[type[Any]]
         LeaseConflicted: ClassVar[type[Any]]
         LeasesGranted: ClassVar[type[Any]]
         LeasesReleased: ClassVar[type[Any]]
@@ -457,6 +463,10 @@ class Swarm(Aggregate):
         self.seen.add(turn_id)
         a = self.attempts[(bead_id, attempt)]
         a.stale_sessions = [*a.stale_sessions, a.session_id]
+        if self.mode == "swarm":
+            # The seed's worker mode: the session that wrote the handoff notifies the coordinator itself.
+            a.handoff_mail = a.session_id
+            a.handoff_mail_asked = False
         a.generation += 1
         a.session_id = attempt_session_id(self.workflow_id, bead_id, attempt, a.generation)
         a.session_started = False
@@ -472,9 +482,23 @@ class Swarm(Aggregate):
             paused_at=datetime.fromisoformat(document.paused_at), status=document.status, bead_id=bead_id))
         self.handoff_documents.append(document)
 
+    @event("HandoffMailAsked")
+    def _handoff_mail_asked(self, *, bead_id: str, attempt: int, session_id: str) -> None:
+        self.attempts[(bead_id, attempt)].handoff_mail_asked = True
+
+    @event("HandoffMailTurnEnded")
+    def _handoff_mail_turn_ended(self, *, bead_id: str, attempt: int, session_id: str, turn_id: str,
+                                 outcome: str) -> None:
+        self.seen.add(turn_id)
+        a = self.attempts[(bead_id, attempt)]
+        if a.handoff_mail == session_id:
+            a.handoff_mail = None
+
     @event("StaleSessionClosed")
     def _stale_session_closed(self, *, bead_id: str, attempt: int, session_id: str) -> None:
         a = self.attempts[(bead_id, attempt)]
+        if a.handoff_mail == session_id:
+            a.handoff_mail = None
         a.stale_sessions = [s for s in a.stale_sessions if s != session_id]
 
     @event("MessageDelivered")
@@ -752,6 +776,15 @@ class Swarm(Aggregate):
         if a.open and turn_id not in self.seen:
             self._handed_off(turn_id=turn_id, bead_id=a.bead_id, attempt=a.number, owner_file=owner_file,
                              handoff=handoff)
+
+    def handoff_mail_asked(self, a: Attempt) -> None:
+        if a.handoff_mail is not None and not a.handoff_mail_asked:
+            self._handoff_mail_asked(bead_id=a.bead_id, attempt=a.number, session_id=a.handoff_mail)
+
+    def handoff_mail_turn_ended(self, a: Attempt, turn_id: str, outcome: str) -> None:
+        if a.handoff_mail is not None and turn_id not in self.seen:
+            self._handoff_mail_turn_ended(bead_id=a.bead_id, attempt=a.number, session_id=a.handoff_mail,
+                                          turn_id=turn_id, outcome=outcome)
 
     def stale_session_closed(self, a: Attempt, session_id: str) -> None:
         if session_id in a.stale_sessions:
