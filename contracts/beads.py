@@ -138,7 +138,9 @@ class TddStepsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class VerificationRun(msgspec.Struct, kw_only=True):
     """One command of a bead's verification, as the runner ran it when the worker asked to close the bead."""
 
-    step: Literal["verify", "tdd-red", "tdd-green"]
+    step: Literal["verify", "tdd-red", "tdd-green", "decisions"]
+    """``decisions``: the bead's decision references checked against ``history/<feature>/CONTEXT.md`` when that
+    file exists (a reference it does not define fails the close)."""
     command: str
     exit_code: int | None
     """None: it did not finish (timed out) or could not start."""
@@ -180,6 +182,10 @@ class WorkerDiscipline(msgspec.Struct, kw_only=True):
     bead_file: str | None = None
     """The bead's card in the worktree (``.pulse/beads/<id>.md``): after an in-turn compaction the worker must
     read it again (its scope and decisions) before any write or edit."""
+    decision_refs: list[str] = []
+    """The bead's locked decisions (``D1`` …): at the close each must be defined in ``context_file`` if it exists."""
+    context_file: str | None = None
+    """``history/<feature>/CONTEXT.md``, where the feature's locked decisions live (seed 002)."""
 
 
 class GetEvidence(Query, kw_only=True):

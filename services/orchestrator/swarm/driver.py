@@ -405,7 +405,9 @@ class SwarmDriver:
             read_first = [path]
         discipline = WorkerDiscipline(bead_id=bead.id, verify=list(bead.verify), testing_mode=bead.testing_mode,
                                       tdd_steps=bead.tdd_steps, read_first=read_first,
-                                      handoff_at=self.settings.handoff_threshold, bead_file=_card(bead.id))
+                                      handoff_at=self.settings.handoff_threshold, bead_file=_card(bead.id),
+                                      decision_refs=list(bead.decision_refs),
+                                      context_file=f"history/{_feature_of(bead)}/CONTEXT.md")
         command = StartSession(session_id=a.session_id, role="pulsing", root=worker.worktree_path,
                                kickoff=kickoff, workflow_id=wid, script=script, baselines=[], lease_holder=a.worker,
                                discipline=discipline)

@@ -54,7 +54,8 @@ def bead_kickoff(workflow: Workflow, swarm: Swarm, bead: Bead, attempt: Attempt)
         lines += ["Testing mode: tdd-required. Run the red step and see it fail before writing production code:",
                   f"- red: {bead.tdd_steps.red}", f"- green: {bead.tdd_steps.green}", ""]
     if bead.decision_refs:
-        lines += ["Decisions to keep:", _bullets(bead.decision_refs), ""]
+        lines += ["Decisions to keep (locked in history/<feature>/CONTEXT.md when it exists: read them there; at "
+                  "complete_pulse each must be defined in that file):", _bullets(bead.decision_refs), ""]
     if bead.learning_refs:
         lines += ["Read these learnings first:", _bullets(bead.learning_refs), ""]
     if workflow.baselines:
