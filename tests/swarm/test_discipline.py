@@ -106,7 +106,7 @@ def test_decision_references_are_checked_against_the_features_context_md(client:
     pulses = {p["id"]: p for p in scenario["scripts"]["plan"][1]["content"][-1]["input"]["pulses"]}
     pulses["units"]["decisionRefs"] = ["D1"]
     scenario["files"]["history/decide/CONTEXT.md"] = "# Decisions\n\n## D1 — areas are in square units\n"
-    wid, repo = start(client, model, tmp_path, scenario, branch="autarch/decide")
+    wid, _ = start(client, model, tmp_path, scenario, branch="autarch/decide")
     approve_stages(client, wid)
     client.wait_awaiting(wid, "review", timeout=120)
 
