@@ -47,6 +47,7 @@ from autarch.contracts.bead_git import (
     WriteWorkerFiles,
 )
 from autarch.contracts.beads import ConflictRecord, RequestScope, ScopeAnswer, WorkerDiscipline
+from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.mail import COORDINATOR, MailMessage
 from autarch.runtime.cancel import cancel_and_wait
@@ -460,10 +461,24 @@ class SwarmDriver:
                  MANIFEST: manifest_document(swarm.handoffs)}
         await self._ask("git", "write_worker_files", WriteWorkerFiles(workflow_id=wid, worker=a.worker, files=files),
                         WorkerFilesWritten)
-        await self._ask("agent_runner", "send_message",
-                        SendMessage(session_id=a.handoff_mail, text=handoff_mail_request(handoff, path, worker.nickname,
-                                                                                         worker.name),
-                                    message_id=f"{a.handoff_mail}:handoff-mail"), TurnAccepted)
+        session = a.handoff_mail
+        try:
+            await self._ask("agent_runner", "send_message",
+                            SendMessage(session_id=session, text=handoff_mail_request(handoff, path, worker.nickname,
+                                                                                      worker.name),
+                                        message_id=f"{session}:handoff-mail"), TurnAccepted)
+        except RemoteError as exc:
+            if exc.code != ErrorCode.CONFLICT:
+                raise
+            view = await self._ask("agent_runner", "get_session", GetSession(session_id=session), SessionView)
+            if view.status != "closed":
+                raise  # a turn still running: asked again on the next pass
+            # The session cannot take a turn any more: no mail is sent, and the work goes on without it.
+            why = f"not asked: {exc.message}"
+            log.warning("workflow %s: %s's handoff session %s %s", wid, a.worker, session, why)
+            await self.book.change(wid, lambda s: s.handoff_mail_turn_ended(
+                s.attempts[(a.bead_id, a.number)], f"{session}:handoff-mail", why))
+            return
         await self.book.change(wid, lambda s: s.handoff_mail_asked(s.attempts[(a.bead_id, a.number)]))
 
     async def _close_stale(self, wid: str, a: Attempt, session_id: str) -> None:
@@ -696,7 +711,9 @@ class SwarmDriver:
         a = swarm.attempt_of_session(event.session_id)
         if a is None:
             return False
-        if a.open and event.session_id == a.handoff_mail and a.handoff_mail_asked:
+        # Not waiting for the asked flag: the mail turn may end before the request to it is recorded. The handoff
+        # turn itself is in ``seen`` already.
+        if a.open and event.session_id == a.handoff_mail and event.turn_id not in swarm.seen:
             # The handed-off session's mail turn ended (whatever it sent is its own record): the next one may start.
             await self.book.change(event.workflow_id, lambda s: s.handoff_mail_turn_ended(
                 s.attempts[(a.bead_id, a.number)], event.turn_id, event.outcome))
