@@ -453,6 +453,15 @@ def _swarm_line(kind: str, e: Mapping[str, Any], workers: Mapping[str, str]) -> 
         at = f" at {pct:.0%} of its context" if isinstance(pct, int | float) else ""
         return (f"[{_worker(e.get('worker'), workers)}] handed off {e.get('bead_id')}{at}: "
                 f"{e.get('owner_file', '?')} (a fresh session resumes)")
+    if kind == "bead:scope_requested":
+        return (f"[{_worker(e.get('worker'), workers)}] asks to widen {e.get('bead_id')} by "
+                f"{_files(e.get('paths'))}: {_cut(str(e.get('why', '')), 80)}")
+    if kind == "bead:widened":
+        return (f"[{_worker(e.get('worker'), workers)}] {e.get('bead_id')} widened by {_files(e.get('added'))} "
+                "(coordinator)")
+    if kind == "bead:scope_refused":
+        return (f"[{_worker(e.get('worker'), workers)}] widening of {e.get('bead_id')} refused: "
+                f"{_cut(str(e.get('reason', '')), 100)}")
     if kind == "bead:evidence":
         evidence = e.get("evidence") or {}
         runs = evidence.get("runs") or [] if isinstance(evidence, Mapping) else []

@@ -18,6 +18,8 @@ from .http import CLEAN_TEXT, TITLE, Reason
 
 __all__ = [
     "BEAD_ID",
+    "MAX_SCOPE_WAIT",
+    "REQUEST_SCOPE_VERB",
     "REQUIRED_FIELDS",
     "AddDependency",
     "AddDependencyBody",
@@ -42,11 +44,14 @@ __all__ = [
     "HandoffEntry",
     "HandoffManifest",
     "LeaseMode",
+    "LeaseOrigin",
     "LeaseView",
     "ListBeads",
     "RankedBead",
     "ReadyBeads",
     "ReadyList",
+    "RequestScope",
+    "ScopeAnswer",
     "SwarmMode",
     "SwarmView",
     "TddSteps",
@@ -84,6 +89,8 @@ BeadStatus = Literal["open", "in_progress", "closed", "bounced"]
 DependencyType = Literal["blocks", "parent-child"]
 TestingMode = Literal["standard", "tdd-required"]
 LeaseMode = Literal["exclusive", "shared"]
+LeaseOrigin = Literal["coordinator", "worker"]
+"""Who took a lease: the coordinator for a worker's bead (its scope), or the worker itself (a reservation)."""
 SwarmMode = Literal["swarm", "standalone"]
 """``standalone``: preflight said a swarm is not safe, so one worker runs."""
 WorkerStatus = Literal["idle", "working", "waiting", "retired"]
@@ -131,7 +138,9 @@ class TddStepsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class VerificationRun(msgspec.Struct, kw_only=True):
     """One command of a bead's verification, as the runner ran it when the worker asked to close the bead."""
 
-    step: Literal["verify", "tdd-red", "tdd-green"]
+    step: Literal["verify", "tdd-red", "tdd-green", "decisions"]
+    """``decisions``: the bead's decision references checked against ``history/<feature>/CONTEXT.md`` when that
+    file exists (a reference it does not define fails the close)."""
     command: str
     exit_code: int | None
     """None: it did not finish (timed out) or could not start."""
@@ -173,6 +182,10 @@ class WorkerDiscipline(msgspec.Struct, kw_only=True):
     bead_file: str | None = None
     """The bead's card in the worktree (``.pulse/beads/<id>.md``): after an in-turn compaction the worker must
     read it again (its scope and decisions) before any write or edit."""
+    decision_refs: list[str] = []
+    """The bead's locked decisions (``D1`` …): at the close each must be defined in ``context_file`` if it exists."""
+    context_file: str | None = None
+    """``history/<feature>/CONTEXT.md``, where the feature's locked decisions live (seed 002)."""
 
 
 class GetEvidence(Query, kw_only=True):
@@ -297,6 +310,10 @@ class LeaseView(msgspec.Struct, kw_only=True):
     mode: LeaseMode = "exclusive"
     bead_id: str | None = None
     expires_at: datetime | None = None
+    origin: LeaseOrigin = "coordinator"
+    """``coordinator``: granted with a claim or a widening, the holder's bead scope (the only files its writes may
+    change); ``worker``: the worker's own reservation (``file_reservation_paths``), which keeps others off the
+    files but is no licence to write them."""
 
 
 class WorkerView(msgspec.Struct, kw_only=True):
@@ -398,6 +415,47 @@ class CloseBead(Command, kw_only=True):
     epic_id: EpicId
     bead_id: BeadId
     reason: Reason
+
+
+# --- a worker's request for more files (its bead's scope) ----------------------------------------------
+
+REQUEST_SCOPE_VERB = "request_scope"
+MAX_SCOPE_WAIT = 90
+"""Seconds a ``request_scope`` may wait for files another worker holds (the tool call's time bounds it)."""
+
+
+class RequestScope(Command, kw_only=True):
+    """A worker asks the coordinator to widen its current bead by ``paths`` (tool ``request_scope``).
+
+    The request is recorded (``bead:scope_requested``), then answered: widened (``bead:widened``: the paths
+    join the bead's files and the worker's bead lease) or refused (``bead:scope_refused``, with the reason).
+    The same ``request_id`` twice records and answers once."""
+
+    epic_id: EpicId
+    worker: Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+    """The worker's registered name (the tools service sets it from the session, never the model)."""
+    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    paths: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=1000)]],
+                     msgspec.Meta(min_length=1, max_length=50)]
+    why: Annotated[str, msgspec.Meta(min_length=1, max_length=2000)]
+    wait_seconds: Annotated[int, msgspec.Meta(ge=0, le=MAX_SCOPE_WAIT)] = 0
+    """How long to wait for paths another worker holds to be released (0: answer at once)."""
+
+
+class ScopeAnswer(Reply, kw_only=True):
+    """The coordinator's answer to a :class:`RequestScope`."""
+
+    request_id: str
+    granted: bool
+    bead_id: str | None = None
+    added: list[str] = []
+    """Paths that joined the bead's files (empty when granted because all were in it already)."""
+    files: list[str] = []
+    """The bead's files after the answer: the worker's scope."""
+    reason: str | None = None
+    """Why it was refused."""
+    held_by: list[str] = []
+    """Workers holding paths of the request, when that is why it was refused."""
 
 
 # --- HTTP bodies ---------------------------------------------------------------------------------------

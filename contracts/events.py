@@ -28,7 +28,10 @@ __all__ = [
     "BeadCreated",
     "BeadEvidenceRecorded",
     "BeadReopened",
+    "BeadScopeRefused",
+    "BeadScopeRequested",
     "BeadUpdated",
+    "BeadWidened",
     "Event",
     "LeaseConflicted",
     "LeaseGranted",
@@ -593,6 +596,38 @@ class BeadReopened(SwarmEvent, tag="bead:reopened", kw_only=True):
     conflict: ConflictRecord | None = None
 
 
+class BeadScopeRequested(SwarmEvent, tag="bead:scope_requested", kw_only=True):
+    """A worker asked for files beyond its bead's (tool ``request_scope``): the request as it made it."""
+
+    bead_id: str
+    worker: str
+    attempt: int
+    request_id: str
+    paths: list[str]
+    why: str
+
+
+class BeadWidened(SwarmEvent, tag="bead:widened", kw_only=True):
+    """The coordinator granted a scope request: ``added`` joined the bead's files and the worker's lease."""
+
+    bead_id: str
+    worker: str
+    request_id: str
+    added: list[str]
+    files: list[str]
+    """The bead's files after the widening."""
+
+
+class BeadScopeRefused(SwarmEvent, tag="bead:scope_refused", kw_only=True):
+    """The coordinator refused a scope request, with the reason (and who holds the files, when that is why)."""
+
+    bead_id: str
+    worker: str
+    request_id: str
+    reason: str
+    held_by: list[str] = []
+
+
 class BeadClosed(SwarmEvent, tag="bead:closed", kw_only=True):
     bead_id: str
     reason: str
@@ -650,7 +685,7 @@ MAIL_EVENTS: tuple[type[SwarmEvent], ...] = (MailPosted,)
 
 SWARM_EVENTS: tuple[type[SwarmEvent], ...] = (
     SwarmStarted, SwarmFinished, BeadCreated, BeadUpdated, BeadBounced, BeadClaimed, BeadEvidenceRecorded,
-    BeadReopened, BeadClosed,
+    BeadReopened, BeadClosed, BeadScopeRequested, BeadWidened, BeadScopeRefused,
     WorkerJoined, WorkerStatusChanged, WorkerHandedOff, LeaseGranted, LeaseReleased, LeaseConflicted)
 
 
@@ -699,6 +734,9 @@ AnyEvent = (
     | BeadEvidenceRecorded
     | BeadReopened
     | BeadClosed
+    | BeadScopeRequested
+    | BeadWidened
+    | BeadScopeRefused
     | WorkerJoined
     | WorkerStatusChanged
     | WorkerHandedOff

@@ -29,6 +29,7 @@ __all__ = [
     "EditOperation",
     "FetchInboxArgs",
     "FetchTopicArgs",
+    "FileReservationPathsArgs",
     "GetDiffArgs",
     "GetScopeCardArgs",
     "GlobSearchArgs",
@@ -37,7 +38,10 @@ __all__ = [
     "MultiEditArgs",
     "ReadFileArgs",
     "RecordBaselineArgs",
+    "ReleaseFileReservationsArgs",
     "ReplyMessageArgs",
+    "RequestScopeArgs",
+    "RobotPriorityArgs",
     "SearchHistoryArgs",
     "SemanticSearchArgs",
     "SendMessageArgs",
@@ -309,3 +313,44 @@ class FetchTopicArgs(ToolArgs, kw_only=True):
     reason: Reason
     topic_name: Annotated[str, Meta(min_length=1, description="The topic, e.g. epic-<EPIC_ID>")]
     project_key: ProjectKey = None
+
+
+class RequestScopeArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    paths: Annotated[list[Annotated[str, Meta(min_length=1, max_length=1000)]],
+                     Meta(min_length=1, max_length=50,
+                          description="Files (or globs) your bead needs beyond its files, relative to the worktree")]
+    why: Annotated[str, Meta(min_length=1, max_length=2000,
+                             description="Why the bead needs them (recorded with the request)")]
+    wait_seconds: Annotated[int, Meta(ge=0, le=90, description="If another worker holds one of the paths, wait up "
+                                                              "to this many seconds for its release (default 0)")] = 0
+
+
+LeasePath = Annotated[str, Meta(min_length=1, max_length=1000)]
+
+
+class FileReservationPathsArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    paths: Annotated[list[LeasePath], Meta(min_length=1, max_length=100,
+                                           description="Paths or globs to reserve, relative to the worktree root "
+                                                       "(e.g. src/foo.ts, docs/**)")]
+    project_key: ProjectKey = None
+    agent_name: SenderName = None
+    exclusive: Annotated[bool, Meta(description="true: nobody else may reserve them; false: a shared (reader's) "
+                                                "reservation, alongside other shared ones")] = True
+    ttl_seconds: Annotated[int, Meta(ge=5, le=3600, description="Seconds the reservation lasts unless renewed by "
+                                                               "reserving again")] = 600
+
+
+class ReleaseFileReservationsArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    project_key: ProjectKey = None
+    agent_name: SenderName = None
+    paths: Annotated[list[LeasePath], Meta(max_length=100, description="The reserved paths or globs to release "
+                                                                     "(default, or []: all of yours)")] = []
+
+
+class RobotPriorityArgs(ToolArgs, kw_only=True):
+    reason: Reason
+    project_key: ProjectKey = None
+    limit: Annotated[int, Meta(ge=1, le=100, description="How many of the top-ranked ready beads to list")] = 10

@@ -66,6 +66,10 @@ TOOL_ARGUMENTS: dict[str, type[a.ToolArgs]] = {
     "reply_message": a.ReplyMessageArgs,
     "fetch_inbox": a.FetchInboxArgs,
     "fetch_topic": a.FetchTopicArgs,
+    "request_scope": a.RequestScopeArgs,
+    "file_reservation_paths": a.FileReservationPathsArgs,
+    "release_file_reservations": a.ReleaseFileReservationsArgs,
+    "robot_priority": a.RobotPriorityArgs,
 }
 """Every executable tool and the Struct its arguments decode into."""
 
@@ -83,6 +87,9 @@ MUTATING_TOOLS = frozenset(
         "complete_review",
         "send_message",
         "reply_message",
+        "request_scope",
+        "file_reservation_paths",
+        "release_file_reservations",
     }
 )
 """Tools with an effect: a repeated call (same session and tool-call id) replays the recorded result."""
@@ -99,6 +106,9 @@ SUCCESS_SHAPED_TOOLS = frozenset(
         "complete_review",
         "send_message",
         "reply_message",
+        "request_scope",
+        "file_reservation_paths",
+        "release_file_reservations",
     }
 )
 """Tools whose errors take the seed's ``{"success": false, "error": …}`` shape; the rest use ``{"error": …}``."""
@@ -275,6 +285,25 @@ oldest first."""
 
 _FETCH_TOPIC = """List every coordination message on a topic of your epic (the epic timeline), oldest first."""
 
+_REQUEST_SCOPE = """Ask the coordinator for files beyond your bead's files.
+A bead's files are its scope: writes and edits outside them are refused, and what a command changes outside them
+is put back. If the bead truly needs another file, ask here with the paths and why; the coordinator widens the
+bead (the files become yours, leased to you) or refuses with the reason (for instance another worker holds them;
+wait_seconds lets you wait for their release). Write the files only once the answer says granted."""
+
+_FILE_RESERVATION_PATHS = """Reserve files (paths or globs) in your epic's lease table, the one the coordinator's
+assignments are in. exclusive (default): nobody else may reserve or write them; exclusive=false: a shared,
+reader's reservation, granted beside other shared ones, that keeps writers off while you read. All paths are
+granted or none: a conflict names the holder, its bead and until when. Reserving keeps others off a file; it does
+not add it to your bead's files (ask request_scope for that). Reserve again to renew."""
+
+_RELEASE_FILE_RESERVATIONS = """Release your own reservations (the given paths, or all of them). Your bead's files
+stay leased until the bead lands: the coordinator releases them before your completion report."""
+
+_ROBOT_PRIORITY = """The ready beads of your epic ranked by impact (the bv --robot-priority equivalent), best first,
+each with every part of its score: pagerank, betweenness, blocker_ratio, staleness, priority, on_critical_path,
+and unblocks (the beads it alone holds back). Check it before claiming more work."""
+
 DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("semantic_search", "base"): _SEMANTIC_SEARCH,
     ("semantic_search", "pulsing"): _SEMANTIC_SEARCH_PULSING,
@@ -303,6 +332,10 @@ DESCRIPTIONS: dict[tuple[str, str], str] = {
     ("reply_message", "base"): _REPLY_MESSAGE,
     ("fetch_inbox", "base"): _FETCH_INBOX,
     ("fetch_topic", "base"): _FETCH_TOPIC,
+    ("request_scope", "base"): _REQUEST_SCOPE,
+    ("file_reservation_paths", "base"): _FILE_RESERVATION_PATHS,
+    ("release_file_reservations", "base"): _RELEASE_FILE_RESERVATIONS,
+    ("robot_priority", "base"): _ROBOT_PRIORITY,
 }
 """LLM description of each (tool, variant); the seed's text verbatim."""
 
@@ -318,6 +351,9 @@ _BASE = (
 
 
 _MAIL = (("send_message", "base"), ("reply_message", "base"), ("fetch_inbox", "base"), ("fetch_topic", "base"))
+_COORDINATION = (("request_scope", "base"), ("file_reservation_paths", "base"), ("release_file_reservations", "base"),
+                 ("robot_priority", "base"))
+"""A swarm worker's own coordination verbs beside mail (seed 002)."""
 
 
 def _with(tools: tuple[tuple[str, str], ...], **variants: str) -> tuple[tuple[str, str], ...]:
@@ -339,6 +375,7 @@ ROLE_TOOLS: dict[str, tuple[tuple[str, str], ...]] = {
         # Seed 002's coordination mail. The catalog has no per-session sets, so every pulsing agent is offered
         # them; a session that is no swarm worker (no epic, no registered name) gets an error saying so.
         *_MAIL,
+        *_COORDINATION,
     ),
     "loop": (
         # A Pulse Protocol iteration (seed 001): the pulsing tools (take_note is in the base set) and the search

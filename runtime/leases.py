@@ -43,7 +43,7 @@ from nats.aio.client import Client
 from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from autarch.contracts.beads import LeaseMode, LeaseView
+from autarch.contracts.beads import LeaseMode, LeaseOrigin, LeaseView
 
 from .bus import open_key_value
 from .globs import Segment, compile_glob, glob_segments, literal_segment, segments_overlap
@@ -54,8 +54,10 @@ __all__ = [
     "LeaseRefusal",
     "LeaseTable",
     "TableWrite",
+    "bead_scope",
     "blocking_lease",
     "describe_lease",
+    "in_scope",
     "lease_covers",
     "normalize_pattern",
     "patterns_overlap",
@@ -124,10 +126,11 @@ class _Entry(msgspec.Struct, kw_only=True):
     mode: LeaseMode = "exclusive"
     bead_id: str | None = None
     expires_at: float
+    origin: LeaseOrigin = "coordinator"
 
     def view(self) -> LeaseView:
         return LeaseView(pattern=self.pattern, holder=self.holder, mode=self.mode, bead_id=self.bead_id,
-                         expires_at=datetime.fromtimestamp(self.expires_at, UTC))
+                         expires_at=datetime.fromtimestamp(self.expires_at, UTC), origin=self.origin)
 
 
 class _Table(msgspec.Struct, kw_only=True):
@@ -176,8 +179,14 @@ class LeaseTable:
         mode: LeaseMode = "exclusive",
         bead_id: str | None = None,
         ttl: float,
+        origin: LeaseOrigin = "coordinator",
     ) -> LeaseGrant | LeaseRefusal:
-        """All of ``patterns`` or none. Re-acquiring a pattern the holder holds renews it (and sets its mode)."""
+        """All of ``patterns`` or none. Re-acquiring a pattern the holder holds renews it (and sets its mode).
+
+        ``origin`` says who asks: the coordinator for a worker's bead (the bead's scope) or the worker itself. A
+        worker's own reservation of a pattern the coordinator already gave it keeps the coordinator's entry (the
+        scope is not narrowed by a reservation), renewed.
+        """
         _check_ttl(ttl)
         wanted = _unique(normalize_pattern(p) for p in patterns)
         if not wanted:
@@ -189,7 +198,12 @@ class LeaseTable:
             if conflicts:
                 return None, LeaseRefusal(scope=scope, holder=holder, requested=wanted,
                                           conflicts=[e.view() for e in conflicts], at=now)
-            granted = [_Entry(pattern=p, holder=holder, mode=mode, bead_id=bead_id, expires_at=now + ttl)
+            assigned = {e.pattern: e for e in entries if e.holder == holder and e.expires_at > now
+                        and e.origin == "coordinator"}
+            granted = [_Entry(pattern=p, holder=holder, mode=mode, bead_id=bead_id, expires_at=now + ttl,
+                              origin=origin) if origin == "coordinator" or p not in assigned
+                       else _Entry(pattern=p, holder=holder, mode=assigned[p].mode, bead_id=assigned[p].bead_id,
+                                   expires_at=now + ttl, origin="coordinator")
                        for p in wanted]
             kept = [e for e in entries if e.expires_at > now and not (e.holder == holder and e.pattern in wanted)]
             return kept + granted, LeaseGrant(scope=scope, holder=holder, leases=[e.view() for e in granted], at=now)
@@ -197,12 +211,13 @@ class LeaseTable:
         return await self._change(scope, change)
 
     async def renew(self, scope: str, holder: str, ttl: float) -> int:
-        """Move every unexpired lease of ``holder`` to ``now + ttl``; how many moved (0: it holds none)."""
+        """Move every unexpired bead lease (origin ``coordinator``) of ``holder`` to ``now + ttl``; how many moved
+        (0: it holds none). A worker's own reservations keep the TTL it gave them (it renews by reserving again)."""
         _check_ttl(ttl)
 
         def change(entries: list[_Entry], now: float) -> tuple[list[_Entry] | None, int]:
             # An expired lease is not revived: someone else may have been granted its files since.
-            mine = [e for e in entries if e.holder == holder and e.expires_at > now]
+            mine = [e for e in entries if e.holder == holder and e.expires_at > now and e.origin == "coordinator"]
             if not mine:
                 return None, 0
             for entry in mine:
@@ -211,12 +226,15 @@ class LeaseTable:
 
         return await self._change(scope, change)
 
-    async def release(self, scope: str, holder: str, patterns: Iterable[str] | None = None) -> list[LeaseView]:
-        """Drop ``holder``'s leases on ``patterns`` (all of them when None); the live ones dropped."""
+    async def release(self, scope: str, holder: str, patterns: Iterable[str] | None = None, *,
+                      origin: LeaseOrigin | None = None) -> list[LeaseView]:
+        """Drop ``holder``'s leases on ``patterns`` (all of them when None), only those of ``origin`` when given;
+        the live ones dropped."""
         which = None if patterns is None else set(_unique(normalize_pattern(p) for p in patterns))
 
         def change(entries: list[_Entry], now: float) -> tuple[list[_Entry] | None, list[LeaseView]]:
-            gone = [e for e in entries if e.holder == holder and (which is None or e.pattern in which)]
+            gone = [e for e in entries if e.holder == holder and (which is None or e.pattern in which)
+                    and (origin is None or e.origin == origin)]
             if not gone:
                 return None, []
             kept = [e for e in entries if e.expires_at > now and not any(e is g for g in gone)]
@@ -328,6 +346,18 @@ def blocking_lease(leases: list[LeaseView], holder: str, path: str) -> LeaseView
     if others and not any(lease.holder == holder for lease in covering):
         return others[0]
     return None
+
+
+def bead_scope(leases: list[LeaseView], holder: str) -> list[str]:
+    """The patterns ``holder`` may write: those the coordinator leased to it for its bead (origin ``coordinator``).
+
+    A worker's own reservations are not in it: reserving keeps others off a file, it does not widen the bead."""
+    return [lease.pattern for lease in leases if lease.holder == holder and lease.origin == "coordinator"]
+
+
+def in_scope(scope: list[str], path: str) -> bool:
+    """Whether ``path`` lies in a bead scope (a pattern of it covers the path)."""
+    return any(lease_covers(pattern, path) for pattern in scope)
 
 
 def _key(scope: str) -> str:

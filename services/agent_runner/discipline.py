@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
@@ -27,7 +28,7 @@ from autarch.contracts.beads import VerificationEvidence, VerificationRun, Worke
 
 from .domainmodel import ToolCall
 
-__all__ = ["edit_refusal", "is_test_path", "red_run", "refusal_text", "run_verification", "unread",
+__all__ = ["decisions_command", "edit_refusal", "is_test_path", "red_run", "refusal_text", "run_verification", "unread",
            "without_red_runs"]
 
 _EDIT_TOOLS = ("write_file", "edit_file", "multi_edit")
@@ -166,6 +167,9 @@ async def run_verification(discipline: WorkerDiscipline, *, history: list[ToolCa
     else:
         commands = []
     commands += [("verify", c) for c in discipline.verify]
+    check = decisions_command(discipline)
+    if check is not None:
+        commands.append(("decisions", check))
     for i, (step, command) in enumerate(commands):
         started = time.perf_counter()
         at = datetime.now(UTC)
@@ -178,11 +182,31 @@ async def run_verification(discipline: WorkerDiscipline, *, history: list[ToolCa
                                 recorded_at=datetime.now(UTC))
 
 
+def decisions_command(discipline: WorkerDiscipline) -> str | None:
+    """The shell check that every decision reference of the bead is defined in its feature's CONTEXT.md, when the
+    file exists (none to check, or no file: passes saying so). Run like a verify command, so it is sandboxed,
+    recorded and part of the evidence."""
+    if not discipline.decision_refs or not discipline.context_file:
+        return None
+    path = shlex.quote(discipline.context_file)
+    refs = " ".join(shlex.quote(ref) for ref in discipline.decision_refs)
+    # A reference counts as defined when it appears as a word of the file (``D1``, ``**D1**:``, ``### D1 —``).
+    return (f"if [ ! -f {path} ]; then echo no {path}: decisions not checked; exit 0; fi; "
+            f"missing=''; for d in {refs}; do grep -qw -F -- \"$d\" {path} || missing=\"$missing $d\"; done; "
+            f"if [ -n \"$missing\" ]; then echo not defined in {path}:\"$missing\"; exit 1; fi; "
+            f"echo decisions defined in {path}: {refs}")
+
+
 def refusal_text(evidence: VerificationEvidence) -> str:
     """What the model is told when its ``complete_pulse`` is refused for a failed verification."""
     failed = next((r for r in evidence.runs if not r.passed), None)
     if failed is None:
         return "Completion refused: the bead has no verification that passed."
+    if failed.step == "decisions":
+        return json.dumps({"error": f"Completion refused: bead {evidence.bead_id} references decisions its feature's "
+                                    "CONTEXT.md does not define (see the output). Report it to the coordinator: "
+                                    "the bead's decision references need a person.",
+                           "output": failed.output_excerpt})
     if failed.step == "tdd-red":
         what = f"the red step `{failed.command}` never failed in this session"
     else:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
+from autarch.contracts.beads import REQUEST_SCOPE_VERB, RequestScope
 from autarch.contracts.subjects import PARTITION_METADATA
 from autarch.contracts.workflows import (
     CreateWorkflow,
@@ -116,6 +117,7 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     register_loops(service, loops, abort=loop_driver.abort if drive else None)
     register_beads(service, epics)
     register_mail(service, mail)
+    service.endpoint(REQUEST_SCOPE_VERB, RequestScope, swarm_driver.request_scope)
     await service.start()
     if drive:
         await space.start()

@@ -9,8 +9,9 @@ with the values found in the worktree's sensitive files added to the redactor: a
 confined by the path checks (the worktree is all its own), so ``cat .env`` must still not leak ``.env``'s
 values. The preflight variant also compares the tracked files before and after the command: any tracked file the
 command left modified turns the result into a failure. A swarm worker's command (``lease_holder``) is checked
-against the file leases of other workers the same way, and what it changed of theirs is put back
-(:mod:`.lease_guard`).
+against the file leases of other workers the same way, and what it changed of theirs is put back (an error);
+what it changed outside its bead's files is put back too and reported in ``outside_scope`` beside the
+command's own outcome (:mod:`.lease_guard`).
 
 Both guards run git outside the sandbox, so they run it as :mod:`.gitrecord` says: on the git directory of the
 worktree's record, never on what its ``.git`` names. A linked worktree's ``.git`` file is checked against the
@@ -175,7 +176,7 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
         if changed:
             errors.append("Preflight must not modify tracked files; this command left modified: " + ", ".join(changed))
     leased = await guard.after() if guard is not None else None
-    if leased is not None:
+    if leased is not None and "error" in leased:
         errors.append(leased.pop("error"))
     if errors:
         result: dict[str, Any] = {"success": False, "error": "; ".join(errors), **(leased or {})}
@@ -189,7 +190,7 @@ async def _run(ctx: ToolContext, args: ShellArgs, launch: Launch, *, timeout: fl
         if note:
             result["sandbox"] = note
         return result
-    result = {"success": True, "exit_code": outcome.exit_code, "stdout": stdout, "stderr": stderr}
+    result = {"success": True, "exit_code": outcome.exit_code, "stdout": stdout, "stderr": stderr, **(leased or {})}
     if note:
         result["sandbox"] = note
     return result

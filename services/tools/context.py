@@ -59,8 +59,12 @@ class Forwarder:
         # restarting (a crash, a deploy) answers a moment later instead of failing the agent's tool call.
         self.restart_grace = restart_grace
 
-    async def send(self, service: str, verb: str, payload: Any, reply_type: type[T]) -> T:
-        """The owner's typed reply; :class:`RemoteError` (``unavailable`` without a connection) otherwise."""
+    async def send(self, service: str, verb: str, payload: Any, reply_type: type[T], *,
+                   timeout: float | None = None) -> T:
+        """The owner's typed reply; :class:`RemoteError` (``unavailable`` without a connection) otherwise.
+
+        ``timeout``: for a command the owner may take long to answer (it waits on purpose); default the
+        forwarder's."""
         subject = (subjects.orchestrator_request(verb, payload, self.orchestrator_partitions)
                    if service == "orchestrator" else subjects.request(service, verb))
         if self.nc is None or not self.nc.is_connected:
@@ -71,7 +75,8 @@ class Forwarder:
         grace = 0.0 if service in self.OPTIONAL else self.restart_grace
         # Idempotent (keyed commands and queries): an owner instance killed mid-request is noticed and the
         # command sent again, instead of the tool call failing at the timeout.
-        return await request(self.nc, subject, payload, reply_type, timeout=self.timeout, retry_unavailable=grace,
+        return await request(self.nc, subject, payload, reply_type, timeout=timeout or self.timeout,
+                             retry_unavailable=grace,
                              idempotent=True)
 
 

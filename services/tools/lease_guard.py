@@ -1,9 +1,19 @@
-"""File leases enforced on a swarm worker's tool calls (``ToolCall.lease_holder``), against ``runtime.leases``.
+"""File leases and bead scopes enforced on a swarm worker's tool calls (``ToolCall.lease_holder``), against
+``runtime.leases``.
 
-A file tool (``write_file``, ``edit_file``, ``multi_edit``) on a path another holder leased is refused before
-it touches anything. A command cannot be checked before it runs, so ``shell`` is checked after: the
-worktree's changed paths (``git status``, untracked files included, each with a content hash) are compared
-before and after the command, and every path the command changed that another holder leased is put back:
+Two rules, both read from the same lease table:
+
+- **Other holders' files**: a path another holder leased is never changed by this worker.
+- **The bead's scope**: a worker changes only its bead's files, which are the leases the coordinator gave it
+  (origin ``coordinator``: the bead's files at the claim, plus what a ``request_scope`` widening added). Its
+  own reservations (origin ``worker``) keep others off files but do not let it write them. A worker whose
+  bead leases are gone (lapsed, released) has no scope left and changes nothing.
+
+A file tool (``write_file``, ``edit_file``, ``multi_edit``) on a path another holder leased, or outside the
+bead's scope, is refused before it touches anything. A command cannot be checked before it runs, so ``shell``
+is checked after: the worktree's changed paths (``git status``, untracked files included, each with a content
+hash) are compared before and after the command, and every path the command changed that another holder leased
+(or that lies outside the bead's scope) is put back:
 
 - a file that differed from HEAD before (modified, or untracked) gets back the bytes it had, kept in memory
   while it was hashed — they are read anyway, and a worker's dirty files are few; past ``_KEEP_BYTES`` in
@@ -27,14 +37,17 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from autarch.contracts.beads import LeaseView
-from autarch.runtime.leases import LeaseTable, blocking_lease, describe_lease
+from autarch.runtime.leases import LeaseTable, bead_scope, blocking_lease, describe_lease, in_scope
 
 from .context import ToolContext, failure
 from .gitrecord import HostGit
 from .gitstate import GitStateError, changed_paths, head_blob
 from .paths import PathRefused, Worktree
 
-__all__ = ["ShellLeaseGuard", "lease_refusal"]
+__all__ = ["OUTSIDE_BEAD_SCOPE", "ShellLeaseGuard", "lease_refusal"]
+
+OUTSIDE_BEAD_SCOPE = "outside_bead_scope"
+"""``code`` of a write refused (or a command's change put back) because the path is not among the bead's files."""
 
 _KEEP_BYTES = 32 * 1024 * 1024
 """Bytes of dirty files kept before a command so they can be put back; beyond it only hashes are kept."""
@@ -70,16 +83,36 @@ async def lease_refusal(ctx: ToolContext, path: str) -> dict[str, Any] | None:
     table, scope, holder = found
     rel = ctx.worktree.resolve(path).rel  # PathRefused is the caller's usual error
     try:
-        lease = await table.blocking(scope, holder, rel)
+        leases = await table.leases(scope)
     except Exception as exc:  # fail closed: an unchecked write could clobber another worker's files
         return failure(tool, f"Cannot write {path}: file leases cannot be checked ({exc}). Nothing was changed.")
-    if lease is None:
+    lease = blocking_lease(leases, holder, rel)
+    if lease is not None:
+        message = (
+            f"Cannot write {rel}: it is leased by another worker, {describe_lease(lease)}. Nothing was changed. "
+            "Work on your bead's own files, or report the conflict to the coordinator and wait for the release."
+        )
+        return failure(tool, message, lease=_lease_fields(lease))
+    files = bead_scope(leases, holder)
+    if in_scope(files, rel):
         return None
-    message = (
-        f"Cannot write {rel}: it is leased by another worker, {describe_lease(lease)}. Nothing was changed. "
-        "Work on your bead's own files, or report the conflict to the coordinator and wait for the release."
-    )
-    return failure(tool, message, lease=_lease_fields(lease))
+    return failure(tool, outside_scope_message(rel, files) + " Nothing was changed.", code=OUTSIDE_BEAD_SCOPE,
+                   bead_id=_bead_of(leases, holder), bead_files=files)
+
+
+def _bead_of(leases: list[LeaseView], holder: str) -> str | None:
+    return next((lease.bead_id for lease in leases if lease.holder == holder and lease.origin == "coordinator"
+                 and lease.bead_id), None)
+
+
+def outside_scope_message(path: str, files: list[str]) -> str:
+    """Why ``path`` may not be changed: the bead's files (its scope) are named, and the way to ask for more."""
+    if not files:
+        return (f"Cannot write {path}: you hold no bead's files (your bead's leases lapsed or were released), so "
+                "nothing is in your scope.")
+    return (f"Cannot write {path}: it is outside your bead's files ({', '.join(files)}). A bead's files are its "
+            "scope; if the bead needs this file, ask the coordinator with request_scope (paths and why) and "
+            "write it once the request is granted.")
 
 
 @dataclass(frozen=True)
@@ -196,8 +229,14 @@ class ShellLeaseGuard:
         before = self._before
         changed = sorted(p for p in before.files.keys() | now.keys() if before.files.get(p) != now.get(p))
         hits = [(path, lease) for path in changed if (lease := blocking_lease(leases, holder, path)) is not None]
+        files = bead_scope(leases, holder)
+        held = {path for path, _ in hits}
+        outside = [path for path in changed if path not in held and not in_scope(files, path)]
+        report: dict[str, Any] = {}
+        if outside:
+            report["outside_scope"] = await self._outside_scope(outside, files, _bead_of(leases, holder))
         if not hits:
-            return None
+            return report or None
         restored, kept = await self._restore([path for path, _ in hits])
         lines = [f"{path} ({describe_lease(lease)})" for path, lease in hits]
         message = "This command changed files leased by other workers: " + "; ".join(lines) + ". "
@@ -210,7 +249,24 @@ class ShellLeaseGuard:
             "error": message,
             "lease_conflicts": [{"path": path, **_lease_fields(lease)} for path, lease in hits],
             "restored": restored,
+            **report,
         }
+
+    async def _outside_scope(self, paths: list[str], files: list[str], bead_id: str | None) -> dict[str, Any]:
+        """Put back what the command changed outside the bead's files; the report for the call's result.
+
+        Reported beside the command's own outcome, not as its failure: a verification command that leaves a
+        cache file (``.pytest_cache``) outside the bead must still pass; the file is simply gone again."""
+        restored, kept = await self._restore(paths)
+        message = ("This command changed files outside your bead's files "
+                   f"({', '.join(files) if files else 'none: you hold no bead files'}): {', '.join(paths)}. ")
+        if restored:
+            message += "Put back as they were before the command: " + ", ".join(restored) + ". "
+        if kept:
+            message += "Could NOT be put back (report this to the coordinator): " + ", ".join(kept) + ". "
+        message += "If your bead needs such a file, ask with request_scope first."
+        return {"code": OUTSIDE_BEAD_SCOPE, "message": message, "paths": paths, "restored": restored,
+                "bead_id": bead_id, "bead_files": files}
 
     async def _restore(self, paths: list[str]) -> tuple[list[str], list[str]]:
         before = self._before

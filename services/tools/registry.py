@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from autarch.contracts.tool_catalog import TOOL_ARGUMENTS
 
-from . import commands, forwarded, reading, web, writing
+from . import commands, coordination, forwarded, reading, web, writing
 from .context import Handler
 
 __all__ = ["HANDLERS"]
@@ -33,6 +33,10 @@ HANDLERS: dict[str, Handler] = {
     "reply_message": forwarded.reply_message,
     "fetch_inbox": forwarded.fetch_inbox,
     "fetch_topic": forwarded.fetch_topic,
+    "request_scope": coordination.request_scope,
+    "file_reservation_paths": coordination.file_reservation_paths,
+    "release_file_reservations": coordination.release_file_reservations,
+    "robot_priority": coordination.robot_priority,
 }
 
 assert HANDLERS.keys() == TOOL_ARGUMENTS.keys(), "every tool of the catalog needs a handler"

@@ -111,3 +111,36 @@ def test_after_a_compaction_a_worker_rereads_its_bead_before_editing() -> None:
     session.complete_tool(turn_id="t1", tool_use_id="r1", name="read_file", output="# area", is_error=False,
                           duration_ms=1.0, replayed=False)
     assert not session.reread_needed
+
+
+def test_decision_references_are_checked_against_context_md_when_it_exists(tmp_path) -> None:
+    import subprocess
+
+    async def bash(call_id: str, command: str) -> tuple[str, bool, float]:
+        # The check as the sandboxed shell would run it, in a worktree of our own.
+        done = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, check=False)
+        return (json.dumps({"success": done.returncode == 0, "exit_code": done.returncode, "stdout": done.stdout,
+                            "stderr": done.stderr}), done.returncode != 0, 1.0)
+
+    bead = WorkerDiscipline(bead_id="area", verify=["true"], decision_refs=["D1", "D'2"],
+                            context_file="history/shapes/CONTEXT.md")
+
+    def check() -> VerificationEvidence:
+        return asyncio.run(run_verification(bead, history=[], call_id="c", shell=bash))
+
+    # No CONTEXT.md: nothing to check against, and the run says so.
+    evidence = check()
+    assert evidence.passed and evidence.runs[-1].step == "decisions"
+    assert "decisions not checked" in evidence.runs[-1].output_excerpt
+    (tmp_path / "history/shapes").mkdir(parents=True)
+    (tmp_path / "history/shapes/CONTEXT.md").write_text("# Decisions\n\n## D1 — areas in square units\n")
+    evidence = check()
+    assert not evidence.passed and "D'2" in evidence.runs[-1].output_excerpt
+    refused = json.loads(refusal_text(evidence))
+    assert "does not define" in refused["error"] and "D'2" in refused["output"]
+    (tmp_path / "history/shapes/CONTEXT.md").write_text("## D1 — areas\n- **D'2**: one module per shape\n")
+    assert check().passed
+    # A bead without decision references runs no such check.
+    plain = asyncio.run(run_verification(WorkerDiscipline(bead_id="b", verify=["true"]), history=[], call_id="c",
+                                         shell=bash))
+    assert [r.step for r in plain.runs] == ["verify"]

@@ -53,6 +53,8 @@ async def test_tool_calls_carry_the_lease_holder(nc, data_dir: Path, model, tool
     table = await LeaseTable.open(nc)
     workflow_id = str(uuid.uuid4())
     assert isinstance(await table.acquire(workflow_id, "w2", ["greeter/**"], bead_id="b2", ttl=60), LeaseGrant)
+    # w1's own bead is mine.txt (its scope); greeter/** is w2's.
+    assert isinstance(await table.acquire(workflow_id, "w1", ["mine.txt"], bead_id="b1", ttl=60), LeaseGrant)
     async with own_runner(nc, data_dir, model):
         _, turn = await run_turn(nc, role="pulsing", script="lease-writes", root=repo, workflow_id=workflow_id,
                                  lease_holder="w1")

@@ -57,6 +57,11 @@ EXPECTED = {
     "lease:released": "[w1 AmberFalcon] released src/parser.py (done)",
     "lease:conflict": "[CopperHeron] cannot lease src/parser.py for pulse-4: held by w1 AmberFalcon",
     "bead:evidence": "bead square verification passed: verify ok",
+    "bead:scope_requested": "[w1 AmberFalcon] asks to widen pulse-2 by tests/test_parser.py: The parser's tests "
+                            "live there",
+    "bead:widened": "[w1 AmberFalcon] pulse-2 widened by tests/test_parser.py (coordinator)",
+    "bead:scope_refused": "[w1 AmberFalcon] widening of pulse-2 refused: src/lexer.py held by CopperHeron; ask again "
+                          "once they are released",
     "worker:handoff": "[w1 AmberFalcon] handed off summary at 67% of its context: "
                       ".pulse/handoffs/worker-AmberFalcon.json (a fresh session resumes)",
     "mail:posted": "mail [w1 AmberFalcon → coordinator] File conflict on pulse-4",

@@ -213,6 +213,10 @@ def test_demo_swarm_runs_a_bead_plan_on_three_workers_one_commit_per_bead(tmp_pa
         assert re.search(rf"\[w\d \w+\] claimed {bead} \(attempt \d\)", out), bead
         assert re.search(rf"\[w\d \w+\] leased \S.* for {bead}", out), bead
         assert re.search(rf"\[w\d \w+\] closed {bead}: commit [0-9a-f]{{8}} — ", out), bead
+    # Each worker's own acknowledgment, and a worker's own (shared) reservation and its release, as it made them.
+    assert len(re.findall(r"mail \[w\d \w+ → coordinator\] \[STARTUP\] w\d / \w+", out)) >= 3, out
+    assert re.search(r"\[w\d \w+\].*file_reservation_paths .*shapes/base\.py", out), out
+    assert re.search(r"\[w\d \w+\].*release_file_reservations .*shapes/base\.py", out), out
     assert "[6/6 beads closed]" in out
     merged = re.search(r"swarm finished: 6 beads merged, in order (.+)", out)
     assert merged is not None, out

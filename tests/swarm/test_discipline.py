@@ -98,3 +98,23 @@ def test_verification_refuses_a_failing_close_and_tdd_evidence_lands_in_the_comm
     assert sorted(e["bead_id"] for e in recorded) == sorted(BEADS)
     assert all(e["evidence"]["passed"] for e in recorded)
     finish(client, wid)
+
+
+def test_decision_references_are_checked_against_the_features_context_md(client: Client, model,
+                                                                          tmp_path: Path) -> None:
+    scenario = swarm_scenario()
+    pulses = {p["id"]: p for p in scenario["scripts"]["plan"][1]["content"][-1]["input"]["pulses"]}
+    pulses["units"]["decisionRefs"] = ["D1"]
+    scenario["files"]["history/decide/CONTEXT.md"] = "# Decisions\n\n## D1 — areas are in square units\n"
+    wid, _ = start(client, model, tmp_path, scenario, branch="autarch/decide")
+    approve_stages(client, wid)
+    client.wait_awaiting(wid, "review", timeout=120)
+
+    evidence = client.http.get(f"/api/beads/{wid}/units/evidence").raise_for_status().json()["evidence"]
+    runs = evidence[-1]["runs"]
+    assert [r["step"] for r in runs] == ["verify", "decisions"] and all(r["passed"] for r in runs), runs
+    assert "decisions defined in history/decide/CONTEXT.md: D1" in runs[1]["output_excerpt"]
+    # A bead without decision references has no such step.
+    naming = client.http.get(f"/api/beads/{wid}/naming/evidence").raise_for_status().json()["evidence"]
+    assert [r["step"] for r in naming[-1]["runs"]] == ["verify"]
+    finish(client, wid)

@@ -25,7 +25,13 @@ def test_a_worker_past_its_context_limit_hands_off_and_a_fresh_session_finishes(
     # After the startup report, the reply that writes the bead's file came on a request that already used 150k of
     # the 200k window: after its write, the worker stops.
     first[1]["usage"] = {"input_tokens": 150_000, "output_tokens": 50}
-    scenario["scripts"]["pulsing:summary"] = first[:2]
+    # Asked for its [HANDOFF] mail once the handoff is written, the stopped session sends it itself.
+    scenario["scripts"]["pulsing:summary"] = [*first[:2], {"content": [{"type": "tool_use", "name": "send_message",
+                                                                         "input": {
+        "reason": "Tell the coordinator I handed off", "to": ["coordinator"],
+        "subject": "[HANDOFF] {{recall:Runtime nickname: (\\S+?)\\.}} / {{recall:Registered name: (\\S+?)\\.}}",
+        "body_md": "Handoff summary: paused at the limit."}}]},
+        "Handed off."]
     scenario["scripts"]["pulsing:summary-h1"] = [
         # The fresh session tries to edit before reading its handoff: refused. Then it reads, and closes the bead
         # with what the first session left in the worktree.
@@ -50,6 +56,16 @@ def test_a_worker_past_its_context_limit_hands_off_and_a_fresh_session_finishes(
     # Only what is there to read: the handoff itself, then the bead's card.
     assert document["read_first"] == [handoffs[0]["owner_file"], ".pulse/beads/summary.md"]
 
+    # The [HANDOFF] mail is the worker's own send_message, sent after the handoff and before the fresh session.
+    worker = handoffs[0]["worker"]
+    mail = [e["message"] for e in client.events(wid, until="swarm:finished") if e["type"] == "mail:posted"
+            and e["message"]["subject"].startswith("[HANDOFF]")]
+    assert len(mail) == 1 and mail[0]["sender"] == worker and mail[0]["to"] == ["coordinator"], mail
+    assert mail[0]["subject"].endswith(f"/ {worker}")
+    order = [r.script for r in model.requests if r.script in ("summary", "summary-h1")]
+    asked = [i for i, r in enumerate(r for r in model.requests if r.script in ("summary", "summary-h1"))
+             if r.script == "summary" and "[HANDOFF]" in json.dumps(r.body)]
+    assert asked and asked[0] < order.index("summary-h1"), order
     resumed = [r for r in model.requests if r.script == "summary-h1" and r.body]
     kickoff = resumed[0].body["messages"][0]["content"][0]["text"]
     assert "Resuming from a handoff" in kickoff and handoffs[0]["owner_file"] in kickoff

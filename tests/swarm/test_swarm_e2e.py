@@ -83,18 +83,80 @@ def test_a_diamond_and_independent_beads_run_on_three_workers_one_commit_per_bea
     finish(client, wid)
 
 
+def _pulse(scenario: dict[str, Any], bead: str) -> dict[str, Any]:
+    pulses = scenario["scripts"]["plan"][1]["content"][1]["input"]["pulses"]
+    return next(p for p in pulses if p["id"] == bead)
+
+
+def _edit_notes(bead: str) -> dict[str, Any]:
+    return {"type": "tool_use", "name": "edit_file", "input": {
+        "reason": "List this note", "path": "NOTES.md", "oldString": "# Notes\n", "newString": f"# Notes\n- {bead}\n"}}
+
+
+def _ask_for_notes(wait_seconds: int = 0) -> dict[str, Any]:
+    return {"type": "tool_use", "name": "request_scope", "input": {
+        "reason": "The note must be listed in NOTES.md", "paths": ["NOTES.md"],
+        "why": "Each note is listed in NOTES.md", "wait_seconds": wait_seconds}}
+
+
+def _read_notes() -> dict[str, Any]:
+    return {"type": "tool_use", "name": "read_file", "input": {"reason": "Read the notes", "path": "NOTES.md"}}
+
+
+def test_a_worker_writing_outside_its_bead_is_refused_then_widened_on_request(client: Client, model,
+                                                                               tmp_path: Path) -> None:
+    scenario = swarm_scenario()
+    # The naming bead declares docs/naming.md only; its worker tries NOTES.md too, is refused, asks, and is given it.
+    steps = scenario["scripts"]["pulsing:naming"]
+    steps[0]["content"].insert(1, _read_notes())
+    steps[1:1] = [{"content": [_edit_notes("naming")]}, {"content": [_ask_for_notes()]},
+                  {"content": [_edit_notes("naming")]}]
+    wid, repo = start(client, model, tmp_path, scenario, branch="autarch/widen")
+    approve_stages(client, wid)
+    view = client.wait_awaiting(wid, "review", timeout=120)
+
+    events = client.events(wid, until="swarm:finished")
+    sessions = {e["session_id"] for e in events if e["type"] == "bead:claimed" and e["bead_id"] == "naming"}
+    edits = [e for e in events if e["type"] == "turn:tool_completed" and e["tool"] == "edit_file"
+             and e["session_id"] in sessions]
+    refused = json.loads(edits[0]["output"])
+    assert edits[0]["is_error"] and refused["code"] == "outside_bead_scope", refused
+    assert refused["bead_files"] == ["docs/naming.md"] and "request_scope" in refused["error"]
+    assert not edits[1]["is_error"], edits[1]
+    requested = [e for e in events if e["type"] == "bead:scope_requested"]
+    widened = [e for e in events if e["type"] == "bead:widened"]
+    assert [(e["bead_id"], e["paths"]) for e in requested] == [("naming", ["NOTES.md"])]
+    assert [(e["bead_id"], e["added"], e["files"]) for e in widened] == [
+        ("naming", ["NOTES.md"], ["docs/naming.md", "NOTES.md"])]
+    assert widened[0]["worker"] == requested[0]["worker"] and widened[0]["request_id"] == requested[0]["request_id"]
+    # The widened bead's lease covered the file, and the write landed in the bead's own commit.
+    granted = [e for e in events if e["type"] == "lease:granted" and e["bead_id"] == "naming"]
+    assert granted and all(e["holder"] == widened[0]["worker"] for e in granted)
+    assert git(repo, "show", f"{view['branch']}:NOTES.md") == "# Notes\n- naming\n"
+    naming = next(line for line in git(repo, "log", "--format=%H %s", view["branch"]).splitlines()
+                  if "feat(naming)" in line).split()[0]
+    assert git(repo, "show", "--name-only", "--format=", naming).split() == [
+        "NOTES.md", "docs/naming.md", "history/widen/verification/naming.md"]
+    bead = client.http.get(f"/api/beads/{wid}/naming").raise_for_status().json()
+    assert bead["files"] == ["docs/naming.md", "NOTES.md"]
+    finish(client, wid)
+
+
 def test_a_commit_whose_files_changed_since_it_began_is_not_forced_the_bead_is_reopened(
         client: Client, model, tmp_path: Path) -> None:
     scenario = swarm_scenario()
-    # Both notes also touch NOTES.md, which neither declares (so neither leases it): the slower one conflicts.
-    for bead, delay in (("units", 0), ("naming", 400)):
-        steps = scenario["scripts"][f"pulsing:{bead}"]
-        steps[0]["content"].insert(1, {"type": "tool_use", "name": "read_file",
-                                       "input": {"reason": "Read the notes", "path": "NOTES.md"}})
-        steps.insert(1, {"content": [{"type": "tool_use", "name": "edit_file", "input": {
-            "reason": "List this note", "path": "NOTES.md", "oldString": "# Notes\n",
-            "newString": f"# Notes\n- {bead}\n"}}], "delay_ms": delay})
-        scenario["scripts"][f"pulsing:{bead}-a2"] = copy.deepcopy(steps)
+    # units declares NOTES.md and edits it. naming began at the same time and asks for NOTES.md (waiting for units
+    # to let go of it): widened once units landed, its edit is of the file as it was when naming began, so its
+    # merge meets units' change: a conflict, never forced.
+    _pulse(scenario, "units")["expectedChanges"].append("NOTES.md")
+    units = scenario["scripts"]["pulsing:units"]
+    units[0]["content"].insert(1, _read_notes())
+    units.insert(1, {"content": [_edit_notes("units")]})
+    naming = scenario["scripts"]["pulsing:naming"]
+    naming[0]["content"].insert(1, _read_notes())
+    naming[1:1] = [{"content": [_ask_for_notes(wait_seconds=60)]},
+                   {"content": [_edit_notes("naming")]}]
+    scenario["scripts"]["pulsing:naming-a2"] = copy.deepcopy(naming)
     wid, repo = start(client, model, tmp_path, scenario, branch="autarch/notes")
     approve_stages(client, wid)
     view = client.wait_awaiting(wid, "review", timeout=120)

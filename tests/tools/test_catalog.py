@@ -28,9 +28,11 @@ BASE = ["semantic_search", "read_file", "list_directory", "glob_search", "grep",
         ("research", BASE),
         ("plan", BASE),
         ("preflight", [*BASE, "shell", "record_baseline"]),
-        # A swarm worker is a pulsing session: coordination mail (seed 002) comes with the role.
+        # A swarm worker is a pulsing session: coordination mail and the worker's own coordination verbs (seed 002)
+        # come with the role.
         ("pulsing", [*BASE, "write_file", "edit_file", "multi_edit", "shell", "send_message", "reply_message",
-                     "fetch_inbox", "fetch_topic"]),
+                     "fetch_inbox", "fetch_topic", "request_scope", "file_reservation_paths",
+                     "release_file_reservations", "robot_priority"]),
         (
             "review",
             [

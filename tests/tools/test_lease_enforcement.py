@@ -96,12 +96,11 @@ async def test_write_and_edit_of_another_holders_file_are_refused(
         assert (repo / "src/app.py").read_text() == "app = 1\n"
 
 
-async def test_holder_itself_free_files_and_sessions_without_holder_may_write(
+async def test_holder_itself_its_bead_files_and_sessions_without_holder_may_write(
     nc: Client, tools_service: None, repo: Path, leased: tuple[LeaseTable, str]
 ) -> None:
     _, scope = leased
     assert not (await _write(nc, repo, "src/app.py", "by w2\n", holder="w2", scope=scope)).is_error
-    assert not (await _write(nc, repo, "src/new.py", "free\n", holder="w1", scope=scope)).is_error
     assert not (await _write(nc, repo, "src/mine.py", "w1\n", holder="w1", scope=scope)).is_error
     # A session that is not a swarm worker is not subject to leases at all.
     assert not (await _write(nc, repo, "src/app.py", "plain\n", holder=None, scope=scope)).is_error
@@ -128,8 +127,10 @@ async def test_shell_changes_to_leased_files_are_put_back(
     assert sorted(body["restored"]) == ["run.sh", "src/app.py"]
     assert (repo / "src/app.py").read_text() == "dirty before\n"
     assert (repo / "run.sh").read_text() == "#!/bin/sh\necho run\n" and os.access(repo / "run.sh", os.X_OK)
-    # The worker's own and unleased changes stand.
-    assert (repo / "src/mine.py").read_text() == "w1\n" and (repo / "notes.txt").read_text() == "new\n"
+    # The worker's own changes stand; the file outside its bead (notes.txt, leased by nobody) is put back too.
+    assert (repo / "src/mine.py").read_text() == "w1\n"
+    assert not (repo / "notes.txt").exists()
+    assert body["outside_scope"]["paths"] == ["notes.txt"] and body["outside_scope"]["bead_files"] == ["src/mine.py"]
 
 
 async def test_shell_creating_a_file_under_another_holders_glob_is_undone(
@@ -160,7 +161,83 @@ async def test_a_lapsed_lease_no_longer_blocks(
 ) -> None:
     table, scope = leased
     await table.release(scope, "w2")
+    # Free now, but still outside w1's bead until the coordinator gives it the file.
+    assert (await _write(nc, repo, "src/app.py", "now\n", holder="w1", scope=scope)).is_error
+    assert isinstance(await table.acquire(scope, "w1", ["src/app.py"], bead_id="b1", ttl=60), LeaseGrant)
     assert not (await _write(nc, repo, "src/app.py", "now\n", holder="w1", scope=scope)).is_error
+
+
+# --- the bead's files are its scope --------------------------------------------------------------------------
+
+
+async def test_writes_and_edits_outside_the_beads_files_are_refused_naming_them(
+    nc: Client, tools_service: None, repo: Path, leased: tuple[LeaseTable, str]
+) -> None:
+    _, scope = leased
+    for tool, args in [
+        ("write_file", {"path": "src/new.py", "content": "free\n"}),
+        ("write_file", {"path": "README.md", "content": "x"}),
+        ("edit_file", {"path": "src/app.py", "oldString": "app", "newString": "x"}),
+    ]:
+        result, body = await _call(nc, repo, tool, args, holder="w1", scope=scope)  # type: ignore[arg-type]  # dicts
+        if args["path"] == "src/app.py":
+            assert result.is_error and "w2" in body["error"], body  # another holder's file: the lease error first
+            continue
+        assert result.is_error and body["code"] == "outside_bead_scope", body
+        assert body["bead_files"] == ["src/mine.py"] and body["bead_id"] == "b1"
+        assert "outside your bead's files (src/mine.py)" in body["error"] and "request_scope" in body["error"]
+    assert not (repo / "src/new.py").exists() and not (repo / "README.md").exists()
+
+
+async def test_a_workers_own_reservation_does_not_widen_its_bead(
+    nc: Client, tools_service: None, repo: Path, leased: tuple[LeaseTable, str]
+) -> None:
+    table, scope = leased
+    assert isinstance(await table.acquire(scope, "w1", ["docs/**"], origin="worker", ttl=60), LeaseGrant)
+    result, body = await _call(nc, repo, "write_file", {"path": "docs/a.md", "content": "x"}, holder="w1",
+                               scope=scope)
+    assert result.is_error and body["code"] == "outside_bead_scope" and body["bead_files"] == ["src/mine.py"]
+    # Reserving its own bead file keeps it in scope (the coordinator's entry stays).
+    assert isinstance(await table.acquire(scope, "w1", ["src/mine.py"], origin="worker", ttl=60), LeaseGrant)
+    assert not (await _write(nc, repo, "src/mine.py", "still mine\n", holder="w1", scope=scope)).is_error
+
+
+async def test_a_glob_bead_covers_new_files_beneath_it(
+    nc: Client, tools_service: None, repo: Path, leased: tuple[LeaseTable, str]
+) -> None:
+    table, scope = leased
+    assert isinstance(await table.acquire(scope, "w3", ["pkg/**/*.py"], bead_id="b3", ttl=60), LeaseGrant)
+    assert not (await _write(nc, repo, "pkg/deep/x.py", "x\n", holder="w3", scope=scope)).is_error
+    assert (await _write(nc, repo, "pkg/deep/x.txt", "x\n", holder="w3", scope=scope)).is_error
+
+
+async def test_a_worker_without_bead_leases_changes_nothing(
+    nc: Client, tools_service: None, repo: Path, leased: tuple[LeaseTable, str]
+) -> None:
+    _, scope = leased
+    result, body = await _call(nc, repo, "write_file", {"path": "free.txt", "content": "x"}, holder="w9",
+                               scope=scope)
+    assert result.is_error and body["bead_files"] == [] and "you hold no bead's files" in body["error"], body
+
+
+async def test_a_commands_changes_outside_the_bead_are_put_back_and_reported(
+    nc: Client, tools_service: None, repo: Path, leased: tuple[LeaseTable, str]
+) -> None:
+    _, scope = leased
+    command = "echo w1 > src/mine.py; echo stray > src/new.py; echo changed > src/app.py.bak; rm run.sh"
+    result, body = await _call(nc, repo, "shell", {"command": command}, holder="w1", scope=scope)
+    # run.sh is w2's: that is the lease error; the rest outside w1's bead is put back and listed beside it.
+    assert body["restored"] == ["run.sh"] and (repo / "run.sh").exists(), body
+    report = body["outside_scope"]
+    assert report["code"] == "outside_bead_scope" and report["bead_files"] == ["src/mine.py"]
+    assert report["paths"] == ["src/app.py.bak", "src/new.py"] and report["restored"] == report["paths"]
+    assert not (repo / "src/new.py").exists() and not (repo / "src/app.py.bak").exists()
+    assert (repo / "src/mine.py").read_text() == "w1\n"
+    # Outside the bead only (no other holder's file): put back and reported, the command itself succeeded.
+    result, body = await _call(nc, repo, "shell", {"command": "echo cache > .cache-file; echo ok"}, holder="w1",
+                               scope=scope)
+    assert not result.is_error and body["success"] is True and body["stdout"].strip() == "ok", body
+    assert body["outside_scope"]["paths"] == [".cache-file"] and not (repo / ".cache-file").exists()
 
 
 async def test_a_holders_write_fails_closed_without_a_lease_table(executor: ToolExecutor, worktree: Path) -> None:

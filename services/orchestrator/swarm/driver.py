@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -45,7 +46,8 @@ from autarch.contracts.bead_git import (
     WorkflowWorktreeSynced,
     WriteWorkerFiles,
 )
-from autarch.contracts.beads import ConflictRecord, WorkerDiscipline
+from autarch.contracts.beads import ConflictRecord, RequestScope, ScopeAnswer, WorkerDiscipline
+from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import TurnCompleted
 from autarch.contracts.mail import COORDINATOR, MailMessage
 from autarch.runtime.cancel import cancel_and_wait
@@ -62,12 +64,13 @@ from .handoffs import (
     MANIFEST,
     STATE_FILE,
     handoff_document,
+    handoff_mail_request,
     manifest_document,
     owner_file,
     resume_briefing,
     state_document,
 )
-from .model import Attempt, Bead, Swarm
+from .model import Attempt, Bead, ScopeRequest, Swarm, SwarmError
 from .plan import auto_workers, bead_dicts, plan_feature
 
 if TYPE_CHECKING:
@@ -206,8 +209,14 @@ class SwarmDriver:
                 jobs.append(self._close_session(wid, a))
             elif not a.open and a.leased and not a.leases_released:
                 jobs.append(self._release(wid, a, "done" if a.ended == "merged" else "reopened"))
+            if not a.open:
+                # A session that handed off and never got to its mail (the attempt ended meanwhile) is closed too.
+                jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions)
         for a in swarm.open_attempts():
-            jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions)
+            if a.handoff_mail is not None and not a.handoff_mail_asked:
+                jobs.append(self._ask_handoff_mail(wid, swarm, a))
+            # The session that handed off stays open until its [HANDOFF] mail turn ended.
+            jobs.extend(self._close_stale(wid, a, sid) for sid in a.stale_sessions if sid != a.handoff_mail)
         return jobs
 
     async def settle(self, wid: str) -> object:
@@ -249,15 +258,17 @@ class SwarmDriver:
         log.info("workflow %s: epic of %d beads, %d workers (%s)", wf.id, len(beads), workers, swarm.mode)
 
     async def _held_elsewhere(self, wid: str, swarm: Swarm) -> set[str]:
-        """Beads whose last attempt met a lease held outside this swarm that is still held: they wait for its
-        release (the lease watch kicks the epic then) instead of meeting the same conflict again."""
+        """Beads whose last attempt met a lease held outside this swarm (or a worker's own reservation) that is
+        still held: they wait for its release (the lease watch kicks the epic then) instead of meeting the same
+        conflict again."""
         blocked = [b for b in swarm.beads.values() if b.status == "open" and b.conflicts
                    and b.conflicts[-1].kind == "lease"]
         if not blocked or self.leases is None:
             return set()
         live = await self.leases.leases(wid)
         ours = {a.worker for a in swarm.open_attempts()}
-        held = [lease.pattern for lease in live if lease.holder not in ours]
+        # A worker's own reservation counts too: unlike its bead's files, it is not released by a claim's turn-over.
+        held = [lease.pattern for lease in live if lease.holder not in ours or lease.origin == "worker"]
         return {b.id for b in blocked if any(patterns_overlap(p, f) for p in held for f in b.files)}
 
     async def _open_worker(self, wid: str, name: str, nickname: str) -> None:
@@ -395,7 +406,9 @@ class SwarmDriver:
             read_first = [path]
         discipline = WorkerDiscipline(bead_id=bead.id, verify=list(bead.verify), testing_mode=bead.testing_mode,
                                       tdd_steps=bead.tdd_steps, read_first=read_first,
-                                      handoff_at=self.settings.handoff_threshold, bead_file=_card(bead.id))
+                                      handoff_at=self.settings.handoff_threshold, bead_file=_card(bead.id),
+                                      decision_refs=list(bead.decision_refs),
+                                      context_file=f"history/{_feature_of(bead)}/CONTEXT.md")
         command = StartSession(session_id=a.session_id, role="pulsing", root=worker.worktree_path,
                                kickoff=kickoff, workflow_id=wid, script=script, baselines=[], lease_holder=a.worker,
                                discipline=discipline)
@@ -436,6 +449,37 @@ class SwarmDriver:
         if self.leases is not None:
             await self.leases.release(wid, a.worker)
         await self.book.change(wid, lambda s: s.released(s.attempts[(a.bead_id, a.number)], reason))
+
+    async def _ask_handoff_mail(self, wid: str, swarm: Swarm, a: Attempt) -> None:
+        """Write the handoff into the worktree, then ask the session that handed off to send the coordinator its
+        ``[HANDOFF]`` mail (seed 002, worker mode): the mail is the worker's own tool call, never posted for it."""
+        assert a.handoff_mail is not None
+        worker = swarm.workers[a.worker]
+        path = owner_file(swarm, a.worker)
+        handoff = next(d for d in reversed(swarm.handoff_documents) if d.owner_id.endswith(a.worker))
+        files = {path: json.dumps(msgspec.to_builtins(handoff), indent=2) + "\n",
+                 MANIFEST: manifest_document(swarm.handoffs)}
+        await self._ask("git", "write_worker_files", WriteWorkerFiles(workflow_id=wid, worker=a.worker, files=files),
+                        WorkerFilesWritten)
+        session = a.handoff_mail
+        try:
+            await self._ask("agent_runner", "send_message",
+                            SendMessage(session_id=session, text=handoff_mail_request(handoff, path, worker.nickname,
+                                                                                      worker.name),
+                                        message_id=f"{session}:handoff-mail"), TurnAccepted)
+        except RemoteError as exc:
+            if exc.code != ErrorCode.CONFLICT:
+                raise
+            view = await self._ask("agent_runner", "get_session", GetSession(session_id=session), SessionView)
+            if view.status != "closed":
+                raise  # a turn still running: asked again on the next pass
+            # The session cannot take a turn any more: no mail is sent, and the work goes on without it.
+            why = f"not asked: {exc.message}"
+            log.warning("workflow %s: %s's handoff session %s %s", wid, a.worker, session, why)
+            await self.book.change(wid, lambda s: s.handoff_mail_turn_ended(
+                s.attempts[(a.bead_id, a.number)], f"{session}:handoff-mail", why))
+            return
+        await self.book.change(wid, lambda s: s.handoff_mail_asked(s.attempts[(a.bead_id, a.number)]))
 
     async def _close_stale(self, wid: str, a: Attempt, session_id: str) -> None:
         """Close a session a handoff left behind (its turn ended; the attempt goes on in a fresh one)."""
@@ -494,6 +538,83 @@ class SwarmDriver:
                          f"{attempt.summary or bead.title}. Files: {', '.join(attempt.files_changed or bead.files)}. "
                          f"Verification: {verification} ({bead.verification_evidence or '-'}). "
                          f"Commit: {(commit or '-')[:12]}.", key=f"done:{a.bead_id}:{a.number}")
+
+    # --- a worker's request for more files ----------------------------------------------------------------
+
+    async def request_scope(self, command: RequestScope) -> ScopeAnswer:
+        """Record a worker's request for files beyond its bead's, then answer it as the coordinator: widen the bead
+        and its lease, or refuse with the reason. Files another worker holds are waited for up to
+        ``wait_seconds`` (woken by the lease table's changes); then the request is refused."""
+        wid = command.epic_id
+        try:
+            _, (a, request) = await self.book.change(
+                wid, lambda s: s.request_scope(command.worker, command.request_id, command.paths, command.why))
+        except SwarmError as exc:
+            raise exc.failure(epic_id=wid) from None
+        changed = asyncio.Event()
+        watch = asyncio.create_task(self._watch_table(wid, changed)) if command.wait_seconds else None
+        deadline = asyncio.get_running_loop().time() + command.wait_seconds
+        try:
+            while request.granted is None:
+                changed.clear()
+                held, reason = await self._decide_scope(wid, a, request)
+                left = deadline - asyncio.get_running_loop().time()
+                if held and left > 0:
+                    # Woken by the table's change; the cap only covers a release made before the watch was up.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), timeout=min(left, 1.0))
+                    continue
+                if reason is not None:
+                    await self.book.change(wid, functools.partial(_refuse_scope, key=(a.bead_id, a.number),
+                                                                  request_id=request.request_id, reason=reason,
+                                                                  held_by=held))
+                swarm = await self.book.read(wid)
+                a = swarm.attempts[(a.bead_id, a.number)]
+                request = next(r for r in a.scope_requests if r.request_id == request.request_id)
+        finally:
+            if watch is not None:
+                await cancel_and_wait([watch])
+        swarm = await self.book.read(wid)
+        return ScopeAnswer(request_id=request.request_id, granted=bool(request.granted), bead_id=a.bead_id,
+                           added=list(request.added), files=list(swarm.beads[a.bead_id].files),
+                           reason=request.reason, held_by=list(request.held_by))
+
+    async def _watch_table(self, wid: str, changed: asyncio.Event) -> None:
+        """Set ``changed`` whenever ``wid``'s lease table changes (a release may free what a request waits for)."""
+        if self.leases is None:
+            return
+        async for scope in self.leases.watch():
+            if scope == wid:
+                changed.set()
+
+    async def _decide_scope(self, wid: str, a: Attempt, request: ScopeRequest) -> tuple[list[str], str | None]:
+        """Widen now if the paths are free ((held_by, None) after recording it); else (held_by, why refused)."""
+        swarm = await self.book.read(wid)
+        a = swarm.attempts[(a.bead_id, a.number)]
+        bead = swarm.beads[a.bead_id]
+        if not a.open or a.verified or a.committed:
+            return [], f"the attempt at {bead.id} is {'over' if not a.open else 'completed'}: nothing to widen"
+        swarms_own = [p for p in request.paths if p.split("/")[0] in (".pulse", ".git")]
+        if swarms_own:
+            return [], f"{', '.join(swarms_own)}: the swarm's own files are never a bead's"
+        added = [p for p in request.paths if p not in bead.files]
+        if not added:
+            await self.book.change(wid, lambda s: s.widen(s.attempts[(a.bead_id, a.number)], request.request_id, []))
+            return [], None
+        # Files of another worker's bead (claimed, maybe not leased yet) are that worker's until it lets go.
+        held = sorted({x.worker for x in swarm.open_attempts() if x.worker != a.worker
+                       and any(patterns_overlap(p, f) for p in added for f in swarm.beads[x.bead_id].files)})
+        if not held and self.leases is not None:
+            outcome = await self.leases.acquire(wid, a.worker, added, mode="exclusive", bead_id=bead.id,
+                                                ttl=self.settings.lease_ttl, origin="coordinator")
+            refused = _refusal_holders(outcome)
+            if refused is not None:
+                held = refused[1]
+        if held:
+            return held, f"{', '.join(added)} held by {', '.join(held)}; ask again once they are released"
+        await self.book.change(wid, lambda s: s.widen(s.attempts[(a.bead_id, a.number)], request.request_id, added))
+        log.info("workflow %s: %s widened by %s for %s", wid, bead.id, added, a.worker)
+        return [], None
 
     # --- leases ------------------------------------------------------------------------------------------
 
@@ -590,6 +711,13 @@ class SwarmDriver:
         a = swarm.attempt_of_session(event.session_id)
         if a is None:
             return False
+        # Not waiting for the asked flag: the mail turn may end before the request to it is recorded. The handoff
+        # turn itself is in ``seen`` already.
+        if a.open and event.session_id == a.handoff_mail and event.turn_id not in swarm.seen:
+            # The handed-off session's mail turn ended (whatever it sent is its own record): the next one may start.
+            await self.book.change(event.workflow_id, lambda s: s.handoff_mail_turn_ended(
+                s.attempts[(a.bead_id, a.number)], event.turn_id, event.outcome))
+            return True
         if event.turn_id in swarm.seen or not a.open or event.session_id != a.session_id:
             return True
         bead = swarm.beads[a.bead_id]
@@ -655,6 +783,10 @@ class SwarmDriver:
                     await self.on_turn(turn_completed(epic, view, turn))
 
 
+def _refuse_scope(s: Swarm, *, key: tuple[str, int], request_id: str, reason: str, held_by: list[str]) -> None:
+    s.refuse_scope(s.attempts[key], request_id, reason, held_by)
+
+
 def _feature_of(bead: Bead) -> str:
     """The feature a bead's evidence path names (``history/<feature>/verification/…``), for its handoff."""
     parts = (bead.verification_evidence or "").split("/")
@@ -667,6 +799,8 @@ def _card(bead_id: str) -> str:
 
 def _needs_step(a: Attempt) -> bool:
     """Whether an open attempt has a step for the driver (else it waits for its agent)."""
+    if a.handoff_mail is not None:
+        return False  # the session that handed off sends its [HANDOFF] mail first (a clean-up job asks it)
     return (a.base_commit is None or not a.leased or not a.session_started or a.pending_message is not None
             or a.verified)
 

@@ -17,8 +17,8 @@ from autarch.contracts.mail import COORDINATOR
 
 from .model import Attempt, Bead, HandoffDocument, Swarm
 
-__all__ = ["HANDOFF_DIR", "MANIFEST", "STATE_FILE", "handoff_document", "manifest_document", "owner_file",
-           "resume_briefing", "state_document"]
+__all__ = ["HANDOFF_DIR", "MANIFEST", "STATE_FILE", "handoff_document", "handoff_mail_request", "manifest_document",
+           "owner_file", "resume_briefing", "state_document"]
 
 HANDOFF_DIR = ".pulse/handoffs"
 MANIFEST = f"{HANDOFF_DIR}/manifest.json"
@@ -122,4 +122,24 @@ def resume_briefing(handoff: HandoffDocument, path: str) -> str:
         f"- In flight: {'; '.join(transfer.in_flight)}",
         f"- Resume notes: {'; '.join(transfer.resume_notes)}",
         "",
+    ])
+
+
+def handoff_mail_request(handoff: HandoffDocument, path: str, nickname: str, name: str) -> str:
+    """What the session that handed off is asked, once its handoff is written: the seed's ``[HANDOFF]`` mail to the
+    coordinator, sent with its own ``send_message``, and nothing else."""
+    transfer = handoff.payload.transfer
+    body = "\n".join([
+        f"Handoff summary: {handoff.summary}", "", "Resume briefing:", f"- Next action: {handoff.next_action}",
+        f"- Read first: {', '.join(handoff.read_first)}", "", "Transfer block:", f"- Status: {transfer.status}",
+        f"- Completed: {'; '.join(transfer.completed) or 'none'}", f"- In flight: {'; '.join(transfer.in_flight)}",
+        f"- Blockers: {'; '.join(transfer.blockers) or 'none'}",
+        f"- Resume notes: {'; '.join(transfer.resume_notes)}",
+    ])
+    return "\n".join([
+        "## Your handoff is written",
+        f"Your context passed its limit, so you stop here. Your handoff is at {path} (schema 2.0); a fresh session "
+        "of yours resumes from it. Before you stop, notify the coordinator: send_message to `coordinator` with the "
+        f"subject `[HANDOFF] {nickname} / {name}` and this body, then end your turn. Do not change any file.",
+        "", "```", body, "```",
     ])

@@ -43,7 +43,9 @@ def bead_kickoff(workflow: Workflow, swarm: Swarm, bead: Bead, attempt: Attempt)
         f"on the topic `epic-{workflow.id}` and take in what it holds.",
         "",
         f"## Your bead: {bead.id} — {bead.title}", bead.description, "",
-        "Files (your scope; writes to files other workers reserved are refused):", _bullets(bead.files), "",
+        "Files (your bead's scope: writes and edits outside them are refused, and what a command changes outside "
+        "them is put back; if the bead truly needs another file, ask with request_scope and wait for the grant):",
+        _bullets(bead.files), "",
         "Verification (run fresh by the platform when you call complete_pulse; a failure refuses the close and "
         "shows you the output; all must pass before your commit):",
         _bullets(bead.verify), "",
@@ -52,7 +54,8 @@ def bead_kickoff(workflow: Workflow, swarm: Swarm, bead: Bead, attempt: Attempt)
         lines += ["Testing mode: tdd-required. Run the red step and see it fail before writing production code:",
                   f"- red: {bead.tdd_steps.red}", f"- green: {bead.tdd_steps.green}", ""]
     if bead.decision_refs:
-        lines += ["Decisions to keep:", _bullets(bead.decision_refs), ""]
+        lines += ["Decisions to keep (locked in history/<feature>/CONTEXT.md when it exists: read them there; at "
+                  "complete_pulse each must be defined in that file):", _bullets(bead.decision_refs), ""]
     if bead.learning_refs:
         lines += ["Read these learnings first:", _bullets(bead.learning_refs), ""]
     if workflow.baselines:

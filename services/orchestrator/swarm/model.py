@@ -37,8 +37,19 @@ from autarch.runtime.aggregates import recorded_as
 
 from ..refusal import Refusal
 
-__all__ = ["Attempt", "Bead", "HandoffDocument", "LeaseRecord", "Swarm", "SwarmError", "SwarmMode", "Worker",
-           "missing_fields", "swarm_id_for"]
+__all__ = [
+    "Attempt",
+    "Bead",
+    "HandoffDocument",
+    "LeaseRecord",
+    "ScopeRequest",
+    "Swarm",
+    "SwarmError",
+    "SwarmMode",
+    "Worker",
+    "missing_fields",
+    "swarm_id_for",
+]
 
 _SWARMS = uuid.UUID("3c2b8e7a-51f4-4d09-9b6e-7a1e2f4c8d90")
 _ATTEMPTS = uuid.UUID("9e4d1a6b-2f3c-4b8e-a7d5-c0f1e2b3a4d5")
@@ -104,6 +115,21 @@ def missing_fields(bead: Bead) -> list[str]:
     return missing
 
 
+class ScopeRequest(msgspec.Struct, kw_only=True):
+    """A worker's request for files beyond its bead's (tool ``request_scope``) and the coordinator's answer."""
+
+    request_id: str
+    worker: str
+    paths: list[str]
+    why: str
+    at: str
+    granted: bool | None = None
+    """None until answered."""
+    added: list[str] = []
+    reason: str | None = None
+    held_by: list[str] = []
+
+
 class Attempt(msgspec.Struct, kw_only=True):
     """One claim of one bead by one worker, from the claim to the merge (or the reopen)."""
 
@@ -138,6 +164,12 @@ class Attempt(msgspec.Struct, kw_only=True):
     """Sessions after the first (each handoff at the context limit starts a fresh one for the same attempt)."""
     stale_sessions: list[str] = []
     """Sessions a handoff left behind, until they are closed."""
+    scope_requests: list[ScopeRequest] = []
+    """The worker's requests for more files during this attempt, with their answers."""
+    handoff_mail: str | None = None
+    """A session that handed off and is still to send its ``[HANDOFF]`` mail (worker mode): the next session starts
+    once its mail turn ended."""
+    handoff_mail_asked: bool = False
 
     @property
     def open(self) -> bool:
@@ -230,14 +262,19 @@ class Swarm(Aggregate):
         BeadEdited: ClassVar[type[Any]]
         BeadMerged: ClassVar[type[Any]]
         BeadReopened: ClassVar[type[Any]]
+        BeadWidened: ClassVar[type[Any]]
         BeadStopped: ClassVar[type[Any]]
         DependencyAdded: ClassVar[type[Any]]
         EvidenceRecorded: ClassVar[type[Any]]
         Finished: ClassVar[type[Any]]
         HandedOff: ClassVar[type[Any]]
+        HandoffMailAsked: ClassVar[type[Any]]
+        HandoffMailTurnEnded: ClassVar[type[Any]]
         LeaseConflicted: ClassVar[type[Any]]
         LeasesGranted: ClassVar[type[Any]]
         LeasesReleased: ClassVar[type[Any]]
+        ScopeRefused: ClassVar[type[Any]]
+        ScopeRequested: ClassVar[type[Any]]
         Started: ClassVar[type[Any]]
         WorkerJoined: ClassVar[type[Any]]
         WorkerRetired: ClassVar[type[Any]]
@@ -364,6 +401,39 @@ class Swarm(Aggregate):
         self.attempts[(bead_id, attempt)].leases_released = True
         self.attempts[(bead_id, attempt)].session_closed = True
 
+    @event("ScopeRequested")
+    def _scope_requested(self, *, bead_id: str, attempt: int, worker: str, request_id: str, paths: list[str],
+                         why: str, at: str) -> None:
+        a = self.attempts[(bead_id, attempt)]
+        a.scope_requests = [*a.scope_requests, ScopeRequest(request_id=request_id, worker=worker, paths=list(paths),
+                                                            why=why, at=at)]
+
+    @event("BeadWidened")
+    def _bead_widened(self, *, bead_id: str, attempt: int, request_id: str, added: list[str], at: str) -> None:
+        # The paths join the bead's files (a later attempt has them from its claim) and the worker's lease record.
+        a = self.attempts[(bead_id, attempt)]
+        bead = self.beads[bead_id]
+        bead.files = [*bead.files, *(p for p in added if p not in bead.files)]
+        bead.updated_at = at
+        lease = self.leases.get(a.worker)
+        if lease is not None and (lease.bead_id, lease.attempt) == (bead_id, attempt):
+            lease.patterns = [*lease.patterns, *(p for p in added if p not in lease.patterns)]
+        request = self._scope_request(a, request_id)
+        request.granted = True
+        request.added = list(added)
+
+    @event("ScopeRefused")
+    def _scope_refused(self, *, bead_id: str, attempt: int, request_id: str, reason: str, held_by: list[str],
+                       at: str) -> None:
+        request = self._scope_request(self.attempts[(bead_id, attempt)], request_id)
+        request.granted = False
+        request.reason = reason
+        request.held_by = list(held_by)
+
+    @staticmethod
+    def _scope_request(a: Attempt, request_id: str) -> ScopeRequest:
+        return next(r for r in a.scope_requests if r.request_id == request_id)
+
     @event("SessionOpened")
     def _session_opened(self, *, bead_id: str, attempt: int, kickoff_turn_id: str | None) -> None:
         a = self.attempts[(bead_id, attempt)]
@@ -393,6 +463,10 @@ class Swarm(Aggregate):
         self.seen.add(turn_id)
         a = self.attempts[(bead_id, attempt)]
         a.stale_sessions = [*a.stale_sessions, a.session_id]
+        if self.mode == "swarm":
+            # The seed's worker mode: the session that wrote the handoff notifies the coordinator itself.
+            a.handoff_mail = a.session_id
+            a.handoff_mail_asked = False
         a.generation += 1
         a.session_id = attempt_session_id(self.workflow_id, bead_id, attempt, a.generation)
         a.session_started = False
@@ -408,9 +482,23 @@ class Swarm(Aggregate):
             paused_at=datetime.fromisoformat(document.paused_at), status=document.status, bead_id=bead_id))
         self.handoff_documents.append(document)
 
+    @event("HandoffMailAsked")
+    def _handoff_mail_asked(self, *, bead_id: str, attempt: int, session_id: str) -> None:
+        self.attempts[(bead_id, attempt)].handoff_mail_asked = True
+
+    @event("HandoffMailTurnEnded")
+    def _handoff_mail_turn_ended(self, *, bead_id: str, attempt: int, session_id: str, turn_id: str,
+                                 outcome: str) -> None:
+        self.seen.add(turn_id)
+        a = self.attempts[(bead_id, attempt)]
+        if a.handoff_mail == session_id:
+            a.handoff_mail = None
+
     @event("StaleSessionClosed")
     def _stale_session_closed(self, *, bead_id: str, attempt: int, session_id: str) -> None:
         a = self.attempts[(bead_id, attempt)]
+        if a.handoff_mail == session_id:
+            a.handoff_mail = None
         a.stale_sessions = [s for s in a.stale_sessions if s != session_id]
 
     @event("MessageDelivered")
@@ -638,6 +726,38 @@ class Swarm(Aggregate):
             self._lease_conflicted(worker=a.worker, bead_id=a.bead_id, attempt=a.number, files=files,
                                    held_by=held_by, at=_now())
 
+    def find_scope_request(self, request_id: str) -> tuple[Attempt, ScopeRequest] | None:
+        for a in self.attempts.values():
+            for request in a.scope_requests:
+                if request.request_id == request_id:
+                    return a, request
+        return None
+
+    def request_scope(self, worker: str, request_id: str, paths: list[str], why: str) -> tuple[Attempt, ScopeRequest]:
+        """Record ``worker``'s request for ``paths`` on its current bead (once per ``request_id``)."""
+        found = self.find_scope_request(request_id)
+        if found is not None:
+            return found
+        if worker not in self.workers:
+            raise SwarmError(ErrorCode.NOT_FOUND, f"no worker {worker} in this epic", worker=worker)
+        a = self.current_attempt(worker)
+        if a is None or not a.open or not a.session_started:
+            raise SwarmError(ErrorCode.CONFLICT, f"worker {worker} has no bead in progress: there is no scope to "
+                                                 "widen", worker=worker)
+        self._scope_requested(bead_id=a.bead_id, attempt=a.number, worker=worker, request_id=request_id,
+                              paths=list(paths), why=why, at=_now())
+        return a, self._scope_request(a, request_id)
+
+    def widen(self, a: Attempt, request_id: str, added: list[str]) -> None:
+        if self._scope_request(a, request_id).granted is None:
+            self._bead_widened(bead_id=a.bead_id, attempt=a.number, request_id=request_id, added=list(added),
+                               at=_now())
+
+    def refuse_scope(self, a: Attempt, request_id: str, reason: str, held_by: list[str]) -> None:
+        if self._scope_request(a, request_id).granted is None:
+            self._scope_refused(bead_id=a.bead_id, attempt=a.number, request_id=request_id, reason=reason,
+                                held_by=list(held_by), at=_now())
+
     def session_opened(self, a: Attempt, kickoff_turn_id: str | None) -> None:
         if not a.session_started:
             self._session_opened(bead_id=a.bead_id, attempt=a.number, kickoff_turn_id=kickoff_turn_id)
@@ -656,6 +776,15 @@ class Swarm(Aggregate):
         if a.open and turn_id not in self.seen:
             self._handed_off(turn_id=turn_id, bead_id=a.bead_id, attempt=a.number, owner_file=owner_file,
                              handoff=handoff)
+
+    def handoff_mail_asked(self, a: Attempt) -> None:
+        if a.handoff_mail is not None and not a.handoff_mail_asked:
+            self._handoff_mail_asked(bead_id=a.bead_id, attempt=a.number, session_id=a.handoff_mail)
+
+    def handoff_mail_turn_ended(self, a: Attempt, turn_id: str, outcome: str) -> None:
+        if a.handoff_mail is not None and turn_id not in self.seen:
+            self._handoff_mail_turn_ended(bead_id=a.bead_id, attempt=a.number, session_id=a.handoff_mail,
+                                          turn_id=turn_id, outcome=outcome)
 
     def stale_session_closed(self, a: Attempt, session_id: str) -> None:
         if session_id in a.stale_sessions:

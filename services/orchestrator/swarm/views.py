@@ -24,7 +24,10 @@ from autarch.contracts.events import (
     BeadCreated,
     BeadEvidenceRecorded,
     BeadReopened,
+    BeadScopeRefused,
+    BeadScopeRequested,
     BeadUpdated,
+    BeadWidened,
     Event,
     LeaseConflicted,
     LeaseGranted,
@@ -122,6 +125,17 @@ def swarm_to_contract(e: DomainEvent, epic_of: Callable[[str], str], at_event: R
         return WorkerStatusChanged(**base, worker=e.name, status="waiting")
     if isinstance(e, Swarm.WorkerRetired):
         return WorkerStatusChanged(**base, worker=e.name, status="retired")
+    if isinstance(e, Swarm.ScopeRequested):
+        return BeadScopeRequested(**base, bead_id=e.bead_id, worker=e.worker, attempt=e.attempt,
+                                  request_id=e.request_id, paths=list(e.paths), why=e.why)
+    if isinstance(e, Swarm.BeadWidened):
+        after = at_event(e)
+        return BeadWidened(**base, bead_id=e.bead_id, worker=after.attempts[(e.bead_id, e.attempt)].worker,
+                           request_id=e.request_id, added=list(e.added), files=list(after.beads[e.bead_id].files))
+    if isinstance(e, Swarm.ScopeRefused):
+        return BeadScopeRefused(**base, bead_id=e.bead_id,
+                                worker=at_event(e).attempts[(e.bead_id, e.attempt)].worker, request_id=e.request_id,
+                                reason=e.reason, held_by=list(e.held_by))
     if isinstance(e, Swarm.LeasesGranted):
         return LeaseGranted(**base, holder=e.worker, patterns=list(e.patterns), mode=e.mode, bead_id=e.bead_id)
     if isinstance(e, Swarm.LeasesReleased):
