@@ -43,7 +43,7 @@ _POLICY = '"policy": '
 RunShell = Callable[[str, str], Awaitable[tuple[str, bool, float]]]
 """(tool call id, command) → (the tool's output, is_error, milliseconds)."""
 
-VerifyStep = Literal["verify", "tdd-red", "tdd-green"]
+VerifyStep = Literal["verify", "tdd-red", "tdd-green", "decisions"]
 
 
 def is_test_path(path: str) -> bool:
