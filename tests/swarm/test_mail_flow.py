@@ -57,12 +57,12 @@ def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worke
         return any(e["type"] == "mail:posted" and e["message"]["sender"] == "coordinator" for e in seen)
 
     events = client.events(wid, until=conflict_answered, timeout=60)
-    report = next(e["message"] for e in events if e["type"] == "mail:posted"
+    # The coordinator tells the worker whose claim met the outside lease; nothing is posted in the worker's name.
+    answer = next(e["message"] for e in events if e["type"] == "mail:posted"
                   and e["message"]["subject"] == "File conflict on units")
-    assert report["to"] == ["coordinator"] and "ReviewerRuth" in report["body_md"]
-    answer = next(e["message"] for e in events
-                  if e["type"] == "mail:posted" and e["message"]["sender"] == "coordinator")
-    assert answer["to"] == [report["sender"]] and "units" in answer["subject"]
+    claimant = next(e["holder"] for e in events if e["type"] == "lease:conflict")
+    assert answer["sender"] == "coordinator" and answer["to"] == [claimant]
+    assert "ReviewerRuth" in answer["body_md"] and "back in the ready list" in answer["body_md"]
     time.sleep(1.0)  # let everything else that can run, run: units must still wait
     beads = client.http.get("/api/beads", params={"epic_id": wid}).json()["beads"]
     assert {b["id"]: b["status"] for b in beads}["units"] == "open"
@@ -89,6 +89,9 @@ def test_a_conflict_is_reported_answered_and_the_release_wakes_the_waiting_worke
     assert sorted(m["subject"] for m in mail if m["subject"].startswith("Completed ")) == sorted(
         f"Completed {b}" for b in BEADS)
     done = next(m for m in mail if m["subject"] == "Completed units")
+    # What landed is the coordinator's record, sent to every worker: no worker wrote it.
+    assert {m["sender"] for m in mail if m["subject"].startswith("Completed ")} == {"coordinator"}
+    assert done["to"] == sorted(workers) and "Landed by " in done["body_md"]
     # A bead's files are released before its completion report goes out (seed 002).
     for bead in BEADS:
         freed = next(i for i, e in enumerate(events) if e["type"] == "lease:released"

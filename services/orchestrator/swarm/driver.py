@@ -375,15 +375,13 @@ class SwarmDriver:
         files, held_by = holders
         log.info("workflow %s: %s cannot lease %s (held by %s)", wid, a.worker, files, held_by)
         await self.book.change(wid, lambda s: s.lease_conflict(s.attempts[(a.bead_id, a.number)], files, held_by))
-        key = f"{a.bead_id}:{a.number}"
-        report = await self._post(wid, a.worker, f"File conflict on {a.bead_id}",
-                                  f"Need files: {files}. Currently held by: {held_by}. Requesting resolution.",
-                                  to=[COORDINATOR], key=f"conflict:{key}")
-        # The coordinator's answer: the bead goes back to ready, the worker waits for the release (pushed).
-        await self._post(wid, COORDINATOR, f"Re: File conflict on {a.bead_id}",
+        # The coordinator found the conflict and settles it (the worker asked for nothing, so nothing is posted in
+        # its name): the bead goes back to ready, the worker waits for the release (pushed).
+        await self._post(wid, COORDINATOR, f"File conflict on {a.bead_id}",
+                         f"Your claim of {a.bead_id} needs {', '.join(files)}, held by {', '.join(held_by)}. "
                          f"{a.bead_id} is back in the ready list; you wait until {', '.join(held_by)} releases "
                          f"{', '.join(files)} and are then given the next ready bead.", to=[a.worker],
-                         key=f"answer:{key}", reply_to=report)
+                         key=f"conflict:{a.bead_id}:{a.number}")
 
     async def _start_session(self, wf: Workflow, swarm: Swarm, a: Attempt) -> None:
         wid = str(wf.id)
@@ -513,7 +511,7 @@ class SwarmDriver:
     # --- coordination mail -------------------------------------------------------------------------------
 
     async def _post(self, wid: str, sender: str, subject: str, body: str, *, to: list[str] | None = None,
-                    key: str, reply_to: object = None) -> object:
+                    key: str) -> object:
         """Post on the epic thread (best effort: mail must never hold back the work it reports on)."""
         if self._post_mail is None:
             return None
@@ -533,11 +531,14 @@ class SwarmDriver:
             await self._ask("git", "write_worker_files", WriteWorkerFiles(
                 workflow_id=wid, worker=a.worker, files={STATE_FILE: state_document(swarm)}), WorkerFilesWritten)
             return
-        await self._post(wid, a.worker, f"Completed {a.bead_id}",
-                         f"Runtime nickname: {worker.nickname}. Agent Mail name: {worker.name}. Implemented: "
+        # The coordinator's record of what landed (the platform saw the commit and the evidence), sent to every worker
+        # of the epic: the worker did not write this mail, so it does not go out in its name.
+        await self._post(wid, COORDINATOR, f"Completed {a.bead_id}",
+                         f"Landed by {worker.name} (runtime nickname {worker.nickname}). Implemented: "
                          f"{attempt.summary or bead.title}. Files: {', '.join(attempt.files_changed or bead.files)}. "
                          f"Verification: {verification} ({bead.verification_evidence or '-'}). "
-                         f"Commit: {(commit or '-')[:12]}.", key=f"done:{a.bead_id}:{a.number}")
+                         f"Commit: {(commit or '-')[:12]}.", to=sorted(swarm.workers),
+                         key=f"done:{a.bead_id}:{a.number}")
 
     # --- a worker's request for more files ----------------------------------------------------------------
 
