@@ -20,7 +20,8 @@ first step of each run is reported apart (``first_step_ms``) and left out of the
   each writing one file then completing. A step is a pulse: the time between the recorded ends of two pulses
   (``pulse:completed``'s ``occurred_at``; the first from its start) minus its three model calls. CPU and memory by
   process as for the loop.
-- **swarm**, **agent_session**, **event_store**, **sse_fanout**: listed with what they would measure; not measured
+- **swarm**: one swarm epic of N independent beads, 4 workers (``growth_swarm.py`` says how it is measured).
+- **agent_session**, **event_store**, **sse_fanout**: listed with what they would measure; not measured
   yet (each says so in the figures).
 """
 
@@ -56,7 +57,6 @@ from loops import make_repo, model_request_ms, scenario  # type: ignore[import-n
 LOOP_SERVICES = ("orchestrator", "tools", "git", "indexer", "agent_runner")
 GOAL_RATIO = 1.25
 PENDING = {
-    "swarm": "one swarm epic, 6 → 300 beads, 4 workers: per-bead platform time",
     "agent_session": "one agent session, 1 → 500 turns (context compaction on): per-turn platform time",
     "event_store": "10³ → 10⁶ events: GET /api/events?since= near the end, an SSE client resuming",
     "sse_fanout": "1 → 1,000 SSE clients following one busy workflow: event → last client p99",
@@ -316,9 +316,10 @@ def workflow_curve(tmp: Path, sizes: list[int]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--curves", default="loop,workflow",
-                        help="comma-separated: loop, workflow (the others are not measured yet)")
+                        help="comma-separated: loop, workflow, swarm (the others are not measured yet)")
     parser.add_argument("--loop-sizes", default="10,100,1000")
     parser.add_argument("--workflow-sizes", default="2,20,200")
+    parser.add_argument("--swarm-sizes", default="6,30,300")
     args = parser.parse_args()
     curves = [c.strip() for c in args.curves.split(",") if c.strip()]
     figures: dict[str, Any] = {}
@@ -328,6 +329,9 @@ def main() -> None:
             figures["loop"] = loop_curve(tmp, [int(s) for s in args.loop_sizes.split(",")])
         if "workflow" in curves:
             figures["workflow"] = workflow_curve(tmp, [int(s) for s in args.workflow_sizes.split(",")])
+        if "swarm" in curves:
+            from growth_swarm import swarm_curve  # type: ignore[import-not-found]
+            figures["swarm"] = swarm_curve(tmp, [int(s) for s in args.swarm_sizes.split(",")])
     for name, what in PENDING.items():
         figures.setdefault(name, {"measured": False, "would_measure": what})
     for name, curve in figures.items():
