@@ -21,7 +21,8 @@ first step of each run is reported apart (``first_step_ms``) and left out of the
   (``pulse:completed``'s ``occurred_at``; the first from its start) minus its three model calls. CPU and memory by
   process as for the loop.
 - **swarm**: one swarm epic of N independent beads, 4 workers (``growth_swarm.py`` says how it is measured).
-- **agent_session**, **event_store**, **sse_fanout**: listed with what they would measure; not measured
+- **agent_session**: one agent session of N turns, compaction on (``growth_session.py`` says how).
+- **event_store**, **sse_fanout**: listed with what they would measure; not measured
   yet (each says so in the figures).
 """
 
@@ -57,7 +58,6 @@ from loops import make_repo, model_request_ms, scenario  # type: ignore[import-n
 LOOP_SERVICES = ("orchestrator", "tools", "git", "indexer", "agent_runner")
 GOAL_RATIO = 1.25
 PENDING = {
-    "agent_session": "one agent session, 1 → 500 turns (context compaction on): per-turn platform time",
     "event_store": "10³ → 10⁶ events: GET /api/events?since= near the end, an SSE client resuming",
     "sse_fanout": "1 → 1,000 SSE clients following one busy workflow: event → last client p99",
 }
@@ -316,10 +316,11 @@ def workflow_curve(tmp: Path, sizes: list[int]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--curves", default="loop,workflow",
-                        help="comma-separated: loop, workflow, swarm (the others are not measured yet)")
+                        help="comma-separated: loop, workflow, swarm, agent_session (the others are not measured yet)")
     parser.add_argument("--loop-sizes", default="10,100,1000")
     parser.add_argument("--workflow-sizes", default="2,20,200")
     parser.add_argument("--swarm-sizes", default="6,30,300")
+    parser.add_argument("--session-sizes", default="10,100,500")
     args = parser.parse_args()
     curves = [c.strip() for c in args.curves.split(",") if c.strip()]
     figures: dict[str, Any] = {}
@@ -332,6 +333,9 @@ def main() -> None:
         if "swarm" in curves:
             from growth_swarm import swarm_curve  # type: ignore[import-not-found]
             figures["swarm"] = swarm_curve(tmp, [int(s) for s in args.swarm_sizes.split(",")])
+        if "agent_session" in curves:
+            from growth_session import session_curve  # type: ignore[import-not-found]
+            figures["agent_session"] = session_curve(tmp, [int(s) for s in args.session_sizes.split(",")])
     for name, what in PENDING.items():
         figures.setdefault(name, {"measured": False, "would_measure": what})
     for name, curve in figures.items():
