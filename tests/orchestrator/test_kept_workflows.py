@@ -43,7 +43,7 @@ DRIVING: list[Step] = [
     lambda w: w.extend_pulse("p1"),
     lambda w: w.accept_completion("p1", description="feat: p1", files_changed=["a.py"],
                                   unresolved_issues=[UnresolvedIssue(issue="flaky", reason="network")]),
-    lambda w: w.pulse_ended(run_id="p1", status="completed", commit="c1", diff_artifact_id=None,
+    lambda w: w.pulse_ended(run_id="p1", status="succeeded", commit="c1", diff_artifact_id=None,
                             is_recovery_checkpoint=False, ended_at=LATER),
     lambda w: w.session_closed(step="pulse:p1", reason="done"),
     _session("pulse:p2"), _run("p2"), lambda w: w.end_pulse_as("p2", "failed", "broken"),
@@ -90,9 +90,10 @@ def test_a_chain_of_copies_ends_as_the_replay_of_its_events_on_one_workflow() ->
         workflow = workflow.copy_for_change()
         step(workflow)
         events += workflow.collect_events()
-    replayed = None
+    replayed: Workflow | None = None
     for recorded in events:
         replayed = recorded.mutate(replayed)
+    assert replayed is not None
     assert state(workflow) == state(replayed)
     # The card the review completed and the open one stay one card while the review runs, as in one workflow.
     assert [c.description for c in workflow.fix_rounds[-1].review.comments] == ["one", "two"]
