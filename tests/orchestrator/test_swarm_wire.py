@@ -4,6 +4,7 @@ the claim the relay translated before it, or read from the store when the relay 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from autarch.contracts.events import BeadClosed
 from autarch.services.orchestrator.application import WorkflowApplication
@@ -18,7 +19,7 @@ def test_a_merged_beads_worker_is_the_one_its_claim_named_with_or_without_the_cl
                                    "SQLITE_DBNAME": str(tmp_path / "e.sqlite")})
     try:
         _, swarm_id = record(app, "swarm")
-        events = list(app.repository.event_store.get(swarm_id))
+        events: list[Any] = list(app.repository.event_store.get(swarm_id))
         merge = next(e for e in events if isinstance(e, Swarm.BeadMerged))
 
         in_order = WireEvents(app)
