@@ -74,8 +74,11 @@ class SwarmBook:
     book: Book[Swarm] = field(init=False)
 
     def __post_init__(self) -> None:
+        # Each epic's latest state is kept between commands (``latest.py``; a command changes its own copy,
+        # ``Swarm.copy_for_change``): rebuilding an epic of hundreds of beads for every command grew with the epic.
         self.book = Book(app=self.app, writer=self.writer, kind=Swarm, noun="epic", id_field="epic_id",
-                         aggregate_id=swarm_id_for, absent=_no_epic, on_change=self._changed, log=log)
+                         aggregate_id=swarm_id_for, absent=_no_epic, on_change=self._changed, keep=1024,
+                         inline_reads=self.writer.inline, log=log)
 
     def _changed(self, swarm: Swarm) -> None:
         if swarm.finished:

@@ -83,8 +83,10 @@ Rebuild = Callable[[DomainEvent], Swarm]
 """The swarm as of one of its events (for the events whose wire form is the bead after the change)."""
 
 
-def swarm_to_contract(e: DomainEvent, epic_of: Callable[[str], str], at_event: Rebuild) -> Event | None:
-    """The wire event for a Swarm event; None for one that is not distributed."""
+def swarm_to_contract(e: DomainEvent, epic_of: Callable[[str], str], at_event: Rebuild,
+                      worker_of: Callable[[DomainEvent], str] | None = None) -> Event | None:
+    """The wire event for a Swarm event; None for one that is not distributed. ``worker_of``: the worker of a merged
+    bead's attempt when known without a rebuild (by default read from the swarm as of the event)."""
     epic = epic_of(str(e.originator_id))
     base: dict[str, Any] = {"workflow_id": epic, "occurred_at": e.timestamp}
     if isinstance(e, Swarm.Started):
@@ -102,8 +104,8 @@ def swarm_to_contract(e: DomainEvent, epic_of: Callable[[str], str], at_event: R
     if isinstance(e, Swarm.BeadClaimed):
         return BeadClaimed(**base, bead_id=e.bead_id, worker=e.worker, attempt=e.attempt, session_id=e.session_id)
     if isinstance(e, Swarm.BeadMerged):
-        return BeadClosed(**base, bead_id=e.bead_id, reason=e.reason, commit=e.commit,
-                          worker=at_event(e).attempts[(e.bead_id, e.attempt)].worker)
+        worker = worker_of(e) if worker_of is not None else at_event(e).attempts[(e.bead_id, e.attempt)].worker
+        return BeadClosed(**base, bead_id=e.bead_id, reason=e.reason, commit=e.commit, worker=worker)
     if isinstance(e, Swarm.BeadReopened):
         conflict = e.conflict
         return BeadReopened(**base, bead_id=e.bead_id, attempt=e.attempt, reason=e.reason,

@@ -16,6 +16,7 @@ from uuid import UUID
 
 import msgspec
 from eventsourcing.domain import Aggregate, event
+from msgspec.structs import replace
 
 from autarch.contracts.agents import (
     PlannedPulse,
@@ -184,15 +185,16 @@ class Workflow(Aggregate):
         # The event keeps the card's wire payload as recorded; the state is the typed card.
         if stage == "review":
             assert self.review is not None
-            self.review.recommendation = artifact.get("recommendation")
-            self.review.summary = artifact.get("summary")
-            self.artifacts.review = self.review
+            review = replace(self.review, recommendation=artifact.get("recommendation"),
+                             summary=artifact.get("summary"))
+            self.review = review
+            self.artifacts = replace(self.artifacts, review=review)
         elif stage == "scoping":
-            self.artifacts.scoping = msgspec.convert(artifact, SubmitScopeArgs)
+            self.artifacts = replace(self.artifacts, scoping=msgspec.convert(artifact, SubmitScopeArgs))
         elif stage == "research":
-            self.artifacts.research = msgspec.convert(artifact, SubmitResearchArgs)
+            self.artifacts = replace(self.artifacts, research=msgspec.convert(artifact, SubmitResearchArgs))
         else:
-            self.artifacts.planning = msgspec.convert(artifact, SubmitPlanArgs)
+            self.artifacts = replace(self.artifacts, planning=msgspec.convert(artifact, SubmitPlanArgs))
         if key:
             self.seen[key] = stage
 
@@ -266,7 +268,11 @@ class Workflow(Aggregate):
     @event("ReviewCommentAdded")
     def _review_comment_added(self, *, comment: dict[str, Any], key: str) -> None:
         assert self.review is not None
-        self.review.comments.append(msgspec.convert(comment, ReviewCommentView))
+        review = replace(self.review, comments=[*self.review.comments, msgspec.convert(comment, ReviewCommentView)])
+        if self.artifacts.review is self.review:
+            # The completed card and the open one are the same card until the review starts again: both see it.
+            self.artifacts = replace(self.artifacts, review=review)
+        self.review = review
         self.seen[key] = str(comment["comment_id"])
 
     @event("Forked")
@@ -472,13 +478,12 @@ class Workflow(Aggregate):
     @event("SessionConfirmed")
     def confirm_session(self, *, step: str, kickoff_turn_id: str | None = None) -> None:
         # Events recorded before the kickoff turn id was kept carry none (the default).
-        self.sessions[step].started = True
-        self.sessions[step].kickoff_turn_id = kickoff_turn_id
+        self._change_session(step, started=True, kickoff_turn_id=kickoff_turn_id)
 
     @event("SessionClosed")
     def session_closed(self, *, step: str, reason: str) -> None:
         """The step's work is over and its agent session was closed (``session:completed``)."""
-        self.sessions[step].closed = True
+        self._change_session(step, closed=True)
 
     @event("MessageQueued")
     def _message_queued(self, *, step: str, session_id: str, message_id: str, text: str) -> None:
@@ -486,16 +491,16 @@ class Workflow(Aggregate):
 
     @event("MessageDelivered")
     def message_delivered(self, *, message_id: str) -> None:
-        for message in self.outbox:
+        for i, message in enumerate(self.outbox):
             if message.message_id == message_id:
-                message.delivered = True
+                self.outbox[i] = replace(message, delivered=True)
 
     @event("TurnHandled")
     def turn_handled(self, *, turn_id: str, step: str, outcome: str) -> None:
         self.seen[turn_id] = outcome
         if step in self.sessions:
             # The outcome of the step's latest turn: a pulse agent failing twice in a row is told apart by it.
-            self.sessions[step].last_outcome = outcome
+            self._change_session(step, last_outcome=outcome)
 
     @event("Nudged")
     def _nudged(self, *, step: str) -> None:
@@ -508,18 +513,19 @@ class Workflow(Aggregate):
         # The event keeps the details' wire payload as recorded; the state is a typed copy.
         self.halt = Halt(reason=reason, message=message, pulse_id=pulse_id,
                          details=msgspec.convert(details, HaltDetails))
-        session = self.sessions.get(self.halt.step) if self.halt.step is not None else None
-        if session is not None and at is not None and session.running_since is not None:
+        step = self.halt.step
+        session = self.sessions.get(step) if step is not None else None
+        if step is not None and session is not None and at is not None and session.running_since is not None:
             # The halted step's clock stops: time waiting for the user is not running time.
-            session.ran_seconds += _seconds_between(session.running_since, at)
-            session.running_since = None
+            self._change_session(step, ran_seconds=session.ran_seconds + _seconds_between(session.running_since, at),
+                                 running_since=None)
 
     @event("Resumed")
     def _resumed(self, *, stage: str, reason: str, message: str | None, at: str | None = None) -> None:
         step = self.halt.step if self.halt is not None else None
         session = self.sessions.get(step) if step is not None else None
-        if session is not None and at is not None and session.running_since is None:
-            session.running_since = at
+        if step is not None and session is not None and at is not None and session.running_since is None:
+            self._change_session(step, running_since=at)
         self.halt = None
 
     @event("Abandoned")
@@ -550,40 +556,30 @@ class Workflow(Aggregate):
 
     @event("PulseCompletionRejected")
     def _pulse_rejected(self, *, run_id: str, failures: list[str], escape_hatch: bool, rejections: int) -> None:
-        self.run(run_id).completion_rejections = rejections
+        self._change_run(run_id, completion_rejections=rejections)
 
     @event("PulseCompletionAccepted")
     def _pulse_accepted(self, *, run_id: str, description: str, files_changed: list[str],
                         unresolved_issues: list[dict[str, Any]]) -> None:
         # The event keeps the issues' wire payload as recorded; the state is typed.
-        run = self.run(run_id)
-        run.ending = "succeeded"
-        run.description = description
-        run.files_changed = list(files_changed)
-        run.unresolved_issues = msgspec.convert(unresolved_issues, list[UnresolvedIssue])
-        run.has_unresolved_issues = bool(unresolved_issues)
+        self._change_run(run_id, ending="succeeded", description=description, files_changed=list(files_changed),
+                         unresolved_issues=msgspec.convert(unresolved_issues, list[UnresolvedIssue]),
+                         has_unresolved_issues=bool(unresolved_issues))
 
     @event("PulseEnding")
     def _pulse_ending(self, *, run_id: str, status: PulseEnding, reason: str) -> None:
-        run = self.run(run_id)
-        run.ending = status
-        run.failure_reason = reason
+        self._change_run(run_id, ending=status, failure_reason=reason)
 
     @event("PulseExtended")
     def _pulse_extended(self, *, run_id: str) -> None:
-        self.run(run_id).extensions += 1
+        self._change_run(run_id, extensions=self.run(run_id).extensions + 1)
 
     @event("PulseEnded")
     def _pulse_ended(self, *, run_id: str, status: PulseStatus, commit: str | None, diff_artifact_id: str | None,
                      is_recovery_checkpoint: bool, ended_at: str, description: str | None, files_changed: list[str],
                      unresolved_issues: list[dict[str, Any]], failure_reason: str | None) -> None:
-        run = self.run(run_id)
-        run.status = status
-        run.checkpoint_commit = commit
-        run.diff_artifact_id = diff_artifact_id
-        run.is_recovery_checkpoint = is_recovery_checkpoint
-        run.ended_at = ended_at
-        run.ending = None
+        self._change_run(run_id, status=status, checkpoint_commit=commit, diff_artifact_id=diff_artifact_id,
+                         is_recovery_checkpoint=is_recovery_checkpoint, ended_at=ended_at, ending=None)
 
     def pulse_ended(self, *, run_id: str, status: PulseStatus, commit: str | None, diff_artifact_id: str | None,
                     is_recovery_checkpoint: bool, ended_at: str) -> None:
@@ -594,6 +590,32 @@ class Workflow(Aggregate):
                           description=run.description, files_changed=list(run.files_changed),
                           unresolved_issues=msgspec.to_builtins(run.unresolved_issues),
                           failure_reason=run.failure_reason)
+
+    # --- copies ------------------------------------------------------------------------------------
+
+    def _change_session(self, step: str, **changes: Any) -> None:
+        """Put the session of ``step`` with ``changes`` in its place. Sessions, runs, queued messages, cards and the
+        review card are replaced by the events that change them, never changed in place, so a copy of the workflow
+        (:meth:`copy_for_change`) shares every one a command does not change."""
+        self.sessions[step] = replace(self.sessions[step], **changes)
+
+    def _change_run(self, run_id: str, **changes: Any) -> None:
+        """Put run ``run_id`` (the first of that id, as :meth:`run` finds it) with ``changes`` in its place."""
+        for i, run in enumerate(self.runs):
+            if run.id == run_id:
+                self.runs[i] = replace(run, **changes)
+                return
+        raise KeyError(run_id)
+
+    def copy_for_change(self) -> Workflow:
+        """A copy a command may change while this one stays as it is (``latest.py``), at the cost of copying its
+        lists and dicts, not their items: every event replaces what it changes (a run, a session, a message, a
+        card) or changes only those lists and dicts. Copying everything (a pickle round trip) cost a workflow of
+        200 pulses more per command than the rest of the orchestrator's work on it."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update({name: value.copy() if type(value) in (list, dict) else value
+                              for name, value in self.__dict__.items()})
+        return twin
 
     # --- driving commands ---------------------------------------------------------------------------
 

@@ -2,9 +2,10 @@
 
 These are state, not wire: the stored events keep their own attributes (eventsourcing stores those, and old
 logs must still replay), and the wire views (``contracts``) are built from these by ``cards`` and ``views``.
-Mutable Structs, because the aggregate's events update them in place. Where a piece of state would copy a wire
-type field for field (a stage's note, a baseline, a fix round), the state is that wire type (``StageNote``,
-``WorkflowBaseline``, ``FixRoundView``) and this module does not repeat it.
+The aggregate's events replace these rather than change them in place (``msgspec.structs.replace``), so a
+command's copy of a workflow shares every piece it does not change (``Workflow.copy_for_change``). Where a piece of
+state would copy a wire type field for field (a stage's note, a baseline, a fix round), the state is that wire type
+(``StageNote``, ``WorkflowBaseline``, ``FixRoundView``) and this module does not repeat it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,53 @@
+"""An epic kept between commands (``latest.py``): a command's copy (``Swarm.copy_for_change``) never changes the kept
+epic, whatever the command records, and a chain of copies ends where the replay of their events on one epic ends."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from autarch.services.orchestrator.swarm.model import Swarm
+
+from .test_snapshots import state, swarm_history
+
+
+def _steps() -> tuple[Swarm, list[Any]]:
+    swarm, steps = swarm_history()
+    # Beyond the history: a handed-off session, a delivered message, a reopen, a stop, released leases, a worker
+    # waiting and retired, the epic finished.
+    held: dict[str, Any] = {}
+    more = [
+        lambda s: held.update(b=s.claim("b", "w-one")),
+        lambda s: s.begun(held["b"], "base1"),
+        lambda s: s.reopen(held["b"], "merge conflict"),
+        lambda s: held.update(c=s.claim("c", "w-one")),
+        lambda s: s.stop("the user stopped the swarm"),
+    ]
+    return swarm, [*steps, *more]
+
+
+def test_a_commands_copy_leaves_the_kept_epic_as_it_was() -> None:
+    kept, steps = _steps()
+    kept.collect_events()
+    for step in steps:
+        before = pickle.dumps(kept.__dict__)
+        copy = kept.copy_for_change()
+        step(copy)
+        assert pickle.dumps(kept.__dict__) == before, f"a step changed the kept epic: {step.__code__.co_names}"
+        copy.collect_events()
+        kept = copy
+
+
+def test_a_chain_of_copies_ends_as_the_replay_of_its_events_on_one_epic() -> None:
+    swarm, steps = _steps()
+    events = list(swarm.collect_events())
+    for step in steps:
+        swarm = swarm.copy_for_change()
+        step(swarm)
+        events += swarm.collect_events()
+    replayed: Swarm | None = None
+    for recorded in events:
+        replayed = recorded.mutate(replayed)
+    assert replayed is not None
+    assert state(swarm) == state(replayed)
+    assert swarm.merged == ["a"] and swarm.workers["w-one"].beads_closed == ["a"]
