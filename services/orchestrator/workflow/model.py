@@ -283,8 +283,8 @@ class Workflow(Aggregate):
         # original's agents and worktree are never this workflow's, so the steps they were doing start over here.
         self.forked_from, self.forked_at = forked_from, at
         self.branch, self.script = branch, script
-        for step in closed_steps:
-            self.sessions[step].closed = True
+        for step in closed_steps:  # replaced, not changed: a command's copy shares the kept workflow's sessions
+            self.sessions[step] = replace(self.sessions[step], closed=True)
         for step in dropped_steps:
             del self.sessions[step]
             self.nudges.pop(step, None)
