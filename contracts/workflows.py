@@ -10,7 +10,7 @@ import msgspec
 from .agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from .base import UUID_PATTERN, Command, Query, Reply
 from .beads import SwarmView
-from .execution import HaltView, PreflightView, PulseRunView
+from .execution import HaltView, PreflightView, PulseRunView, Source
 from .http import Text
 from .mail import MailMessage
 
@@ -89,8 +89,6 @@ class ReplayWorkflow(Query, kw_only=True):
     at: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
-Source = Literal["api", "webhook", "slack", "discord", "telegram", "sms"]
-"""Where a user's answer to a card came from (``contracts.actions.ActionSource``)."""
 
 WorkflowPath = Literal["quick", "full"]
 """``full`` runs every stage; ``quick`` goes from scoping straight to one execution pulse, then review."""
@@ -125,7 +123,8 @@ class WorkflowErrorCode:
     """A fix round asked after ``review_fix_rounds`` rounds already ran: a person decides how the work goes on."""
     CARD_MOVED_ON = "card_moved_on"
     """An answer to a card (``card_version``, as an action link carries) that no longer awaits approval: it was
-    approved, sent back or replaced."""
+    approved, sent back or replaced; or a resume or an abandon naming a halt (``halt_version``, ``version``) the
+    workflow no longer waits at: it was resumed, or halted again."""
 
     CONFLICTS = frozenset({NOT_AWAITING_APPROVAL, AWAITING_APPROVAL, WRONG_STAGE, NOT_HALTED, WRONG_HALT,
                            NOT_RUNNING, FINISHED, NO_REVIEW_COMMENTS, UNKNOWN_COMMENTS, FIX_ROUNDS_EXHAUSTED,

@@ -76,11 +76,12 @@ def _execution_contract(e: DomainEvent, base: dict[str, Any]) -> Event | None:
         return WorkflowSessionAssigned(**base, step=e.step, session_id=e.session_id, role=e.role)
     if isinstance(e, Workflow.Halted):
         return WorkflowHalted(**base, stage=e.stage, reason=e.reason, message=e.message, pulse_id=e.pulse_id,
-                              details=e.details)
+                              details=e.details, version=e.originator_version)
     if isinstance(e, Workflow.Resumed):
-        return WorkflowResumed(**base, stage=e.stage, reason=e.reason, message=e.message)
+        return WorkflowResumed(**base, stage=e.stage, reason=e.reason, message=e.message,
+                               source=getattr(e, "source", None))
     if isinstance(e, Workflow.Abandoned):
-        return WorkflowAbandoned(**base, stage=e.stage, reason=e.reason)
+        return WorkflowAbandoned(**base, stage=e.stage, reason=e.reason, source=getattr(e, "source", None))
     if isinstance(e, Workflow.ExecutionPrepared):
         return PreflightStarted(**base, branch=e.branch, worktree_path=e.worktree_path, base_commit=e.base_commit)
     if isinstance(e, Workflow.PreflightCompleted):
