@@ -136,8 +136,10 @@ def _body(target: NotifyTarget, event: WorkflowApprovalNeeded | WorkflowHalted, 
           expires: float) -> dict[str, Any]:
     buttons = [b for row in rows for b in row]
     if target.kind == "telegram":
+        links = urls or {}  # without a base URL only the callback buttons are shown
         keyboard = [[{"text": b.label, "callback_data": f"{CALLBACK_PREFIX}{made[b.key][1]}"} if b.callback else
-                     {"text": b.label, "url": urls[b.key]} for b in row if b.callback or urls] for row in rows]
+                     {"text": b.label, "url": links[b.key]} for b in row if b.callback or b.key in links]
+                    for row in rows]
         return {"chat_id": target.chat_id, "text": clip(text, TELEGRAM_LIMIT),
                 "reply_markup": {"inline_keyboard": [row for row in keyboard if row]}}
     if target.kind == "slack":

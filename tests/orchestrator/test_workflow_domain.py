@@ -277,7 +277,8 @@ def test_a_resume_or_stop_naming_its_halt_is_refused_once_that_halt_is_over() ->
     assert wf.halt_version == first
     wf.collect_events()
     controls.resume(wf, None, source="telegram", halt_version=first)
-    (resumed,) = wf.collect_events()
+    recorded: Sequence[Any] = wf.collect_events()
+    (resumed,) = recorded
     assert (resumed.source, wf.halt) == ("telegram", None)
     wf.halt_for("error", "failed again")
     second = wf.version
@@ -302,7 +303,8 @@ def test_stop_on_a_card_abandons_the_workflow_and_its_card_takes_no_answer() -> 
         controls.abandon_waiting(wf, version - 1, "stopped from slack", "slack")  # not the card that waits
     assert refused.value.code == WorkflowErrorCode.CARD_MOVED_ON and names(wf) == []
     controls.abandon_waiting(wf, version, "stopped from telegram", "telegram")
-    (ended,) = wf.collect_events()
+    recorded: Sequence[Any] = wf.collect_events()
+    (ended,) = recorded
     assert (type(ended).__name__, ended.source, ended.reason, wf.status) == (
         "Abandoned", "telegram", "stopped from telegram", "abandoned")
     for answer in (lambda: wf.approve(card_version=version), lambda: wf.request_changes("x"),
