@@ -18,6 +18,7 @@ from .http import Text as VisibleText
 
 __all__ = [
     "RESUMABLE",
+    "AbandonBody",
     "AbandonWorkflow",
     "AnswerQuestions",
     "AnswerQuestionsBody",
@@ -114,6 +115,9 @@ class HaltView(msgspec.Struct, kw_only=True):
     message: str
     pulse_id: str | None = None
     details: dict[str, Any] = {}
+    version: int | None = None
+    """The workflow version this halt was recorded at (``halt_version`` of a resume, ``version`` of an abandon
+    name it); null for a halt recorded before it was kept."""
 
 
 Source = Literal["api", "webhook", "slack", "discord", "telegram", "sms"]
@@ -179,6 +183,15 @@ class ResumeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/workflows/{id}/resume`` (optional body)."""
 
     message: VisibleText | None = None
+
+
+class AbandonBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/abandon``."""
+
+    version: Annotated[int, msgspec.Meta(ge=1)]
+    """The version of the card awaiting approval (``card_version`` of the workflow's view) or of the halt
+    (``version`` of its ``workflow:halted``) the user decided on."""
+    reason: Reason = "ended by user"
 
 
 class ApproveExtensionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

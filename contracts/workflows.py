@@ -344,6 +344,9 @@ class WorkflowView(Reply, kw_only=True):
     status: WorkflowStatus = "active"
     """``active`` while agents work; ``halted`` waits for the user (see ``halt``); ``abandoned`` is final."""
     halt: HaltView | None = None
+    card_version: int | None = None
+    """The workflow version the card awaiting approval was recorded at (what ``card_version`` of an answer and
+    ``version`` of an abandon name); null while no card waits."""
     branch: str | None = None
     """The workflow branch (the deliverable), once execution created it."""
     worktree_path: str | None = None

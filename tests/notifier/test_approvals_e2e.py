@@ -301,6 +301,7 @@ def test_a_halt_is_resumed_from_telegram_once_its_stale_links_refused_and_stop_e
                                            and p.body.get("workflow_id") == wid), None), "the webhook's halt")
         (halt_event,) = _halt_events(client, wid, 1)
         assert hook.body["halt_version"] == halt_event["version"] and set(hook.body["actions"]) == {"resume", "stop"}
+        assert halted["halt"]["version"] == halt_event["version"]
         first_slack = fake.wait_for(lambda: next((p for p in fake.posted if p.path == "/slack"
                                                   and _halt_text(wid, "scoping") in p.body["text"]), None),
                                     "the Slack announcement of the halt")
@@ -350,3 +351,16 @@ def test_a_halt_is_resumed_from_telegram_once_its_stale_links_refused_and_stop_e
     slack = _posted(fake, "/slack", wid, "scoping")
     answer = phone.post(_slack_url(slack, "approve"))
     assert answer.status_code == 409 and answer.json()["code"] == "finished", answer.text
+
+
+def test_the_api_abandons_a_workflow_at_the_card_it_names(client: Client, tmp_path: Path) -> None:
+    wid = _start(client, tmp_path)
+    view = client.wait_awaiting(wid, "scoping")
+    assert view["card_version"] is not None
+    stale = client.post(wid, "abandon", {"version": view["card_version"] - 1})
+    assert stale.status_code == 409 and stale.json()["code"] == "card_moved_on", stale.text
+    assert client.get(wid)["status"] == "awaiting_approval"
+    ended = client.post(wid, "abandon", {"version": view["card_version"], "reason": "not needed after all"})
+    assert ended.status_code == 200 and ended.json()["status"] == "abandoned", ended.text
+    (event,) = [e for e in _halt_events(client, wid, 1) if e["type"] == "workflow:abandoned"]
+    assert (event["source"], event["reason"]) == ("api", "not needed after all")
