@@ -240,6 +240,9 @@ class WorkflowHalted(WorkflowEvent, tag="workflow:halted", kw_only=True):
     message: str
     pulse_id: str | None = None
     details: dict[str, Any] = {}
+    version: int | None = None
+    """The workflow's version with this halt recorded: what a Resume or Stop action link names to answer this halt
+    only."""
 
 
 class WorkflowResumed(WorkflowEvent, tag="workflow:resumed", kw_only=True):
@@ -248,13 +251,19 @@ class WorkflowResumed(WorkflowEvent, tag="workflow:resumed", kw_only=True):
     stage: str
     reason: str
     message: str | None = None
+    source: str | None = None
+    """Where the resume came from (``api``, or the channel of an action link: ``telegram``, ``slack``, …); None
+    for a halt lifted by itself (disk space freed) and in events recorded before sources were."""
 
 
 class WorkflowAbandoned(WorkflowEvent, tag="workflow:abandoned", kw_only=True):
-    """The workflow cannot go on (preflight failed or timed out); its worktree is removed. Final."""
+    """The workflow cannot go on (preflight failed or timed out), or the user ended it (an action link's Stop);
+    its worktree is removed. Final."""
 
     stage: str
     reason: str
+    source: str | None = None
+    """Who ended it: the channel of the action link (or ``api``); None when the system abandoned it."""
 
 
 class PreflightEvent(WorkflowEvent, kw_only=True):

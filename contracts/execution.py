@@ -17,6 +17,9 @@ from .http import Reason
 from .http import Text as VisibleText
 
 __all__ = [
+    "RESUMABLE",
+    "AbandonBody",
+    "AbandonWorkflow",
     "AnswerQuestions",
     "AnswerQuestionsBody",
     "ApproveExtension",
@@ -28,6 +31,7 @@ __all__ = [
     "PulseStatus",
     "ResumeBody",
     "ResumeWorkflow",
+    "Source",
     "StopBody",
     "StopWorkflow",
 ]
@@ -53,6 +57,9 @@ HaltReason = Literal["unresolved_issues", "pulse_failed", "stopped", "extension_
   (``details.path`` names it); the workflow carries on by itself once the path has room again (the interrupted
   agent turn runs again from what was recorded, a failed step is retried), or on resume.
 """
+
+RESUMABLE: tuple[HaltReason, ...] = ("unresolved_issues", "pulse_failed", "stopped", "error", "disk_full")
+"""Halts that ``resume`` lifts (an extension request and questions have their own control)."""
 
 
 class PulseRunView(msgspec.Struct, kw_only=True):
@@ -108,6 +115,13 @@ class HaltView(msgspec.Struct, kw_only=True):
     message: str
     pulse_id: str | None = None
     details: dict[str, Any] = {}
+    version: int | None = None
+    """The workflow version this halt was recorded at (``halt_version`` of a resume, ``version`` of an abandon
+    name it); null for a halt recorded before it was kept."""
+
+
+Source = Literal["api", "webhook", "slack", "discord", "telegram", "sms"]
+"""Where a user's answer to a card or a halt came from (``contracts.actions.ActionSource``)."""
 
 
 class StopWorkflow(Command, kw_only=True):
@@ -123,6 +137,24 @@ class ResumeWorkflow(Command, kw_only=True):
     workflow_id: WorkflowId
     message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
     """Optional guidance handed to the agent that continues."""
+    source: Source = "api"
+    """Where the resume came from (the channel of an action link); recorded in ``workflow:resumed``."""
+    halt_version: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The workflow version the halt was recorded at (``version`` of its ``workflow:halted``): refused with
+    ``card_moved_on`` unless the workflow still waits at that halt. None: whatever resumable halt it waits at."""
+
+
+class AbandonWorkflow(Command, kw_only=True):
+    """End a workflow that waits for the user (a card awaiting approval, or a halt), for good: it is recorded
+    ``workflow:abandoned`` and its worktree removed (its branch stays). The Stop of an action link."""
+
+    workflow_id: WorkflowId
+    version: Annotated[int, msgspec.Meta(ge=1)]
+    """The workflow version of the card (``workflow:approval_needed``) or of the halt (``workflow:halted``) the
+    user saw: refused with ``card_moved_on`` unless the workflow still waits there."""
+    reason: Annotated[str, msgspec.Meta(max_length=10_000)] = "ended by user"
+    source: Source = "api"
+    """Where the request came from (the channel of an action link); recorded in ``workflow:abandoned``."""
 
 
 class ApproveExtension(Command, kw_only=True):
@@ -151,6 +183,15 @@ class ResumeBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """``POST /api/workflows/{id}/resume`` (optional body)."""
 
     message: VisibleText | None = None
+
+
+class AbandonBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/{id}/abandon``."""
+
+    version: Annotated[int, msgspec.Meta(ge=1)]
+    """The version of the card awaiting approval (``card_version`` of the workflow's view) or of the halt
+    (``version`` of its ``workflow:halted``) the user decided on."""
+    reason: Reason = "ended by user"
 
 
 class ApproveExtensionBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -74,6 +74,7 @@ ORCHESTRATOR_VERBS = (
     "complete_review",
     "stop_workflow",
     "resume_workflow",
+    "abandon_workflow",
     "approve_extension",
     "answer_questions",
     "start_loop",

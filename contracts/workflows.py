@@ -10,7 +10,7 @@ import msgspec
 from .agents import PlannedPulse, SubmitPlanArgs, SubmitResearchArgs, SubmitScopeArgs
 from .base import UUID_PATTERN, Command, Query, Reply
 from .beads import SwarmView
-from .execution import HaltView, PreflightView, PulseRunView
+from .execution import HaltView, PreflightView, PulseRunView, Source
 from .http import Text
 from .mail import MailMessage
 
@@ -124,8 +124,6 @@ class ReplayWorkflow(Query, kw_only=True):
     at: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
-Source = Literal["api", "webhook", "slack", "discord", "telegram", "sms"]
-"""Where a user's answer to a card came from (``contracts.actions.ActionSource``)."""
 
 WorkflowPath = Literal["quick", "full"]
 """``full`` runs every stage; ``quick`` goes from scoping straight to one execution pulse, then review."""
@@ -160,7 +158,8 @@ class WorkflowErrorCode:
     """A fix round asked after ``review_fix_rounds`` rounds already ran: a person decides how the work goes on."""
     CARD_MOVED_ON = "card_moved_on"
     """An answer to a card (``card_version``, as an action link carries) that no longer awaits approval: it was
-    approved, sent back or replaced."""
+    approved, sent back or replaced; or a resume or an abandon naming a halt (``halt_version``, ``version``) the
+    workflow no longer waits at: it was resumed, or halted again."""
 
     EVENT_OUT_OF_RANGE = "event_out_of_range"
     """A fork ``at`` an event number the workflow has not recorded (details: ``at``, ``events_total``)."""
@@ -386,6 +385,9 @@ class WorkflowView(Reply, kw_only=True):
     status: WorkflowStatus = "active"
     """``active`` while agents work; ``halted`` waits for the user (see ``halt``); ``abandoned`` is final."""
     halt: HaltView | None = None
+    card_version: int | None = None
+    """The workflow version the card awaiting approval was recorded at (what ``card_version`` of an answer and
+    ``version`` of an abandon name); null while no card waits."""
     branch: str | None = None
     """The workflow branch (the deliverable), once execution created it."""
     worktree_path: str | None = None

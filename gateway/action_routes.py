@@ -26,7 +26,7 @@ from autarch.contracts.actions import ActionOutcome
 from autarch.contracts.errors import ErrorCode, ErrorReply
 from autarch.contracts.loops import LoopErrorCode
 from autarch.contracts.workflows import GetWorkflow, WorkflowView
-from autarch.runtime.action_links import LinkRefused, UsedLinks, redeem, verify
+from autarch.runtime.action_links import ActionLink, LinkRefused, UsedLinks, redeem, verify
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.settings import GatewaySettings
 
@@ -51,7 +51,8 @@ _WHEN = {
     400: "Not an action link (`link_malformed`), or a body without the feedback a change request needs "
          "(`bad_request`)",
     403: "Not signed by this system: changed, or made with another key (`link_forged`)",
-    409: "The card was answered or replaced (`card_moved_on`), or the workflow is finished (`finished`)",
+    409: "The card was answered or replaced, or the halt is over (`card_moved_on`), or the workflow is finished "
+         "(`finished`)",
     410: "Expired (`link_expired`) or used already (`link_used`)",
     503: "The orchestrator did not answer (`unavailable`): nothing happened, the link still works",
     504: "The orchestrator did not answer in time (`timeout`): the link still works",
@@ -66,6 +67,31 @@ def _responses(*statuses: int) -> dict[int, ResponseSpec]:
 _STATUS = {**_WORKFLOW_STATUS, **dict.fromkeys(LoopErrorCode.CONFLICTS, 409)}
 
 _VERB = {"approve": "Approve", "request_changes": "Request changes to", "stop": "Stop"}
+
+
+async def _workflow_control_page(state: State, link: ActionLink) -> Response[Any]:
+    """The page of a Resume link (a halt) or a Stop link (a card or a halt: it abandons the workflow)."""
+    about = ""
+    try:
+        view = await ask_orchestrator(state, "get_workflow", GetWorkflow(workflow_id=link.workflow_id), WorkflowView,
+                                      idempotent=True)
+        waits = f"halted ({view.halt.reason})" if view.halt else (
+            "awaiting approval" if view.awaiting_approval else view.status)
+        about = f"<p>Workflow <b>{html.escape(view.title)}</b> ({html.escape(view.id)}), in " \
+                f"{html.escape(view.stage)}, {html.escape(waits)}.</p>"
+    except RemoteError as exc:
+        about = f"<p>The workflow could not be read ({html.escape(exc.code)}).</p>"
+    card = f'<p><a href="/workflows/{html.escape(link.workflow_id)}">Open the workflow in the UI</a> (signed in).</p>'
+    if link.action == "resume":
+        return _page("Resume the halted workflow",
+                     about + '<form method="post"><button type="submit">Resume</button></form>' + card +
+                     "<p>The link works once, and only while the workflow still waits at this halt.</p>")
+    return _page("Stop: end the workflow",
+                 about + "<p><b>Stopping ends this workflow for good</b>: it is abandoned, its agents closed and its "
+                 "worktree removed (its branch stays). It cannot be resumed.</p>"
+                 '<form method="post"><button type="submit">End the workflow</button></form>' + card +
+                 "<p>The link works once, and only while the workflow still waits where it did when the link "
+                 "was sent.</p>")
 
 
 def _key(state: State) -> bytes:
@@ -125,6 +151,8 @@ async def show_action(token: FromPath[str], request: Request, state: State) -> R
                      "stopping ends it for good (its work stays on its branch).</p>"
                      '<form method="post"><button type="submit">Stop the session</button></form>'
                      "<p>The link works once, and only while the session is still blocked there.</p>")
+    if link.action in ("resume", "abandon"):
+        return await _workflow_control_page(state, link)
     title = f"{_VERB[link.action]} the {link.stage} card"
     about = ""
     try:
@@ -150,8 +178,9 @@ async def show_action(token: FromPath[str], request: Request, state: State) -> R
       opt=NO_AUTH, responses={200: ResponseSpec(ActionOutcome, description="What the link did",
                                                 generate_examples=False), **_responses(400, 403, 409, 410, 503, 504)})
 async def take_action(token: FromPath[str], request: Request, state: State) -> Response[Any]:
-    """Approve, or request changes to, the link's card; the workflow's event records the channel the link was
-    sent to (``source``). A Stop link aborts its blocked loop session (reason ``stopped from <channel>``).
+    """Approve, or request changes to, the link's card, or resume the link's halt; the workflow's event records the
+    channel the link was sent to (``source``). A workflow's Stop link (on a card or a halt) ends the workflow
+    (``workflow:abandoned``); a loop's aborts its blocked session (reason ``stopped from <channel>``).
     A request-changes link needs ``{"feedback": "..."}`` (or the form field). Refused, with
     nothing changed: ``link_malformed`` (400), ``link_forged`` (403), ``link_expired`` / ``link_used`` (410),
     ``card_moved_on`` (409: the card was answered or replaced) or another lifecycle conflict (409). A link
@@ -173,6 +202,9 @@ async def take_action(token: FromPath[str], request: Request, state: State) -> R
         return _refusal(exc.reply, _STATUS.get(exc.code, 500), as_html)
     log.info("action link: %s of the %s card of %s from %s", outcome.action, outcome.stage, outcome.workflow_id,
              outcome.source)
+    if as_html and outcome.workflow is not None and outcome.action in ("resume", "abandon"):
+        done = "resumed" if outcome.action == "resume" else "ended (abandoned)"
+        return _page("Done", f"<p>Workflow <b>{html.escape(outcome.workflow.title)}</b> was {done}.</p>")
     if as_html and outcome.workflow is not None:
         done = "approved" if outcome.action == "approve" else "sent back with your feedback"
         return _page("Done", f"<p>The {html.escape(outcome.stage)} card of <b>{html.escape(outcome.workflow.title)}"

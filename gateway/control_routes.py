@@ -1,8 +1,8 @@
-"""The user's controls of a running workflow: stop, resume, approve an extension, answer questions.
+"""The user's controls of a running workflow: stop, resume, approve an extension, answer questions, abandon.
 
 Each is a command to the orchestrator (``stop_workflow``, ``resume_workflow``, ``approve_extension``,
-``answer_questions``) answered with the workflow. None is retried by the gateway: a lost reply followed
-by a second resume could let the workflow go on past the next halt too. A workflow in the wrong state
+``answer_questions``, ``abandon_workflow``) answered with the workflow. None is retried by the gateway: a lost
+reply followed by a second resume could let the workflow go on past the next halt too. A workflow in the wrong state
 for the command is a 409 whose ``code`` says why: ``not_running`` (stop while no agent works),
 ``not_halted`` (nothing to resume), ``wrong_halt`` (halted for another reason: resume while questions
 wait for answers), ``finished`` (the workflow is done or abandoned).
@@ -16,6 +16,8 @@ from litestar.params import FromPath, JSONBody
 
 from autarch.contracts.errors import ErrorReply
 from autarch.contracts.execution import (
+    AbandonBody,
+    AbandonWorkflow,
     AnswerQuestions,
     AnswerQuestionsBody,
     ApproveExtension,
@@ -102,4 +104,20 @@ async def answer_questions(
     return await lifecycle(state, "answer_questions", command, WorkflowView, idempotent=False)
 
 
-CONTROL_ROUTES = [stop_workflow, resume_workflow, approve_extension, answer_questions]
+@post("/api/workflows/{workflow_id:str}/abandon", status_code=200,
+      summary="End a workflow that waits for the user, for good", tags=["workflows"], responses=_RESPONSES)
+async def abandon_workflow(workflow_id: FromPath[str], state: State,
+                           data: JSONBody[AbandonBody]) -> WorkflowView | Response[ErrorReply]:
+    """End a workflow waiting at a card or a halt (``workflow:abandoned``, final): its agent sessions are closed
+    and its worktree removed; its branch stays. Body ``{"version": n, "reason"?}``: ``n`` names where it waits
+    (the card's ``card_version``, or the halt's ``version``), so a decision taken on an old card does not end a
+    workflow that moved on (409 ``card_moved_on``). The Stop of an action link does the same. 409 ``finished``
+    once done or abandoned."""
+    wf = workflow_id_of(workflow_id)
+    if wf is None:
+        return not_found(workflow_id)
+    command = AbandonWorkflow(workflow_id=wf, version=data.version, reason=data.reason)
+    return await lifecycle(state, "abandon_workflow", command, WorkflowView, idempotent=False)
+
+
+CONTROL_ROUTES = [stop_workflow, resume_workflow, approve_extension, answer_questions, abandon_workflow]

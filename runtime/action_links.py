@@ -7,6 +7,8 @@ phone following the link) or by the notifier itself (a Telegram button's callbac
   voids every link given out.
 - **For one card**: a link carries the workflow, the card's stage and the version it was recorded at; the
   orchestrator refuses it (``card_moved_on``) once that card no longer waits, in the same lock as the answer.
+  A halt's links carry the version the halt was recorded at, and are refused the same way once the workflow
+  resumed or halted again; a blocked loop's Stop link carries the iteration it blocked in.
 - **For a set time**: its expiry is signed with it.
 - **Once**: its nonce is *created* in the JetStream key-value bucket ``AUTARCH_ACTION_LINKS`` (file storage)
   before the action is asked for; creating a key that exists fails on the server, so exactly one use wins on
@@ -36,6 +38,7 @@ from nats.js.kv import KeyValue
 from autarch.contracts import subjects
 from autarch.contracts.actions import ActionKind, ActionLinkErrorCode, ActionOutcome, ActionSource
 from autarch.contracts.errors import ErrorCode, ErrorReply
+from autarch.contracts.execution import AbandonWorkflow, ResumeWorkflow
 from autarch.contracts.loops import AbortLoop, LoopView
 from autarch.contracts.workflows import ApproveWorkflow, RequestChanges, WorkflowView
 
@@ -205,10 +208,17 @@ async def redeem(nc: Client, key: bytes, token: str, used: UsedLinks, *, partiti
             raise
         return ActionOutcome(action="stop", workflow_id=link.workflow_id, stage=link.stage, source=link.channel,
                              loop=loop)
-    command: ApproveWorkflow | RequestChanges
+    command: ApproveWorkflow | RequestChanges | ResumeWorkflow | AbandonWorkflow
     if link.action == "approve":
         command = ApproveWorkflow(workflow_id=link.workflow_id, source=link.channel, card_version=link.card_version)
         verb = "approve"
+    elif link.action == "resume":
+        command = ResumeWorkflow(workflow_id=link.workflow_id, source=link.channel, halt_version=link.card_version)
+        verb = "resume_workflow"
+    elif link.action == "abandon":
+        command = AbandonWorkflow(workflow_id=link.workflow_id, version=link.card_version, source=link.channel,
+                                  reason=f"stopped from {link.channel}")
+        verb = "abandon_workflow"
     else:
         assert feedback is not None
         command = RequestChanges(workflow_id=link.workflow_id, feedback=feedback, source=link.channel,

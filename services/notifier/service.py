@@ -27,7 +27,7 @@ from nats.js import api
 
 from autarch.contracts import subjects
 from autarch.contracts.base import decoder_for
-from autarch.contracts.events import AnyEvent, LoopBlocked, LoopEvent, WorkflowApprovalNeeded
+from autarch.contracts.events import AnyEvent, LoopBlocked, LoopEvent, WorkflowApprovalNeeded, WorkflowHalted
 from autarch.contracts.notifications import DeliveryList, ListDeliveries
 from autarch.runtime.action_links import key_of
 from autarch.runtime.bus import ensure_event_stream
@@ -37,7 +37,7 @@ from autarch.runtime.pulls import PullConsumer
 from autarch.runtime.retry import Backoff
 from autarch.runtime.settings import NotifierSettings, narrow
 
-from .approvals import approval_intents, approval_targets, with_stop_links
+from .approvals import approval_intents, approval_targets, halt_intents, with_stop_links
 from .channels import Request, redact, request_for
 from .messages import intents_for, target_key
 from .outbox import LinkRow, Outbox, Pending
@@ -55,13 +55,13 @@ _ACK_WAIT = 5.0
 is a single SQLite write and a second handling records nothing, so a short wait costs nothing."""
 
 
-def approvals_config(name: str) -> api.ConsumerConfig:
-    """The durable consumer of cards awaiting approval. Created from the stream's *next* message: a notifier
-    configured for approvals later does not announce every card the system ever had (their links would be for
-    cards long answered); every later start resumes it."""
+def approvals_config(name: str, event: str = "approval_needed") -> api.ConsumerConfig:
+    """The durable consumer of cards awaiting approval (``event`` ``halted``: of halts). Created from the stream's
+    *next* message: a notifier configured for approvals later does not announce every card the system ever had
+    (their links would be for cards long answered); every later start resumes it."""
     return api.ConsumerConfig(durable_name=name, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=_ACK_WAIT,
                               max_ack_pending=64, deliver_policy=api.DeliverPolicy.NEW,
-                              filter_subject=subjects.event("*", "workflow", "*", "approval_needed"))
+                              filter_subject=subjects.event("*", "workflow", "*", event))
 
 
 def consumer_config(name: str = CONSUMER, **changes: object) -> api.ConsumerConfig:
@@ -95,6 +95,8 @@ class NotifierService:
         self._pulls: PullConsumer | None = None
         self._approval_pulls: PullConsumer | None = None
         self._approvals_task: asyncio.Task[None] | None = None
+        self._halt_pulls: PullConsumer | None = None
+        self._halts_task: asyncio.Task[None] | None = None
         self.link_key = key_of(settings.data_path) if settings.notify_approvals or settings.notify_blocked_links \
             else b""
         self._consumer_task: asyncio.Task[None] | None = None
@@ -123,6 +125,12 @@ class NotifierService:
                                                 handle=self._on_approval)
             await self._approval_pulls.start()
             self._approvals_task = asyncio.create_task(self._approval_pulls.run(), name="notifier-approvals")
+            # Its own consumer: the approvals consumer's filter stays as notifiers already created it.
+            self._halt_pulls = PullConsumer(self.nc, stream=subjects.EVENTS_STREAM,
+                                            config=approvals_config(f"{self.consumer_name}-halts", "halted"),
+                                            handle=self._on_approval)
+            await self._halt_pulls.start()
+            self._halts_task = asyncio.create_task(self._halt_pulls.run(), name="notifier-halts")
         telegram_approvals = any(t.kind == "telegram" for t in approval_targets(self.settings))
         # A Stop button may go to any session's chat: its presses are read whenever blocked links are on.
         presses = telegram_approvals or self.settings.notify_blocked_links
@@ -135,14 +143,14 @@ class NotifierService:
 
     async def stop(self) -> None:
         """Stop following and delivering; pending deliveries stay in the outbox for the next start."""
-        await cancel_and_wait([self._consumer_task, self._approvals_task, self._telegram_task,
+        await cancel_and_wait([self._consumer_task, self._approvals_task, self._halts_task, self._telegram_task,
                                *self._workers.values()])
         self._workers.clear()
         self._queues.clear()
-        for pulls in (self._pulls, self._approval_pulls):
+        for pulls in (self._pulls, self._approval_pulls, self._halt_pulls):
             if pulls is not None:
                 await pulls.stop()
-        self._pulls = self._approval_pulls = None
+        self._pulls = self._approval_pulls = self._halt_pulls = None
         await self.micro.stop()
         if self._http is not None:
             await self._http.aclose()
@@ -183,13 +191,16 @@ class NotifierService:
             log.warning("notifier: undecodable event on %s skipped (%s)", msg.subject, exc)
             await msg.ack()
             return
-        if isinstance(event, WorkflowApprovalNeeded):
+        if isinstance(event, WorkflowApprovalNeeded | WorkflowHalted):
             key = (msg.headers or {}).get("Nats-Msg-Id") or f"seq:{msg.metadata.sequence.stream}"
-            intents, links = approval_intents(event, event_key=key, settings=self.settings, key=self.link_key)
+            if isinstance(event, WorkflowApprovalNeeded):
+                intents, links = approval_intents(event, event_key=key, settings=self.settings, key=self.link_key)
+            else:
+                intents, links = halt_intents(event, event_key=key, settings=self.settings, key=self.link_key)
             try:
                 new = await asyncio.to_thread(self.outbox.record, intents, links)  # before the ack: never lost
             except Exception:
-                log.exception("notifier: approval announcements of %s not recorded; the event will come again",
+                log.exception("notifier: announcements of %s not recorded; the event will come again",
                               msg.subject)
                 await msg.nak(delay=1.0)
                 return

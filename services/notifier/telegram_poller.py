@@ -225,7 +225,7 @@ class TelegramPoller:
 
 
     async def _act(self, press: _Callback) -> Intent | None:
-        """A press of an approval's button: redeem its link (once) and say what came of it in the chat."""
+        """A press of an action button (approve, resume, stop): redeem its link (once), say what came of it."""
         data = press.data or ""
         if not data.startswith(CALLBACK_PREFIX) or press.message is None:
             return None  # not one of our buttons
@@ -245,7 +245,12 @@ class TelegramPoller:
             else:
                 log.info("notifier: %s of %s (%s) from Telegram chat %s", outcome.action, outcome.workflow_id,
                          outcome.stage, chat_id)
-                if outcome.workflow is not None:
+                if outcome.workflow is not None and outcome.action == "resume":
+                    text = f"▶️ Resumed workflow {outcome.workflow.title} ({outcome.workflow_id})."
+                elif outcome.workflow is not None and outcome.action == "abandon":
+                    text = (f"⏹️ Stopped workflow {outcome.workflow.title} ({outcome.workflow_id}): it is "
+                            "abandoned, for good.")
+                elif outcome.workflow is not None:
                     text = (f"✅ Approved the {outcome.stage} card of {outcome.workflow.title} "
                             f"({outcome.workflow_id}); the workflow is now in {outcome.workflow.stage}.")
                 else:

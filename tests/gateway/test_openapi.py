@@ -9,6 +9,7 @@ NEW_ROUTES = {
     ("/api/workflows/{workflow_id}/resume", "post"): "workflows",
     ("/api/workflows/{workflow_id}/extension/approve", "post"): "workflows",
     ("/api/workflows/{workflow_id}/answers", "post"): "workflows",
+    ("/api/workflows/{workflow_id}/abandon", "post"): "workflows",
     ("/api/channels/{channel_id}/session", "post"): "sessions",
     ("/api/sessions/{session_id}/message", "post"): "sessions",
     ("/api/sessions/{session_id}", "get"): "sessions",

@@ -34,30 +34,39 @@ def fake() -> Iterator[FakeApis]:
     apis.stop()
 
 
-@pytest.fixture(scope="module")
-def system(tmp_path_factory: pytest.TempPathFactory, fake: FakeApis) -> Iterator[System]:
+def _scenario() -> dict[str, Any]:
     scenario = demo_scenario()
     # A loop session started with script "stop" blocks in its first iteration; the demo answers the workflows.
     scenario["scripts"]["loop:stop.i1"] = ["<signal>BLOCKED: which database?</signal>"]
-    with ScriptedModelServer(scenario) as model:
-        data = tmp_path_factory.mktemp("approvals-e2e") / "data"
-        data.mkdir()
-        port = free_port()  # chosen here: the links start with the gateway's address
-        env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
-               "AUTARCH_REQUEST_TIMEOUT": "30", "AUTARCH_AGENT_MAX_STEPS": "10",
-               "AUTARCH_NOTIFY_BACKOFF_INITIAL": "0.1", "AUTARCH_NOTIFY_BACKOFF_MAX": "0.5",
-               "AUTARCH_NOTIFY_TELEGRAM_TOKEN": TOKEN, "AUTARCH_NOTIFY_TELEGRAM_BASE_URL": fake.url,
-               "AUTARCH_NOTIFY_TELEGRAM_POLL_TIMEOUT": "5",
-               "AUTARCH_NOTIFY_APPROVALS": f"telegram:{CHAT},slack:{fake.url}/slack,discord:{fake.url}/discord,"
-                                           f"webhook:{fake.url}/hook",
-               "AUTARCH_NOTIFY_LINKS_BASE_URL": f"http://127.0.0.1:{port}", "AUTARCH_NOTIFY_BLOCKED_LINKS": "true",
-               "AUTARCH_LOOP_ITERATION_TIMEOUT": "20"}
-        sys_ = System(data_dir=data, port=port, nats_port=free_port(),
-                      services="orchestrator,tools,git,agent_runner,notifier", extra_env=env)
-        sys_.start(timeout=60)
-        yield sys_
-        if sys_.proc is not None:
-            sys_.stop()
+    return scenario
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScriptedModelServer]:
+    with ScriptedModelServer(_scenario()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory: pytest.TempPathFactory, fake: FakeApis, model: ScriptedModelServer) -> Iterator[System]:
+    data = tmp_path_factory.mktemp("approvals-e2e") / "data"
+    data.mkdir()
+    port = free_port()  # chosen here: the links start with the gateway's address
+    env = {"AUTARCH_ANTHROPIC_BASE_URL": model.base_url, "AUTARCH_ANTHROPIC_API_KEY": "scripted",
+           "AUTARCH_REQUEST_TIMEOUT": "30", "AUTARCH_AGENT_MAX_STEPS": "10",
+           "AUTARCH_NOTIFY_BACKOFF_INITIAL": "0.1", "AUTARCH_NOTIFY_BACKOFF_MAX": "0.5",
+           "AUTARCH_NOTIFY_TELEGRAM_TOKEN": TOKEN, "AUTARCH_NOTIFY_TELEGRAM_BASE_URL": fake.url,
+           "AUTARCH_NOTIFY_TELEGRAM_POLL_TIMEOUT": "5",
+           "AUTARCH_NOTIFY_APPROVALS": f"telegram:{CHAT},slack:{fake.url}/slack,discord:{fake.url}/discord,"
+                                       f"webhook:{fake.url}/hook",
+           "AUTARCH_NOTIFY_LINKS_BASE_URL": f"http://127.0.0.1:{port}", "AUTARCH_NOTIFY_BLOCKED_LINKS": "true",
+           "AUTARCH_LOOP_ITERATION_TIMEOUT": "20"}
+    sys_ = System(data_dir=data, port=port, nats_port=free_port(),
+                  services="orchestrator,tools,git,agent_runner,notifier", extra_env=env)
+    sys_.start(timeout=60)
+    yield sys_
+    if sys_.proc is not None:
+        sys_.stop()
 
 
 @pytest.fixture
@@ -108,9 +117,10 @@ def test_a_telegram_button_approves_once_and_the_event_says_telegram(
     wid = _start(client, tmp_path)
     card = client.wait_awaiting(wid, "scoping")
     body = _telegram_card(fake, wid, "scoping")
-    (approve, changes), = body["reply_markup"]["inline_keyboard"]
+    (approve, changes), (stop,) = body["reply_markup"]["inline_keyboard"]
     assert approve["text"] == "✅ Approve" and re.fullmatch(r"act:[A-Za-z0-9_-]{16}", approve["callback_data"])
     assert changes["url"].startswith(f"{system.url}/act/")
+    assert stop["text"] == "⏹️ Stop (end the workflow)" and stop["callback_data"].startswith("act:")
     assert "once" in body["text"]
 
     fake.press(CHAT, approve["callback_data"])
@@ -158,9 +168,10 @@ def test_links_followed_like_a_phone_and_every_refusal(system: System, client: C
     discord = _posted(fake, "/discord", wid, "scoping")
     assert "with_components=true" in discord.path
     (row,) = discord.body["components"]
-    assert [(c["style"], c["label"]) for c in row["components"]] == [(5, "Approve"), (5, "Request changes")]
+    assert [(c["style"], c["label"]) for c in row["components"]] == [
+        (5, "Approve"), (5, "Request changes"), (5, "Stop (end the workflow)")]
     hook = _posted(fake, "/hook", wid, "scoping")
-    assert hook.body["stage"] == "scoping" and set(hook.body["actions"]) == {"approve", "request_changes"}
+    assert hook.body["stage"] == "scoping" and set(hook.body["actions"]) == {"approve", "request_changes", "stop"}
     version = client.get(wid)["version"]
     assert hook.body["card_version"] == version
 
@@ -251,3 +262,105 @@ def test_a_blocked_loop_session_is_stopped_from_its_telegram_button_once(
     # Slack's Stop link names the same block, which is over: refused, typed.
     answer = phone.post(slack_stop["url"])
     assert answer.status_code == 409 and answer.json()["code"] == "card_moved_on", answer.text
+
+
+def _halt_text(workflow_id: str, stage: str) -> str:
+    return f"Workflow {workflow_id} halted in {stage} (error)"
+
+
+def _halt_events(client: Client, workflow_id: str, count: int) -> list[dict[str, Any]]:
+    """The workflow's first ``count`` halts, resumes and abandonment, from the stream."""
+    kinds = ("workflow:halted", "workflow:resumed", "workflow:abandoned")
+    events = client.events(workflow_id, until=lambda found: len([e for e in found if e["type"] in kinds]) >= count)
+    return [e for e in events if e["type"] in kinds]
+
+
+def _slack_url(posted: Posted, action: str) -> str:
+    return next(e["url"] for b in posted.body["blocks"] if b["type"] == "actions" for e in b["elements"]
+                if e["action_id"] == action)
+
+
+def test_a_halt_is_resumed_from_telegram_once_its_stale_links_refused_and_stop_ends_the_workflow(
+        system: System, client: Client, fake: FakeApis, phone: httpx.Client, model: ScriptedModelServer,
+        tmp_path: Path) -> None:
+    # The scoping agent's first model request is refused twice (400: not retried): the workflow halts (error),
+    # and halts again when the first resume asks the agent to carry on; the third try answers.
+    scenario = _scenario()
+    scenario["scripts"]["scoping"][0]["fail_first"] = [400, 400]
+    model.use(scenario)
+    try:
+        wid = _start(client, tmp_path)
+        halted = client.wait_halted(wid, "error")
+        first = fake.wait_for(lambda: next((b for b in fake.sent if str(b["chat_id"]) == str(CHAT)
+                                            and _halt_text(wid, "scoping") in b["text"]), None),
+                              "the Telegram announcement of the halt")
+        ((resume, stop),) = first["reply_markup"]["inline_keyboard"]
+        assert (resume["text"], stop["text"]) == ("▶️ Resume", "⏹️ Stop (end the workflow)")
+        hook = fake.wait_for(lambda: next((p for p in fake.posted if p.path == "/hook"
+                                           and p.body.get("event") == "workflow:halted"
+                                           and p.body.get("workflow_id") == wid), None), "the webhook's halt")
+        (halt_event,) = _halt_events(client, wid, 1)
+        assert hook.body["halt_version"] == halt_event["version"] and set(hook.body["actions"]) == {"resume", "stop"}
+        assert halted["halt"]["version"] == halt_event["version"]
+        first_slack = fake.wait_for(lambda: next((p for p in fake.posted if p.path == "/slack"
+                                                  and _halt_text(wid, "scoping") in p.body["text"]), None),
+                                    "the Slack announcement of the halt")
+        # The Stop page says plainly what it does, and does nothing.
+        page = phone.get(_slack_url(first_slack, "stop"))
+        assert page.status_code == 200 and "ends this workflow for good" in page.text
+        assert client.get(wid)["version"] == halted["version"]
+
+        # Resume through the Telegram button: recorded as from Telegram; the agent fails again and halts again.
+        fake.press(CHAT, resume["callback_data"])
+        assert _wait_text(fake, "▶️ Resumed workflow ")
+        events = _halt_events(client, wid, 3)
+        assert [(e["type"], e.get("source")) for e in events] == [
+            ("workflow:halted", None), ("workflow:resumed", "telegram"), ("workflow:halted", None)]
+        # The same button again: used, refused, nothing changed.
+        fake.press(CHAT, resume["callback_data"])
+        assert _wait_text(fake, "⛔ Not done: link_used")
+        # The first halt's Slack links name a halt that is over: refused, typed, nothing changed.
+        before = client.get(wid)
+        assert before["status"] == "halted"
+        for action in ("resume", "stop"):
+            answer = phone.post(_slack_url(first_slack, action))
+            assert answer.status_code == 409 and answer.json()["code"] == "card_moved_on", answer.text
+        assert client.get(wid)["version"] == before["version"]
+
+        # The second halt's Slack Resume link resumes it; this time the agent answers with its card.
+        second_slack = fake.wait_for(lambda: next((p for p in fake.posted if p.path == "/slack"
+                                                   and _halt_text(wid, "scoping") in p.body["text"]
+                                                   and p is not first_slack), None), "the second halt on Slack")
+        done = phone.post(_slack_url(second_slack, "resume"))
+        assert done.status_code == 200 and (done.json()["action"], done.json()["source"]) == ("resume", "slack")
+        client.wait_awaiting(wid, "scoping")
+    finally:
+        model.use(_scenario())
+
+    # Stop on the card awaiting approval: the workflow ends, recorded as from Telegram.
+    card = _telegram_card(fake, wid, "scoping")
+    (_, _), (card_stop,) = card["reply_markup"]["inline_keyboard"]
+    fake.press(CHAT, card_stop["callback_data"])
+    ended = client.wait(wid, lambda v: v["status"] == "abandoned", "abandoned by the Stop button")
+    assert ended["stage"] == "scoping"
+    assert _wait_text(fake, "⏹️ Stopped workflow ")
+    abandoned = _halt_events(client, wid, 5)[-1]
+    assert (abandoned["type"], abandoned["source"], abandoned["reason"]) == (
+        "workflow:abandoned", "telegram", "stopped from telegram")
+    # The card's other links are refused now: the workflow is finished.
+    slack = _posted(fake, "/slack", wid, "scoping")
+    answer = phone.post(_slack_url(slack, "approve"))
+    assert answer.status_code == 409 and answer.json()["code"] == "finished", answer.text
+
+
+def test_the_api_abandons_a_workflow_at_the_card_it_names(client: Client, tmp_path: Path) -> None:
+    wid = _start(client, tmp_path)
+    view = client.wait_awaiting(wid, "scoping")
+    assert view["card_version"] is not None
+    stale = client.post(wid, "abandon", {"version": view["card_version"] - 1})
+    assert stale.status_code == 409 and stale.json()["code"] == "card_moved_on", stale.text
+    assert client.get(wid)["status"] == "awaiting_approval"
+    ended = client.post(wid, "abandon", {"version": view["card_version"], "reason": "not needed after all"})
+    assert ended.status_code == 200 and ended.json()["status"] == "abandoned", ended.text
+    (event,) = [e for e in _halt_events(client, wid, 1) if e["type"] == "workflow:abandoned"]
+    assert (event["source"], event["reason"]) == ("api", "not needed after all")

@@ -264,3 +264,52 @@ def test_an_answer_naming_its_card_is_refused_once_that_card_moved_on() -> None:
     with pytest.raises(LifecycleError) as refused:
         wf.approve(card_version=second)  # answered already
     assert refused.value.code == WorkflowErrorCode.CARD_MOVED_ON
+
+
+def test_a_resume_or_stop_naming_its_halt_is_refused_once_that_halt_is_over() -> None:
+    """What a halt's action links rely on: ``halt_version`` is the version the halt was recorded at."""
+    from autarch.contracts.execution import RESUMABLE
+    from autarch.services.orchestrator.workflow import controls
+
+    wf = new()
+    wf.halt_for("error", "the scoping agent failed")
+    first = wf.version
+    assert wf.halt_version == first
+    wf.collect_events()
+    controls.resume(wf, None, source="telegram", halt_version=first)
+    recorded: Sequence[Any] = wf.collect_events()
+    (resumed,) = recorded
+    assert (resumed.source, wf.halt) == ("telegram", None)
+    wf.halt_for("error", "failed again")
+    second = wf.version
+    wf.collect_events()
+    for answer in (lambda: controls.resume(wf, None, halt_version=first),  # resumed, then halted again
+                   lambda: controls.abandon_waiting(wf, first, "stopped from slack", "slack")):
+        with pytest.raises(LifecycleError) as refused:
+            answer()
+        assert refused.value.code == WorkflowErrorCode.CARD_MOVED_ON
+        assert names(wf) == [] and wf.halt is not None and not wf.abandoned
+    assert wf.resume(RESUMABLE, None, halt_version=second).reason == "error"
+
+
+def test_stop_on_a_card_abandons_the_workflow_and_its_card_takes_no_answer() -> None:
+    from autarch.services.orchestrator.workflow import controls
+
+    wf = new()
+    wf.submit_artifact("scoping", card("scoping", SCOPE))
+    version = wf.version
+    wf.collect_events()
+    with pytest.raises(LifecycleError) as refused:
+        controls.abandon_waiting(wf, version - 1, "stopped from slack", "slack")  # not the card that waits
+    assert refused.value.code == WorkflowErrorCode.CARD_MOVED_ON and names(wf) == []
+    controls.abandon_waiting(wf, version, "stopped from telegram", "telegram")
+    recorded: Sequence[Any] = wf.collect_events()
+    (ended,) = recorded
+    assert (type(ended).__name__, ended.source, ended.reason, wf.status) == (
+        "Abandoned", "telegram", "stopped from telegram", "abandoned")
+    for answer in (lambda: wf.approve(card_version=version), lambda: wf.request_changes("x"),
+                   lambda: controls.abandon_waiting(wf, version, "again", "slack")):
+        with pytest.raises(LifecycleError) as refused:
+            answer()
+        assert refused.value.code == WorkflowErrorCode.FINISHED
+    assert names(wf) == []

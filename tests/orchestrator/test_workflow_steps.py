@@ -204,7 +204,7 @@ def test_the_preflight_clock_of_a_session_recorded_before_the_clock_starts_at_it
     open_session(wf, "preflight", assigned=at(0))
     wf._halted(stage=wf.stage, reason="questions", message="which?", pulse_id=None, details={"step": "preflight"},
                at=None)
-    wf._resumed(stage=wf.stage, reason="questions", message=None, at=None)
+    wf._resumed(stage=wf.stage, reason="questions", message=None, at=None, source=None)
     session = wf.sessions["preflight"]
     assert (session.running_since, session.ran_seconds) == (at(0), 0.0)
     assert preflight_overdue(wf, 60, T0 + timedelta(seconds=61))

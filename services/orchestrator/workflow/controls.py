@@ -6,7 +6,7 @@ changes nothing; the driver then carries the workflow on from what was recorded.
 
 from __future__ import annotations
 
-from autarch.contracts.execution import HaltReason
+from autarch.contracts.execution import RESUMABLE
 from autarch.contracts.workflows import WorkflowErrorCode
 
 from . import kickoffs
@@ -15,10 +15,8 @@ from .model import Workflow
 from .state import Halt
 from .steps import agent_waits
 
-__all__ = ["answer_questions", "approve_extension", "check_open", "resume"]
+__all__ = ["abandon_waiting", "answer_questions", "approve_extension", "check_open", "resume"]
 
-RESUMABLE: tuple[HaltReason, ...] = ("unresolved_issues", "pulse_failed", "stopped", "error", "disk_full")
-"""Halts that ``resume`` lifts (an extension request and questions have their own control)."""
 
 
 def check_open(wf: Workflow) -> None:
@@ -28,7 +26,8 @@ def check_open(wf: Workflow) -> None:
                              f"the workflow is {'abandoned' if wf.abandoned else 'done'}", stage=wf.stage)
 
 
-def resume(wf: Workflow, message: str | None) -> None:
+def resume(wf: Workflow, message: str | None, *, source: str | None = None,
+           halt_version: int | None = None) -> None:
     """Lift a resumable halt.
 
     An agent whose turn failed or was stopped mid-work — a running pulse's included — is asked to carry on
@@ -36,11 +35,27 @@ def resume(wf: Workflow, message: str | None) -> None:
     runs again as a new attempt, and a step the driver could not do is retried (both by ``next_action``).
     """
     check_open(wf)
-    halt = wf.resume(RESUMABLE, message)
+    halt = wf.resume(RESUMABLE, message, source=source, halt_version=halt_version)
     step = halt.step
     # A turn interrupted for lack of space is run again by the agent runner itself: nothing to tell its agent.
     if step is not None and halt.reason != "disk_full" and agent_waits(wf, step):
         wf.queue_message(step, kickoffs.resume_note(halt.reason, message))
+
+
+def abandon_waiting(wf: Workflow, version: int, reason: str, source: str) -> None:
+    """End the workflow for good while it still waits for the user where ``version`` says: at the card recorded
+    at that version, or at the halt. Nothing works meanwhile, so there is no agent to stop (the driver closes
+    the sessions and removes the worktree, as for any abandoned workflow)."""
+    check_open(wf)
+    at_card = wf.awaiting_approval and wf.card_version == version
+    at_halt = wf.halt is not None and wf.halt_version == version
+    if not (at_card or at_halt):
+        where = ("another card awaits approval" if wf.awaiting_approval else
+                 f"it is halted again ({wf.halt.reason})" if wf.halt is not None else "it went on")
+        raise LifecycleError(WorkflowErrorCode.CARD_MOVED_ON,
+                             f"the workflow no longer waits where this answers (version {version}): {where}",
+                             stage=wf.stage, card_version=version)
+    wf.abandon(reason, source=source)
 
 
 def approve_extension(wf: Workflow, message: str | None) -> None:

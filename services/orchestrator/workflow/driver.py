@@ -530,8 +530,14 @@ class WorkflowDriver:
         await self.swarm.stop_workers(workflow_id, reason)
         return wf
 
-    async def resume_workflow(self, workflow_id: str, message: str | None) -> Workflow:
-        return await self._user_change(workflow_id, lambda w: controls.resume(w, message))
+    async def resume_workflow(self, workflow_id: str, message: str | None, *, source: str | None = None,
+                              halt_version: int | None = None) -> Workflow:
+        return await self._user_change(workflow_id, lambda w: controls.resume(w, message, source=source,
+                                                                              halt_version=halt_version))
+
+    async def abandon_workflow(self, workflow_id: str, version: int, reason: str, source: str) -> Workflow:
+        return await self._user_change(workflow_id,
+                                       lambda w: controls.abandon_waiting(w, version, reason, source))
 
     async def approve_extension(self, workflow_id: str, message: str | None) -> Workflow:
         return await self._user_change(workflow_id, lambda w: controls.approve_extension(w, message))

@@ -323,7 +323,10 @@ class Workflow(Aggregate):
         return True
 
     def check_card(self, card_version: int | None) -> None:
-        """Refuse (``card_moved_on``) an answer naming a card that no longer awaits approval."""
+        """Refuse (``card_moved_on``) an answer naming a card that no longer awaits approval, and (``finished``)
+        any answer to an abandoned workflow's card: a Stop can end a workflow while its card waits."""
+        if self.abandoned:
+            raise LifecycleError(WorkflowErrorCode.FINISHED, "the workflow is abandoned", stage=self.stage)
         if card_version is None:
             return
         if not self.awaiting_approval or self.card_version != card_version:
@@ -378,6 +381,7 @@ class Workflow(Aggregate):
         Refused (recording nothing) unless the review card awaits approval and has the comments, and fewer than
         ``limit`` fix rounds ran.
         """
+        self.check_card(None)
         if not self.awaiting_approval:
             raise LifecycleError(WorkflowErrorCode.NOT_AWAITING_APPROVAL,
                                  f"nothing awaits approval in the {self.stage} stage", stage=self.stage)
@@ -513,6 +517,7 @@ class Workflow(Aggregate):
         # The event keeps the details' wire payload as recorded; the state is a typed copy.
         self.halt = Halt(reason=reason, message=message, pulse_id=pulse_id,
                          details=msgspec.convert(details, HaltDetails))
+        self.halt_version = self.version + 1  # this event's own version, as for a card
         step = self.halt.step
         session = self.sessions.get(step) if step is not None else None
         if step is not None and session is not None and at is not None and session.running_since is not None:
@@ -521,7 +526,9 @@ class Workflow(Aggregate):
                                  running_since=None)
 
     @event("Resumed")
-    def _resumed(self, *, stage: str, reason: str, message: str | None, at: str | None = None) -> None:
+    def _resumed(self, *, stage: str, reason: str, message: str | None, at: str | None = None,
+                 source: str | None = None) -> None:
+        # ``source``: who resumed (absent from a halt lifted by itself and from events recorded before it existed).
         step = self.halt.step if self.halt is not None else None
         session = self.sessions.get(step) if step is not None else None
         if step is not None and session is not None and at is not None and session.running_since is None:
@@ -529,7 +536,7 @@ class Workflow(Aggregate):
         self.halt = None
 
     @event("Abandoned")
-    def _abandoned(self, *, stage: str, reason: str) -> None:
+    def _abandoned(self, *, stage: str, reason: str, source: str | None = None) -> None:
         self.abandoned = reason
         self.halt = None
 
@@ -631,8 +638,11 @@ class Workflow(Aggregate):
                      details=msgspec.to_builtins(details or HaltDetails()),
                      at=at or _now())
 
-    def resume(self, expected: tuple[HaltReason, ...], message: str | None, *, at: str | None = None) -> Halt:
-        """Lift the halt when its reason is one of ``expected``; the halt that was lifted."""
+    def resume(self, expected: tuple[HaltReason, ...], message: str | None, *, at: str | None = None,
+               source: str | None = None, halt_version: int | None = None) -> Halt:
+        """Lift the halt when its reason is one of ``expected`` (and, given ``halt_version``, it is that halt);
+        the halt that was lifted."""
+        self.check_halt(halt_version)
         if self.halt is None:
             raise LifecycleError(WorkflowErrorCode.NOT_HALTED, f"the workflow is not halted (stage {self.stage})",
                                  stage=self.stage)
@@ -643,11 +653,22 @@ class Workflow(Aggregate):
                                  f"the workflow is halted for {self.halt.reason}: {hint}",
                                  reason=self.halt.reason)
         halt = self.halt
-        self._resumed(stage=self.stage, reason=halt.reason, message=message, at=at or _now())
+        self._resumed(stage=self.stage, reason=halt.reason, message=message, at=at or _now(), source=source)
         return halt
 
-    def abandon(self, reason: str) -> None:
-        self._abandoned(stage=self.stage, reason=reason)
+    def check_halt(self, halt_version: int | None) -> None:
+        """Refuse (``card_moved_on``) an answer naming a halt the workflow no longer waits at."""
+        if halt_version is None:
+            return
+        if self.halt is None or self.halt_version != halt_version:
+            raise LifecycleError(WorkflowErrorCode.CARD_MOVED_ON,
+                                 f"the halt this answers (recorded at version {halt_version}) is over: the workflow "
+                                 + (f"halted again ({self.halt.reason})" if self.halt else
+                                    f"went on (stage {self.stage})"),
+                                 stage=self.stage, card_version=halt_version)
+
+    def abandon(self, reason: str, *, source: str | None = None) -> None:
+        self._abandoned(stage=self.stage, reason=reason, source=source)
 
     def nudge(self, step: str, text: str) -> int:
         self._nudged(step=step)

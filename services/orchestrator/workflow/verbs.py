@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from autarch.contracts import orchestrator_tools as fx
 from autarch.contracts.errors import ErrorCode
-from autarch.contracts.execution import AnswerQuestions, ApproveExtension, ResumeWorkflow, StopWorkflow
+from autarch.contracts.execution import AbandonWorkflow, AnswerQuestions, ApproveExtension, ResumeWorkflow, StopWorkflow
 from autarch.contracts.workflows import (
     ApproveWorkflow,
     FinishExecution,
@@ -50,6 +50,7 @@ LIFECYCLE_VERBS = (
     *fx.ORCHESTRATOR_TOOL_VERBS,
     "stop_workflow",
     "resume_workflow",
+    "abandon_workflow",
     "approve_extension",
     "answer_questions",
 )
@@ -155,7 +156,11 @@ def register_lifecycle(service: TypedService, orch: WorkflowBook, controls: Work
         return view_of(await driver().stop_workflow(cmd.workflow_id, cmd.reason))
 
     async def resume_workflow(cmd: ResumeWorkflow) -> WorkflowView:
-        return view_of(await driver().resume_workflow(cmd.workflow_id, cmd.message))
+        return view_of(await driver().resume_workflow(cmd.workflow_id, cmd.message, source=cmd.source,
+                                                      halt_version=cmd.halt_version))
+
+    async def abandon_workflow(cmd: AbandonWorkflow) -> WorkflowView:
+        return view_of(await driver().abandon_workflow(cmd.workflow_id, cmd.version, cmd.reason, cmd.source))
 
     async def approve_extension(cmd: ApproveExtension) -> WorkflowView:
         return view_of(await driver().approve_extension(cmd.workflow_id, cmd.message))
@@ -165,6 +170,7 @@ def register_lifecycle(service: TypedService, orch: WorkflowBook, controls: Work
 
     service.endpoint("stop_workflow", StopWorkflow, stop_workflow)
     service.endpoint("resume_workflow", ResumeWorkflow, resume_workflow)
+    service.endpoint("abandon_workflow", AbandonWorkflow, abandon_workflow)
     service.endpoint("approve_extension", ApproveExtension, approve_extension)
     service.endpoint("answer_questions", AnswerQuestions, answer_questions)
     service.endpoint("submit_scope", SubmitScope, submit_scope)

@@ -76,11 +76,12 @@ def _execution_contract(e: DomainEvent, base: dict[str, Any]) -> Event | None:
         return WorkflowSessionAssigned(**base, step=e.step, session_id=e.session_id, role=e.role)
     if isinstance(e, Workflow.Halted):
         return WorkflowHalted(**base, stage=e.stage, reason=e.reason, message=e.message, pulse_id=e.pulse_id,
-                              details=e.details)
+                              details=e.details, version=e.originator_version)
     if isinstance(e, Workflow.Resumed):
-        return WorkflowResumed(**base, stage=e.stage, reason=e.reason, message=e.message)
+        return WorkflowResumed(**base, stage=e.stage, reason=e.reason, message=e.message,
+                               source=getattr(e, "source", None))
     if isinstance(e, Workflow.Abandoned):
-        return WorkflowAbandoned(**base, stage=e.stage, reason=e.reason)
+        return WorkflowAbandoned(**base, stage=e.stage, reason=e.reason, source=getattr(e, "source", None))
     if isinstance(e, Workflow.ExecutionPrepared):
         return PreflightStarted(**base, branch=e.branch, worktree_path=e.worktree_path, base_commit=e.base_commit)
     if isinstance(e, Workflow.PreflightCompleted):
@@ -104,9 +105,9 @@ def _execution_contract(e: DomainEvent, base: dict[str, Any]) -> Event | None:
     return None
 
 
-def _halt_view(halt: Halt) -> HaltView:
+def _halt_view(halt: Halt, version: int | None) -> HaltView:
     return HaltView(reason=halt.reason, message=halt.message, pulse_id=halt.pulse_id,
-                    details=msgspec.to_builtins(halt.details))
+                    details=msgspec.to_builtins(halt.details), version=version)
 
 
 def view_of(workflow: Workflow) -> WorkflowView:
@@ -131,7 +132,8 @@ def view_of(workflow: Workflow) -> WorkflowView:
         pulses_count=len(workflow.pulses),
         last_feedback=workflow.last_feedback,
         status=workflow.status,
-        halt=_halt_view(workflow.halt) if workflow.halt else None,
+        halt=_halt_view(workflow.halt, workflow.halt_version) if workflow.halt else None,
+        card_version=workflow.card_version if workflow.awaiting_approval else None,
         branch=workflow.execution.branch if workflow.execution else None,
         worktree_path=None if not workflow.execution or workflow.worktree_removed
         else workflow.execution.worktree_path,
