@@ -20,6 +20,7 @@ from autarch.contracts.actions import ActionKind, ActionSource
 from autarch.contracts.events import LoopBlocked, WorkflowApprovalNeeded, WorkflowHalted
 from autarch.contracts.execution import RESUMABLE
 from autarch.contracts.loops import NotifyTarget
+from autarch.contracts.workflows import WorkflowView
 from autarch.runtime.action_links import mint
 from autarch.runtime.settings import NotifierSettings
 
@@ -204,3 +205,12 @@ def with_stop_links(intents: list[Intent], event: LoopBlocked, *, settings: Noti
             body["actions"] = {"stop": url}
         changed.append(dataclasses.replace(intent, body=body))
     return changed, links
+
+
+def still_waiting(event: WorkflowApprovalNeeded | WorkflowHalted, view: WorkflowView) -> bool:
+    """Whether the workflow still waits where ``event`` says (the same card, the same halt): only then are its
+    links worth sending. A fork's copied history, a replayed stream and a card answered before the notifier came
+    round to it are not announced."""
+    if isinstance(event, WorkflowApprovalNeeded):
+        return view.awaiting_approval and view.card_version is not None and view.card_version == event.version
+    return view.halt is not None and view.halt.version is not None and view.halt.version == event.version

@@ -27,17 +27,21 @@ from nats.js import api
 
 from autarch.contracts import subjects
 from autarch.contracts.base import decoder_for
+from autarch.contracts.errors import ErrorCode
 from autarch.contracts.events import AnyEvent, LoopBlocked, LoopEvent, WorkflowApprovalNeeded, WorkflowHalted
 from autarch.contracts.notifications import DeliveryList, ListDeliveries
+from autarch.contracts.workflows import GetWorkflow, WorkflowView
 from autarch.runtime.action_links import key_of
 from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.cancel import cancel_and_wait
+from autarch.runtime.errors import RemoteError
 from autarch.runtime.micro import TypedService
 from autarch.runtime.pulls import PullConsumer
+from autarch.runtime.requests import request
 from autarch.runtime.retry import Backoff
 from autarch.runtime.settings import NotifierSettings, narrow
 
-from .approvals import approval_intents, approval_targets, halt_intents, with_stop_links
+from .approvals import approval_intents, approval_targets, halt_intents, still_waiting, with_stop_links
 from .channels import Request, redact, request_for
 from .messages import intents_for, target_key
 from .outbox import LinkRow, Outbox, Pending
@@ -192,6 +196,22 @@ class NotifierService:
             await msg.ack()
             return
         if isinstance(event, WorkflowApprovalNeeded | WorkflowHalted):
+            query = GetWorkflow(workflow_id=event.workflow_id)
+            try:
+                view = await request(self.nc, subjects.orchestrator_request("get_workflow", query,
+                                                                            self.settings.orchestrator_partitions),
+                                     query, WorkflowView, timeout=self.settings.request_timeout)
+            except RemoteError as exc:
+                if exc.code != ErrorCode.NOT_FOUND:
+                    log.warning("notifier: %s not announced yet: the orchestrator answered %s", msg.subject, exc.code)
+                    await msg.nak(delay=1.0)
+                    return
+                view = None
+            if view is None or not still_waiting(event, view):
+                log.info("notifier: %s not announced: workflow %s no longer waits there", msg.subject,
+                         event.workflow_id)
+                await msg.ack()
+                return
             key = (msg.headers or {}).get("Nats-Msg-Id") or f"seq:{msg.metadata.sequence.stream}"
             if isinstance(event, WorkflowApprovalNeeded):
                 intents, links = approval_intents(event, event_key=key, settings=self.settings, key=self.link_key)

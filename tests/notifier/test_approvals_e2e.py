@@ -364,3 +364,22 @@ def test_the_api_abandons_a_workflow_at_the_card_it_names(client: Client, tmp_pa
     assert ended.status_code == 200 and ended.json()["status"] == "abandoned", ended.text
     (event,) = [e for e in _halt_events(client, wid, 1) if e["type"] == "workflow:abandoned"]
     assert (event["source"], event["reason"]) == ("api", "not needed after all")
+
+
+def test_a_forks_copied_cards_are_not_announced_only_the_card_it_waits_on(
+        client: Client, fake: FakeApis, tmp_path: Path) -> None:
+    """A fork's stream starts with copies of its original's history: the cards already answered there are not
+    announced again (their links could only be refused); the card the fork itself waits on is."""
+    wid = _start(client, tmp_path)
+    client.wait_awaiting(wid, "scoping")
+    client.approve(wid)
+    research = client.wait_awaiting(wid, "research")
+    _telegram_card(fake, wid, "research")
+    fork = client.http.post(f"/api/workflows/{wid}/fork", json={"at": research["card_version"]})
+    assert fork.status_code == 201, fork.text
+    fid = fork.json()["id"]
+    assert client.wait_awaiting(fid, "research")["card_version"] is not None
+    _telegram_card(fake, fid, "research")  # the card the fork waits on: announced, with its own links
+    announced = [b for b in fake.sent if str(b["chat_id"]) == str(CHAT) and fid in b["text"]]
+    assert not [b for b in announced if _card_text(fid, "scoping") in b["text"]], announced
+    assert len([b for b in announced if _card_text(fid, "research") in b["text"]]) == 1
