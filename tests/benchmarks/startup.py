@@ -45,6 +45,7 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent, Tracking
 
 from autarch.cli.demo_cmd import create_workflow, demo_scenario, drive, make_sample_repo
+from autarch.cli.gateway_client import CliError
 from autarch.cli.local_system import LocalSystem
 from autarch.contracts import subjects
 from autarch.contracts.loops import GetLoop, LoopView, StartLoop
@@ -184,7 +185,8 @@ def copy_units(data: Path, roots: dict[str, str], counts: dict[str, int], *, bat
                     renames[hex_old] = mapping[old].encode()
                     renames[text_old] = str(uuid.UUID(mapping[old])).encode()
 
-                def rename(state: bytes, renames: dict[bytes, bytes] = renames) -> bytes:
+                def rename(state: bytes, renames: dict[bytes, bytes] = renames,
+                           pattern: re.Pattern[bytes] = pattern) -> bytes:
                     return pattern.sub(lambda m: renames[m.group(0)], state)
 
                 for source, target in ((unit, pending), (unit_snapshots, pending_snapshots)):
@@ -236,7 +238,10 @@ def timed_get(system: LocalSystem, path: str, times: int = 7) -> dict[str, Any]:
     took, total, items = [], None, None
     for _ in range(times):
         started = time.perf_counter()
-        body = client.get(path)
+        try:
+            body = client.get(path)
+        except CliError as exc:
+            return {"error": str(exc), "after_ms": round((time.perf_counter() - started) * 1000, 1)}
         took.append((time.perf_counter() - started) * 1000)
         total, items = body.get("total"), len(body.get("items", []))
     return {"first_ms": round(took[0], 1), "median_ms": round(statistics.median(took[1:]), 1), "items": items,
@@ -253,6 +258,20 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def _wait_healthy(system: LocalSystem, timeout: float = 600) -> dict[str, Any]:
+    """``/healthz`` once it says every service is up (what ``LocalSystem.start`` waited for, checked again)."""
+    deadline = time.monotonic() + timeout
+    with system.client(timeout=10) as client:
+        while True:
+            try:
+                health: dict[str, Any] = client.get("/healthz")
+            except CliError:
+                health = {}
+            if health.get("status") == "ok" or time.monotonic() > deadline:
+                return health
+            time.sleep(0.1)
+
+
 def start_up(data: Path, runs: int) -> dict[str, Any]:
     """``autarch up`` on ``data`` ``runs`` times: seconds to healthy, the lists' times, memory by process."""
     results = []
@@ -261,7 +280,9 @@ def start_up(data: Path, runs: int) -> dict[str, Any]:
         system = LocalSystem(data, "http://127.0.0.1:9", extra_env={"AUTARCH_REQUEST_TIMEOUT": "120"})
         started = time.monotonic()
         system.start(timeout=600)
+        health = _wait_healthy(system)
         healthy = time.monotonic() - started
+        print(f"healthy in {healthy:.2f} s: {health}", flush=True)
         try:
             pids = processes(system)
             lists = {
@@ -274,8 +295,8 @@ def start_up(data: Path, runs: int) -> dict[str, Any]:
         finally:
             system.stop()
         results.append({"healthy_s": round(healthy, 2), "lists": lists, "memory": memory})
-        print(f"healthy in {healthy:.2f} s; /api/workflows {lists['workflows_default_page']}; "
-              f"/api/pulse {lists['loops_default_page']}", flush=True)
+        print(f"  /api/workflows {lists['workflows_default_page']}; /api/pulse {lists['loops_default_page']}",
+              flush=True)
     return {"runs": results, "healthy_s": [r["healthy_s"] for r in results]}
 
 

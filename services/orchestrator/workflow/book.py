@@ -21,6 +21,7 @@ from autarch.runtime.errors import ServiceFailure
 
 from ..application import WorkflowApplication
 from ..book import Book, ignore
+from ..kept_views import KeptViews, last_version, view_shape
 from ..replay import replay
 from ..writer import BatchedWriter
 from .model import Workflow
@@ -49,6 +50,9 @@ class WorkflowBook:
     """Fix rounds a workflow's review may send back to execution (the ``review_fix_rounds`` setting)."""
     unsettled: list[str] = field(default_factory=list)
     """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
+    kept: KeptViews = field(default_factory=lambda: KeptViews(None))
+    """The views of settled workflows kept on disk, which a start-up reads instead of replaying them
+    (``kept_views.py``; by default none)."""
     book: Book[Workflow] = field(init=False)
     """The workflows' store, each workflow's latest state kept between commands (``latest.py``)."""
 
@@ -60,16 +64,26 @@ class WorkflowBook:
                          log=log)
 
     def _changed(self, workflow: Workflow) -> None:
-        self.views[str(workflow.id)] = view_of(workflow)
+        view = self.views[str(workflow.id)] = view_of(workflow)
+        if not needs_driving(workflow):
+            self.kept.put("workflow", view.id, workflow.version, _SHAPE, view)
         self.kick(str(workflow.id))
 
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
-        """Rebuild the views of the workflows ``owns`` (this partition's; by default all)."""
+        """Rebuild the views of the workflows ``owns`` (this partition's; by default all): a settled workflow's
+        from its kept view when nothing was recorded since, any other from its events."""
+        kept = self.kept.current("workflow", WorkflowView, _SHAPE, last_version(self.app))
         for workflow_id in filter(owns, self.app.workflow_ids()):
+            view = kept.get(workflow_id)
+            if view is not None:
+                self.views[workflow_id] = view
+                continue
             workflow = self.book.rebuild(workflow_id)  # kept only once the driver or a command reads it
-            self.views[workflow_id] = view_of(workflow)
+            view = self.views[workflow_id] = view_of(workflow)
             if needs_driving(workflow):
                 self.unsettled.append(workflow_id)
+            else:
+                self.kept.put("workflow", workflow_id, workflow.version, _SHAPE, view)  # the next start reads it
 
     async def create_workflow(self, command: CreateWorkflow) -> WorkflowView:
         async with self.book.lock(command.workflow_id):
@@ -129,3 +143,7 @@ class WorkflowBook:
             return await asyncio.to_thread(replay, self.app, query.workflow_id, at=query.at)
         except LookupError:
             raise ServiceFailure.not_found(f"no workflow {query.workflow_id}", workflow_id=query.workflow_id) from None
+
+
+_SHAPE = view_shape(view_of, WorkflowView, Workflow)
+"""The code a kept view of a workflow is made by (``kept_views.view_shape``)."""
