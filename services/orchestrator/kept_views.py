@@ -4,8 +4,9 @@ A start-up used to rebuild every workflow and loop session ever recorded from it
 (what the lists and ``get`` answer) and to learn whether the driver still has a step for it: with 10,000
 finished workflows behind it, the orchestrator spent minutes replaying work that will never change again. Here
 the view of each aggregate that is settled (finished, nothing left for a driver) is written, with the version it
-was made at, to ``views.sqlite`` beside the embedded event store. A start-up takes a kept view only when the
-aggregate's last recorded version is still that version (one indexed lookup): anything recorded since (a crash
+was made at, to a table of the embedded event store's own file. A start-up takes a kept view only when the
+aggregate's last recorded version is still that version (one indexed lookup, in the query that reads the views):
+anything recorded since (a crash
 between an event and its view, a command on a finished workflow) sends that aggregate back to the full rebuild.
 No view is ever dropped: any change of an aggregate records an event, which moves its version past its kept view's.
 The events stay the only truth; the table is a cache that may be missing, late or unreadable, and then the
@@ -20,25 +21,25 @@ import logging
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 from uuid import UUID
 
 import msgspec
-from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate
 
 from autarch.runtime.snapshots import shape_of
 
-__all__ = ["KeptViews", "kept_views_for", "last_version", "view_shape"]
+__all__ = ["KeptViews", "kept_views_for", "view_shape"]
 
 log = logging.getLogger("orchestrator.views")
 
 V = TypeVar("V", bound=msgspec.Struct)
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS kept_views (kind TEXT NOT NULL, id TEXT NOT NULL, version INTEGER NOT NULL, "
-           "shape TEXT NOT NULL, view BLOB NOT NULL, PRIMARY KEY (kind, id)) WITHOUT ROWID")
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS kept_views (kind TEXT NOT NULL, id TEXT NOT NULL, oid TEXT NOT NULL, "
+           "version INTEGER NOT NULL, shape TEXT NOT NULL, view BLOB NOT NULL, PRIMARY KEY (kind, id)) WITHOUT ROWID")
+_EVENTS = "stored_events"
+"""eventsourcing's events table in SQLite, whose ``originator_id`` is the aggregate's id in hex."""
 
 
 def view_shape(*made_by: Any) -> str:
@@ -57,7 +58,8 @@ def view_shape(*made_by: Any) -> str:
 
 
 class KeptViews:
-    """The kept views of one orchestrator store (``path`` None: none are kept, every start-up rebuilds)."""
+    """The kept views of one orchestrator store, in its SQLite file ``path`` (None: none are kept, every start-up
+    rebuilds)."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -83,30 +85,28 @@ class KeptViews:
         try:
             data = self._encode(view)
             with self._lock:
-                self._db.execute("INSERT OR REPLACE INTO kept_views VALUES (?,?,?,?,?)",
-                                 (kind, key, version, shape, data))
+                self._db.execute("INSERT OR REPLACE INTO kept_views VALUES (?,?,?,?,?,?)",
+                                 (kind, key, UUID(key).hex, version, shape, data))
         except (sqlite3.Error, TypeError, ValueError) as exc:
             log.info("view of %s %s not kept (%s)", kind, key, exc)
 
-    def current(self, kind: str, view_type: type[V], shape: str,
-                last_version: Callable[[str], int | None]) -> dict[str, V]:
-        """The kept views of ``kind`` made by code of ``shape`` whose aggregate's last recorded version
-        (``last_version``) is the one they were made at; any other (stale, unreadable) is left out, so its
-        aggregate is rebuilt."""
+    def current(self, kind: str, view_type: type[V], shape: str) -> dict[str, V]:
+        """The kept views of ``kind`` made by code of ``shape`` whose aggregate's last recorded version is the one
+        they were made at; any other (stale, unreadable) is left out, so its aggregate is rebuilt."""
         if self._db is None:
             return {}
         try:
             with self._lock:
-                rows = self._db.execute("SELECT id, version, view FROM kept_views WHERE kind=? AND shape=?",
-                                        (kind, shape)).fetchall()
+                rows = self._db.execute(
+                    f"SELECT k.id, k.view FROM kept_views k WHERE k.kind=? AND k.shape=? AND k.version = "
+                    f"(SELECT MAX(e.originator_version) FROM {_EVENTS} e WHERE e.originator_id = k.oid)",
+                    (kind, shape)).fetchall()
         except sqlite3.Error as exc:
             log.warning("kept views unreadable (%s); rebuilding every %s", exc, kind)
             return {}
         decode = msgspec.json.Decoder(view_type).decode
         found: dict[str, V] = {}
-        for key, version, data in rows:
-            if last_version(key) != version:
-                continue
+        for key, data in rows:
             try:
                 found[key] = decode(data)
             except (msgspec.DecodeError, msgspec.ValidationError):
@@ -121,18 +121,8 @@ class KeptViews:
 
 
 def kept_views_for(env: dict[str, Any]) -> KeptViews:
-    """The kept views beside an embedded store (``views.sqlite`` next to its events); none for another store."""
+    """The kept views of an embedded store (a table of its file); none for another store."""
     dbname = env.get("SQLITE_DBNAME")
     if not dbname or dbname == ":memory:" or "mode=memory" in dbname:
         return KeptViews(None)
-    return KeptViews(Path(dbname).parent / "views.sqlite")
-
-
-def last_version(app: Application[UUID]) -> Callable[[str], int | None]:
-    """The last recorded version of an aggregate by its id, read from the store (None: no such aggregate)."""
-
-    def read(key: str) -> int | None:
-        found = app.recorder.select_events(UUID(key), desc=True, limit=1)
-        return found[0].originator_version if found else None
-
-    return read
+    return KeptViews(Path(dbname))

@@ -116,7 +116,7 @@ async def test_anything_recorded_after_a_kept_view_sends_its_aggregate_back_to_t
 @pytest.mark.parametrize("damage", ["other_shape", "unreadable", "table_gone"])
 async def test_a_view_kept_by_other_code_or_damaged_is_not_taken(tmp_path, damage: str):
     settled, running, session = await _history(tmp_path)
-    db = sqlite3.connect(tmp_path / "views.sqlite")
+    db = sqlite3.connect(tmp_path / "events.sqlite")
     with db:
         if damage == "other_shape":
             db.execute("UPDATE kept_views SET shape='earlier code'")

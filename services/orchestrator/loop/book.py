@@ -48,7 +48,7 @@ from autarch.runtime.settings import OrchestratorSettings
 
 from ..application import WorkflowApplication
 from ..book import Book, ignore
-from ..kept_views import KeptViews, last_version, view_shape
+from ..kept_views import KeptViews, view_shape
 from ..writer import BatchedWriter
 from .model import LoopSession
 from .views import Made, page_of, summary_of, view_of
@@ -98,7 +98,7 @@ class LoopBook:
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all): a settled
         session's from its kept view when nothing was recorded since, any other from its events."""
-        kept = self.kept.current("loop", LoopView, _SHAPE, last_version(self.app))
+        kept = self.kept.current("loop", LoopView, _SHAPE)
         for session_id in filter(owns, self.app.loop_ids()):
             view = kept.get(session_id)
             if view is not None:

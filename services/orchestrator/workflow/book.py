@@ -21,7 +21,7 @@ from autarch.runtime.errors import ServiceFailure
 
 from ..application import WorkflowApplication
 from ..book import Book, ignore
-from ..kept_views import KeptViews, last_version, view_shape
+from ..kept_views import KeptViews, view_shape
 from ..replay import replay
 from ..writer import BatchedWriter
 from .model import Workflow
@@ -72,7 +72,7 @@ class WorkflowBook:
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
         """Rebuild the views of the workflows ``owns`` (this partition's; by default all): a settled workflow's
         from its kept view when nothing was recorded since, any other from its events."""
-        kept = self.kept.current("workflow", WorkflowView, _SHAPE, last_version(self.app))
+        kept = self.kept.current("workflow", WorkflowView, _SHAPE)
         for workflow_id in filter(owns, self.app.workflow_ids()):
             view = kept.get(workflow_id)
             if view is not None:
