@@ -406,7 +406,7 @@ class GitEngine:
                     commit=p.commit,
                     is_recovery_checkpoint=p.recovery,
                 )
-                for p in record.pulses.values()
+                for p in self.store.all_pulses(record).values()
             ],
         )
 
@@ -454,7 +454,7 @@ class GitEngine:
     def start_pulse(self, cmd: StartPulse) -> PulseStarted:
         with self._open(cmd.workflow_id) as ws:
             record = ws.record
-            pulse = record.pulses.get(cmd.pulse_id)
+            pulse = record.pulses.get(cmd.pulse_id) or self.store.ended_pulse(record.id, cmd.pulse_id)
             if pulse is not None:
                 if pulse.state != "running" or record.active_pulse != pulse.id:
                     raise fail(
@@ -555,7 +555,7 @@ class GitEngine:
             # A worker's worktree and branch only serve the workflow's swarm: they end with it.
             deleted = workers.remove_all_workers(ws, swarms=self.swarms)
             if cmd.delete_branches:
-                for pulse in record.pulses.values():
+                for pulse in self.store.all_pulses(record).values():
                     break_ref_lock(ws.repo, branch_ref(pulse.branch))  # a kill in an earlier try of this loop
                     if delete_branch(ws.repo, branch_ref(pulse.branch)):
                         deleted.append(pulse.branch)
