@@ -288,7 +288,7 @@ def _first_answer(system: LocalSystem, path: str, timeout: float = 600) -> float
 
 def start_up(data: Path, runs: int) -> dict[str, Any]:
     """``autarch up`` on ``data`` ``runs`` times: seconds to healthy, the lists' times, memory by process."""
-    results = []
+    results: list[dict[str, Any]] = []
     for _ in range(runs):
         # No model is called: nothing in the data dir is left to run.
         system = LocalSystem(data, "http://127.0.0.1:9", extra_env={"AUTARCH_REQUEST_TIMEOUT": "120"})
