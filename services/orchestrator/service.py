@@ -95,8 +95,9 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     await asyncio.to_thread(workflows.load_views, part.owns)
     await asyncio.to_thread(loops.load_views, part.owns)
     unfinished_epics = await asyncio.to_thread(epics.load, part.owns)
-    log.info("rebuilt %d workflows and %d loop sessions from the event store", len(workflows.views),
-             len(loops.views))
+    log.info("read %d workflows and %d loop sessions from the event store (%d and %d settled ones from their kept "
+             "views, the others replayed)", len(workflows.views), len(loops.views), workflows.from_kept,
+             loops.from_kept)
     swarm_driver = SwarmDriver(nc=nc, book=epics, settings=settings, leases=leases, steps=workflow_steps,
                                finish_workflow=workflows.finish_execution, halt_workflow=workflows.halt_execution,
                                post_mail=mail.post)

@@ -87,6 +87,7 @@ async def test_a_start_up_lists_settled_aggregates_from_their_kept_views_as_a_fu
     async with Started(tmp_path) as orch:
         orch.load()
         assert orch.rebuilt == [running]  # the settled workflow and session were not replayed
+        assert (orch.workflows.from_kept, orch.loops.from_kept) == (1, 1)
         assert orch.workflows.unsettled == [running] and orch.loops.unsettled == []
         assert list(orch.workflows.views) == list(full.workflows.views) == [settled, running]
         assert orch.workflows.views == full.workflows.views

@@ -78,6 +78,8 @@ class LoopBook:
     """Wakes the loop driver for a session whose state changed (``ignore``: nobody drives them)."""
     unsettled: list[str] = field(default_factory=list)
     """Sessions that, when the views were loaded, still had work for the driver."""
+    from_kept: int = 0
+    """How many views the last :meth:`load_views` took from the kept views (the others were replayed)."""
     kept: KeptViews = field(default_factory=lambda: KeptViews(None))
     """The views of settled sessions kept on disk, which a start-up reads instead of replaying them
     (``kept_views.py``; by default none)."""
@@ -102,6 +104,7 @@ class LoopBook:
         for session_id in filter(owns, self.app.loop_ids()):
             view = kept.get(session_id)
             if view is not None:
+                self.from_kept += 1
                 self.views[session_id] = view
                 continue
             session = self.book.rebuild(session_id)  # kept only once the driver or a command reads it

@@ -50,6 +50,8 @@ class WorkflowBook:
     """Fix rounds a workflow's review may send back to execution (the ``review_fix_rounds`` setting)."""
     unsettled: list[str] = field(default_factory=list)
     """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
+    from_kept: int = 0
+    """How many views the last :meth:`load_views` took from the kept views (the others were replayed)."""
     kept: KeptViews = field(default_factory=lambda: KeptViews(None))
     """The views of settled workflows kept on disk, which a start-up reads instead of replaying them
     (``kept_views.py``; by default none)."""
@@ -76,6 +78,7 @@ class WorkflowBook:
         for workflow_id in filter(owns, self.app.workflow_ids()):
             view = kept.get(workflow_id)
             if view is not None:
+                self.from_kept += 1
                 self.views[workflow_id] = view
                 continue
             workflow = self.book.rebuild(workflow_id)  # kept only once the driver or a command reads it
