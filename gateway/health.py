@@ -40,6 +40,11 @@ async def ping_service(nc: Client, name: str, *, wait: float = 0.25,
     done = asyncio.Event()
 
     async def on_reply(msg: Msg) -> None:
+        if msg.headers and msg.headers.get("Status") == "503":
+            # The server's "no responders" to a ping nobody answers (no instance of the service yet, e.g. one
+            # still rebuilding its state): not an instance. Counted as one, /healthz said a service was up
+            # minutes before it served anything.
+            return
         try:
             answer = json.loads(msg.data)
         except ValueError:

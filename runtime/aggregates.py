@@ -212,8 +212,11 @@ def created_events(recorder: ApplicationRecorder, created_topics: Sequence[str],
     """The creation event of every aggregate whose creation event has one of ``created_topics``, in creation
     order (one read of the notification log, no aggregate rebuilt)."""
     start = 1
+    # runtime/sqlite_store.py's recorder reads them through an index of first events; any other reads the log.
+    select_created = getattr(recorder, "select_created", None)
     while True:
-        batch = recorder.select_notifications(start=start, limit=page, topics=list(created_topics))
+        batch = (select_created(list(created_topics), start=start, limit=page) if select_created is not None
+                 else recorder.select_notifications(start=start, limit=page, topics=list(created_topics)))
         yield from batch
         if len(batch) < page:
             return

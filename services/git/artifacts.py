@@ -45,7 +45,7 @@ def workflow_diff(engine: GitEngine, query: WorkflowDiff) -> DiffArtifactRef:
 def pulse_diff(engine: GitEngine, query: PulseDiff) -> DiffArtifactRef:
     """One ended pulse's commit (checkpoint or recovery) against the commit it started from."""
     with engine.open_workspace(query.workflow_id) as ws:
-        pulse = ws.record.pulses.get(query.pulse_id)
+        pulse = ws.record.pulses.get(query.pulse_id) or engine.store.ended_pulse(ws.record.id, query.pulse_id)
         if pulse is None or pulse.commit is None:
             state = pulse.state if pulse else "unknown"
             raise fail(

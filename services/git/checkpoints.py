@@ -107,7 +107,7 @@ def checkpoint_pulse(
 ) -> PulseCheckpointed:
     """Commit the worktree as the pulse's checkpoint and fast-forward the workflow branch to it."""
     record = ws.record
-    done = record.pulses.get(cmd.pulse_id)
+    done = record.pulses.get(cmd.pulse_id) or store.ended_pulse(record.id, cmd.pulse_id)  # a retry's
     if done is not None and done.state == "succeeded":
         return _checkpointed(ws, done)  # a retry of a checkpoint that completed
     if done is not None and done.state == "discarded" and cmd.skip_if_unchanged:
@@ -160,7 +160,7 @@ def recovery_checkpoint(
 ) -> RecoveryCheckpointed:
     """Keep a failed or stopped pulse's work as a recovery commit on its branch; reset the worktree."""
     record = ws.record
-    done = record.pulses.get(cmd.pulse_id)
+    done = record.pulses.get(cmd.pulse_id) or store.ended_pulse(record.id, cmd.pulse_id)  # a retry's
     if done is not None and done.state in ("recovered", "discarded"):
         return _recovered(ws, done)
     pulse = ws.running_pulse(cmd.pulse_id)

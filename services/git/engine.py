@@ -424,7 +424,7 @@ class GitEngine:
                     commit=p.commit,
                     is_recovery_checkpoint=p.recovery,
                 )
-                for p in record.pulses.values()
+                for p in self.store.all_pulses(record).values()
             ],
         )
 
@@ -472,7 +472,7 @@ class GitEngine:
     def start_pulse(self, cmd: StartPulse) -> PulseStarted:
         with self._open(cmd.workflow_id) as ws:
             record = ws.record
-            pulse = record.pulses.get(cmd.pulse_id)
+            pulse = record.pulses.get(cmd.pulse_id) or self.store.ended_pulse(record.id, cmd.pulse_id)
             if pulse is not None:
                 if pulse.state != "running" or record.active_pulse != pulse.id:
                     raise fail(
@@ -573,7 +573,8 @@ class GitEngine:
             # A worker's worktree and branch only serve the workflow's swarm: they end with it.
             deleted = workers.remove_all_workers(ws, swarms=self.swarms)
             if cmd.delete_branches:
-                for pulse in record.pulses.values():
+                for pulse in self.store.all_pulses(record).values():
+                    break_ref_lock(ws.repo, branch_ref(pulse.branch))  # a kill in an earlier try of this loop
                     if delete_branch(ws.repo, branch_ref(pulse.branch)):
                         deleted.append(pulse.branch)
                 if delete_branch(ws.repo, ws.workflow_ref):
@@ -630,7 +631,14 @@ def _break_stale_locks(ws: Workspace) -> None:
     Every write of them happens under the repository's ``flock``, which the caller holds (the service runs
     each operation under it; the kernel released a killed holder's): a lock file found now is a dead
     writer's, and left alone it would refuse every later write of that ref (dulwich's ``FileLocked``).
+
+    Only the refs an operation may still write are looked at: the workflow branch, and the branch of the pulse
+    that is running or has a journaled step to finish. An ended pulse's branch is written only after its state
+    says it ended when ``remove_worktree`` deletes it, which breaks its lock itself; a pulse's branch written when
+    a kill struck belonged to a pulse still running or pending then, whose lock was broken by the next operation.
+    Looking at every pulse's branch made each operation of a loop session cost more with every iteration before it.
     """
     break_stale_locks(ws.admin)
-    for ref in (ws.workflow_ref, *(ws.pulse_ref(pulse_id) for pulse_id in ws.record.pulses)):
+    live = {ws.record.active_pulse, ws.record.pending.pulse_id if ws.record.pending is not None else None}
+    for ref in (ws.workflow_ref, *(ws.pulse_ref(pulse_id) for pulse_id in live if pulse_id is not None)):
         break_ref_lock(ws.repo, ref)

@@ -30,6 +30,7 @@ from autarch.runtime.storage import Reserve, embedded_stream_dir
 
 from .application import WorkflowApplication
 from .book import ignore
+from .kept_views import kept_views_for
 from .loop.book import LoopBook, register_loops
 from .loop.driver import LoopDriver
 from .mail.book import MailBook, register_mail
@@ -84,17 +85,20 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
     # Each driver's stepper comes first: the books kick it when something changed, the driver starts it.
     workflow_steps = Stepper(kind="workflow", log=logging.getLogger("orchestrator.driver"), gate=gate_for(nc))
     loop_steps = Stepper(kind="loop", log=logging.getLogger("orchestrator.loops"), gate=gate_for(nc))
+    kept = kept_views_for(env)
     workflows = WorkflowBook(app=app, writer=writer, kick=workflow_steps.kick if drive else ignore,
-                             review_fix_rounds=settings.review_fix_rounds)
-    loops = LoopBook(app=app, writer=writer, nc=nc, settings=settings, kick=loop_steps.kick if drive else ignore)
+                             review_fix_rounds=settings.review_fix_rounds, kept=kept)
+    loops = LoopBook(app=app, writer=writer, nc=nc, settings=settings, kick=loop_steps.kick if drive else ignore,
+                     kept=kept)
     epics = SwarmBook(app=app, writer=writer, kick=workflow_steps.kick if drive else ignore,
                       live_leases=leases.leases if leases is not None else None)
     mail = MailBook(app=app, writer=writer, nc=nc)
     await asyncio.to_thread(workflows.load_views, part.owns)
     await asyncio.to_thread(loops.load_views, part.owns)
     unfinished_epics = await asyncio.to_thread(epics.load, part.owns)
-    log.info("rebuilt %d workflows and %d loop sessions from the event store", len(workflows.views),
-             len(loops.views))
+    log.info("read %d workflows and %d loop sessions from the event store (%d and %d settled ones from their kept "
+             "views, the others replayed)", len(workflows.views), len(loops.views), workflows.from_kept,
+             loops.from_kept)
     swarm_driver = SwarmDriver(nc=nc, book=epics, settings=settings, leases=leases, steps=workflow_steps,
                                finish_workflow=workflows.finish_execution, halt_workflow=workflows.halt_execution,
                                post_mail=mail.post)
@@ -141,6 +145,7 @@ async def start(nc: Client, settings: OrchestratorSettings, partition: int = 0) 
                 await asyncio.wait_for(relay.publish_pending(), timeout=5)
             except Exception as exc:
                 log.warning("relay did not finish on stop: %s", exc)
+        kept.close()
         app.close()
 
     return stop

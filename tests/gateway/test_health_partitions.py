@@ -28,3 +28,20 @@ def test_answers_without_readable_partitions_count_as_instances_only() -> None:
     garbled = [_answer("x/2"), _answer("1-2"), {"metadata": None}, {}]
     assert partitions_served(garbled) == (0, set())
     assert service_up(garbled)
+
+
+async def test_a_service_nobody_serves_yet_is_down_not_counted_from_the_servers_no_responders(nc) -> None:
+    """A ping nobody answers gets the server's "no responders" status: that is no instance (a service still
+    rebuilding its state at start has not registered its endpoints yet)."""
+    from autarch.gateway.health import check_health, ping_service
+    from autarch.runtime.micro import TypedService
+
+    assert await ping_service(nc, "nobody-serves-this") == []
+    health = await check_health(nc, ["nobody-serves-this"])
+    assert health.status == "degraded" and not health.services["nobody-serves-this"].ok
+    service = TypedService(nc, name="serves-this", description="a test service")
+    await service.start()
+    try:
+        assert (await check_health(nc, ["serves-this"])).status == "ok"
+    finally:
+        await service.stop()

@@ -50,6 +50,7 @@ from autarch.runtime.settings import OrchestratorSettings
 
 from ..application import WorkflowApplication
 from ..book import Book, ignore
+from ..kept_views import KeptViews, view_shape
 from ..writer import BatchedWriter
 from .forks import forked_history, loop_fork_point
 from .model import LoopSession
@@ -80,6 +81,11 @@ class LoopBook:
     """Wakes the loop driver for a session whose state changed (``ignore``: nobody drives them)."""
     unsettled: list[str] = field(default_factory=list)
     """Sessions that, when the views were loaded, still had work for the driver."""
+    from_kept: int = 0
+    """How many views the last :meth:`load_views` took from the kept views (the others were replayed)."""
+    kept: KeptViews = field(default_factory=lambda: KeptViews(None))
+    """The views of settled sessions kept on disk, which a start-up reads instead of replaying them
+    (``kept_views.py``; by default none)."""
     book: Book[LoopSession] = field(init=False)
     _made: dict[str, Made] = field(default_factory=dict, init=False, repr=False)
 
@@ -95,8 +101,15 @@ class LoopBook:
         self.kick(str(session.id))
 
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
-        """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all)."""
+        """Rebuild the views of the loop sessions ``owns`` (this partition's; by default all): a settled
+        session's from its kept view when nothing was recorded since, any other from its events."""
+        kept = self.kept.current("loop", LoopView, _SHAPE)
         for session_id in filter(owns, self.app.loop_ids()):
+            view = kept.get(session_id)
+            if view is not None:
+                self.from_kept += 1
+                self.views[session_id] = view
+                continue
             session = self.book.rebuild(session_id)  # kept only once the driver or a command reads it
             self._remember(session)
             if not session.settled:
@@ -106,6 +119,9 @@ class LoopBook:
         # The iterations' views are made again only for the iterations that changed (``view_of``).
         view = view_of(session, self._made.setdefault(str(session.id), []))
         self.views[view.id] = view
+        if session.settled:
+            self.kept.put("loop", view.id, session.version, _SHAPE, view)
+            self._made.pop(view.id, None)  # a settled session's iterations change no more
         return view
 
     def is_loop(self, some_id: str) -> bool:
@@ -275,3 +291,7 @@ def register_loops(service: TypedService, book: LoopBook, abort: Abort | None = 
     service.endpoint("abort_loop", AbortLoop, abort_loop)
     service.endpoint("fork_loop", ForkLoop, book.fork_loop)
     service.endpoint(fx.SEARCH_HISTORY_VERB, fx.SearchHistory, book.search_history)
+
+
+_SHAPE = view_shape(view_of, LoopView, LoopSession)
+"""The code a kept view of a loop is made by (``kept_views.view_shape``)."""

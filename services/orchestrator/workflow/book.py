@@ -24,6 +24,7 @@ from autarch.runtime.errors import ServiceFailure
 
 from ..application import WorkflowApplication
 from ..book import Book, ignore
+from ..kept_views import KeptViews, view_shape
 from ..replay import replay
 from ..writer import BatchedWriter
 from .forks import fork_point, forked_history, record_fork
@@ -53,6 +54,11 @@ class WorkflowBook:
     """Fix rounds a workflow's review may send back to execution (the ``review_fix_rounds`` setting)."""
     unsettled: list[str] = field(default_factory=list)
     """Workflows that, when the views were loaded, still had a step for the driver (see :func:`needs_driving`)."""
+    from_kept: int = 0
+    """How many views the last :meth:`load_views` took from the kept views (the others were replayed)."""
+    kept: KeptViews = field(default_factory=lambda: KeptViews(None))
+    """The views of settled workflows kept on disk, which a start-up reads instead of replaying them
+    (``kept_views.py``; by default none)."""
     book: Book[Workflow] = field(init=False)
     """The workflows' store, each workflow's latest state kept between commands (``latest.py``)."""
 
@@ -64,16 +70,27 @@ class WorkflowBook:
                          log=log)
 
     def _changed(self, workflow: Workflow) -> None:
-        self.views[str(workflow.id)] = view_of(workflow)
+        view = self.views[str(workflow.id)] = view_of(workflow)
+        if not needs_driving(workflow):
+            self.kept.put("workflow", view.id, workflow.version, _SHAPE, view)
         self.kick(str(workflow.id))
 
     def load_views(self, owns: Callable[[str], bool] = lambda _: True) -> None:
-        """Rebuild the views of the workflows ``owns`` (this partition's; by default all)."""
+        """Rebuild the views of the workflows ``owns`` (this partition's; by default all): a settled workflow's
+        from its kept view when nothing was recorded since, any other from its events."""
+        kept = self.kept.current("workflow", WorkflowView, _SHAPE)
         for workflow_id in filter(owns, self.app.workflow_ids()):
+            view = kept.get(workflow_id)
+            if view is not None:
+                self.from_kept += 1
+                self.views[workflow_id] = view
+                continue
             workflow = self.book.rebuild(workflow_id)  # kept only once the driver or a command reads it
-            self.views[workflow_id] = view_of(workflow)
+            view = self.views[workflow_id] = view_of(workflow)
             if needs_driving(workflow):
                 self.unsettled.append(workflow_id)
+            else:
+                self.kept.put("workflow", workflow_id, workflow.version, _SHAPE, view)  # the next start reads it
 
     async def create_workflow(self, command: CreateWorkflow) -> WorkflowView:
         async with self.book.lock(command.workflow_id):
@@ -161,3 +178,7 @@ def _fork(app: WorkflowApplication, command: ForkWorkflow) -> Workflow:
     fork = forked_history(app, command.forked_from, command.workflow_id, command.at)
     record_fork(fork, command, point.start_commit)
     return fork
+
+
+_SHAPE = view_shape(view_of, WorkflowView, Workflow)
+"""The code a kept view of a workflow is made by (``kept_views.view_shape``)."""
