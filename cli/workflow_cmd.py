@@ -99,8 +99,17 @@ def cmd_new(client: GatewayClient, args: argparse.Namespace) -> int:
     return 0
 
 
+LIST_PAGE = 500
+"""Workflows asked for per request: a page the bus carries whatever the workflows hold."""
+
+
 def cmd_list(client: GatewayClient, args: argparse.Namespace) -> int:
-    listed = client.get("/api/workflows", limit=10_000)
+    listed = client.get("/api/workflows", limit=LIST_PAGE)
+    while len(listed["items"]) < listed["total"]:  # the rest, a page at a time
+        page = client.get("/api/workflows", limit=LIST_PAGE, offset=len(listed["items"]))
+        if not page["items"]:
+            break
+        listed["items"] += page["items"]
     if args.json:
         print_json(listed)
         return 0

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client
-from nats.errors import ConnectionClosedError
+from nats.errors import ConnectionClosedError, MaxPayloadError
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointConfig, EndpointStats, Service, ServiceConfig
@@ -273,8 +273,18 @@ async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _End
             reply = ErrorReply(code=ErrorCode.INTERNAL, message=f"{type(exc).__name__}: {exc}")
     try:
         if reply is None:
-            await request.respond(body)
-            return None
+            try:
+                await request.respond(body)
+                return None
+            except MaxPayloadError:
+                # An answer the bus cannot carry (a list asked for whole, say): the caller gets a typed refusal now,
+                # not a timeout later, and can ask for less.
+                reply = ErrorReply(code=ErrorCode.BAD_REQUEST,
+                                   message=f"the answer to this {ep.verb} request ({len(body):,} bytes) is over the "
+                                           "message bus's size limit: ask for less (a smaller page: limit, offset)",
+                                   details={"reply_bytes": len(body)})
+                log.warning("%s: answer of %d bytes over the bus's limit; refused as bad_request", ep.subject,
+                            len(body))
         # The micro-protocol error headers (so ``nats micro`` tools see the error too), and our code.
         await request.respond_error(
             _HTTP_LIKE.get(reply.code, "500"),

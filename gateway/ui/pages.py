@@ -170,16 +170,23 @@ async def _costs(state: State, workflow_id: str | None = None) -> tuple[dict[str
     return costs, [_plain(i) for i in sessions.items]
 
 
+SHOWN = 500
+"""Workflows the index page lists: the newest, with the count of all of them (app.js asks for as many)."""
+
+
 @get("/", **_PAGE)
 async def workflows_page(request: Request, state: State) -> Response[str]:
     sid = _sid(request, state)
     if sid is None:
         return _signed_out()
     since = await _last_sequence(state)
+    # The newest SHOWN workflows (the list is in creation order): a page the bus carries however many there are.
+    head = await ask_orchestrator(state, "list_workflows", ListWorkflows(limit=1), WorkflowList, idempotent=True)
+    newest = ListWorkflows(limit=SHOWN, offset=max(0, head.total - SHOWN))
     listing, (costs, _) = await asyncio.gather(
-        ask_orchestrator(state, "list_workflows", ListWorkflows(limit=10_000), WorkflowList, idempotent=True),
-        _costs(state))
+        ask_orchestrator(state, "list_workflows", newest, WorkflowList, idempotent=True), _costs(state))
     data = {"page": "workflows", "since": since, "workflows": _plain(listing.items), "costs": costs,
+            "total": listing.total,
             "cwd": str(Path.cwd())}
     return _page("Workflows", "workflows", data, csrf=csrf_token(_token(state), sid))
 

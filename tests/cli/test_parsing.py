@@ -155,7 +155,7 @@ def test_each_command_sends_its_request(gateway, capsys, tmp_path: Path):
           "s", "r"],
          ("POST", "/api/workflows", {}, {"title": "T", "request": "r", "repo": str(tmp_path.resolve()),
                                          "base_branch": "dev", "branch": "x", "script": "s"})),
-        (["list"], ("GET", "/api/workflows", {"limit": "10000"}, None)),
+        (["list"], ("GET", "/api/workflows", {"limit": "500"}, None)),
         (["approve", WF], ("POST", f"/api/workflows/{WF}/approve", {}, None)),
         (["approve", WF, "--path", "quick"], ("POST", f"/api/workflows/{WF}/approve", {}, {"path": "quick"})),
         (["request-changes", WF, "no", "tests"],

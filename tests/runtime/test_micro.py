@@ -29,6 +29,8 @@ async def _echo(req: Echo) -> Echoed:
         raise ServiceFailure.not_found("no such thing", thing=req.text)
     if req.text == "boom":
         raise ZeroDivisionError("bug")
+    if req.text.startswith("huge:"):
+        return Echoed(text="x" * int(req.text[5:]))
     if req.text == "late":
         await asyncio.sleep(req.delay)
         raise ServiceFailure(ErrorCode.UNAVAILABLE, "gave up late")
@@ -54,6 +56,16 @@ async def test_garbage_payload_is_a_typed_bad_request_and_service_survives(nc, e
         msg = await nc.request("test.echo", garbage, timeout=2)
         assert msg.headers["Autarch-Error"] == ErrorCode.BAD_REQUEST
         assert msg.headers["Nats-Service-Error-Code"] == "400"
+    assert await request(nc, "test.echo", Echo(text="still up"), Echoed) == Echoed(text="STILL UP")
+
+
+async def test_an_answer_over_the_bus_limit_is_a_typed_refusal_not_a_timeout(nc, echo_service):
+    started = time.monotonic()
+    with pytest.raises(RemoteError) as err:
+        await request(nc, "test.echo", Echo(text=f"huge:{nc.max_payload + 1}"), Echoed, timeout=10)
+    assert err.value.code == ErrorCode.BAD_REQUEST and "size limit" in err.value.message
+    assert err.value.reply.details["reply_bytes"] > nc.max_payload
+    assert time.monotonic() - started < 5  # answered, not waited out
     assert await request(nc, "test.echo", Echo(text="still up"), Echoed) == Echoed(text="STILL UP")
 
 

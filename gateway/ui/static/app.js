@@ -187,6 +187,8 @@ function keepInputs(container, render) {
 
 function workflowsPage() {
   let workflows = STATE.workflows;
+  let totalWorkflows = STATE.total ?? workflows.length;
+  const SHOWN = 500;
   let costs = STATE.costs;
   const body = h("tbody");
   const count = h("span", { class: "muted" });
@@ -203,11 +205,17 @@ function workflowsPage() {
         h("td", { class: "hide-narrow" }, money(costs[wf.id])),
         h("td", { class: "hide-narrow" }, when(wf.updated_at)));
     }));
-    count.textContent = `${workflows.length} workflow${workflows.length === 1 ? "" : "s"}`;
+    count.textContent = totalWorkflows > workflows.length
+      ? `the newest ${workflows.length} of ${totalWorkflows} workflows`
+      : `${workflows.length} workflow${workflows.length === 1 ? "" : "s"}`;
   };
   const refresh = debounce(async () => {
-    const [list, sessions] = await Promise.all([api("GET", "/api/workflows?limit=10000"), api("GET", "/api/sessions")]);
+    // The newest SHOWN workflows (the list is in creation order): a page the bus carries however many there are.
+    const { total } = await api("GET", "/api/workflows?limit=1");
+    const [list, sessions] = await Promise.all([
+      api("GET", `/api/workflows?offset=${Math.max(0, total - SHOWN)}&limit=${SHOWN}`), api("GET", "/api/sessions")]);
     workflows = list.items;
+    totalWorkflows = list.total;
     costs = {};
     for (const s of sessions.items) if (s.workflow_id) costs[s.workflow_id] = (costs[s.workflow_id] || 0) + s.cost_usd;
     renderRows();
