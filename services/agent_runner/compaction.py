@@ -28,15 +28,15 @@ import json
 from .domainmodel import Session, ToolCall, Turn
 
 __all__ = [
+    "DIGEST_SHARE",
     "ELIDE_MIN_CHARS",
     "KEEP_RECENT_STEPS",
-    "DIGEST_SHARE",
     "build_digest",
-    "digest_budget",
-    "estimate_tokens",
     "compaction_point",
+    "digest_budget",
     "elided_result",
     "elision_point",
+    "estimate_tokens",
     "is_elidable",
 ]
 
@@ -163,7 +163,7 @@ def _tally(names: list[str]) -> str:
     counts: dict[str, int] = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1
-    return ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in counts.items())
+    return ", ".join(name if n == 1 else f"{name} ({n})" for name, n in counts.items())
 
 
 def _turn_line(turn: Turn, *, first: bool) -> str:

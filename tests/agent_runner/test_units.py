@@ -267,8 +267,8 @@ def test_a_long_discussion_keeps_its_digest_within_budget_and_never_outgrows_the
     assert lines.index(brief[-1]) < lines.index(f"Turn {last}. User: Question {last}: what about part {last - 1}? "
                                                  + "y" * 1_000)
     counted = int(brief[0].split(".")[0].removeprefix("Turn ")) - 1
-    assert lines[2] == (f"{counted} earlier turns (turns 1-{counted}), too many to list: ended end_turn ×{counted}; "
-                        f"tools used: read_file ×{counted}")
+    assert lines[2] == (f"{counted} earlier turns (turns 1-{counted}), too many to list: ended end_turn ({counted}); "
+                        f"tools used: read_file ({counted})")
 
     # A replay of the same events builds the same requests, whatever the settings are by then.
     env = {"PERSISTENCE_MODULE": SQLITE_MODULE, "SQLITE_DBNAME": str(tmp_path / "e.sqlite"), SYNCHRONOUS_ENV: "NORMAL"}
