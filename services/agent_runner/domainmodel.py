@@ -153,6 +153,8 @@ class Session(Aggregate):
         """A worker's context was compacted since it last read its bead file: edits wait for a re-read."""
         self.turns: list[Turn] = []
         self.compacted_through = -1
+        self.digest_tokens: int | None = None
+        """The digest's budget the last ``Compacted`` recorded (None: recorded before digests had one)."""
         self.closed_reason: str | None = None
         self.usage = TurnUsage()
         self.cost_usd = 0.0
@@ -244,9 +246,15 @@ class Session(Aggregate):
             self.reread_needed = False
 
     @event("Compacted")
-    def compact(self, *, turn_id: str, through: int, context_tokens: int) -> None:
-        """From now on, turns up to index ``through`` are sent to the model as a digest."""
+    def compact(self, digest_tokens: int | None = None, *, turn_id: str, through: int, context_tokens: int) -> None:
+        """From now on, turns up to index ``through`` are sent to the model as a digest of at most
+        ``digest_tokens`` (recorded rather than read from settings, so a replay builds the same digest).
+
+        ``digest_tokens`` came later and stands before the ``*`` for the reason given at ``__init__``: a
+        ``Compacted`` event recorded before it existed is applied with None (every turn listed in full).
+        """
         self.compacted_through = through
+        self.digest_tokens = digest_tokens
         # A worker whose context was just summarised re-reads its bead (and its decisions) before any edit.
         self.reread_needed = self.discipline is not None and bool(self.discipline.bead_file)
 

@@ -6,8 +6,8 @@ Rules that keep the history valid for the API whatever happened before:
   user's new message), or a synthesized ``interrupted: …`` error for a call that never got a result
   (a cancelled turn, a turn ended by an error or the budget);
 - consecutive user messages are merged (a turn that never reached the model);
-- turns up to ``session.compacted_through`` are replaced by a digest; the leading tool results that
-  answered the last compacted reply are dropped with it;
+- turns up to ``session.compacted_through`` are replaced by a digest (kept within ``session.digest_tokens``);
+  the leading tool results that answered the last compacted reply are dropped with it;
 - a turn's long tool results up to its ``elided_through`` reply are sent as stubs (in-turn compaction);
 - a refused reply (``stop_reason: refusal``) is left out: the API refuses again a conversation that keeps it;
 - a paused reply (``pause_turn``) that is the conversation's last is sent as its last message, so the model
@@ -84,7 +84,8 @@ def build_messages(session: Session, *, current: Turn) -> list[dict[str, Any]]:
     first = session.compacted_through + 1
     leading: list[dict[str, Any]] = []
     if first > 0:
-        leading.append({"type": "text", "text": build_digest(session, through=session.compacted_through)})
+        leading.append({"type": "text", "text": build_digest(session, through=session.compacted_through,
+                                                               budget_tokens=session.digest_tokens)})
     for turn in session.turns[first : current.index + 1]:
         opening = [*carried, *leading]
         carried, leading = [], []

@@ -40,7 +40,7 @@ from autarch.runtime.storage import StorageFull, remote_storage_full
 from .agents import AgentConfig
 from .blocks import classify
 from .budget import WorkflowBudget
-from .compaction import KEEP_RECENT_STEPS, compaction_point, elision_point
+from .compaction import KEEP_RECENT_STEPS, compaction_point, digest_budget, elision_point
 from .completion import escape_hatch_open
 from .deltas import DeltaPublisher
 from .discipline import edit_refusal, refusal_text, run_verification, without_red_runs
@@ -206,7 +206,7 @@ class TurnLoop:
         if over is not None:
             await self._complete({"kind": "budget_exceeded", "detail": over})
             return False
-        window = settings.context_window_tokens or model_info(self.agent.model).context_window
+        window = self._window()
         discipline = session.discipline
         if discipline is not None and turn.replies:
             # A worker past its share of the window stops here, after its current step, and hands off: a fresh
@@ -251,13 +251,17 @@ class TurnLoop:
             self.deps.on_reply(session, reply, time.perf_counter())
         return True
 
+    def _window(self) -> int:
+        return self.deps.settings.context_window_tokens or model_info(self.agent.model).context_window
+
     def _compact(self, threshold: int) -> bool:
         """Compact older turns, else elide this turn's older results, when the last request was over
         ``threshold`` tokens (a negative one: both, whatever the size); whether anything changed."""
         session, turn = self.session, self.turn
         through = compaction_point(session, current=turn, threshold_tokens=threshold)
         if through is not None:
-            session.compact(turn_id=turn.turn_id, through=through, context_tokens=session.last_context_tokens())
+            session.compact(turn_id=turn.turn_id, through=through, context_tokens=session.last_context_tokens(),
+                            digest_tokens=digest_budget(self._window()))
             if threshold >= 0:
                 return True
         # No older turn left to compact (or a forced round): this turn alone outgrew the window, its older results go.

@@ -18,7 +18,12 @@ from autarch.runtime.sqlite_store import SYNCHRONOUS_ENV
 from autarch.services.agent_runner.agents import AgentRegistry, parse_models
 from autarch.services.agent_runner.application import SessionApplication
 from autarch.services.agent_runner.blocks import classify
-from autarch.services.agent_runner.compaction import compaction_point
+from autarch.services.agent_runner.compaction import (
+    build_digest,
+    compaction_point,
+    digest_budget,
+    estimate_tokens,
+)
 from autarch.services.agent_runner.domainmodel import Session
 from autarch.services.agent_runner.model_client import _Accumulator
 from autarch.services.agent_runner.pricing import cost_usd
@@ -213,6 +218,75 @@ def test_compaction_keeps_notes_and_the_current_turn_and_leaves_a_valid_history(
     assert "The greeting lives in greeter/core.py" in notes
     assert text == "Go on."
     assert compaction_point(session, current=turn, threshold_tokens=160_000) is None  # nothing left to compact
+
+
+WINDOW = 30_000
+"""The growth benchmark's window: compaction starts some 40 turns into a discussion of ~1,000-character turns."""
+
+
+def _discussion(session: Session, turns: int, *, on_turn: Any = None) -> None:
+    """``turns`` turns of ~1,000 characters each way, compacted as the runner does before each model call."""
+    for n in range(turns):
+        turn_id = _turn(session, f"Kickoff: build the greeter, keep it small. {'x' * 900}" if n == 0 else
+                        f"Question {n + 1}: what about part {n}? " + "y" * 1_000)
+        turn = session.turns[-1]
+        through = compaction_point(session, current=turn, threshold_tokens=int(WINDOW * 0.8))
+        if through is not None:
+            session.compact(turn_id=turn_id, through=through, context_tokens=session.last_context_tokens(),
+                            digest_tokens=digest_budget(WINDOW))
+        request = json.dumps(build_messages(session, current=turn))
+        _reply(session, turn_id, {"type": "text", "text": f"Answer {n + 1}. " + "z" * 1_000},
+               _use(f"t{n}", "read_file", reason=f"Check part {n}", path="greeter/core.py"),
+               input_tokens=estimate_tokens(request), ending_id=None)
+        _result(session, turn_id, f"t{n}", "read_file", "def greet(name): ...")
+        _end(session, turn_id, {"kind": "end_turn", "detail": ""})
+        if on_turn is not None:
+            on_turn(session)
+
+
+def test_a_long_discussion_keeps_its_digest_within_budget_and_never_outgrows_the_window(tmp_path):
+    session = _session()
+    digests: list[str] = []
+
+    def check(s: Session) -> None:
+        assert s.last_context_tokens() < WINDOW  # every request of the session fits
+        if s.compacted_through >= 0:
+            digest = build_digest(s, through=s.compacted_through, budget_tokens=s.digest_tokens)
+            assert estimate_tokens(digest) <= digest_budget(WINDOW)
+            digests.append(digest)
+
+    _discussion(session, 400, on_turn=check)
+    assert session.compacted_through > 300  # it did compact, many times
+    digest = digests[-1]
+    assert "Original request: Kickoff: build the greeter, keep it small." in digest  # the goal survives
+    last = session.compacted_through + 1
+    assert f"Turn {last}. User: Question {last}" in digest and f"- read_file: Check part {last - 1}" in digest
+    lines = digest.splitlines()
+    brief = [line for line in lines if line.endswith(" | tools: read_file | ended: end_turn")]
+    assert len(brief) >= 20  # older turns as one line each, before the newest in full
+    assert lines.index(brief[-1]) < lines.index(f"Turn {last}. User: Question {last}: what about part {last - 1}? "
+                                                 + "y" * 1_000)
+    counted = int(brief[0].split(".")[0].removeprefix("Turn ")) - 1
+    assert lines[2] == (f"{counted} earlier turns (turns 1-{counted}), too many to list: ended end_turn ({counted}); "
+                        f"tools used: read_file ({counted})")
+
+    # A replay of the same events builds the same requests, whatever the settings are by then.
+    env = {"PERSISTENCE_MODULE": SQLITE_MODULE, "SQLITE_DBNAME": str(tmp_path / "e.sqlite"), SYNCHRONOUS_ENV: "NORMAL"}
+    app = SessionApplication(env=env)
+    app.save(session)
+    again = app.get_session(str(session.id))
+    assert build_messages(again, current=again.turns[-1]) == build_messages(session, current=session.turns[-1])
+    app.close()
+
+
+def test_a_digest_recorded_without_a_budget_lists_every_turn_as_it_did():
+    session = _session()
+    _discussion(session, 3)
+    current = _turn(session, "Go on.")
+    session.compact(turn_id=current, through=2, context_tokens=100)  # a Compacted event of before the budget
+    digest = build_messages(session, current=session.turns[-1])[0]["content"][0]["text"]
+    assert "Turn 2. User: Question 2" in digest and "Turn 3. User: Question 3" in digest
+    assert "  Assistant said: Answer 3." in digest
 
 
 def test_orphaned_tool_uses_get_synthesized_errors_so_the_history_stays_valid():
