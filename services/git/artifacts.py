@@ -89,8 +89,15 @@ def _artifact(
     meta = artifacts.read_meta(artifact_id)
     if meta is not None:
         return _ref_decoder.decode(meta)
-    raw, stats = tree_diff(ws.objects, commit_tree_id(ws.objects, start), commit_tree_id(ws.objects, end))
-    text = raw.decode("utf-8", errors="replace")
+    trees = (commit_tree_id(ws.objects, start), commit_tree_id(ws.objects, end))
+    # A first pulse's diff and its workflow's compare the same two trees (the orchestrator asks for one, the review
+    # for the other): the last diff rendered is used again instead of being rendered twice.
+    recent = artifacts.recent_diff
+    if recent is None or recent[0] != trees:
+        raw, stats = tree_diff(ws.objects, *trees)
+        recent = (trees, raw.decode("utf-8", errors="replace"), stats)
+        artifacts.recent_diff = recent
+    _, text, stats = recent
     ref = DiffArtifactRef(
         artifact_id=artifact_id,
         kind=kind,

@@ -7,10 +7,12 @@ dulwich's differ from git's for mode changes (``old file mode`` instead of ``old
 
 from __future__ import annotations
 
+import os
+import zlib
 from dataclasses import dataclass
 
 from dulwich.diff_tree import tree_changes
-from dulwich.object_store import BaseObjectStore
+from dulwich.object_store import BaseObjectStore, DiskObjectStore
 from dulwich.objects import Blob
 from dulwich.patch import is_binary, unified_diff_with_algorithm
 
@@ -51,11 +53,35 @@ def quote_path(prefix: bytes, path: bytes) -> bytes:
     return bytes(out)
 
 
+def _loose_blob(objects_dir: str, hex_sha: bytes) -> bytes | None:
+    """A loose blob's content read straight from its file, or None (not loose, not a blob: ask the store).
+
+    A checkpoint writes every new blob loose, so a pulse that adds 100,000 files has its diff read 100,000 loose
+    objects; dulwich's lookup first searches the packs and parses an object per call, which was most of the diff's
+    time (~0.7 ms a file).
+    """
+    name = hex_sha.decode("ascii")
+    try:
+        with open(f"{objects_dir}/{name[:2]}/{name[2:]}", "rb") as handle:
+            raw = zlib.decompress(handle.read())
+    except (OSError, zlib.error):
+        return None
+    header, _, body = raw.partition(b"\0")
+    kind, _, size = header.partition(b" ")
+    if kind != b"blob" or not size.isdigit() or int(size) != len(body):
+        return None
+    return body
+
+
 def _content(store: BaseObjectStore, mode: int | None, sha: bytes | None) -> bytes:
     if sha is None or mode is None:
         return b""
     if mode == MODE_GITLINK:
         return b"Subproject commit " + sha + b"\n"
+    if isinstance(store, DiskObjectStore):
+        data = _loose_blob(os.fspath(store.path), sha)
+        if data is not None:
+            return data
     blob = store[oid(sha)]
     return blob.data if isinstance(blob, Blob) else b""
 

@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
+
+if TYPE_CHECKING:
+    from .diffs import DiffStats
 
 __all__ = [
     "ArtifactStore",
@@ -139,6 +142,9 @@ class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        self.recent_diff: tuple[tuple[bytes, bytes], str, DiffStats] | None = None
+        """The last diff rendered: its two tree ids, text and stats. Tree ids name their content, so the same pair
+        always gives the same text; a first pulse's diff and its workflow's compare the same trees."""
 
     def meta_path(self, artifact_id: str) -> Path:
         return self.root / f"{artifact_id}.json"
