@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 if TYPE_CHECKING:
-    from .diffs import DiffStats
+    from .diffs import DiffStats, FileDiff, FileKey
 
 __all__ = [
     "ArtifactStore",
@@ -145,6 +145,8 @@ class ArtifactStore:
         self.recent_diff: tuple[tuple[bytes, bytes], str, DiffStats] | None = None
         """The last diff rendered: its two tree ids, text and stats. Tree ids name their content, so the same pair
         always gives the same text; a first pulse's diff and its workflow's compare the same trees."""
+        self.recent_files: dict[FileKey, FileDiff] = {}
+        """The last diff's files, rendered (a file's text follows from its path, modes and blob ids)."""
 
     def meta_path(self, artifact_id: str) -> Path:
         return self.root / f"{artifact_id}.json"

@@ -14,7 +14,7 @@ from dulwich.repo import Repo
 from autarch.contracts.git import CheckpointPulse, CreateWorkflowBranch, RegisterRepository, StartPulse
 from autarch.runtime.settings import load_settings
 from autarch.services.git.commits import Identity
-from autarch.services.git.diffs import DiffStats, tree_diff
+from autarch.services.git.diffs import DiffStats, FileDiff, FileKey, tree_diff
 from autarch.services.git.engine import GitEngine
 from autarch.services.git.index_file import PARSED, IndexFormatError, entry_from_stat, read_index, write_index
 from autarch.services.git.refs import BranchNameError, pulse_branch_name, validate_branch_name
@@ -315,3 +315,26 @@ def test_a_diff_reads_loose_and_packed_blobs_alike(tmp_path: Path):
     text = loose[0].decode()
     assert "+fresh\n" in text and "-bye\n" in text and "+three\n\\ No newline at end of file" in text
     assert "Binary files /dev/null and b/bin.dat differ" in text and loose[1].files_changed == 5
+
+
+def test_a_diff_reusing_an_earlier_diffs_files_renders_what_a_fresh_one_does(tmp_path: Path):
+    # The git service keeps the files of its last diffs: a workflow diff after a second pulse takes the first
+    # pulse's renderings and must still say exactly what a diff made from nothing says.
+    repo = make_user_repo(tmp_path / "repo")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    revs = [git(repo, "rev-parse", "HEAD^{tree}").strip().encode()]
+    for step in range(2):
+        (repo / "same.txt").write_text("kept\n")
+        (repo / "moving.txt").write_text(f"step {step}\n")
+        (repo / f"only{step}.txt").write_text("x\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"pulse {step}")
+        revs.append(git(repo, "rev-parse", "HEAD^{tree}").strip().encode())
+    with Repo(str(repo)) as opened:
+        store = opened.object_store
+        kept: dict[FileKey, FileDiff] = {}
+        tree_diff(store, revs[0], revs[1], keep=kept)
+        reused = tree_diff(store, revs[0], revs[2], reuse=kept)
+        assert reused == tree_diff(store, revs[0], revs[2])
+    assert b"+step 1\n" in reused[0] and b"+step 0" not in reused[0] and reused[1].files_changed >= 4
