@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
+from autarch.runtime.git_admin import own_git_dir
 from autarch.runtime.worktree_files import read_regular
 
 __all__ = [
@@ -33,7 +34,6 @@ __all__ = [
     "Stack",
     "decide",
     "git_exclude_path",
-    "linked_git_dirs",
     "load_ignore_files",
     "read_ignore_file",
 ]
@@ -179,42 +179,13 @@ def load_ignore_files(
 
 
 def git_exclude_path(root: str) -> str | None:
-    """``info/exclude`` of the repository whose worktree is ``root`` (a linked worktree's too), or None.
+    """``info/exclude`` of ``root``'s own ``.git`` directory, or None when ``root/.git`` is not a real directory.
 
-    A linked worktree's ``.git`` file is the agent's to rewrite: the directory it names is taken only when git
-    would take it too and no agent could have made it — its ``gitdir`` file names this worktree back, and
-    neither it nor the common directory lies inside the worktree (docs/security.md).
+    A linked worktree's ``.git`` file is the agent's to rewrite (docs/security.md), so it is never followed: a
+    caller walking a linked worktree passes the common directory its records name (``common_dir``).
     """
-    dot_git = os.path.join(root, ".git")
-    if os.path.isdir(dot_git) and not os.path.islink(dot_git):
-        return os.path.join(dot_git, "info", "exclude")
-    linked = linked_git_dirs(root)
-    return os.path.join(linked[1], "info", "exclude") if linked else None
-
-
-def linked_git_dirs(root: str) -> tuple[str, str] | None:
-    """(git dir, common dir) of the linked worktree ``root``, checked as :func:`git_exclude_path` says."""
-    dot_git = os.path.join(root, ".git")
-    try:
-        first = read_regular(dot_git, max_bytes=4096).decode("utf-8", "replace").partition("\n")[0].strip()
-        if not first.startswith("gitdir:"):
-            return None
-        git_dir = os.path.realpath(os.path.join(root, first[len("gitdir:") :].strip()))
-        back = read_regular(os.path.join(git_dir, "gitdir"), max_bytes=4096, follow=True)
-        common = git_dir
-        try:
-            relative = read_regular(os.path.join(git_dir, "commondir"), max_bytes=4096, follow=True)
-            common = os.path.realpath(os.path.join(git_dir, relative.decode("utf-8", "replace").strip()))
-        except FileNotFoundError:
-            pass
-    except OSError:
-        return None
-    real_root = os.path.realpath(root)
-    if os.path.realpath(back.decode("utf-8", "replace").strip()) != os.path.join(real_root, ".git"):
-        return None
-    if any(os.path.commonpath([real_root, path]) == real_root for path in (git_dir, common)):
-        return None
-    return git_dir, common
+    own = own_git_dir(root)
+    return os.path.join(own, "info", "exclude") if own else None
 
 
 class Ignorer:
@@ -247,7 +218,8 @@ class Ignorer:
         common_dir: str | None = None,
     ) -> Ignorer:
         """With the repository's ``info/exclude`` as base rules: from ``common_dir`` when the caller has it from a
-        record (then the worktree's ``.git`` is not read at all), else as :func:`git_exclude_path` finds it."""
+        record, else from ``root``'s own ``.git`` directory (:func:`git_exclude_path`; a ``.git`` file is never
+        followed)."""
         exclude = os.path.join(common_dir, "info", "exclude") if common_dir else git_exclude_path(str(root))
         base = read_ignore_file(exclude, ignorecase=ignorecase, follow=True) if exclude else None
         return cls(root, files=files, base=[base] if base else [], ignorecase=ignorecase)

@@ -55,8 +55,8 @@ def walk(
     ``default_excludes`` are gitignore lines below every ignore file (any of them can re-include);
     ``skip_nested_repositories`` leaves out directories holding a ``.git`` (submodules, nested clones).
     ``common_dir`` is the repository's git directory as a record names it (its ``info/exclude`` applies);
-    without it, a linked worktree's ``.git`` file is followed to find it, checked as
-    :func:`~autarch.runtime.ignore.git_exclude_path` says.
+    without it, only ``root``'s own ``.git`` directory is looked at: a linked worktree's ``.git`` file is the
+    agent's and is never followed (:func:`~autarch.runtime.ignore.git_exclude_path`).
     """
     stack = _inherited_ignores(root, start_rel, common_dir)
     if default_excludes:
@@ -136,13 +136,14 @@ def _walk_dir(root: str, rel_dir: str, depth: int, options: _Options, stack: Sta
             yield Entry(rel, False, depth)
 
 
-def walk_files(root: str) -> Iterator[str]:
-    """Every non-ignored regular file below ``root`` (relative paths, in no particular order).
+def walk_files(root: str, *, common_dir: str | None = None) -> Iterator[str]:
+    """Every non-ignored regular file below ``root`` (relative paths, in no particular order); ``common_dir``
+    as :func:`walk` takes it.
 
     The lean walk grep needs: no sorting, no :class:`Entry` objects, and ignore rules only
     consulted where an ignore file is in force.
     """
-    pending: list[tuple[str, Stack]] = [("", _inherited_ignores(root, ""))]
+    pending: list[tuple[str, Stack]] = [("", _inherited_ignores(root, "", common_dir))]
     while pending:
         rel_dir, stack = pending.pop()
         directory = f"{root}/{rel_dir}" if rel_dir else root

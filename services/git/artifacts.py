@@ -17,7 +17,7 @@ from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import DiffArtifact, DiffArtifactRef, GetDiffArtifact, PulseDiff, WorkflowDiff
 
 from .checkout import commit_tree_id
-from .diffs import tree_diff
+from .diffs import FileDiff, FileKey, tree_diff
 from .dulwich_ids import oid
 from .engine import GitEngine
 from .refs import branch_ref, read_branch
@@ -27,6 +27,8 @@ from .workspace import Workspace, fail
 __all__ = ["get_diff_artifact", "pulse_diff", "workflow_diff"]
 
 _ref_decoder = msgspec.json.Decoder(DiffArtifactRef)
+_MAX_RECENT_FILES = 200_000
+"""Rendered files kept for the next diff (a small file's rendering and key take ~300 bytes)."""
 
 
 def workflow_diff(engine: GitEngine, query: WorkflowDiff) -> DiffArtifactRef:
@@ -89,8 +91,23 @@ def _artifact(
     meta = artifacts.read_meta(artifact_id)
     if meta is not None:
         return _ref_decoder.decode(meta)
-    raw, stats = tree_diff(ws.objects, commit_tree_id(ws.objects, start), commit_tree_id(ws.objects, end))
-    text = raw.decode("utf-8", errors="replace")
+    trees = (commit_tree_id(ws.objects, start), commit_tree_id(ws.objects, end))
+    # A first pulse's diff and its workflow's compare the same two trees, and a later workflow diff shares most of
+    # its files with the one before: the last diff's text and its files' renderings are used again.
+    recent = artifacts.recent_diff
+    if recent is not None and recent[0] == trees:
+        text, stats = recent[1], recent[2]
+    else:
+        files: dict[FileKey, FileDiff] = {}
+        raw, stats = tree_diff(ws.objects, *trees, reuse=artifacts.recent_files, keep=files)
+        text = raw.decode("utf-8", errors="replace")
+        artifacts.recent_diff = (trees, text, stats)
+        # Kept across diffs (a later pulse's small diff must not drop the first pulse's files before the workflow
+        # diff asks), up to a bound: past it only this diff's files stay.
+        if len(artifacts.recent_files) + len(files) > _MAX_RECENT_FILES:
+            artifacts.recent_files = files
+        else:
+            artifacts.recent_files.update(files)
     ref = DiffArtifactRef(
         artifact_id=artifact_id,
         kind=kind,
@@ -105,3 +122,4 @@ def _artifact(
     )
     artifacts.save(artifact_id, meta=msgspec.json.encode(ref), text=text)
     return ref
+

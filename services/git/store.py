@@ -17,9 +17,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
+
+if TYPE_CHECKING:
+    from .diffs import DiffStats, FileDiff, FileKey
 
 __all__ = [
     "ArtifactStore",
@@ -199,6 +202,11 @@ class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+        self.recent_diff: tuple[tuple[bytes, bytes], str, DiffStats] | None = None
+        """The last diff rendered: its two tree ids, text and stats. Tree ids name their content, so the same pair
+        always gives the same text; a first pulse's diff and its workflow's compare the same trees."""
+        self.recent_files: dict[FileKey, FileDiff] = {}
+        """The last diff's files, rendered (a file's text follows from its path, modes and blob ids)."""
 
     def meta_path(self, artifact_id: str) -> Path:
         return self.root / f"{artifact_id}.json"

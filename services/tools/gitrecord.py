@@ -32,6 +32,7 @@ from autarch.contracts.errors import ErrorCode
 from autarch.contracts.git import GetWorktreeRecord, WorktreeRecord
 from autarch.contracts.tools import ToolErrorCode
 from autarch.runtime.errors import RemoteError
+from autarch.runtime.git_admin import admin_dir_of, own_git_dir
 from autarch.runtime.requests import request
 
 __all__ = [
@@ -107,16 +108,9 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _real_dir(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
 def _own_record(root: str) -> GitRecord | None:
-    dot_git = os.path.join(root, ".git")
-    if not _real_dir(dot_git):
+    dot_git = own_git_dir(root)
+    if dot_git is None:
         return None
     return GitRecord(work_tree=root, git_dir=dot_git, common_dir=dot_git, linked=False, source="own .git directory")
 
@@ -126,27 +120,12 @@ def _from_repository(repository: str, root: str) -> GitRecord | None:
     if root == repository:
         record = _own_record(root)
         return None if record is None else GitRecord(**{**record.__dict__, "source": "trusted repository"})
-    common = os.path.join(repository, ".git")
-    if not _real_dir(common):
+    common = own_git_dir(repository)
+    admin = None if common is None else admin_dir_of(common, root)
+    if common is None or admin is None:
         return None
-    worktrees = os.path.join(common, "worktrees")
-    try:
-        names = sorted(os.listdir(worktrees))
-    except OSError:
-        return None
-    for name in names:
-        admin = os.path.join(worktrees, name)
-        try:
-            with open(os.path.join(admin, "gitdir"), "rb") as handle:
-                pointer = os.fsdecode(handle.read(_MAX_DOT_GIT).strip())
-        except OSError:
-            continue
-        # The admin dir says which .git file it belongs to; the real path of that file's directory is compared,
-        # so a worktree reached through a symlinked parent is still found.
-        if os.path.realpath(os.path.dirname(pointer)) == root and os.path.basename(pointer) == ".git":
-            return GitRecord(work_tree=root, git_dir=os.path.realpath(admin), common_dir=os.path.realpath(common),
-                             linked=True, source="trusted repository")
-    return None
+    return GitRecord(work_tree=root, git_dir=admin, common_dir=os.path.realpath(common), linked=True,
+                     source="trusted repository")
 
 
 def _from_reply(reply: WorktreeRecord, root: str) -> GitRecord | None:

@@ -9,10 +9,12 @@ import re
 from typing import Any
 
 from autarch.contracts.tool_args import GlobSearchArgs, GrepArgs, ListDirectoryArgs, ReadFileArgs
+from autarch.runtime.git_admin import own_git_dir
 from autarch.runtime.globs import compile_glob
 from autarch.runtime.walk import walk, walk_files
 
 from .context import ToolContext
+from .gitrecord import NoGitRecord
 from .grep import GrepPattern, compile_pattern, is_binary
 from .paths import FileMissing, NotAFile, PathRefused, Resolved
 from .sensitivity import SENSITIVE_PATH_REASON, is_sensitive_path
@@ -101,6 +103,22 @@ async def read_file(ctx: ToolContext, args: ReadFileArgs) -> Any:
     return await asyncio.to_thread(_read_file, ctx, args)
 
 
+async def common_dir(ctx: ToolContext) -> str | None:
+    """The git directory whose ``info/exclude`` the walks of ``ctx``'s worktree honour, from the records.
+
+    A linked worktree's ``.git`` file is the agent's to rewrite, so it never names it (docs/security.md): the
+    git service's record does (or a repository the CLI's caller named), else the root's own ``.git`` directory;
+    a root with neither is walked without an ``info/exclude``.
+    """
+    root = ctx.worktree.root
+    if ctx.git_records is None:
+        return own_git_dir(root)
+    try:
+        return (await ctx.git_records.lookup(root)).common_dir
+    except NoGitRecord:
+        return None
+
+
 def _inside_target(ctx: ToolContext, rel: str) -> tuple[bool, bool] | None:
     """For a symlink: (points inside, points at a directory); None when it leads outside or nowhere."""
     try:
@@ -113,14 +131,15 @@ def _inside_target(ctx: ToolContext, rel: str) -> tuple[bool, bool] | None:
     return True, kind == "dir"
 
 
-def _list_directory(ctx: ToolContext, args: ListDirectoryArgs) -> Any:
+def _list_directory(ctx: ToolContext, args: ListDirectoryArgs, common: str | None) -> Any:
     resolved = ctx.worktree.resolve(args.path or ".", allow_root=True)
     if resolved.real and is_blocked(resolved):
         return blocked_response()
     if ctx.worktree.kind(resolved) != "dir":
         return {"error": f"Directory not found: {args.path}"}
     entries = []
-    for entry in walk(ctx.worktree.root, resolved.real, max_depth=args.depth, include_symlinks=True):
+    for entry in walk(ctx.worktree.root, resolved.real, max_depth=args.depth, include_symlinks=True,
+                      common_dir=common):
         is_dir = entry.is_dir
         if entry.is_symlink:
             target = _inside_target(ctx, entry.path)
@@ -134,7 +153,7 @@ def _list_directory(ctx: ToolContext, args: ListDirectoryArgs) -> Any:
 
 
 async def list_directory(ctx: ToolContext, args: ListDirectoryArgs) -> Any:
-    return await asyncio.to_thread(_list_directory, ctx, args)
+    return await asyncio.to_thread(_list_directory, ctx, args, await common_dir(ctx))
 
 
 def _literal_prefix(pattern: str) -> str:
@@ -151,7 +170,7 @@ def _literal_prefix(pattern: str) -> str:
     return "/".join(prefix)
 
 
-def _glob_search(ctx: ToolContext, args: GlobSearchArgs) -> Any:
+def _glob_search(ctx: ToolContext, args: GlobSearchArgs, common: str | None) -> Any:
     regex = compile_glob(args.pattern)
     start = _literal_prefix(args.pattern)
     if start:
@@ -160,7 +179,7 @@ def _glob_search(ctx: ToolContext, args: GlobSearchArgs) -> Any:
             return []
         start = resolved.real
     found = []
-    for entry in walk(ctx.worktree.root, start, include_dirs=False, include_symlinks=True):
+    for entry in walk(ctx.worktree.root, start, include_dirs=False, include_symlinks=True, common_dir=common):
         if not regex.match(entry.path):
             continue
         if entry.is_symlink:
@@ -173,27 +192,30 @@ def _glob_search(ctx: ToolContext, args: GlobSearchArgs) -> Any:
 
 
 async def glob_search(ctx: ToolContext, args: GlobSearchArgs) -> Any:
-    return await asyncio.to_thread(_glob_search, ctx, args)
+    return await asyncio.to_thread(_glob_search, ctx, args, await common_dir(ctx))
 
 
-def grep_matches(ctx: ToolContext, pattern: GrepPattern, glob: str | None = None) -> list[tuple[str, int]]:
-    """Every ``(path, line number)`` that matches, sorted: what grep pages through."""
+def grep_matches(ctx: ToolContext, pattern: GrepPattern, glob: str | None = None, *,
+                 common: str | None = None) -> list[tuple[str, int]]:
+    """Every ``(path, line number)`` that matches, sorted: what grep pages through (``common``: the recorded
+    git directory whose ``info/exclude`` applies, see :func:`common_dir`)."""
     matcher = compile_glob(glob, basename_if_no_slash=True) if glob else None
     root = ctx.worktree.root
     # A generator: the engine starts searching while the walk is still going.
     files = (
-        path for path in walk_files(root) if (matcher is None or matcher.match(path)) and not is_sensitive_path(path)
+        path for path in walk_files(root, common_dir=common)
+        if (matcher is None or matcher.match(path)) and not is_sensitive_path(path)
     )
     found = ctx.engine.search(root, files, pattern, literals=ctx.redactor.literals)
     return [(path, number) for path, lines in found for number in lines]
 
 
-def _grep(ctx: ToolContext, args: GrepArgs) -> Any:
+def _grep(ctx: ToolContext, args: GrepArgs, common: str | None) -> Any:
     try:
         pattern = compile_pattern(args.pattern, args.case_sensitive)
     except (re.error, ValueError, OverflowError) as exc:
         return {"warning": f"Invalid regex pattern: {exc}", "results": []}
-    matches = grep_matches(ctx, pattern, args.glob)
+    matches = grep_matches(ctx, pattern, args.glob, common=common)
     page = matches[args.skip : args.skip + MAX_GREP_RESULTS]
     result: dict[str, Any] = {"results": [{"file_path": path, "line_number": number} for path, number in page]}
     if len(matches) > len(page):
@@ -205,4 +227,4 @@ def _grep(ctx: ToolContext, args: GrepArgs) -> Any:
 
 
 async def grep(ctx: ToolContext, args: GrepArgs) -> Any:
-    return await asyncio.to_thread(_grep, ctx, args)
+    return await asyncio.to_thread(_grep, ctx, args, await common_dir(ctx))

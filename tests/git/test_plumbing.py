@@ -14,6 +14,7 @@ from dulwich.repo import Repo
 from autarch.contracts.git import CheckpointPulse, CreateWorkflowBranch, RegisterRepository, StartPulse
 from autarch.runtime.settings import load_settings
 from autarch.services.git.commits import Identity
+from autarch.services.git.diffs import DiffStats, FileDiff, FileKey, tree_diff
 from autarch.services.git.engine import GitEngine
 from autarch.services.git.index_file import PARSED, IndexFormatError, entry_from_stat, read_index, write_index
 from autarch.services.git.refs import BranchNameError, pulse_branch_name, validate_branch_name
@@ -283,3 +284,57 @@ def test_trees_in_memory_stand_in_for_stored_ones_only_where_ids_match(tmp_path:
     # Trees of another commit are used only where their ids match the stored ones.
     assert diff(first, known)[0] == diff(first, build_trees({}))[0]
     assert {p for p, _, _ in diff(first, known)[0]} >= {b"d0/sub1/f4.txt", b"d1/x.txt", b"d3/new/n.txt"}
+
+
+def test_a_diff_reads_loose_and_packed_blobs_alike(tmp_path: Path):
+    # The diff reads a loose blob straight from its file (a checkpoint leaves every new one loose); once git has
+    # packed them it asks the store. Both must render the same text: added, changed, deleted, binary and empty.
+    repo = make_user_repo(tmp_path / "repo")
+    (repo / "old.txt").write_text("one\ntwo\n")
+    (repo / "gone.txt").write_text("bye\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "before")
+    (repo / "old.txt").write_text("one\n2\nthree")
+    (repo / "gone.txt").unlink()
+    (repo / "new.txt").write_text("fresh\n")
+    (repo / "empty").write_text("")
+    (repo / "bin.dat").write_bytes(b"\x00\x01\x02")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "after")
+    trees = [git(repo, "rev-parse", f"{rev}^{{tree}}").strip().encode() for rev in ("HEAD~1", "HEAD")]
+
+    def render() -> tuple[bytes, DiffStats]:
+        with Repo(str(repo)) as opened:
+            return tree_diff(opened.object_store, *trees)
+
+    loose = render()
+    git(repo, "repack", "-adq")
+    git(repo, "prune-packed")
+    assert not [p for p in (repo / ".git" / "objects").iterdir() if len(p.name) == 2 and any(p.iterdir())]
+    assert render() == loose
+    text = loose[0].decode()
+    assert "+fresh\n" in text and "-bye\n" in text and "+three\n\\ No newline at end of file" in text
+    assert "Binary files /dev/null and b/bin.dat differ" in text and loose[1].files_changed == 5
+
+
+def test_a_diff_reusing_an_earlier_diffs_files_renders_what_a_fresh_one_does(tmp_path: Path):
+    # The git service keeps the files of its last diffs: a workflow diff after a second pulse takes the first
+    # pulse's renderings and must still say exactly what a diff made from nothing says.
+    repo = make_user_repo(tmp_path / "repo")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    revs = [git(repo, "rev-parse", "HEAD^{tree}").strip().encode()]
+    for step in range(2):
+        (repo / "same.txt").write_text("kept\n")
+        (repo / "moving.txt").write_text(f"step {step}\n")
+        (repo / f"only{step}.txt").write_text("x\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"pulse {step}")
+        revs.append(git(repo, "rev-parse", "HEAD^{tree}").strip().encode())
+    with Repo(str(repo)) as opened:
+        store = opened.object_store
+        kept: dict[FileKey, FileDiff] = {}
+        tree_diff(store, revs[0], revs[1], keep=kept)
+        reused = tree_diff(store, revs[0], revs[2], reuse=kept)
+        assert reused == tree_diff(store, revs[0], revs[2])
+    assert b"+step 1\n" in reused[0] and b"+step 0" not in reused[0] and reused[1].files_changed >= 4

@@ -131,7 +131,10 @@ def test_a_hostile_worktree_is_indexed_without_hanging_or_leaking(
 def test_a_rewritten_dot_git_names_no_exclude_file_and_no_repository(tmp_path: Path, repo: Path) -> None:
     wt = tmp_path / "pulse-1"
     git(repo, "worktree", "add", "-q", "-b", "pulse-1", str(wt))
-    assert git_exclude_path(str(wt)) == str(repo / ".git" / "info" / "exclude")
+    # Only a real .git directory names an exclude file: a linked worktree's .git file is never followed, even when
+    # it is git's own (its walks take the common directory from the records).
+    assert git_exclude_path(str(repo)) == str(repo / ".git" / "info" / "exclude")
+    assert git_exclude_path(str(wt)) is None
 
     # A gitdir the agent made, whose commondir points at another directory's info/exclude.
     fake = wt / "fake"

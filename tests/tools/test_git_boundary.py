@@ -462,3 +462,34 @@ def test_bubblewrap_binds_the_recorded_git_dirs_and_the_dot_git_file_read_only(l
         assert not any(str(layout.outside) in arg for arg in argv)
     finally:
         launch.cleanup()
+
+
+async def test_the_file_tools_take_info_exclude_from_the_record_not_the_dot_git_file(tools: Tools, layout: Layout,
+                                                                                      tmp_path: Path):
+    # The repository's own info/exclude hides one file. An agent then points .git at another repository (outside
+    # the worktree) whose administrative directory names this worktree back and whose info/exclude hides another
+    # file: the walks of list_directory, glob_search and grep must still apply the recorded repository's rules.
+    (layout.repo / ".git" / "info").mkdir(exist_ok=True)
+    (layout.repo / ".git" / "info" / "exclude").write_text("hidden-by-repo.txt\n")
+    for name in ("hidden-by-repo.txt", "hidden-by-other.txt"):
+        (layout.worktree / name).write_text("needle\n")
+    other = make_repo(tmp_path / "other", {"o": "1\n"})
+    admin = other / ".git" / "worktrees" / "wf-1"
+    admin.mkdir(parents=True)
+    (admin / "gitdir").write_text(f"{layout.worktree / '.git'}\n")
+    (admin / "commondir").write_text("../..\n")
+    (admin / "HEAD").write_text("ref: refs/heads/main\n")
+    (other / ".git" / "info").mkdir(exist_ok=True)
+    (other / ".git" / "info" / "exclude").write_text("hidden-by-other.txt\n")
+
+    async def seen() -> tuple[set[str], set[str], set[str]]:
+        listed = {entry["path"] for entry in await tools("list_directory", {"path": "."})}
+        globbed = set(await tools("glob_search", {"pattern": "*.txt"}))
+        grepped = {hit["file_path"] for hit in (await tools("grep", {"pattern": "needle"}))["results"]}
+        return listed, globbed, grepped
+
+    before = await seen()
+    for found in before:
+        assert "hidden-by-other.txt" in found and "hidden-by-repo.txt" not in found, before
+    (layout.worktree / ".git").write_text(f"gitdir: {admin}\n")
+    assert await seen() == before
