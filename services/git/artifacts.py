@@ -29,6 +29,8 @@ __all__ = ["get_diff_artifact", "pulse_diff", "workflow_diff"]
 _ref_decoder = msgspec.json.Decoder(DiffArtifactRef)
 _MAX_RECENT_FILES = 200_000
 """Rendered files kept for the next diff (a small file's rendering and key take ~300 bytes)."""
+_MAX_RECENT_BYTES = 64 * 1024 * 1024
+"""And the bytes they (and the last diff's text) may hold: a diff of a few huge files is not kept in memory."""
 
 
 def workflow_diff(engine: GitEngine, query: WorkflowDiff) -> DiffArtifactRef:
@@ -101,13 +103,17 @@ def _artifact(
         files: dict[FileKey, FileDiff] = {}
         raw, stats = tree_diff(ws.objects, *trees, reuse=artifacts.recent_files, keep=files)
         text = raw.decode("utf-8", errors="replace")
-        artifacts.recent_diff = (trees, text, stats)
+        artifacts.recent_diff = (trees, text, stats) if len(raw) <= _MAX_RECENT_BYTES else None
         # Kept across diffs (a later pulse's small diff must not drop the first pulse's files before the workflow
-        # diff asks), up to a bound: past it only this diff's files stay.
-        if len(artifacts.recent_files) + len(files) > _MAX_RECENT_FILES:
-            artifacts.recent_files = files
+        # diff asks), up to a bound in files and in bytes: past it only this diff's files stay, or none.
+        size = sum(len(rendered[0]) for rendered in files.values())
+        if (len(artifacts.recent_files) + len(files) > _MAX_RECENT_FILES
+                or artifacts.recent_bytes + size > _MAX_RECENT_BYTES):
+            fits = len(files) <= _MAX_RECENT_FILES and size <= _MAX_RECENT_BYTES
+            artifacts.recent_files, artifacts.recent_bytes = (files, size) if fits else ({}, 0)
         else:
             artifacts.recent_files.update(files)
+            artifacts.recent_bytes += size
     ref = DiffArtifactRef(
         artifact_id=artifact_id,
         kind=kind,

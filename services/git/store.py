@@ -207,6 +207,8 @@ class ArtifactStore:
         always gives the same text; a first pulse's diff and its workflow's compare the same trees."""
         self.recent_files: dict[FileKey, FileDiff] = {}
         """The last diff's files, rendered (a file's text follows from its path, modes and blob ids)."""
+        self.recent_bytes = 0
+        """The bytes of the renderings in ``recent_files`` (an update may count one twice: an upper bound)."""
 
     def meta_path(self, artifact_id: str) -> Path:
         return self.root / f"{artifact_id}.json"
