@@ -12,12 +12,12 @@ from typing import Any
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import StoredEvent
 
 from autarch.contracts.loops import ForkLoop, LoopErrorCode
 from autarch.runtime.errors import ServiceFailure
 
 from ..application import WorkflowApplication
+from ..history import copied_history
 from .model import LoopSession
 
 __all__ = ["LoopForkPoint", "forked_history", "loop_fork_point"]
@@ -72,14 +72,6 @@ def _version_ending(app: WorkflowApplication, session_id: str, number: int) -> i
 
 def forked_history(app: WorkflowApplication, original_id: str, fork_id: str, version: int) -> LoopSession:
     """The fork with copies of the original's first ``version`` events as its pending events (blocking)."""
-    stored = app.recorder.select_events(UUID(original_id), lte=version)
-    # The stored bytes as recorded, under the fork's id: the fork gets chain links of its own when saved.
-    copies = [StoredEvent(originator_id=UUID(fork_id), originator_version=e.originator_version, topic=e.topic,
-                          state=e.state) for e in stored]
-    events: list[Any] = [app.mapper.to_domain_event(e) for e in copies]
-    fork: Any = None
-    for e in events:
-        fork = e.mutate(fork)
+    fork = copied_history(app, original_id, fork_id, version)
     assert isinstance(fork, LoopSession) and fork.version == version
-    fork.pending_events.extend(events)
     return fork

@@ -13,16 +13,14 @@ only read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
-from eventsourcing.persistence import StoredEvent
 
 from autarch.contracts.workflows import ForkWorkflow, WorkflowErrorCode
 from autarch.runtime.errors import ServiceFailure
 
 from ..application import WorkflowApplication
+from ..history import copied_history
 from .model import Workflow
 from .steps import step_over
 
@@ -72,16 +70,8 @@ def fork_point(app: WorkflowApplication, command: ForkWorkflow) -> ForkPoint:
 
 def forked_history(app: WorkflowApplication, original_id: str, fork_id: str, at: int) -> Workflow:
     """The fork with copies of the original's first ``at`` events as its pending events (blocking)."""
-    stored = app.recorder.select_events(UUID(original_id), lte=at)
-    # The stored bytes as recorded, under the fork's id: the fork's store gets its own chain links.
-    copies = [StoredEvent(originator_id=UUID(fork_id), originator_version=e.originator_version, topic=e.topic,
-                          state=e.state) for e in stored]
-    events: list[Any] = [app.mapper.to_domain_event(e) for e in copies]
-    fork: Any = None
-    for e in events:
-        fork = e.mutate(fork)
+    fork = copied_history(app, original_id, fork_id, at)
     assert isinstance(fork, Workflow) and fork.version == at
-    fork.pending_events.extend(events)
     return fork
 
 
