@@ -13,14 +13,14 @@ from __future__ import annotations
 import html
 import json
 import logging
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.enums import MediaType
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath
+from litestar.params import PathParameter
 
 from autarch.contracts.actions import ActionOutcome
 from autarch.contracts.errors import ErrorCode, ErrorReply
@@ -57,6 +57,10 @@ _WHEN = {
     503: "The orchestrator did not answer (`unavailable`): nothing happened, the link still works",
     504: "The orchestrator did not answer in time (`timeout`): the link still works",
 }
+
+LinkToken = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$", max_length=4096)]
+"""An action link's token as minted: base64url fields, a dot, a base64url signature (anything else is refused as
+malformed before it is read)."""
 
 
 def _responses(*statuses: int) -> dict[int, ResponseSpec]:
@@ -131,7 +135,7 @@ def _refusal(reply: ErrorReply, status: int, as_html: bool) -> Response[Any]:
 
 @get("/act/{token:str}", summary="What an action link does (changes nothing)", tags=["actions"], opt=NO_AUTH,
      responses=_responses(400, 403, 410), media_type=MediaType.HTML)
-async def show_action(token: FromPath[str], request: Request, state: State) -> Response[Any]:
+async def show_action(token: LinkToken, request: Request, state: State) -> Response[Any]:
     """A page saying what the link does, to which card, with the button that does it (a ``POST`` of the same
     URL). Safe for link previews: nothing happens on ``GET``. An invalid link's page says why
     (``link_malformed`` 400, ``link_forged`` 403, ``link_expired`` or ``link_used`` 410): an HTML page for a
@@ -177,7 +181,7 @@ async def show_action(token: FromPath[str], request: Request, state: State) -> R
 @post("/act/{token:str}", status_code=200, summary="Do what an action link says, once", tags=["actions"],
       opt=NO_AUTH, responses={200: ResponseSpec(ActionOutcome, description="What the link did",
                                                 generate_examples=False), **_responses(400, 403, 409, 410, 503, 504)})
-async def take_action(token: FromPath[str], request: Request, state: State) -> Response[Any]:
+async def take_action(token: LinkToken, request: Request, state: State) -> Response[Any]:
     """Approve, or request changes to, the link's card, or resume the link's halt; the workflow's event records the
     channel the link was sent to (``source``). A workflow's Stop link (on a card or a halt) ends the workflow
     (``workflow:abandoned``); a loop's aborts its blocked session (reason ``stopped from <channel>``).

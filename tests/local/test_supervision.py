@@ -24,8 +24,8 @@ import pytest
 
 from autarch.cli.gateway_client import CliError, Connection, GatewayClient
 from autarch.cli.watch_cmd import follow
+from tests.orchestrator.test_approvals_http import submit_scope
 from tests.system import System, pid_alive, work_tree
-from tests.workflows.test_approvals_http import submit_scope
 
 pytestmark = pytest.mark.slow
 
