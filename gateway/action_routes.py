@@ -58,9 +58,9 @@ _WHEN = {
     504: "The orchestrator did not answer in time (`timeout`): the link still works",
 }
 
-LinkToken = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$", max_length=4096)]
-"""An action link's token as minted: base64url fields, a dot, a base64url signature (anything else is refused as
-malformed before it is read)."""
+LinkToken = Annotated[str, PathParameter(pattern=r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}$", max_length=2048)]
+"""An action link's token as minted: base64url fields, a dot, the base64url HMAC-SHA256 signature (43 characters),
+at most 2,048 characters in all (``action_links.verify``'s bound): anything else is refused before it is read."""
 
 
 def _responses(*statuses: int) -> dict[int, ResponseSpec]:
