@@ -76,14 +76,19 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def peak_rss_mb(pid: int) -> float | None:
+def status_mb(pid: int, field: str) -> float | None:
+    """A memory figure of ``/proc/<pid>/status`` (``VmHWM`` the peak, ``VmRSS`` now) in MiB; None when gone."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         return None
     return None
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    return status_mb(pid, "VmHWM")
 
 
 def processes(system: LocalSystem) -> dict[str, int]:

@@ -54,7 +54,7 @@ from autarch.runtime.requests import request
 from autarch.services.scripted_model import ScriptedModelServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from growth import peak_rss_mb, processes  # type: ignore[import-not-found]
+from growth import peak_rss_mb, processes, status_mb  # type: ignore[import-not-found]
 from loops import make_repo  # type: ignore[import-not-found]
 from loops import scenario as loop_scenario  # type: ignore[import-not-found]
 
@@ -249,13 +249,7 @@ def timed_get(system: LocalSystem, path: str, times: int = 7) -> dict[str, Any]:
 
 
 def rss_mb(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        return None
-    return None
+    return status_mb(pid, "VmRSS")
 
 
 def _wait_healthy(system: LocalSystem, timeout: float = 600) -> dict[str, Any]:
