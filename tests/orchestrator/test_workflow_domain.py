@@ -305,8 +305,8 @@ def test_stop_on_a_card_abandons_the_workflow_and_its_card_takes_no_answer() -> 
     controls.abandon_waiting(wf, version, "stopped from telegram", "telegram")
     recorded: Sequence[Any] = wf.collect_events()
     (ended,) = recorded
-    assert (type(ended).__name__, ended.source, ended.reason, wf.status) == (
-        "Abandoned", "telegram", "stopped from telegram", "abandoned")
+    assert (type(ended).__name__, ended.source, ended.reason, wf.status, wf.awaiting_approval) == (
+        "Abandoned", "telegram", "stopped from telegram", "abandoned", False)
     for answer in (lambda: wf.approve(card_version=version), lambda: wf.request_changes("x"),
                    lambda: controls.abandon_waiting(wf, version, "again", "slack")):
         with pytest.raises(LifecycleError) as refused:

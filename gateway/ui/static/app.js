@@ -340,7 +340,21 @@ function approvalForm(name, card, wf, onChange) {
         onChange(await api("POST", `/api/workflows/${wf.id}/request-changes`, { feedback: feedback.value }));
       }))));
   if (name === "review" && card.comments.length) form.append(fixForm(card, wf, onChange));
+  form.append(abandonForm(wf, wf.card_version, onChange));
   return form;
+}
+
+// Ending a workflow for good is two steps: open the form, then confirm. The version names the card or halt the
+// user is looking at, so a click on a page that is behind cannot end a workflow that has moved on (409).
+function abandonForm(wf, version, onChange) {
+  const reason = h("input", { id: `abandon-reason-${version}`, type: "text", size: "40" });
+  return h("details", { class: "abandon", id: `abandon-${version}` }, h("summary", {}, "Abandon this workflow"),
+    h("p", { class: "muted" }, "It ends for good: its agents are closed and its worktree removed; its branch stays."),
+    h("label", { for: reason.id }, "Why (optional)"), reason,
+    h("div", { class: "row" }, ...action("Abandon for good", async () => {
+      onChange(await api("POST", `/api/workflows/${wf.id}/abandon`,
+        reason.value.trim() ? { version, reason: reason.value.trim() } : { version }));
+    }, "danger")));
 }
 
 const FIX_FEEDBACK = "Fix the review's comments.";
@@ -420,6 +434,7 @@ function haltPanel(wf, onChange) {
     const read = message("Guidance for the agent (optional)");
     panel.append(h("div", { class: "row" }, ...action("Resume", post("resume", read), "primary")));
   }
+  if (halt.version) panel.append(abandonForm(wf, halt.version, onChange));
   return panel;
 }
 

@@ -538,6 +538,8 @@ class Workflow(Aggregate):
     @event("Abandoned")
     def _abandoned(self, *, stage: str, reason: str, source: str | None = None) -> None:
         self.abandoned = reason
+        # Nothing waits any more: neither the card (its approval is refused from now on) nor the halt.
+        self.awaiting_approval = False
         self.halt = None
 
     @event("ExecutionPrepared")
