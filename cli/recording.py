@@ -636,6 +636,12 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
     return None
 
 
+def _change(changes: Mapping[str, str | None], path: str) -> str:
+    if path not in changes:
+        return "not changed"
+    return changes[path] or "the evidence file"
+
+
 def _epic_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) -> str | None:
     """A swarm epic's part: each bead's events one by one (beads by id: workers interleave, a bead's own events do
     not), then each bead's commit (subject, and what it changed but its evidence file), then the branch's files."""
@@ -664,11 +670,14 @@ def _epic_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
             return f"{where}: the replay did not land it"
         if got["subject"] != commit["subject"]:
             return f"{where}: replayed with the subject {got['subject']!r}"
-        if got["changes"] != commit["changes"]:
-            paths = sorted(set(commit["changes"]) | set(got["changes"]))
-            path = next(p for p in paths if commit["changes"].get(p, "absent") != got["changes"].get(p, "absent"))
-            return (f"{where}: {path} differs: recorded {commit['changes'].get(path, 'absent')}, replayed "
-                    f"{got['changes'].get(path, 'absent')}")
+        want_changes, got_changes = commit["changes"], got["changes"]
+        if got_changes != want_changes:
+            # The files the bead changed first, its evidence file (content set aside: None) last.
+            paths = sorted(set(want_changes) | set(got_changes),
+                           key=lambda p: (want_changes.get(p, "") is None or got_changes.get(p, "") is None, p))
+            path = next(p for p in paths if want_changes.get(p, "absent") != got_changes.get(p, "absent"))
+            return (f"{where}: {path} differs: recorded {_change(want_changes, path)}, replayed "
+                    f"{_change(got_changes, path)}")
     if len(replay["commits"]) != len(recording["commits"]):
         return f"the replay landed {len(replay['commits'])} bead commits, the recording {len(recording['commits'])}"
     if recording.get("files_digest") != replay.get("files_digest"):
