@@ -176,8 +176,8 @@ def _priority(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     verb = epic_verbs(
-        sub, "beads", help_text="an epic's beads: list, show, ranked ready work, create, depend, close (through the "
-                                "gateway)",
+        sub, "beads", help_text="an epic's beads: list, show, ranked ready work, create, depend, close, record and "
+                                "compare a replay (through the gateway)",
         description="The bead graph of a bead plan's workflow (the epic id is the workflow id; a unique prefix "
                     "will do).",
     )
