@@ -1,5 +1,5 @@
-"""Record → replay: a finished workflow (or a stopped loop session) as a scripted-model scenario, and a replay
-checked against it.
+"""Record → replay: a finished workflow (or a stopped loop session, or a finished swarm epic) as a scripted-model
+scenario, and a replay checked against it.
 
 ``autarch workflow record ID`` reads, through the gateway, every session of the workflow with its model replies
 whole (``GET /api/sessions/{id}?replies=true``) and writes a scenario whose scripts answer each session's
@@ -11,7 +11,9 @@ the branch's commits (subject and tree).
 
 ``autarch model serve-scripted run.json`` answers a new run from it with no key; ``autarch workflow compare
 run.json ID`` checks that run against the recording and names the first event that differs. ``autarch pulse
-record`` and ``compare`` do the same for a loop session, one script per iteration.
+record`` and ``compare`` do the same for a loop session, one script per iteration; ``autarch beads record`` and
+``compare`` for a swarm epic, one script per bead attempt, compared bead by bead since its workers interleave
+(:func:`_epic_run`, :func:`_epic_difference`).
 """
 
 from __future__ import annotations
