@@ -601,8 +601,6 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
     bead's commit and the branch's files (:func:`_epic_difference`).
     """
     kind = recording.get("kind", "workflow")
-    if replay.get("kind", "workflow") != kind:
-        return f"the recording is of a {kind} run, the replay ran as a {replay.get('kind', 'workflow')}"
     replayed = {s["step"]: s for s in replay["sessions"]}
     sides = (_side(recording), _side(replay))
     for session in recording["sessions"]:
@@ -627,6 +625,8 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
         longer = recording["events"] if len(recording["events"]) > n else replay["events"]
         side = "missing from the replay" if longer is recording["events"] else "not in the recording"
         return f"{kind} event {n + 1}, {longer[n]}: {side}"
+    if replay.get("kind", "workflow") != kind:  # a replay that halted before its swarm started, or the reverse
+        return f"the recording is of a {kind} run, the replay ran as a {replay.get('kind', 'workflow')}"
     if kind == "swarm":
         return _epic_difference(recording, replay)
     for n, (want_commit, got_commit) in enumerate(zip(recording["commits"], replay["commits"], strict=False)):

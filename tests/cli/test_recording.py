@@ -164,3 +164,14 @@ def test_a_swarm_replay_is_compared_bead_by_bead_its_workers_names_and_the_epic_
         "file, replayed not changed")
     assert first_difference(recorded, replay(digest="sha256:2")) == (
         "the branch's files differ (evidence files set aside): recorded sha256:1, replayed sha256:2")
+
+
+def test_a_replay_that_halted_before_its_swarm_started_is_compared_too() -> None:
+    recorded = epic_run("/a", {"TealFox": "w1"}, outputs=("{}", "TealFox reads"))
+    halted = {**epic_run("/b", {"TealFox": "w1"}, outputs=("{}", "TealFox reads")), "kind": "workflow", "sessions": [],
+              "events": ["workflow:created"], "commits": []}
+    assert first_difference(recorded, halted) == "session bead units (pulsing:units): the replay has no such session"
+    halted["sessions"] = recorded["sessions"]
+    assert first_difference(recorded, halted) == "swarm event 1: recorded swarm:started, replayed workflow:created"
+    halted["events"] = recorded["events"]
+    assert first_difference(recorded, halted) == "the recording is of a swarm run, the replay ran as a workflow"
