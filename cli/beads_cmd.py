@@ -2,7 +2,8 @@
 
 The epic is the workflow of a bead plan (its id, or a unique prefix of it). ``ready`` prints the ready beads
 highest impact first with their score and a ``*`` on the critical path. Every verb takes ``--json`` to print
-the gateway's answer as is.
+the gateway's answer as is. ``record`` writes a finished epic as a scripted-model scenario and ``compare`` checks
+a replay of it (``cli/recording.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import argparse
 from typing import Any
 
 from .gateway_client import CliError, GatewayClient, print_json
+from .recording import load_recording, print_comparison, record_epic, replay_of
 from .render import printable
-from .workflow_cmd import epic_verbs
+from .workflow_cmd import epic_verbs, write_recording
 
 __all__ = ["bead_line", "ready_lines", "register"]
 
@@ -152,6 +154,19 @@ def cmd_close(client: GatewayClient, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_record(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Print (or write) the scenario that replays the finished epic: its workflow's sessions and every worker's."""
+    write_recording(record_epic(client, _epic(client, args)), args.output)
+    return 0
+
+
+def cmd_compare(client: GatewayClient, args: argparse.Namespace) -> int:
+    """Check a replayed epic against a recording; name the first event that differs (exit 1)."""
+    recording = load_recording(args.recording, "swarm")
+    # Not ``epic=True``: a replay that diverged may have halted before its swarm started, and is compared too.
+    return print_comparison(recording, replay_of(client, _epic(client, args), halted_too=True), as_json=args.json)
+
+
 def _priority(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 4:
@@ -161,8 +176,8 @@ def _priority(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     verb = epic_verbs(
-        sub, "beads", help_text="an epic's beads: list, show, ranked ready work, create, depend, close (through the "
-                                "gateway)",
+        sub, "beads", help_text="an epic's beads: list, show, ranked ready work, create, depend, close, record and "
+                                "compare a replay (through the gateway)",
         description="The bead graph of a bead plan's workflow (the epic id is the workflow id; a unique prefix "
                     "will do).",
     )
@@ -188,3 +203,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     close = verb("close", cmd_close, "close a bead by hand (done elsewhere, or dropped)")
     close.add_argument("bead", metavar="BEAD")
     close.add_argument("--reason", required=True)
+    record = verb("record", cmd_record, "write a finished epic's model replies (its workflow's sessions and one "
+                                        "script per bead attempt) as a scripted-model scenario, with what each "
+                                        "bead did (replay it with `autarch model serve-scripted`)")
+    record.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: standard output)")
+    compare = verb("compare", cmd_compare, "check a replayed epic against a recording: the first event that "
+                                           "differs (exit 1), or that it is the same run")
+    compare.add_argument("recording", metavar="RECORDING", help="the file `autarch beads record` wrote")

@@ -1,5 +1,5 @@
-"""Record → replay: a finished workflow (or a stopped loop session) as a scripted-model scenario, and a replay
-checked against it.
+"""Record → replay: a finished workflow (or a stopped loop session, or a finished swarm epic) as a scripted-model
+scenario, and a replay checked against it.
 
 ``autarch workflow record ID`` reads, through the gateway, every session of the workflow with its model replies
 whole (``GET /api/sessions/{id}?replies=true``) and writes a scenario whose scripts answer each session's
@@ -11,17 +11,20 @@ the branch's commits (subject and tree).
 
 ``autarch model serve-scripted run.json`` answers a new run from it with no key; ``autarch workflow compare
 run.json ID`` checks that run against the recording and names the first event that differs. ``autarch pulse
-record`` and ``compare`` do the same for a loop session, one script per iteration.
+record`` and ``compare`` do the same for a loop session, one script per iteration; ``autarch beads record`` and
+``compare`` for a swarm epic, one script per bead attempt, compared bead by bead since its workers interleave
+(:func:`_epic_run`, :func:`_epic_difference`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .gateway_client import CliError, GatewayClient
 
@@ -36,6 +39,7 @@ __all__ = [
     "loop_replay_of",
     "print_comparison",
     "recall_markers",
+    "record_epic",
     "record_loop",
     "record_workflow",
     "replay_of",
@@ -51,6 +55,7 @@ QUIET = 2.0
 """Seconds of silence that end the reading of a halted workflow's events (it has no last event)."""
 _WORKFLOW_ENDS = {"done": "workflow:completed", "abandoned": "workflow:abandoned"}
 _WORKFLOW_KINDS = ("workflow", "preflight", "pulse")
+_EPIC_KINDS = ("swarm", "bead", "lease", "worker")
 _LOOP_ENDS = {"complete": "loop:completed", "failed": "loop:failed", "aborted": "loop:aborted"}
 LOOP_STOPPED = (*_LOOP_ENDS, "blocked", "paused")
 """Loop statuses with no turn running: a session in one of them can be recorded or compared."""
@@ -88,16 +93,26 @@ def _block(block: Mapping[str, Any], where: str) -> dict[str, Any]:
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _ID_PATTERN = "([0-9a-f-]{36})"
 _HEX = re.compile(r"\b(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+_IDENTITY = re.compile(r"\b(Runtime nickname|Registered name): (\S+?)\.")
+"""A swarm worker's identities in its kickoff: which worker takes which bead depends on who was free first."""
 
 
 def recall_markers(kickoff: str) -> dict[str, str]:
-    """Id → ``{{recall:…}}`` marker, for each UUID the run gave the session in its first message.
+    """Id → ``{{recall:…}}`` marker, for each UUID the run gave the session in its first message, and for a
+    swarm worker's runtime nickname and registered name.
 
     A replay gives its session other ids (its epic, an earlier turn): a reply that quotes one recalls it from the
     replay's own first message, found by the words just before it on its line (a commit hash among them matching
-    any). An id without such words, or whose words find another id first, is left as recorded.
+    any). An id without such words, or whose words find another id first, is left as recorded. A worker's names
+    are recalled by their labels (``Runtime nickname: w1.``): the replay's bead may go to another worker.
     """
     markers: dict[str, str] = {}
+    for found in _IDENTITY.finditer(kickoff):
+        label, value = found.groups()
+        pattern = label + r": (\S+?)\."  # the labels are plain words
+        first = re.search(pattern, kickoff)
+        if first is not None and first.group(1) == value and value not in markers:
+            markers[value] = "{{recall:" + pattern + "}}"
     for found in _UUID.finditer(kickoff):
         value = found.group(0)
         if value in markers:
@@ -118,7 +133,10 @@ def recall_markers(kickoff: str) -> dict[str, str]:
 def _with_markers(value: Any, markers: Mapping[str, str]) -> Any:
     if isinstance(value, str):
         for found, marker in markers.items():
-            value = value.replace(found, marker)
+            if _UUID.fullmatch(found):
+                value = value.replace(found, marker)
+            else:  # a name (``w1``): only where it stands alone, not inside ``w10`` or another word
+                value = re.sub(rf"(?<!\w){re.escape(found)}(?!\w)", marker.replace("\\", "\\\\"), value)
         return value
     if isinstance(value, dict):
         return {k: _with_markers(v, markers) for k, v in value.items()}
@@ -296,22 +314,98 @@ def _script_of(session: Mapping[str, Any] | None, suffix: str = "") -> str | Non
     return script
 
 
-def replay_of(client: GatewayClient, workflow_id: str, *, halted_too: bool = False) -> dict[str, Any]:
+def replay_of(client: GatewayClient, workflow_id: str, *, halted_too: bool = False,
+              epic: bool = False) -> dict[str, Any]:
     """What a finished workflow did, as a recording holds it (also what ``compare`` reads of a replay, which
-    may have halted where it diverged: ``halted_too``)."""
+    may have halted where it diverged: ``halted_too``).
+
+    A workflow whose execution ran as a swarm epic is recorded as one (kind ``swarm``, see :func:`_epic_run`);
+    ``epic`` asks for that and refuses a workflow that ran none.
+    """
     view = client.get(f"/api/workflows/{workflow_id}")
     allowed = (*FINISHED, "halted") if halted_too else FINISHED
     if view["status"] not in allowed:
-        raise CliError(f"workflow {workflow_id} is {view['status']} (stage {view['stage']}): only a finished "
-                       f"workflow ({' or '.join(allowed)}) can be {'compared' if halted_too else 'recorded'}")
-    events = stream_events(client, workflow_id, _WORKFLOW_KINDS, end=_WORKFLOW_ENDS.get(view["status"]))
+        what = "epic" if epic else "workflow"
+        raise CliError(f"{what} {workflow_id} is {view['status']} (stage {view['stage']}): only a finished "
+                       f"{what} ({' or '.join(allowed)}) can be {'compared' if halted_too else 'recorded'}")
+    events = stream_events(client, workflow_id, (*_WORKFLOW_KINDS, *_EPIC_KINDS),
+                           end=_WORKFLOW_ENDS.get(view["status"]))
+    swarm = next((e for e in events if e["type"] == "swarm:started"), None)
+    if epic and swarm is None:
+        raise CliError(f"workflow {workflow_id} ran no swarm epic (its plan is not a bead plan, or execution never "
+                       "started): record it with `autarch workflow record`")
     started = next((e for e in events if e["type"] == "preflight:started"), None)
     start_commit = started["base_commit"] if started else _git(view["repo"], "rev-parse", view["base_branch"]).strip()
     sessions = [_session(client, sid, step) for step, sid in view["sessions"].items()]
+    about = {"title": view["title"], "request": view["request"], "base_branch": view["base_branch"],
+             "script": _script_of(next((s for s in sessions if s["step"] == "scoping"), None))}
+    if swarm is not None:
+        return _epic_run(client, view, start_commit, events, sessions, max_workers=swarm["max_workers"], **about)
     return _run("workflow", workflow_id, repo=view["repo"], start_commit=start_commit, branch=view.get("branch"),
-                status=view["status"], events=events, sessions=sessions, title=view["title"],
-                request=view["request"], base_branch=view["base_branch"],
-                script=_script_of(next((s for s in sessions if s["step"] == "scoping"), None)))
+                status=view["status"], events=[e for e in events if e["type"].split(":")[0] in _WORKFLOW_KINDS],
+                sessions=sessions, **about)
+
+
+def _bead_of(event: Mapping[str, Any]) -> str | None:
+    # Most bead events name it; bead:created and bead:updated carry the bead itself.
+    bead = event.get("bead")
+    found = event.get("bead_id") or (bead.get("id") if isinstance(bead, dict) else None)
+    return found if isinstance(found, str) else None
+
+
+def _epic_run(client: GatewayClient, view: Mapping[str, Any], start_commit: str, events: list[dict[str, Any]],
+              sessions: list[dict[str, Any]], **about: Any) -> dict[str, Any]:
+    """A swarm epic's recording: the workflow's, plus every worker session, each bead's events and commit.
+
+    Workers run side by side, so what depends on which of them was free first is kept apart from what must be
+    the same: the workflow's own events and ``swarm:*`` (not ``worker:*``, whose waits follow the interleaving);
+    each bead's events in order (``bead:*``, ``lease:*``); each bead's commit as its subject and its changes
+    (path → blob) rather than the branch's order of commits; and the branch's final files. A bead's
+    verification evidence file records when it ran and which worker ran it, so only its path is kept.
+    """
+    wid, repo = view["id"], view["repo"]
+    stage_ids = {s["session_id"] for s in sessions}
+    listed = client.get("/api/sessions", workflow=wid)["items"]
+    # A worker session asks as ``pulsing:<bead>`` (``-a<n>`` for a later attempt, ``-h<n>`` after a handoff):
+    # one script per bead attempt, whichever worker ran it.
+    workers = [_session(client, s["session_id"], "") for s in listed
+               if s["role"] == "pulsing" and s["session_id"] not in stage_ids]
+    for worker in workers:
+        worker["step"] = f"bead {worker.get('script') or worker['session_id']}"
+    workers.sort(key=lambda w: str(w["step"]))
+    beads = sorted(client.get("/api/beads", epic_id=wid)["beads"], key=lambda b: str(b["id"]))
+    evidence = {b["id"]: b["verification_evidence"] for b in beads if b.get("verification_evidence")}
+    run = _run("swarm", wid, repo=repo, start_commit=start_commit, branch=None, status=view["status"],
+               events=[e for e in events if e["type"].split(":")[0] in (*_WORKFLOW_KINDS, "swarm")],
+               sessions=[*sessions, *workers], **about)
+    branch = view.get("branch")
+    run["branch"] = branch
+    run["workers"] = {e["worker"]: e["nickname"] for e in events if e["type"] == "worker:joined"}
+    run["beads"] = [{"id": b["id"], "title": b["title"], "status": b["status"], "files": b["files"],
+                     "verify": b["verify"], "depends_on": [d["bead_id"] for d in b.get("dependencies", [])],
+                     "events": [e["type"] for e in events if _bead_of(e) == b["id"]]} for b in beads]
+    run["commits"] = [_bead_commit(repo, b["id"], b["commit"], evidence.get(b["id"])) for b in beads
+                      if b.get("commit")]
+    run["files_digest"] = _files_digest(repo, branch, set(evidence.values())) if branch else None
+    return run
+
+
+def _bead_commit(repo: str, bead_id: str, commit: str, evidence: str | None) -> dict[str, Any]:
+    """A bead's commit as the replay is compared on: its subject and what it changed, the evidence file apart."""
+    subject = _git(repo, "log", "-1", "--format=%s", commit).strip()
+    changes: dict[str, str | None] = {}
+    for line in _git(repo, "diff-tree", "-r", "--no-commit-id", "--no-renames", commit).splitlines():
+        meta, path = line.split("\t", 1)
+        blob = meta.split()[3]
+        changes[path] = None if path == evidence else ("deleted" if set(blob) == {"0"} else blob)
+    return {"bead": bead_id, "subject": subject, "changes": changes, "evidence": evidence}
+
+
+def _files_digest(repo: str, branch: str, set_aside: set[str]) -> str:
+    """A digest of every file on ``branch`` (mode, path, blob) but those ``set_aside`` (the evidence files)."""
+    listing = [line for line in _git(repo, "ls-tree", "-r", branch).splitlines()
+               if line.split("\t", 1)[1] not in set_aside]
+    return "sha256:" + hashlib.sha256("\n".join(listing).encode()).hexdigest()
 
 
 def loop_replay_of(client: GatewayClient, loop_id: str) -> dict[str, Any]:
@@ -356,15 +450,35 @@ def document_of(recording: dict[str, Any], description: str) -> dict[str, Any]:
     return document
 
 
+def _workflow_description(recording: Mapping[str, Any]) -> str:
+    if recording["kind"] == "swarm":
+        return (f"recorded from swarm epic {recording['id']} ({recording['title']}), with the same request, the "
+                f"same answers to its cards and {recording['max_workers']} workers (setting swarm_workers)")
+    return (f"recorded from workflow {recording['id']} ({recording['title']}), with the same request and the same "
+            "answers to its cards")
+
+
 def record_workflow(client: GatewayClient, workflow_id: str) -> dict[str, Any]:
-    """The scenario document replaying a finished workflow's model replies, with its recording.
+    """The scenario document replaying a finished workflow's model replies, with its recording (a swarm epic's
+    when its execution ran as one: see :func:`record_epic`).
 
     Raises:
         CliError: the workflow is not finished, or a session cannot be replayed (see :func:`scripts_of`).
     """
     recording = replay_of(client, workflow_id)
-    return document_of(recording, f"recorded from workflow {workflow_id} ({recording['title']}), with the same "
-                                  "request and the same answers to its cards")
+    return document_of(recording, _workflow_description(recording))
+
+
+def record_epic(client: GatewayClient, epic_id: str) -> dict[str, Any]:
+    """The scenario document replaying a finished swarm epic: its workflow's sessions and every worker's, one
+    script per bead attempt (``pulsing:<bead>``), with its recording.
+
+    Raises:
+        CliError: the epic's workflow is not finished or ran no swarm, or a session cannot be replayed (see
+            :func:`scripts_of`).
+    """
+    recording = replay_of(client, epic_id, epic=True)
+    return document_of(recording, _workflow_description(recording))
 
 
 def record_loop(client: GatewayClient, loop_id: str) -> dict[str, Any]:
@@ -377,8 +491,8 @@ def record_loop(client: GatewayClient, loop_id: str) -> dict[str, Any]:
     return document_of(recording, f"recorded from loop session {loop_id}, with the same goal and script")
 
 
-def load_recording(path: str, kind: str) -> dict[str, Any]:
-    """The ``recording`` of a file ``record`` wrote, of a ``kind`` run.
+def load_recording(path: str, kind: str, *also: str) -> dict[str, Any]:
+    """The ``recording`` of a file ``record`` wrote, of a ``kind`` run (or of one of the kinds ``also``).
 
     Raises:
         CliError: (exit code 2) the file is unreadable or holds no such recording.
@@ -387,9 +501,10 @@ def load_recording(path: str, kind: str) -> dict[str, Any]:
         recording = json.loads(Path(path).read_text()).get("recording")
     except (OSError, ValueError, AttributeError) as exc:
         raise CliError(f"cannot read the recording {path!r}: {exc}", exit_code=2) from None
-    if not isinstance(recording, dict) or recording.get("kind") != kind:
-        raise CliError(f"{path} holds no {kind} recording (write one with `autarch "
-                       f"{'pulse' if kind == 'loop' else kind} record`)", exit_code=2)
+    if not isinstance(recording, dict) or recording.get("kind") not in (kind, *also):
+        command = {"loop": "pulse", "swarm": "beads"}.get(kind, kind)
+        raise CliError(f"{path} holds no {kind} recording (write one with `autarch {command} record`)",
+                       exit_code=2)
     return recording
 
 
@@ -400,9 +515,10 @@ def print_comparison(recording: Mapping[str, Any], replay: dict[str, Any], *, as
     if as_json:
         print(json.dumps({"same": difference is None, "first_difference": difference}, indent=2))
     elif difference is None:
+        commits = (f"{len(recording['beads'])} beads' events, {len(recording['commits'])} bead commits and the "
+                   "branch's files" if recording["kind"] == "swarm" else f"{len(recording['commits'])} commit trees")
         print(f"same run: {sum(len(s['events']) for s in recording['sessions'])} session events, "
-              f"{len(recording['events'])} {recording['kind']} events and {len(recording['commits'])} commit "
-              "trees match")
+              f"{len(recording['events'])} {recording['kind']} events and {commits} match")
     else:
         print(f"diverged: {difference}")
     return 0 if difference is None else 1
@@ -411,26 +527,58 @@ def print_comparison(recording: Mapping[str, Any], replay: dict[str, Any], *, as
 # --- comparing a replay ---------------------------------------------------------------------------------
 
 
-def _normalize(text: Any, paths: Iterable[str]) -> Any:
-    # A replay runs in another repository and worktree, its commands take their own time, it mints its own ids.
+_MAIL_TOOLS = frozenset({"send_message", "reply_message", "fetch_inbox", "fetch_topic"})
+"""Tools on the epic thread: what they answer (message numbers, what others posted so far) follows the order in
+which a swarm's workers ran, so in a swarm only their names and error flags are compared."""
+_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?")
+_BLOBS = re.compile(r"index [0-9a-f]{7,40}\.\.[0-9a-f]{7,40}\b")
+"""A diff's blob line; no word boundary before it: in a JSON result it follows an escaped newline (``\\n``)."""
+
+
+class _Side(NamedTuple):
+    """What one run calls its own: its repository and worktrees, and its swarm workers' names."""
+
+    paths: list[str]
+    names: list[str]
+
+
+def _side(run: Mapping[str, Any]) -> _Side:
+    workers = run.get("workers") or {}
+    return _Side([run["repo"], *(s["root"] for s in run["sessions"])], [*workers, *workers.values()])
+
+
+def _normalize(text: Any, side: _Side) -> Any:
+    # A replay runs in another repository and worktree, its commands take their own time, it mints its own ids; a
+    # swarm's replay names its workers anew, and the diff of a file holding a time has other blobs.
     if not isinstance(text, str):
         return text
-    for path in sorted({p for p in paths if p}, key=len, reverse=True):
+    for path in sorted({p for p in side.paths if p}, key=len, reverse=True):
         text = text.replace(path, "<root>")
+    for name in sorted({n for n in side.names if n}, key=len, reverse=True):
+        text = re.sub(rf"(?<!\w){re.escape(name)}(?!\w)", "<worker>", text)
+    text = _BLOBS.sub("index <blobs>", _TIME.sub("<time>", text))
     return _FRESH_ID.sub("<id>", _DURATION.sub("<duration>", text))
 
 
 def _clip(value: Any, limit: int = 160) -> str:
-    shown = json.dumps(value)
+    shown = json.dumps(value, ensure_ascii=False)
     return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
-def _differs(want: Mapping[str, Any], got: Mapping[str, Any], paths: tuple[Iterable[str], Iterable[str]]) -> str:
+def _differs(want: Mapping[str, Any], got: Mapping[str, Any], sides: tuple[_Side, _Side], *, swarm: bool) -> str:
     for field in ("type", "tool", "is_error", "outcome"):
         if want.get(field) != got.get(field):
             return f"{field} differs: recorded {_clip(want.get(field))}, replayed {_clip(got.get(field))}"
-    recorded, replayed = _normalize(want.get("output"), paths[0]), _normalize(got.get("output"), paths[1])
+    if swarm and want.get("tool") in _MAIL_TOOLS:
+        return ""
+    recorded, replayed = _normalize(want.get("output"), sides[0]), _normalize(got.get("output"), sides[1])
     if recorded != replayed:
+        if isinstance(recorded, str) and isinstance(replayed, str):
+            # Shown from a little before where they part: a long result may differ only far into it.
+            at = next((i for i, (a, b) in enumerate(zip(recorded, replayed, strict=False)) if a != b),
+                      min(len(recorded), len(replayed)))
+            start = max(0, at - 60)
+            recorded, replayed = (("…" if start else "") + text[start:] for text in (recorded, replayed))
         return f"tool result differs: recorded {_clip(recorded)}, replayed {_clip(replayed)}"
     return ""
 
@@ -447,13 +595,14 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
     """The first event where ``replay`` is not what ``recording`` did, described; None when it is the same run.
 
     Sessions are compared in the order the workflow opened them, each event by event (tool results with the
-    run's own repository and worktree paths, durations, minted ids and commit hashes set aside), then the
-    workflow's own events one by one, then the branch's commits tree by tree.
+    run's own repository and worktree paths, durations, times, minted ids and commit hashes set aside), then the
+    workflow's own events one by one, then the branch's commits tree by tree. A swarm epic's worker sessions
+    follow, one per bead attempt (their workers' names set aside too); then each bead's events in order, each
+    bead's commit and the branch's files (:func:`_epic_difference`).
     """
     kind = recording.get("kind", "workflow")
     replayed = {s["step"]: s for s in replay["sessions"]}
-    recorded_paths = [recording["repo"], *(s["root"] for s in recording["sessions"])]
-    replay_paths = [replay["repo"], *(s["root"] for s in replay["sessions"])]
+    sides = (_side(recording), _side(replay))
     for session in recording["sessions"]:
         other = replayed.get(session["step"])
         if other is None:
@@ -463,7 +612,7 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
             where = f"session {session['step']} ({session['key']}) event {n + 1}"
             if n >= len(got):
                 return f"{where}, {_describe(event)}: missing from the replay"
-            if why := _differs(event, got[n], (recorded_paths, replay_paths)):
+            if why := _differs(event, got[n], sides, swarm=kind == "swarm"):
                 return f"{where}, {_describe(event)}: {why}"
         if len(got) > len(want):
             return (f"session {session['step']} ({session['key']}) event {len(want) + 1}, "
@@ -476,10 +625,64 @@ def first_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) ->
         longer = recording["events"] if len(recording["events"]) > n else replay["events"]
         side = "missing from the replay" if longer is recording["events"] else "not in the recording"
         return f"{kind} event {n + 1}, {longer[n]}: {side}"
+    if replay.get("kind", "workflow") != kind:  # a replay that halted before its swarm started, or the reverse
+        return f"the recording is of a {kind} run, the replay ran as a {replay.get('kind', 'workflow')}"
+    if kind == "swarm":
+        return _epic_difference(recording, replay)
     for n, (want_commit, got_commit) in enumerate(zip(recording["commits"], replay["commits"], strict=False)):
         if want_commit != got_commit:
             return (f"commit {n + 1} ({want_commit['subject']}): recorded tree {want_commit['tree']}, replayed "
                     f"{got_commit['tree']} ({got_commit['subject']})")
     if len(recording["commits"]) != len(replay["commits"]):
         return f"the branch has {len(replay['commits'])} commits, the recording {len(recording['commits'])}"
+    return None
+
+
+def _change(changes: Mapping[str, str | None], path: str) -> str:
+    if path not in changes:
+        return "not changed"
+    return changes[path] or "the evidence file"
+
+
+def _epic_difference(recording: Mapping[str, Any], replay: Mapping[str, Any]) -> str | None:
+    """A swarm epic's part: each bead's events one by one (beads by id: workers interleave, a bead's own events do
+    not), then each bead's commit (subject, and what it changed but its evidence file), then the branch's files."""
+    replayed = {b["id"]: b for b in replay.get("beads", [])}
+    for bead in recording["beads"]:
+        other = replayed.get(bead["id"])
+        if other is None:
+            return f"bead {bead['id']}: the replay has no such bead"
+        for n, want in enumerate(bead["events"]):
+            got = other["events"][n] if n < len(other["events"]) else None
+            if got is None:
+                return f"bead {bead['id']} event {n + 1}, {want}: missing from the replay"
+            if want != got:
+                return f"bead {bead['id']} event {n + 1}: recorded {want}, replayed {got}"
+        if len(other["events"]) > len(bead["events"]):
+            return f"bead {bead['id']} event {len(bead['events']) + 1}, {other['events'][len(bead['events'])]}: " \
+                   "not in the recording"
+    extra = sorted(set(replayed) - {b["id"] for b in recording["beads"]})
+    if extra:
+        return f"bead {extra[0]}: not in the recording"
+    commits = {c["bead"]: c for c in replay["commits"]}
+    for commit in recording["commits"]:
+        got = commits.get(commit["bead"])
+        where = f"bead {commit['bead']}'s commit ({commit['subject']})"
+        if got is None:
+            return f"{where}: the replay did not land it"
+        if got["subject"] != commit["subject"]:
+            return f"{where}: replayed with the subject {got['subject']!r}"
+        want_changes, got_changes = commit["changes"], got["changes"]
+        if got_changes != want_changes:
+            # The files the bead changed first, its evidence file (content set aside: None) last.
+            paths = sorted(set(want_changes) | set(got_changes),
+                           key=lambda p: (want_changes.get(p, "") is None or got_changes.get(p, "") is None, p))
+            path = next(p for p in paths if want_changes.get(p, "absent") != got_changes.get(p, "absent"))
+            return (f"{where}: {path} differs: recorded {_change(want_changes, path)}, replayed "
+                    f"{_change(got_changes, path)}")
+    if len(replay["commits"]) != len(recording["commits"]):
+        return f"the replay landed {len(replay['commits'])} bead commits, the recording {len(recording['commits'])}"
+    if recording.get("files_digest") != replay.get("files_digest"):
+        return (f"the branch's files differ (evidence files set aside): recorded {recording.get('files_digest')}, "
+                f"replayed {replay.get('files_digest')}")
     return None

@@ -394,7 +394,7 @@ def cmd_record(client: GatewayClient, args: argparse.Namespace) -> int:
 
 def cmd_compare(client: GatewayClient, args: argparse.Namespace) -> int:
     """Check a finished replay against a recording; name the first event that differs (exit 1)."""
-    recording = load_recording(args.recording, "workflow")
+    recording = load_recording(args.recording, "workflow", "swarm")
     replay = replay_of(client, client.workflow_id(args.workflow_id), halted_too=True)
     return print_comparison(recording, replay, as_json=args.json)
 
@@ -470,7 +470,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     extension.add_argument("--message", help="guidance for the agent")
 
     record = verb("record", cmd_record, "write a finished workflow's model replies as a scripted-model scenario "
-                  "(replay it with `autarch model serve-scripted`)")
+                  "(replay it with `autarch model serve-scripted`; a swarm epic's workers too, as `autarch beads "
+                  "record` does)")
     record.add_argument("workflow_id", metavar="ID")
     record.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: standard output)")
 

@@ -108,3 +108,70 @@ def test_an_id_the_run_gave_the_session_is_recalled_from_the_replay_s_own_first_
     for marker, fresh in ((markers[epic], fresh_epic), (markers[turn], fresh_turn)):
         pattern = marker.removeprefix("{{recall:").removesuffix("}}")
         assert re.search(pattern, replayed).group(1) == fresh  # type: ignore[union-attr]
+
+
+def test_a_worker_s_names_are_recalled_from_the_replay_s_own_kickoff_where_they_stand_alone() -> None:
+    kickoff = ("## You are a swarm worker\nRuntime nickname: w1. Registered name: TealFox. Other workers work other "
+               "beads.\nsend_message to the coordinator with the subject `[STARTUP] w1 / TealFox`")
+    reply = {"content": [{"type": "text", "text": "w1 / TealFox here; w10 and TealFoxes are others."},
+                         {"type": "tool_use", "id": "toolu_1", "name": "send_message",
+                          "input": {"subject": "[STARTUP] w1 / TealFox"}}], "stop_reason": "tool_use"}
+    [step] = scripts_of([session(role="pulsing", script="base", replies=[reply], kickoff=kickoff)])["pulsing:base"]
+    nickname, name = r"{{recall:Runtime nickname: (\S+?)\.}}", r"{{recall:Registered name: (\S+?)\.}}"
+    assert step["content"][0]["text"] == f"{nickname} / {name} here; w10 and TealFoxes are others."
+    assert step["content"][1]["input"] == {"subject": f"[STARTUP] {nickname} / {name}"}
+    # The replay's bead went to another worker: the markers find its names.
+    replayed = kickoff.replace("w1", "w3").replace("TealFox", "GoldenPanda")
+    assert re.search(r"Runtime nickname: (\S+?)\.", replayed).group(1) == "w3"  # type: ignore[union-attr]
+    assert re.search(r"Registered name: (\S+?)\.", replayed).group(1) == "GoldenPanda"  # type: ignore[union-attr]
+
+
+def epic_run(root: str, workers: dict[str, str], *, outputs: tuple[str, str], units: list[str] | None = None,
+             changes: dict[str, str | None] | None = None, digest: str = "sha256:1") -> dict[str, Any]:
+    """A swarm recording: one worker session (a mail tool, then a read), two beads, their commits."""
+    s = session(role="pulsing", script="units", root=f"{root}/w",
+                calls=[call("fetch_inbox", outputs[0], tool_use_id="t1"),
+                       call("read_file", outputs[1], step=1, tool_use_id="t2")])
+    bead_events = ["bead:claimed", "lease:granted", "bead:evidence", "bead:closed", "lease:released"]
+    return {"kind": "swarm", "repo": root, "workers": workers, "events": ["swarm:started", "swarm:finished"],
+            "sessions": [{"step": "bead units", "key": "pulsing:units", "root": f"{root}/w",
+                          "events": session_events(s)}],
+            "beads": [{"id": "base", "events": bead_events}, {"id": "units", "events": units or bead_events}],
+            "commits": [{"bead": "base", "subject": "feat(base): add it", "changes": {"base.py": "1" * 40}},
+                        {"bead": "units", "subject": "feat(units): add it",
+                         "changes": changes or {"units.md": "2" * 40, "history/x/verification/units.md": None}}],
+            "files_digest": digest}
+
+
+def test_a_swarm_replay_is_compared_bead_by_bead_its_workers_names_and_the_epic_thread_set_aside() -> None:
+    recorded = epic_run("/a", {"TealFox": "w1"}, outputs=('{"messages": ["m1 from w2"]}', "TealFox reads"))
+    same = epic_run("/b", {"GoldenPanda": "w3"}, outputs=('{"messages": []}', "GoldenPanda reads"))
+    assert first_difference(recorded, same) is None
+    other_read = epic_run("/b", {"GoldenPanda": "w3"}, outputs=("{}", "GoldenPanda read another thing"))
+    assert first_difference(recorded, other_read) == (
+        "session bead units (pulsing:units) event 3, turn 0: turn:tool_completed read_file (t2): tool result "
+        'differs: recorded "<worker> reads", replayed "<worker> read another thing"')
+
+    def replay(**differing: Any) -> dict[str, Any]:
+        return epic_run("/b", {"TealFox": "w1"}, outputs=("{}", "TealFox reads"), **differing)
+
+    assert first_difference(recorded, replay(units=["bead:claimed", "bead:reopened"])) == (
+        "bead units event 2: recorded lease:granted, replayed bead:reopened")
+    assert first_difference(recorded, replay(changes={"units.md": "3" * 40})) == (
+        f"bead units's commit (feat(units): add it): units.md differs: recorded {'2' * 40}, replayed {'3' * 40}")
+    assert first_difference(recorded, replay(changes={"units.md": "2" * 40})) == (
+        "bead units's commit (feat(units): add it): history/x/verification/units.md differs: recorded the evidence "
+        "file, replayed not changed")
+    assert first_difference(recorded, replay(digest="sha256:2")) == (
+        "the branch's files differ (evidence files set aside): recorded sha256:1, replayed sha256:2")
+
+
+def test_a_replay_that_halted_before_its_swarm_started_is_compared_too() -> None:
+    recorded = epic_run("/a", {"TealFox": "w1"}, outputs=("{}", "TealFox reads"))
+    halted = {**epic_run("/b", {"TealFox": "w1"}, outputs=("{}", "TealFox reads")), "kind": "workflow", "sessions": [],
+              "events": ["workflow:created"], "commits": []}
+    assert first_difference(recorded, halted) == "session bead units (pulsing:units): the replay has no such session"
+    halted["sessions"] = recorded["sessions"]
+    assert first_difference(recorded, halted) == "swarm event 1: recorded swarm:started, replayed workflow:created"
+    halted["events"] = recorded["events"]
+    assert first_difference(recorded, halted) == "the recording is of a swarm run, the replay ran as a workflow"
