@@ -10,14 +10,20 @@ the runner is running, before the runner records its own.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eventsourcing.persistence import OperationalError
 
+from autarch.contracts import subjects
+from autarch.contracts.agents import SendMessage, TurnAccepted
+from autarch.runtime.errors import RemoteError
 from autarch.runtime.eventstore import event_store_env
+from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
 from autarch.services.agent_runner.application import SessionApplication
 from autarch.services.agent_runner.domainmodel import Session
@@ -25,7 +31,7 @@ from autarch.services.agent_runner.service import AgentRunner, open_runner
 from autarch.services.scripted_model import ScriptedModelServer
 
 from ..conftest import postgres_dsn
-from .conftest import runner_settings, start_session, wait_turn
+from .conftest import RUNNER, runner_settings, start_session, wait_turn
 from .scenarios import step, text, tool
 
 # The command tells the test it runs, then waits for the test's word: the other writer records first, meanwhile.
@@ -40,6 +46,7 @@ SCENARIO = {
             step(tool("shell", reason="Run the check", command=COMMAND, timeoutSeconds=60)),
             step(text("The check ran.")),
         ],
+        "discussion:two-writers": [step(text("First answer.")), step(text("Never asked for."))],
     },
 }
 
@@ -87,6 +94,19 @@ async def _until(path: Path) -> None:
         await asyncio.sleep(0.01)
 
 
+def _record(app: SessionApplication, session: Session) -> None:
+    """Save ``session`` as the other writer. On SQLite a save whose transaction read first can be refused at once
+    ("database is locked") when the runner's connection committed meanwhile: tried again, as nothing was recorded."""
+    events = list(session.collect_events())
+    for _ in range(100):
+        try:
+            app.save(*events)
+            return
+        except OperationalError:
+            time.sleep(0.02)
+    app.save(*events)
+
+
 def _topics(app: SessionApplication, session_id: str) -> list[str]:
     return [e.topic.rsplit(".", 1)[-1] for e in app.recorder.select_events(uuid.UUID(session_id))]
 
@@ -108,7 +128,7 @@ async def test_a_save_beaten_by_another_writer_runs_on_from_what_it_recorded(nc,
         assert call.started and not call.done
         stored.complete_tool(turn_id=turn.turn_id, tool_use_id=call.tool_use_id, name=call.name, output=ELSEWHERE,
                              is_error=False, duration_ms=1.0, replayed=False)
-        other.save(stored)
+        _record(other, stored)
         (repo / "go").touch()  # now the runner's own result comes, for a version the store already holds
 
         view = await wait_turn(nc, accepted.session_id, accepted.turn_id, timeout=30)
@@ -127,5 +147,31 @@ async def test_a_save_beaten_by_another_writer_runs_on_from_what_it_recorded(nc,
         topics = _topics(other, accepted.session_id)
         assert topics.count("ToolCompleted") == 1 and "ErrorRecorded" not in topics, topics
         assert topics[-1] == "TurnCompleted", topics
+    finally:
+        other.close()
+
+
+async def test_a_command_beaten_by_another_writer_is_decided_again_on_what_it_recorded(
+        nc, runner_on: AgentRunner, repo: Path, store: Settings) -> None:
+    other = SessionApplication(env=event_store_env(store, "agent_runner"))
+    try:
+        accepted = await start_session(nc, role="discussion", script="two-writers", root=repo)
+        await wait_turn(nc, accepted.session_id, accepted.turn_id)
+        async with asyncio.timeout(10):  # the turn's completion is in the store (saved in a worker thread maybe)
+            while other.get_session(accepted.session_id).current_turn is not None:
+                await asyncio.sleep(0.02)
+        # The other writer closes the session; this runner has not heard of it.
+        stored: Session = other.get_session(accepted.session_id)
+        stored.close(reason="closed elsewhere")
+        _record(other, stored)
+
+        # The message is decided again on the session as recorded: closed, so a conflict saying so, not a failure.
+        with pytest.raises(RemoteError) as refused:
+            await request(nc, subjects.request(RUNNER, "send_message"),
+                          SendMessage(session_id=accepted.session_id, text="One more thing."), TurnAccepted)
+        assert refused.value.code == "conflict" and "closed elsewhere" in refused.value.reply.message
+        assert runner_on.sessions[accepted.session_id].closed
+        assert [e.topic.rsplit(".", 1)[-1] for e in other.recorder.select_events(uuid.UUID(accepted.session_id))
+                ][-1] == "Closed"
     finally:
         other.close()
