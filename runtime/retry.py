@@ -33,6 +33,7 @@ __all__ = [
     "RELAY_PUBLISH",
     "REQUEST_UNAVAILABLE",
     "SUPERVISOR_RESTART",
+    "WRITE_CONFLICT",
     "Backoff",
     "retry",
 ]
@@ -88,6 +89,9 @@ SUPERVISOR_RESTART = Backoff(initial=0.25, max_delay=10.0)
 """The supervisor restarting a child process or the embedded nats-server that exited."""
 MODEL_STREAM = Backoff(initial=0.5, max_delay=8.0, jitter=0.25)
 """A model stream that failed with an overload, a rate limit, a 5xx or a lost connection."""
+WRITE_CONFLICT = Backoff(initial=0.05, max_delay=2.0, jitter=0.25)
+"""A save refused because another writer of the shared store recorded the aggregate's next version first (a
+standby that took over, its paused predecessor's work in flight): read it again and decide once more."""
 DRIVER_STEP = Backoff(initial=0.2, max_delay=5.0)
 """The orchestrator's drivers re-trying a workflow's or a loop session's next step while a service it needs
 restarts, or after an unexpected failure (a step succeeding starts the waits over)."""

@@ -16,9 +16,9 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import msgspec
-from eventsourcing.persistence import IntegrityError
 from nats.aio.client import Client
 
 from autarch.contracts import subjects
@@ -37,10 +37,12 @@ from autarch.contracts.base import encode
 from autarch.contracts.storage import StorageNotice, StorageProblem
 from autarch.runtime import sqlite_store
 from autarch.runtime.bus import ensure_event_stream
+from autarch.runtime.conflicts import WriteConflict, is_write_conflict, recorded_already
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env, store_path
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
+from autarch.runtime.retry import WRITE_CONFLICT
 from autarch.runtime.settings import AgentRunnerSettings, narrow
 from autarch.runtime.storage import STORAGE, StorageFull, StorageState, embedded_stream_dir, storage_full
 
@@ -60,9 +62,15 @@ __all__ = ["AgentRunner", "open_runner", "start"]
 
 log = logging.getLogger("agent_runner")
 
+T = TypeVar("T")
+
 NOTICE_EVERY = 5.0
 """Seconds between repeats of a storage notice while a turn waits for space (an orchestrator that restarted in
 the meantime hears it too)."""
+
+CONFLICT_RETRIES = 10
+"""How often one turn, or one command, of a session is decided again after another writer of the store recorded the
+session's next version first (``runtime/conflicts.py``), before this process leaves the session to that writer."""
 
 
 class AgentRunner:
@@ -96,6 +104,8 @@ class AgentRunner:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._agents: dict[tuple[str, str], AgentConfig] = {}
         self._shutting_down = False
+        self._conflicts: dict[str, int] = {}
+        """Turn id → how often another writer recorded its session's next version first (while it lasts)."""
         self.leases = leases
         """The swarm's lease table: a turn of a lease holder's session renews the holder's leases in it."""
 
@@ -134,13 +144,26 @@ class AgentRunner:
         """Durably record ``session``'s pending events (finishes the write even if the caller is cancelled).
 
         Raises :class:`StorageFull` (and reports it) when the store has no space left: nothing was recorded, and
-        ``session`` holds events the store does not (:meth:`_reload` takes it back to what was recorded).
+        ``session`` holds events the store does not (:meth:`_reload` takes it back to what was recorded). Raises
+        :class:`WriteConflict` when another writer of the store recorded the session's next version first (a
+        standby that took over, or its paused predecessor's turn in flight) unless it recorded exactly these
+        events: nothing was recorded, and the caller decides again on what was (:meth:`_reload`).
         """
+        pending = list(session.pending_events)  # saving takes them from the session: kept for a conflict's check
         try:
             await self._save(session)
         except StorageFull:
             raise
         except Exception as exc:
+            if is_write_conflict(exc):
+                if not await asyncio.to_thread(recorded_already, self.app, pending):
+                    raise WriteConflict(str(session.id), pending[0].originator_version) from exc
+                # An earlier try of this very save went through (its answer lost): recorded, as asked.
+                log.info("session %s: versions %d-%d were recorded already, as this save would have", session.id,
+                         pending[0].originator_version, pending[-1].originator_version)
+                if self._after_save is not None:
+                    self._after_save(session)
+                return
             full = storage_full(exc, self.store_path)
             if full is None:
                 raise
@@ -195,7 +218,7 @@ class AgentRunner:
                 await self.save(session)
             except StorageFull as full:
                 raise ServiceFailure.storage_full(full.path, str(full)) from None
-            except IntegrityError:
+            except WriteConflict:
                 # The store has this session although this process does not: an earlier try's commit went
                 # through but its answer was lost (a connection cut at the commit), or another runner started it
                 # before this one took over. The stored session is the one; answer as for a repeat.
@@ -209,6 +232,9 @@ class AgentRunner:
             return TurnAccepted(session_id=sid, turn_id=turn_id)
 
     async def send_message(self, command: SendMessage) -> TurnAccepted:
+        return await self._decided_again(command.session_id, lambda: self._send_message(command))
+
+    async def _send_message(self, command: SendMessage) -> TurnAccepted:
         sid = command.session_id
         async with self._locks[sid]:
             session = self._get(sid)
@@ -236,6 +262,9 @@ class AgentRunner:
             return TurnAccepted(session_id=sid, turn_id=turn_id)
 
     async def stop_session(self, command: StopSession) -> SessionStopped:
+        return await self._decided_again(command.session_id, lambda: self._stop_session(command))
+
+    async def _stop_session(self, command: StopSession) -> SessionStopped:
         sid = command.session_id
         async with self._locks[sid]:
             session = self._get(sid)
@@ -256,6 +285,15 @@ class AgentRunner:
                     await self._reload(sid)
                     raise ServiceFailure.storage_full(
                         full.path, f"the stop is recorded once there is room: {full}")
+                if loop.stop_conflicted:
+                    # Another writer recorded the session first: the stop is recorded on what it recorded, if the
+                    # turn still runs there (a conflict again is retried as a whole, by _decided_again).
+                    session = await self._reload(sid)
+                    turn = session.current_turn
+                    if turn is not None and turn.turn_id == turn_id:
+                        stopper = TurnLoop(deps=self.deps, session=session, turn=turn, agent=self._agent(session))
+                        stopper.stop_reason = command.reason
+                        await stopper.record_stop()
             if command.close and not session.closed:
                 session.close(reason=command.reason)
                 try:
@@ -265,6 +303,22 @@ class AgentRunner:
                     raise ServiceFailure.storage_full(full.path, str(full)) from None
                 await self.mail.unwatch(session)
             return SessionStopped(session_id=sid, turn_id=turn_id, closed=session.closed)
+
+    async def _decided_again(self, sid: str, decide: Callable[[], Awaitable[T]]) -> T:
+        """``decide`` (a command on session ``sid``), run again on the session as recorded each time another writer
+        of the store recorded its next version first; a typed conflict when that keeps happening."""
+        for tries in range(1, CONFLICT_RETRIES + 1):
+            try:
+                return await decide()
+            except WriteConflict as conflict:
+                log.info("session %s: %s; deciding again on what was recorded", sid, conflict)
+                async with self._locks[sid]:
+                    stored = await self._reload(sid)
+                    if stored.current_turn is not None and sid not in self._running and not self._shutting_down:
+                        self._spawn(stored)  # the other writer's turn, which nobody here runs yet (see resume)
+                await asyncio.sleep(WRITE_CONFLICT.delay(tries))
+        raise ServiceFailure.conflict(f"session {sid} keeps being changed by another writer; try again",
+                                      session_id=sid)
 
     async def get_session(self, query: GetSession) -> SessionView:
         return view_of(self._get(query.session_id), replies=query.replies)
@@ -320,6 +374,9 @@ class AgentRunner:
                 async with renewing_leases(self.leases, scope=session.workflow_id, holder=session.lease_holder,
                                            ttl=self.settings.lease_ttl):
                     await loop.run(record_cancel=lambda: not self._shutting_down)
+                self._conflicts.pop(loop.turn.turn_id, None)
+            except WriteConflict as conflict:
+                await self._run_again(loop, conflict)
             except StorageFull as full:
                 try:
                     await self._retry_when_room(session, full)
@@ -334,6 +391,26 @@ class AgentRunner:
                 later = asyncio.create_task(self._stop_when_room(loop, loop.unrecorded_stop))
                 self._later.add(later)
                 later.add_done_callback(self._later.discard)
+
+    async def _run_again(self, loop: TurnLoop, conflict: WriteConflict) -> None:
+        """Another writer recorded the session of ``loop``'s turn first: run the turn on from what was recorded, as a
+        restarted runner would (a recorded reply is not asked for again, a tool call repeated carries its
+        idempotency key), unless the turn ended there. Left to that writer when it keeps winning."""
+        sid, turn_id = str(loop.session.id), loop.turn.turn_id
+        tries = self._conflicts[turn_id] = self._conflicts.get(turn_id, 0) + 1
+        if tries > CONFLICT_RETRIES:
+            self._conflicts.pop(turn_id, None)
+            log.error("session %s: %s, %d times in a row; turn %s is left to that writer", sid, conflict,
+                      CONFLICT_RETRIES, turn_id)
+            return
+        log.warning("session %s: %s; turn %s runs on from what was recorded", sid, conflict, turn_id)
+        await asyncio.sleep(WRITE_CONFLICT.delay(tries))
+        async with self._locks[sid]:
+            stored = await self._reload(sid)
+            if self._shutting_down or stored.current_turn is None:
+                self._conflicts.pop(turn_id, None)  # ended by the other writer: nothing left to run here
+                return
+            self._spawn(stored)
 
     async def _wait_for_room(self, session: Session, full: StorageFull) -> None:
         """Wait until ``full.path`` has room, telling the orchestrator meanwhile which workflow waits for it."""

@@ -32,6 +32,7 @@ from autarch.contracts import subjects
 from autarch.contracts.agents import BLOCK_TOOLS
 from autarch.contracts.tool_catalog import MUTATING_TOOLS
 from autarch.contracts.tools import CALL, ToolCall, ToolResult
+from autarch.runtime.conflicts import WriteConflict
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
 from autarch.runtime.settings import AgentRunnerSettings
@@ -145,6 +146,9 @@ class TurnLoop:
         """Set by the service before it cancels the loop's task."""
         self.unrecorded_stop: StorageFull | None = None
         """The stop that cancelled the turn could not be recorded for lack of space (the runner records it later)."""
+        self.stop_conflicted = False
+        """The stop that cancelled the turn was not recorded: another writer had recorded the session's next
+        version first (the runner records it on what is stored)."""
         self._sid = str(session.id)
         self._where = "starting"
         self._overflowed = False
@@ -185,9 +189,14 @@ class TurnLoop:
                 except StorageFull as full:
                     # The turn stays in progress as recorded; the runner records the stop once there is room.
                     self.unrecorded_stop = full
+                except WriteConflict:
+                    # Another writer recorded the session first: the runner records the stop on what it recorded.
+                    self.stop_conflicted = True
             raise
-        except StorageFull:
-            raise  # not the turn's failure: the runner runs it again once the store has room (service.py)
+        except (StorageFull, WriteConflict):
+            # Not the turn's failure: the runner runs it again once the store has room, or from what the other
+            # writer recorded (service.py). Recording a failure on top of events the store refused would be wrong.
+            raise
         except Exception as exc:
             log.exception("turn %s of session %s failed", self.turn.turn_id, self._sid)
             if self.turn.running:

@@ -3,9 +3,10 @@
 A command runs on one aggregate at a time (a lock per aggregate): the book reads the aggregate, runs the command
 (which checks its rules and raises a :class:`~.refusal.Refusal` before recording anything), and saves what it
 recorded, conditionally on the version read. When another writer of the store recorded that version meanwhile
-(an orchestrator instance sharing the store) the store refuses the save and, if the book retries, the command
-runs again on a fresh read: that is what makes a claim atomic. A refusal is answered as a typed error with
-nothing saved. Once a change is saved, ``on_change`` is told (the context's read model, its driver's kick).
+(an orchestrator instance sharing the store) the store refuses the save (``runtime/conflicts.py`` tells that
+refusal from a real failure, on every store) and, if the book retries, the command runs again on a fresh read:
+that is what makes a claim atomic. A refusal is answered as a typed error with nothing saved. Once a change is
+saved, ``on_change`` is told (the context's read model, its driver's kick).
 
 Every read of every book goes through :meth:`Book.load`, which answers the latest state kept between commands
 (``latest.py``) for the books that ask for it, and every rebuild from the store through :meth:`Book.rebuild`: a
@@ -24,9 +25,9 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError
 
 from autarch.runtime.aggregates import load_as
+from autarch.runtime.conflicts import is_write_conflict
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.snapshots import Snapshots
 
@@ -169,8 +170,8 @@ class Book(Generic[A]):
                     return aggregate, result
                 try:
                     await self.save(key, aggregate)
-                except IntegrityError:
-                    if not self._retries:
+                except Exception as exc:
+                    if not self._retries or not is_write_conflict(exc):
                         raise
                     self._log.info("%s %s changed under a command; reading it again", self.noun, key)
                     continue

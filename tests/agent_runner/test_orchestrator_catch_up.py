@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import nats.errors
+import pytest
 
+from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.contracts import subjects
 from autarch.contracts.agents import GetSession, SessionView
 from autarch.contracts.workflows import CreateWorkflow, GetWorkflow, WorkflowView
@@ -21,9 +24,25 @@ from autarch.runtime.requests import request
 from autarch.runtime.settings import Settings
 from autarch.services.orchestrator.service import start as start_orchestrator
 
-from .conftest import RUNNER
+from .conftest import RUNNER, serve_tools
 
 CONSUMER = "orchestrator-turns"
+
+
+# This module's own nats-server (and tools service on it), not the session's: the orchestrator's durable consumer
+# of every workflow's turn:completed must start empty here, and on the shared server it holds the turns every
+# earlier runner test completed (hundreds, whatever ran before). A server starts in a fraction of a second.
+@pytest.fixture(scope="module")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedNats]:
+    server = EmbeddedNats(tmp_path_factory.mktemp("nats-catch-up")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+async def tools(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Path]:
+    async for data_dir in serve_tools(nats_server.url, tmp_path_factory.mktemp("tools-data-catch-up")):
+        yield data_dir
 
 
 async def _view(nc, workflow_id: str) -> WorkflowView:
