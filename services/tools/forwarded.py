@@ -257,7 +257,7 @@ def gate_diff(ctx: ToolContext, diff: str) -> str:
 
 async def _fetch_diff(ctx: ToolContext, workflow_id: str) -> str:
     ref = await ctx.forwarder.send(
-        "git", "workflow_diff", git.WorkflowDiff(workflow_id=workflow_id), git.DiffArtifactRef
+        "git", "workflow_diff", git.WorkflowDiff(run_id=workflow_id), git.DiffArtifactRef
     )
     pages: list[str] = []
     offset: int | None = 0
