@@ -101,7 +101,7 @@ async def take_note(ctx: ToolContext, args: TakeNoteArgs) -> Any:
 async def search_history(ctx: ToolContext, args: SearchHistoryArgs) -> Any:
     if not ctx.call.workflow_id:
         return {"error": "History search is only available in loop sessions"}
-    query = fx.SearchHistory(workflow_id=ctx.call.workflow_id, query=args.query, limit=args.limit)
+    query = fx.SearchHistory(session_id=ctx.call.workflow_id, query=args.query, limit=args.limit)
     try:
         hits = await ctx.forwarder.send("orchestrator", fx.SEARCH_HISTORY_VERB, query, fx.HistoryHits)
     except RemoteError as exc:

@@ -237,7 +237,7 @@ class LoopBook:
 
     async def search_history(self, query: fx.SearchHistory) -> fx.HistoryHits:
         """An iteration's ``search_history`` tool: the turn memory searched within the session's project."""
-        session_id = query.workflow_id  # the loop session, in the workflow's place (``SearchHistory``)
+        session_id = query.session_id
         view = self.views.get(session_id)
         if view is None:
             raise ServiceFailure.not_found(f"no loop session {session_id}", session_id=session_id)

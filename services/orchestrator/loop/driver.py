@@ -334,9 +334,9 @@ class LoopDriver:
 
     async def on_turn(self, event: TurnCompleted) -> None:
         """Record what an iteration's finished turn says (idempotent: an iteration records one turn)."""
-        # The turn events of an iteration's agent session are keyed by the loop session (the stream's workflow
-        # token, so that one wildcard follows one session): that is the id in ``workflow_id``.
-        session_id = event.workflow_id
+        # The turn events of an iteration's agent session are on the loop session's stream (its run token, so that
+        # one wildcard follows one session): the event's run is the loop session.
+        session_id = event.run_id
         if not self.book.is_loop(session_id):
             return  # a workflow's turn (the workflow driver's), or a discussion
         session = await self.book.read(session_id)
