@@ -261,7 +261,7 @@ async def _tail(settings: Settings, workflow: str | None, since: int | None, lim
     except Exception as exc:
         raise SystemExit(f"autarch events: cannot reach NATS at {settings.effective_nats_url}: {exc}") from None
     await ensure_event_stream(nc, duplicate_window=settings.duplicate_window)
-    subject = subjects.workflow_events(workflow) if workflow else subjects.EVENTS_ALL
+    subject = subjects.run_events(workflow) if workflow else subjects.EVENTS_ALL
     if since is None:
         config = ConsumerConfig(deliver_policy=DeliverPolicy.NEW)
     else:

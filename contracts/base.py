@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ["UUID_PATTERN", "Command", "Contract", "Query", "Reply", "decoder_for", "encode"]
+__all__ = ["UUID_PATTERN", "Command", "Contract", "Query", "Reply", "decode_renamed", "decoder_for", "encode"]
 
 UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$(?!\n)"
 """A canonical (lower-case, hyphenated) UUID; ``(?!\n)`` so Python's ``$`` refuses a final newline too."""
@@ -45,3 +46,23 @@ def decoder_for(kind: type[T] | Any) -> msgspec.json.Decoder[T]:
     if decoder is None:
         decoder = _decoders[kind] = msgspec.json.Decoder(kind)
     return decoder
+
+
+def decode_renamed(data: bytes, kind: type[T], renamed: Mapping[str, str]) -> T:
+    """Decode ``data`` as ``kind``, reading a field stored under an old name (``renamed``: old name → new name).
+
+    The one place old shapes are read: the current shape decodes at full speed; only a record the strict decode
+    refuses is decoded again with every old name present (and its new name absent) moved to the new name. A record
+    that still does not fit raises the second decode's ``ValidationError``.
+    """
+    decoder: msgspec.json.Decoder[T] = decoder_for(kind)
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError:
+        raw = msgspec.json.decode(data)
+        if not isinstance(raw, dict) or not any(old in raw and new not in raw for old, new in renamed.items()):
+            raise
+        for old, new in renamed.items():
+            if old in raw and new not in raw:
+                raw[new] = raw.pop(old)
+        return decoder.decode(msgspec.json.encode(raw))

@@ -84,16 +84,19 @@ __all__ = [
     "WorkflowReviewCommentAdded",
     "WorkflowSessionAssigned",
     "WorkflowStageChanged",
+    "current_shape",
+    "decode_event",
     "event_subject",
+    "upcast",
 ]
 
 
 class Event(msgspec.Struct, kw_only=True, tag_field="type"):
-    """Fields every event carries."""
+    """Fields every event carries. Which run it belongs to (the first token of its subject, :attr:`run_id`) each
+    family names for itself: ``workflow_id`` for a workflow's events (its sessions' and its swarm's too),
+    ``session_id`` for a loop session's."""
 
     aggregate_kind: ClassVar[str]
-    workflow_id: str
-    """The workflow the event belongs to (``_`` for none)."""
     occurred_at: datetime
     schema_version: int = 1
     """The version of this event type's schema (``$id`` of docs/contracts/schemas/events.<Name>.json): within
@@ -101,14 +104,25 @@ class Event(msgspec.Struct, kw_only=True, tag_field="type"):
     Defaulted, so events stored before the field existed decode as version 1."""
 
     @property
+    def run_id(self) -> str:
+        """The run (workflow, loop session, or ``_`` for none) whose stream the event is on."""
+        raise NotImplementedError  # every family below says which of its fields it is
+
+    @property
     def aggregate_id(self) -> str:
-        return self.workflow_id
+        return self.run_id
 
 
 class WorkflowEvent(Event, kw_only=True):
     """Events of the Workflow aggregate (its id is the workflow id)."""
 
     aggregate_kind = "workflow"
+    workflow_id: str
+    """The workflow the event belongs to."""
+
+    @property
+    def run_id(self) -> str:
+        return self.workflow_id
 
 
 class WorkflowCreated(WorkflowEvent, tag="workflow:created", kw_only=True):
@@ -343,7 +357,14 @@ class SessionEvent(Event, kw_only=True):
     """An agent session's event: its subject carries the session id, so one wildcard follows one session."""
 
     aggregate_kind = "session"
+    workflow_id: str
+    """The run the session serves: a workflow, a loop session (an iteration's agent), or ``_`` for none (a channel
+    discussion)."""
     session_id: str
+
+    @property
+    def run_id(self) -> str:
+        return self.workflow_id
 
     @property
     def aggregate_id(self) -> str:
@@ -433,10 +454,20 @@ class TurnCompleted(TurnEvent, tag="turn:completed", kw_only=True):
 
 
 class LoopEvent(Event, kw_only=True):
-    """Events of a Pulse Protocol loop session (seed 001): ``workflow_id`` is the session id, so a client
-    follows one session exactly as it follows one workflow."""
+    """Events of a Pulse Protocol loop session (seed 001). The session id is the run token of their subject, so a
+    client follows one session exactly as it follows one workflow (``/api/events?workflow=<session id>``).
+
+    Version 2: the session's id is ``session_id``. Version 1 (before issue 33) carried it as ``workflow_id``; such
+    an event, on the stream or in a file, is read in today's shape by :func:`decode_event` / :func:`upcast`."""
 
     aggregate_kind = "loop"
+    session_id: str
+    """The loop session."""
+    schema_version: int = 2
+
+    @property
+    def run_id(self) -> str:
+        return self.session_id
 
 
 class LoopStarted(LoopEvent, tag="loop:started", kw_only=True):
@@ -536,6 +567,11 @@ class SwarmEvent(Event, kw_only=True):
     """Events of a workflow's epic (seed 002 beads, workers, leases): ``workflow_id`` is the epic id."""
 
     aggregate_kind = "swarm"
+    workflow_id: str
+
+    @property
+    def run_id(self) -> str:
+        return self.workflow_id
 
 
 class SwarmStarted(SwarmEvent, tag="swarm:started", kw_only=True):
@@ -804,4 +840,46 @@ def event_subject(event: Event) -> str:
     """The stream subject of ``event``."""
     # Ignored below: every event class is a tagged Struct, so its config always has a tag
     name = type(event).__struct_config__.tag.split(":", 1)[1]  # type: ignore[union-attr]
-    return subjects.event(event.workflow_id, event.aggregate_kind, event.aggregate_id, name)
+    return subjects.event(event.run_id, event.aggregate_kind, event.aggregate_id, name)
+
+
+# --- old shapes -------------------------------------------------------------------------------------------------
+
+_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+
+
+def _loop_v1(raw: dict[str, Any]) -> bool:
+    """A loop event of version 1: the session's id in ``workflow_id`` (issue 33 renamed it ``session_id``)."""
+    return str(raw.get("type", "")).startswith("loop:") and "session_id" not in raw and "workflow_id" in raw
+
+
+def upcast(raw: dict[str, Any]) -> dict[str, Any]:
+    """An event as JSON (a dict), in today's shape: the one place older shapes of an event are read.
+
+    Today that is a version 1 loop event, whose ``workflow_id`` becomes ``session_id`` (and its ``schema_version``
+    2). Anything else is returned as it is.
+    """
+    if _loop_v1(raw):
+        raw = {("session_id" if k == "workflow_id" else k): v for k, v in raw.items()}
+        raw["schema_version"] = 2
+    return raw
+
+
+def current_shape(data: bytes) -> bytes:
+    """An event's JSON as it reads today (:func:`upcast`); the same bytes when it already does. What the gateway
+    sends a client that replays the stream from before issue 33."""
+    if b'"loop:' not in data or b'"session_id"' in data:
+        return data  # the common case, told without parsing
+    raw = msgspec.json.decode(data)
+    return msgspec.json.encode(upcast(raw)) if isinstance(raw, dict) and _loop_v1(raw) else data
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    """Decode one event recorded in any shape it ever had (see :func:`upcast`); the decoder every consumer uses."""
+    try:
+        return _decoder.decode(data)
+    except msgspec.ValidationError:
+        upcast_data = current_shape(data)
+        if upcast_data is data:
+            raise
+        return _decoder.decode(upcast_data)

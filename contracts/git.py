@@ -1,6 +1,9 @@
 """Commands, queries and replies of the git service (branches, worktrees, checkpoints, diffs).
 
-One workflow owns one workflow branch and one linked worktree under the data dir. Each pulse
+One *run* owns one branch and one linked worktree under the data dir: a gated workflow, or a loop session (a
+Pulse Protocol loop reuses the same branches, pulses and checkpoints, one pulse per iteration). Every contract here
+names it ``run_id`` (the workflow's id, or the loop session's); the text below says "workflow branch" for the run's
+branch. Each pulse
 runs on its own pulse branch, named ``<workflow branch>.pulse-<pulse id>`` (git cannot hold
 both ``x`` and ``x/pulse-1`` as branches: a ref cannot be a file and a directory at once), and
 ends either as one checkpoint commit fast-forwarded onto the workflow branch or as a recovery
@@ -19,6 +22,7 @@ from .base import Command, Query, Reply
 __all__ = [
     "COMMIT_TYPES",
     "CONVENTIONAL_SUBJECT",
+    "RUN_ID_WAS",
     "CheckpointPulse",
     "CreateWorkflowBranch",
     "DiffArtifact",
@@ -81,7 +85,11 @@ AbsolutePath = Annotated[str, msgspec.Meta(min_length=2, max_length=4096, patter
 # Syntax beyond length is checked by the service, which answers ``invalid_branch_name``.
 BranchName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Identifier = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$(?!\n)")]
-"""Workflow and pulse ids: used in branch names, directory names and worktree ids."""
+"""Run (workflow or loop session) and pulse ids: used in branch names, directory names and worktree ids."""
+RUN_ID_WAS = {"workflow_id": "run_id"}
+"""``run_id`` was ``workflow_id`` before loop sessions stopped passing as workflows (issue 33): a record stored in the
+old shape (a diff artifact's ``DiffArtifactRef``) is read with ``contracts.base.decode_renamed(data, kind,
+RUN_ID_WAS)``."""
 CommitHex = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{40}$(?!\n)")]
 RepositoryId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{16}$(?!\n)")]
 ArtifactId = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{32}$(?!\n)")]
@@ -139,7 +147,7 @@ class ListWorktrees(Query, kw_only=True):
 
 
 class WorktreeView(Reply, kw_only=True):
-    workflow_id: str
+    run_id: str
     path: str
     branch: str | None
     """The checked-out branch (the workflow branch, or a pulse branch while a pulse runs)."""
@@ -179,7 +187,7 @@ class WorktreeRecord(Reply, kw_only=True):
     """The repository's git directory (objects, refs, config), shared by all its worktrees."""
     linked: bool
     """True for a linked worktree, whose ``.git`` is a file that must read ``gitdir: <git_dir>``."""
-    workflow_id: str | None = None
+    run_id: str | None = None
     worker: str | None = None
     """The swarm worker whose worktree this is (None: the workflow's own, or the repository)."""
 
@@ -194,7 +202,7 @@ class CreateWorkflowBranch(Command, kw_only=True):
     answered with ``branch_exists``. Retrying the same command answers with the same branch.
     """
 
-    workflow_id: Identifier
+    run_id: Identifier
     repository_id: RepositoryId
     branch: BranchName
     """The workflow branch name the user chose, e.g. ``autarch/jwt-validation``."""
@@ -220,7 +228,7 @@ class PulseView(Reply, kw_only=True):
 
 
 class WorkflowBranchView(Reply, kw_only=True):
-    workflow_id: str
+    run_id: str
     repository_id: str
     repository_path: str
     branch: str
@@ -236,13 +244,13 @@ class WorkflowBranchView(Reply, kw_only=True):
 
 
 class GetWorkflowBranch(Query, kw_only=True):
-    workflow_id: Identifier
+    run_id: Identifier
 
 
 class ModifiedTrackedFiles(Query, kw_only=True):
     """The preflight guard: tracked files that differ from the worktree's last checkout."""
 
-    workflow_id: Identifier
+    run_id: Identifier
 
 
 class FileChange(Reply, kw_only=True):
@@ -252,7 +260,7 @@ class FileChange(Reply, kw_only=True):
 
 
 class TrackedChanges(Reply, kw_only=True):
-    workflow_id: str
+    run_id: str
     clean: bool
     files: list[FileChange]
 
@@ -260,7 +268,7 @@ class TrackedChanges(Reply, kw_only=True):
 class RemoveWorktree(Command, kw_only=True):
     """Remove the workflow's worktree (the workflow ended or was abandoned); idempotent."""
 
-    workflow_id: Identifier
+    run_id: Identifier
     force: bool = False
     """Remove even with modified tracked files or a running pulse (their changes are lost)."""
     delete_branches: bool = False
@@ -268,7 +276,7 @@ class RemoveWorktree(Command, kw_only=True):
 
 
 class WorktreeRemoved(Reply, kw_only=True):
-    workflow_id: str
+    run_id: str
     path: str
     removed: bool
     """False when the worktree was already gone."""
@@ -281,12 +289,12 @@ class WorktreeRemoved(Reply, kw_only=True):
 class StartPulse(Command, kw_only=True):
     """Reset the worktree to the workflow branch head and create the pulse branch there."""
 
-    workflow_id: Identifier
+    run_id: Identifier
     pulse_id: Identifier
 
 
 class PulseStarted(Reply, kw_only=True):
-    workflow_id: str
+    run_id: str
     pulse_id: str
     pulse_branch: str
     base_commit: str
@@ -302,7 +310,7 @@ class CheckpointPulse(Command, kw_only=True):
     the new workflow head.
     """
 
-    workflow_id: Identifier
+    run_id: Identifier
     pulse_id: Identifier
     summary: Summary
     """The agent's Conventional Commit summary: the commit's subject line."""
@@ -315,7 +323,7 @@ class CheckpointPulse(Command, kw_only=True):
 
 
 class PulseCheckpointed(Reply, kw_only=True):
-    workflow_id: str
+    run_id: str
     pulse_id: str
     commit: str
     """The checkpoint commit; the workflow branch's unchanged head when ``committed`` is false."""
@@ -336,7 +344,7 @@ class RecoveryCheckpoint(Command, kw_only=True):
     pulse branch is deleted. Either way the worktree is reset to the workflow branch head.
     """
 
-    workflow_id: Identifier
+    run_id: Identifier
     pulse_id: Identifier
     status: Literal["failed", "stopped"]
     reason: Body = ""
@@ -345,7 +353,7 @@ class RecoveryCheckpoint(Command, kw_only=True):
 
 
 class RecoveryCheckpointed(Reply, kw_only=True):
-    workflow_id: str
+    run_id: str
     pulse_id: str
     is_recovery_checkpoint: bool
     """True when a recovery commit was made (the worktree had changes)."""
@@ -361,13 +369,13 @@ class RecoveryCheckpointed(Reply, kw_only=True):
 class WorkflowDiff(Query, kw_only=True):
     """The unified diff of the workflow branch against its base (from their merge base)."""
 
-    workflow_id: Identifier
+    run_id: Identifier
 
 
 class PulseDiff(Query, kw_only=True):
     """The unified diff of one ended pulse's commit (checkpoint or recovery) against its parent."""
 
-    workflow_id: Identifier
+    run_id: Identifier
     pulse_id: Identifier
 
 
@@ -376,7 +384,7 @@ class DiffArtifactRef(Reply, kw_only=True):
 
     artifact_id: str
     kind: Literal["workflow", "pulse"]
-    workflow_id: str
+    run_id: str
     pulse_id: str | None = None
     from_commit: str
     to_commit: str

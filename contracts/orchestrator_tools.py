@@ -136,8 +136,8 @@ class ReviewCompleted(Reply, kw_only=True):
 class SearchHistory(Query, kw_only=True):
     """A loop iteration's ``search_history``: the recorded turns of the session's project that match ``query``."""
 
-    workflow_id: str
-    """The loop session (its id stands in the workflow's place)."""
+    session_id: str
+    """The loop session whose iteration asks."""
     query: str
     limit: int = 5
 

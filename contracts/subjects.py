@@ -4,9 +4,10 @@ Requests go to ``autarch.svc.<service>.<verb>`` (one ``nats.micro`` endpoint per
 groups for load sharing). With the orchestrator split into P partitions (``orchestrator_partitions``), its
 requests go to ``autarch.svc.orchestrator.p<k>.<verb>``, ``k`` the partition of the workflow, epic or loop
 session the request names (:func:`orchestrator_request`). Events are published to the JetStream stream
-``AUTARCH_EVENTS`` under ``autarch.events.<workflow>.<aggregate kind>.<aggregate id>.<event name>``: a fixed
-number of tokens, so ``autarch.events.<workflow>.>`` follows exactly one workflow. Live
-token deltas go over core NATS (unpersisted) under ``autarch.deltas.<workflow>.<session>``.
+``AUTARCH_EVENTS`` under ``autarch.events.<run>.<aggregate kind>.<aggregate id>.<event name>``: a fixed
+number of tokens, so ``autarch.events.<run>.>`` follows exactly one run. A *run* owns an event stream, a branch and
+a worktree: a workflow (its id) or a loop session (its id); ``_`` for none (a channel discussion). Live
+token deltas go over core NATS (unpersisted) under ``autarch.deltas.<run>.<session>``.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ __all__ = [
     "partition_of",
     "request",
     "routing_key",
+    "run_events",
     "service_of",
     "storage",
-    "workflow_events",
 ]
 
 EVENTS_STREAM = "AUTARCH_EVENTS"
@@ -48,7 +49,7 @@ DELTAS_ALL = f"{DELTAS_PREFIX}.>"
 REQUEST_PREFIX = "autarch.svc"
 
 NO_WORKFLOW = "_"
-"""The workflow token for events that belong to no workflow (channel discussions)."""
+"""The run token for events that belong to no run, neither a workflow nor a loop session (channel discussions)."""
 
 SERVICES = ("orchestrator", "tools", "git", "agent_runner", "indexer", "notifier")
 """The services ``autarch up`` runs; each registers a ``nats.micro`` service of this name."""
@@ -166,9 +167,10 @@ def request(service: str, verb: str) -> str:
 
 
 ROUTING_FIELDS = ("workflow_id", "epic_id", "project_key", "session_id")
-"""The fields that name what an orchestrator request is about, in the order they are looked for: a workflow's
-(or loop session's) id, an epic's (a workflow's) id, a mailbox's project key (an epic's id), a loop session's id.
-Every orchestrator request carries one of them, except the lists, which are asked of every partition."""
+"""The fields that name what an orchestrator request is about, in the order they are looked for: a workflow's id, an
+epic's (a workflow's) id, a mailbox's project key (an epic's id), a loop session's id (a loop request's, and a loop
+iteration's ``search_history``). Every orchestrator request carries one of them, except the lists, which are asked of
+every partition."""
 
 PARTITION_METADATA = "partition"
 """``$SRV.PING``/``$SRV.INFO`` metadata key of an orchestrator instance: the partition it serves, ``"k/P"``."""
@@ -219,14 +221,15 @@ def service_of(subject: str) -> str | None:
     return subject[len(prefix):].split(".", 1)[0] or None
 
 
-def event(workflow_id: str, aggregate_kind: str, aggregate_id: str, name: str) -> str:
-    """Subject of one event; ``name`` is the part of the event type after the colon."""
-    return f"{EVENTS_PREFIX}.{workflow_id}.{aggregate_kind}.{aggregate_id}.{name}"
+def event(run_id: str, aggregate_kind: str, aggregate_id: str, name: str) -> str:
+    """Subject of one event of the run ``run_id`` (``Event.run_id``); ``name`` is the part of the event type after
+    the colon."""
+    return f"{EVENTS_PREFIX}.{run_id}.{aggregate_kind}.{aggregate_id}.{name}"
 
 
-def workflow_events(workflow_id: str) -> str:
-    """Wildcard subject matching every event of one workflow."""
-    return f"{EVENTS_PREFIX}.{workflow_id}.>"
+def run_events(run_id: str) -> str:
+    """Wildcard subject matching every event of one run: a workflow's, or a loop session's."""
+    return f"{EVENTS_PREFIX}.{run_id}.>"
 
 
 def event_type_from_subject(subject: str) -> str:
@@ -235,9 +238,9 @@ def event_type_from_subject(subject: str) -> str:
     return f"{tokens[3]}:{tokens[5]}"
 
 
-def deltas(workflow_id: str, session_id: str) -> str:
-    """Core-NATS subject of one session's live deltas."""
-    return f"{DELTAS_PREFIX}.{workflow_id}.{session_id}"
+def deltas(run_id: str, session_id: str) -> str:
+    """Core-NATS subject of one agent session's live deltas; ``run_id`` the run the session serves."""
+    return f"{DELTAS_PREFIX}.{run_id}.{session_id}"
 
 
 MAIL_PREFIX = "autarch.mail"

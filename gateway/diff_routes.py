@@ -77,7 +77,7 @@ async def workflow_diff(
         return _missing(NO_BRANCH, f"workflow {wf} has no branch yet (stage {view.stage}): execution makes it",
                         workflow_id=wf)
     try:
-        ref = await _diff_ref(state, "workflow_diff", WorkflowDiff(workflow_id=wf))
+        ref = await _diff_ref(state, "workflow_diff", WorkflowDiff(run_id=wf))
     except RemoteError as exc:
         # not_found: git has no branch record; conflict: the branch was deleted (an abandoned workflow).
         if exc.code in (ErrorCode.NOT_FOUND, ErrorCode.CONFLICT):
@@ -112,7 +112,7 @@ async def pulse_diff(
         if run.checkpoint_commit is None:
             return _missing(NO_DIFF, f"pulse {pulse_id} has no commit to show ({run.status})", workflow_id=wf,
                             pulse_id=pulse_id, status=run.status)
-        ref = await _diff_ref(state, "pulse_diff", PulseDiff(workflow_id=wf, pulse_id=run.id))
+        ref = await _diff_ref(state, "pulse_diff", PulseDiff(run_id=wf, pulse_id=run.id))
         artifact_id = ref.artifact_id
     return await _page(state, artifact_id, offset, limit)
 

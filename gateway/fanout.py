@@ -32,6 +32,7 @@ from nats.errors import ConnectionClosedError
 
 from autarch.contracts import subjects
 from autarch.contracts.agents import TurnDelta
+from autarch.contracts.events import current_shape
 
 from .stream_reader import StreamReader, in_background
 
@@ -75,7 +76,8 @@ class Encoded(ServerSentEventMessage):
 def recorded_message(msg: Msg) -> Encoded:
     """A recorded event as SSE: ``event:`` its seed-003 name, ``id:`` its stream sequence."""
     event_type = (msg.headers or {}).get("Autarch-Event") or subjects.event_type_from_subject(msg.subject)
-    return Encoded(data=msg.data.decode(), event=event_type, id=msg.metadata.sequence.stream)
+    # An event recorded in an older shape (a loop event before issue 33) goes out as it reads today.
+    return Encoded(data=current_shape(msg.data).decode(), event=event_type, id=msg.metadata.sequence.stream)
 
 
 class Chunk(ServerSentEventMessage):

@@ -337,7 +337,7 @@ class LiveEvents:
         self._wake()
 
     def _recorded_subject(self) -> str:
-        return subjects.workflow_events(self._workflow) if self._workflow else subjects.EVENTS_ALL
+        return subjects.run_events(self._workflow) if self._workflow else subjects.EVENTS_ALL
 
     def _delta_subject(self) -> str:
         return subjects.deltas(self._workflow, "*") if self._workflow else subjects.DELTAS_ALL

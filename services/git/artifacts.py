@@ -13,8 +13,16 @@ from typing import Literal
 import msgspec
 from dulwich.graph import find_merge_base
 
+from autarch.contracts.base import decode_renamed
 from autarch.contracts.errors import ErrorCode
-from autarch.contracts.git import DiffArtifact, DiffArtifactRef, GetDiffArtifact, PulseDiff, WorkflowDiff
+from autarch.contracts.git import (
+    RUN_ID_WAS,
+    DiffArtifact,
+    DiffArtifactRef,
+    GetDiffArtifact,
+    PulseDiff,
+    WorkflowDiff,
+)
 
 from .checkout import commit_tree_id
 from .diffs import FileDiff, FileKey, tree_diff
@@ -26,7 +34,6 @@ from .workspace import Workspace, fail
 
 __all__ = ["get_diff_artifact", "pulse_diff", "workflow_diff"]
 
-_ref_decoder = msgspec.json.Decoder(DiffArtifactRef)
 _MAX_RECENT_FILES = 200_000
 """Rendered files kept for the next diff (a small file's rendering and key take ~300 bytes)."""
 _MAX_RECENT_BYTES = 64 * 1024 * 1024
@@ -35,7 +42,7 @@ _MAX_RECENT_BYTES = 64 * 1024 * 1024
 
 def workflow_diff(engine: GitEngine, query: WorkflowDiff) -> DiffArtifactRef:
     """The workflow branch against its base branch, from their merge base (what a pull request shows)."""
-    with engine.open_workspace(query.workflow_id) as ws:
+    with engine.open_workspace(query.run_id) as ws:
         head = ws.workflow_head()
         base_head = read_branch(ws.repo, branch_ref(ws.record.base_branch))
         start = ws.record.base_commit.encode()
@@ -48,13 +55,13 @@ def workflow_diff(engine: GitEngine, query: WorkflowDiff) -> DiffArtifactRef:
 
 def pulse_diff(engine: GitEngine, query: PulseDiff) -> DiffArtifactRef:
     """One ended pulse's commit (checkpoint or recovery) against the commit it started from."""
-    with engine.open_workspace(query.workflow_id) as ws:
+    with engine.open_workspace(query.run_id) as ws:
         pulse = ws.record.pulses.get(query.pulse_id) or engine.store.ended_pulse(ws.record.id, query.pulse_id)
         if pulse is None or pulse.commit is None:
             state = pulse.state if pulse else "unknown"
             raise fail(
                 ErrorCode.NOT_FOUND,
-                f"pulse {query.pulse_id} of workflow {query.workflow_id} has no commit ({state})",
+                f"pulse {query.pulse_id} of workflow {query.run_id} has no commit ({state})",
                 pulse_id=query.pulse_id,
                 state=state,
             )
@@ -68,12 +75,17 @@ def pulse_diff(engine: GitEngine, query: PulseDiff) -> DiffArtifactRef:
         )
 
 
+def _read_ref(meta: bytes) -> DiffArtifactRef:
+    # Artifacts stored before issue 33 name their run ``workflow_id``.
+    return decode_renamed(meta, DiffArtifactRef, RUN_ID_WAS)
+
+
 def get_diff_artifact(artifacts: ArtifactStore, query: GetDiffArtifact) -> DiffArtifact:
     """One page of a stored diff."""
     meta = artifacts.read_meta(query.artifact_id)
     if meta is None:
         raise fail(ErrorCode.NOT_FOUND, f"no diff artifact {query.artifact_id}", artifact_id=query.artifact_id)
-    ref = _ref_decoder.decode(meta)
+    ref = _read_ref(meta)
     text = artifacts.read_text(query.artifact_id)
     end = query.offset + query.limit
     return DiffArtifact(
@@ -92,7 +104,7 @@ def _artifact(
     artifact_id = hashlib.sha256(key.encode()).hexdigest()[:32]
     meta = artifacts.read_meta(artifact_id)
     if meta is not None:
-        return _ref_decoder.decode(meta)
+        return _read_ref(meta)
     trees = (commit_tree_id(ws.objects, start), commit_tree_id(ws.objects, end))
     # A first pulse's diff and its workflow's compare the same two trees, and a later workflow diff shares most of
     # its files with the one before: the last diff's text and its files' renderings are used again.
@@ -117,7 +129,7 @@ def _artifact(
     ref = DiffArtifactRef(
         artifact_id=artifact_id,
         kind=kind,
-        workflow_id=ws.record.id,
+        run_id=ws.record.id,
         pulse_id=pulse_id,
         from_commit=start.decode(),
         to_commit=end.decode(),

@@ -331,7 +331,7 @@ def _state_including(ws: Workspace, commit: bytes) -> Current:
 def _checkpointed(ws: Workspace, pulse: PulseRecord) -> PulseCheckpointed:
     assert pulse.commit is not None
     return PulseCheckpointed(
-        workflow_id=ws.record.id,
+        run_id=ws.record.id,
         pulse_id=pulse.id,
         commit=pulse.commit,
         workflow_branch=ws.record.branch,
@@ -342,7 +342,7 @@ def _checkpointed(ws: Workspace, pulse: PulseRecord) -> PulseCheckpointed:
 
 def _unchanged(ws: Workspace, pulse: PulseRecord) -> PulseCheckpointed:
     return PulseCheckpointed(
-        workflow_id=ws.record.id,
+        run_id=ws.record.id,
         pulse_id=pulse.id,
         commit=ws.workflow_head().decode(),
         workflow_branch=ws.record.branch,
@@ -353,7 +353,7 @@ def _unchanged(ws: Workspace, pulse: PulseRecord) -> PulseCheckpointed:
 
 def _recovered(ws: Workspace, pulse: PulseRecord) -> RecoveryCheckpointed:
     return RecoveryCheckpointed(
-        workflow_id=ws.record.id,
+        run_id=ws.record.id,
         pulse_id=pulse.id,
         is_recovery_checkpoint=pulse.recovery,
         commit=pulse.commit,

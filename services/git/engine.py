@@ -146,18 +146,18 @@ class GitEngine:
 
     # --- lookups (no lock needed: these fields never change) -------------------------------------
 
-    def repository_of(self, workflow_id: str) -> str:
-        """The repository id of a workflow, or a ``not_found`` error."""
-        return self._workflow(workflow_id).repository_id
+    def repository_of(self, run_id: str) -> str:
+        """The repository id of a run (a workflow, or a loop session), or a ``not_found`` error."""
+        return self._workflow(run_id).repository_id
 
     def pending_workflows(self) -> list[tuple[str, str]]:
         """(repository id, workflow id) of every workflow with an operation to finish."""
         return [(w.repository_id, w.id) for w in self.store.workflows() if w.pending is not None]
 
-    def _workflow(self, workflow_id: str) -> WorkflowRecord:
-        record = self.store.workflow(workflow_id)
+    def _workflow(self, run_id: str) -> WorkflowRecord:
+        record = self.store.workflow(run_id)
         if record is None:
-            raise fail(ErrorCode.NOT_FOUND, f"no workflow branch for workflow {workflow_id}", workflow_id=workflow_id)
+            raise fail(ErrorCode.NOT_FOUND, f"no branch for run {run_id} (workflow or loop session)", run_id=run_id)
         return record
 
     def _repository(self, repository_id: str) -> RepositoryRecord:
@@ -169,13 +169,13 @@ class GitEngine:
         return record
 
     @contextmanager
-    def _open(self, workflow_id: str, *, ready: bool = True, finish: bool = True) -> Iterator[Workspace]:
-        record = self._workflow(workflow_id)
+    def _open(self, run_id: str, *, ready: bool = True, finish: bool = True) -> Iterator[Workspace]:
+        record = self._workflow(run_id)
         if ready and record.state != "ready":
             raise fail(
                 ErrorCode.CONFLICT,
-                f"workflow {workflow_id} has no worktree ({record.state})",
-                workflow_id=workflow_id,
+                f"run {run_id} has no worktree ({record.state})",
+                run_id=run_id,
                 state=record.state,
             )
         ws = Workspace(repo=open_repository(record.repository_path), record=record, max_file_bytes=self.max_file_bytes)
@@ -190,9 +190,9 @@ class GitEngine:
     def _finish(self, ws: Workspace) -> str | None:
         return checkpoints.finish_pending(ws, store=self.store, identity=self.identity, faults=self.faults)
 
-    def finish_pending(self, workflow_id: str) -> str | None:
+    def finish_pending(self, run_id: str) -> str | None:
         """Complete the workflow's interrupted checkpoint or recovery (crash recovery at start-up)."""
-        with self._open(workflow_id, ready=False, finish=False) as ws:
+        with self._open(run_id, ready=False, finish=False) as ws:
             return self._finish(ws)
 
     # --- repositories ----------------------------------------------------------------------------
@@ -234,7 +234,7 @@ class GitEngine:
         root = os.path.realpath(self.worktrees_root)
         items = [
             WorktreeView(
-                workflow_id=os.path.basename(wt.path),
+                run_id=os.path.basename(wt.path),
                 path=wt.path,
                 branch=wt.branch.removeprefix("refs/heads/") if wt.branch else None,
                 head=wt.head,
@@ -289,7 +289,7 @@ class GitEngine:
             repo.close()
         return WorktreeRecord(
             path=real, repository_id=workflow.repository_id, repository_path=workflow.repository_path,
-            git_dir=admin, common_dir=common, linked=True, workflow_id=workflow.id, worker=worker,
+            git_dir=admin, common_dir=common, linked=True, run_id=workflow.id, worker=worker,
         )
 
     # --- workflow branches -----------------------------------------------------------------------
@@ -297,7 +297,7 @@ class GitEngine:
     def create_workflow_branch(self, cmd: CreateWorkflowBranch) -> WorkflowBranchView:
         repository = self._repository(cmd.repository_id)
         base_branch = cmd.base_branch or repository.base_branch
-        record = self.store.workflow(cmd.workflow_id)
+        record = self.store.workflow(cmd.run_id)
         if record is not None:
             if (record.repository_id, record.branch, record.base_branch) != (
                 cmd.repository_id,
@@ -306,13 +306,13 @@ class GitEngine:
             ):
                 raise fail(
                     ErrorCode.CONFLICT,
-                    f"workflow {cmd.workflow_id} already has branch {record.branch} "
+                    f"run {cmd.run_id} already has branch {record.branch} "
                     f"(off {record.base_branch}) in repository {record.repository_id}",
-                    workflow_id=cmd.workflow_id,
+                    run_id=cmd.run_id,
                     branch=record.branch,
                 )
             if record.state != "creating":
-                return self.view(GetWorkflowBranch(workflow_id=cmd.workflow_id))
+                return self.view(GetWorkflowBranch(run_id=cmd.run_id))
         _check_branch_name(cmd.branch)
         _check_branch_name(base_branch)
         repo = open_repository(repository.path)
@@ -338,16 +338,16 @@ class GitEngine:
                         branch=cmd.branch,
                         existing=clash.decode(),
                     )
-                worktree = self.worktrees_root / cmd.workflow_id
+                worktree = self.worktrees_root / cmd.run_id
                 record = WorkflowRecord(
-                    id=cmd.workflow_id,
+                    id=cmd.run_id,
                     repository_id=cmd.repository_id,
                     repository_path=repository.path,
                     branch=cmd.branch,
                     base_branch=base_branch,
                     base_commit=base_commit.decode(),
                     worktree_path=str(worktree),
-                    worktree_id=cmd.workflow_id,
+                    worktree_id=cmd.run_id,
                     start_commit=start.decode() if start is not None else None,
                     created_at=time.time(),
                 )
@@ -355,13 +355,13 @@ class GitEngine:
                     raise fail(
                         ErrorCode.CONFLICT,
                         f"{repository.path} already has a worktree named {record.worktree_id}",
-                        workflow_id=cmd.workflow_id,
+                        run_id=cmd.run_id,
                     )
                 self.store.save_workflow(record)
             self._make_branch_and_worktree(repo, record, ref)
         finally:
             repo.close()
-        return self.view(GetWorkflowBranch(workflow_id=cmd.workflow_id))
+        return self.view(GetWorkflowBranch(run_id=cmd.run_id))
 
     def _make_branch_and_worktree(self, repo: Repo, record: WorkflowRecord, ref: bytes) -> None:
         # The branch starts at the base, or for a fork where its original's branch was at the fork's event.
@@ -397,7 +397,7 @@ class GitEngine:
         self.store.save_workflow(record)
 
     def view(self, query: GetWorkflowBranch) -> WorkflowBranchView:
-        record = self._workflow(query.workflow_id)
+        record = self._workflow(query.run_id)
         try:
             repo = open_repository(record.repository_path)
             head = read_branch(repo, branch_ref(record.branch))
@@ -405,7 +405,7 @@ class GitEngine:
         except Exception:
             head = None
         return WorkflowBranchView(
-            workflow_id=record.id,
+            run_id=record.id,
             repository_id=record.repository_id,
             repository_path=record.repository_path,
             branch=record.branch,
@@ -446,12 +446,12 @@ class GitEngine:
         return changes
 
     def modified_tracked_files(self, query: ModifiedTrackedFiles) -> TrackedChanges:
-        with self._open(query.workflow_id) as ws:
+        with self._open(query.run_id) as ws:
             state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode,
                                           max_file_bytes=ws.max_file_bytes)
             assert ws.record.worktree_commit is not None
             files = self._changes(ws, state, ws.record.worktree_commit)
-        return TrackedChanges(workflow_id=query.workflow_id, clean=not files, files=files)
+        return TrackedChanges(run_id=query.run_id, clean=not files, files=files)
 
     def _require_clean(self, ws: Workspace, state: tuple[Snapshot, TreeSet], head: bytes) -> None:
         """Clean: the tracked files match the last checkout, or the workflow head (a reset cut short)."""
@@ -470,7 +470,7 @@ class GitEngine:
     # --- pulses ----------------------------------------------------------------------------------
 
     def start_pulse(self, cmd: StartPulse) -> PulseStarted:
-        with self._open(cmd.workflow_id) as ws:
+        with self._open(cmd.run_id) as ws:
             record = ws.record
             pulse = record.pulses.get(cmd.pulse_id) or self.store.ended_pulse(record.id, cmd.pulse_id)
             if pulse is not None:
@@ -529,7 +529,7 @@ class GitEngine:
 
     def _started(self, ws: Workspace, pulse: PulseRecord) -> PulseStarted:
         return PulseStarted(
-            workflow_id=ws.record.id,
+            run_id=ws.record.id,
             pulse_id=pulse.id,
             pulse_branch=pulse.branch,
             base_commit=pulse.base_commit,
@@ -537,11 +537,11 @@ class GitEngine:
         )
 
     def checkpoint_pulse(self, cmd: CheckpointPulse) -> PulseCheckpointed:
-        with self._open(cmd.workflow_id) as ws:
+        with self._open(cmd.run_id) as ws:
             return checkpoints.checkpoint_pulse(ws, cmd, store=self.store, identity=self.identity, faults=self.faults)
 
     def recovery_checkpoint(self, cmd: RecoveryCheckpoint) -> RecoveryCheckpointed:
-        with self._open(cmd.workflow_id) as ws:
+        with self._open(cmd.run_id) as ws:
             return checkpoints.recovery_checkpoint(
                 ws, cmd, store=self.store, identity=self.identity, faults=self.faults
             )
@@ -549,7 +549,7 @@ class GitEngine:
     # --- ending a workflow -------------------------------------------------------------------------
 
     def remove_worktree(self, cmd: RemoveWorktree) -> WorktreeRemoved:
-        with self._open(cmd.workflow_id, ready=False) as ws:
+        with self._open(cmd.run_id, ready=False) as ws:
             record = ws.record
             removed = False
             if record.state != "removed":
@@ -580,7 +580,7 @@ class GitEngine:
                 if delete_branch(ws.repo, ws.workflow_ref):
                     deleted.append(record.branch)
             return WorktreeRemoved(
-                workflow_id=record.id, path=record.worktree_path, removed=removed, deleted_branches=deleted
+                run_id=record.id, path=record.worktree_path, removed=removed, deleted_branches=deleted
             )
 
     # --- swarm workers (contracts.bead_git) --------------------------------------------------------
@@ -619,9 +619,9 @@ class GitEngine:
     # --- helpers for diffs -----------------------------------------------------------------------
 
     @contextmanager
-    def open_workspace(self, workflow_id: str) -> Iterator[Workspace]:
+    def open_workspace(self, run_id: str) -> Iterator[Workspace]:
         """A workflow's workspace whether or not its worktree still exists (diffs need only refs)."""
-        with self._open(workflow_id, ready=False) as ws:
+        with self._open(run_id, ready=False) as ws:
             yield ws
 
 

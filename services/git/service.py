@@ -85,7 +85,7 @@ class GitService:
         self.locks = RepositoryLocks(self.engine.store.lock_path, max_workers=max_workers)
         self.micro = TypedService(nc, name="git", description="branches, worktrees, checkpoints and diffs")
         engine = self.engine
-        by_workflow = self._by_workflow
+        by_run, by_workflow = self._by_run, self._by_workflow
         self._add("register_repository", RegisterRepository, self._register)
         self._add("list_worktrees", ListWorktrees, self._list_worktrees)
         # Records only, read without the repository lock (they are replaced atomically): the tools service
@@ -93,14 +93,14 @@ class GitService:
         self._add("worktree_record", GetWorktreeRecord,
                   lambda q: asyncio.to_thread(engine.worktree_record, q))
         self._add("create_workflow_branch", CreateWorkflowBranch, self._create_workflow_branch)
-        self._add("get_workflow_branch", GetWorkflowBranch, by_workflow(engine.view))
-        self._add("start_pulse", StartPulse, by_workflow(engine.start_pulse))
-        self._add("checkpoint_pulse", CheckpointPulse, by_workflow(engine.checkpoint_pulse))
-        self._add("recovery_checkpoint", RecoveryCheckpoint, by_workflow(engine.recovery_checkpoint))
-        self._add("modified_tracked_files", ModifiedTrackedFiles, by_workflow(engine.modified_tracked_files))
-        self._add("remove_worktree", RemoveWorktree, by_workflow(engine.remove_worktree))
-        self._add("workflow_diff", WorkflowDiff, by_workflow(lambda q: artifacts.workflow_diff(engine, q)))
-        self._add("pulse_diff", PulseDiff, by_workflow(lambda q: artifacts.pulse_diff(engine, q)))
+        self._add("get_workflow_branch", GetWorkflowBranch, by_run(engine.view))
+        self._add("start_pulse", StartPulse, by_run(engine.start_pulse))
+        self._add("checkpoint_pulse", CheckpointPulse, by_run(engine.checkpoint_pulse))
+        self._add("recovery_checkpoint", RecoveryCheckpoint, by_run(engine.recovery_checkpoint))
+        self._add("modified_tracked_files", ModifiedTrackedFiles, by_run(engine.modified_tracked_files))
+        self._add("remove_worktree", RemoveWorktree, by_run(engine.remove_worktree))
+        self._add("workflow_diff", WorkflowDiff, by_run(lambda q: artifacts.workflow_diff(engine, q)))
+        self._add("pulse_diff", PulseDiff, by_run(lambda q: artifacts.pulse_diff(engine, q)))
         self._add("get_diff_artifact", GetDiffArtifact, self._get_diff_artifact)
         # The swarm's verbs (contracts.bead_git); merges are serialised by the repository lock.
         self._add("open_worker", OpenWorker, by_workflow(engine.open_worker))
@@ -114,7 +114,18 @@ class GitService:
     def _add(self, verb: str, request_type: type[Any], handler: Callable[[Any], Awaitable[Any]]) -> None:
         self.micro.endpoint(verb, request_type, handler)
 
+    def _by_run(self, operation: Callable[[Any], T]) -> Callable[[Any], Awaitable[T]]:
+        """A request of ``contracts.git``, serialised on the repository of the run (workflow or loop session) it
+        names in ``run_id``."""
+        async def handle(request: Any) -> T:
+            repository_id = self.engine.repository_of(request.run_id)
+            return await self.locks.run(repository_id, lambda: operation(request))
+
+        return handle
+
     def _by_workflow(self, operation: Callable[[Any], T]) -> Callable[[Any], Awaitable[T]]:
+        """A request of ``contracts.bead_git`` (swarms are a workflow's only), serialised on its workflow's
+        repository."""
         async def handle(request: Any) -> T:
             repository_id = self.engine.repository_of(request.workflow_id)
             return await self.locks.run(repository_id, lambda: operation(request))

@@ -184,14 +184,14 @@ def with_stop_links(intents: list[Intent], event: LoopBlocked, *, settings: Noti
         if target.kind == "sms" or (target.kind != "telegram" and base is None):
             changed.append(intent)
             continue
-        token, made = mint(key, workflow_id=event.workflow_id, stage="blocked", card_version=event.iteration_number,
+        token, made = mint(key, workflow_id=event.session_id, stage="blocked", card_version=event.iteration_number,
                            action="stop", channel=target.kind, ttl=settings.notify_link_ttl, now=clock)
         url = f"{base}/act/{token}" if base else None
         body = dict(intent.body)
         if target.kind == "telegram":
             body["reply_markup"] = {"inline_keyboard": [[{"text": "⏹️ Stop the session",
                                                           "callback_data": f"{CALLBACK_PREFIX}{made.nonce}"}]]}
-            links.append(LinkRow(nonce=made.nonce, delivery_id=intent.delivery_id, workflow_id=event.workflow_id,
+            links.append(LinkRow(nonce=made.nonce, delivery_id=intent.delivery_id, workflow_id=event.session_id,
                                  token=token, chat_id=target.chat_id))
         elif target.kind == "slack":
             button = {"type": "button", "action_id": "stop", "style": "danger", "url": url,

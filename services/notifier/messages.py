@@ -107,7 +107,7 @@ def intents_for(event: LoopEvent, *, event_key: str, default_webhooks: tuple[str
             continue
         seen.add(key)
         intents.append(Intent(
-            delivery_id=delivery_id(event_key, target), session_id=event.workflow_id, event=str(event_type),
+            delivery_id=delivery_id(event_key, target), session_id=event.session_id, event=str(event_type),
             target=target, text=text, body=_body(event, target, text, str(event_type), occurred_at),
             occurred_at=occurred_at))
     return intents
@@ -134,7 +134,7 @@ def _body(event: LoopEvent, target: NotifyTarget, text: str, event_type: str, oc
     if isinstance(event, LoopCompleted):
         iteration = event.iterations
     return {
-        "session_id": event.workflow_id,
+        "session_id": event.session_id,
         "event": event_type,
         "text": text,
         "iteration": iteration,

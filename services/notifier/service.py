@@ -26,9 +26,15 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from autarch.contracts import subjects
-from autarch.contracts.base import decoder_for
 from autarch.contracts.errors import ErrorCode
-from autarch.contracts.events import AnyEvent, LoopBlocked, LoopEvent, WorkflowApprovalNeeded, WorkflowHalted
+from autarch.contracts.events import (
+    AnyEvent,
+    LoopBlocked,
+    LoopEvent,
+    WorkflowApprovalNeeded,
+    WorkflowHalted,
+    decode_event,
+)
 from autarch.contracts.notifications import DeliveryList, ListDeliveries
 from autarch.contracts.workflows import GetWorkflow, WorkflowView
 from autarch.runtime.action_links import key_of
@@ -107,7 +113,7 @@ class NotifierService:
         self._telegram_task: asyncio.Task[None] | None = None
         self._queues: dict[str, asyncio.Queue[Pending]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
-        self._decode: Callable[[bytes], AnyEvent] = decoder_for(AnyEvent).decode
+        self._decode: Callable[[bytes], AnyEvent] = decode_event  # any shape the stream holds
 
     async def start(self) -> None:
         """Resume the pending deliveries, serve the record, and follow the loop events."""

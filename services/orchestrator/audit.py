@@ -57,7 +57,7 @@ async def verify_orchestrator(app: WorkflowApplication, nc: Any | None, aggregat
     verify_store(app, report, ids)
     if nc is not None:
         # A workflow's (and its epic's and mailbox's) or a loop session's events share one workflow token.
-        subject = subjects.workflow_events(str(uuid.UUID(aggregate_id))) if aggregate_id else subjects.EVENTS_ALL
+        subject = subjects.run_events(str(uuid.UUID(aggregate_id))) if aggregate_id else subjects.EVENTS_ALL
         if messages is None or aggregate_id is not None:
             messages = await read_stream(nc, subjects.EVENTS_STREAM, subject)
         verify_stream(app, WireEvents(app), messages, report, position=relay_position(app), ids=ids)

@@ -101,7 +101,7 @@ async def take_note(ctx: ToolContext, args: TakeNoteArgs) -> Any:
 async def search_history(ctx: ToolContext, args: SearchHistoryArgs) -> Any:
     if not ctx.call.workflow_id:
         return {"error": "History search is only available in loop sessions"}
-    query = fx.SearchHistory(workflow_id=ctx.call.workflow_id, query=args.query, limit=args.limit)
+    query = fx.SearchHistory(session_id=ctx.call.workflow_id, query=args.query, limit=args.limit)
     try:
         hits = await ctx.forwarder.send("orchestrator", fx.SEARCH_HISTORY_VERB, query, fx.HistoryHits)
     except RemoteError as exc:
@@ -257,7 +257,7 @@ def gate_diff(ctx: ToolContext, diff: str) -> str:
 
 async def _fetch_diff(ctx: ToolContext, workflow_id: str) -> str:
     ref = await ctx.forwarder.send(
-        "git", "workflow_diff", git.WorkflowDiff(workflow_id=workflow_id), git.DiffArtifactRef
+        "git", "workflow_diff", git.WorkflowDiff(run_id=workflow_id), git.DiffArtifactRef
     )
     pages: list[str] = []
     offset: int | None = 0

@@ -151,7 +151,7 @@ async def test_session_and_turn_events_reach_the_stream_in_order(nc, runner, rep
     accepted = await start_session(nc, role="research", script="read-and-submit", root=repo, workflow_id=workflow_id)
     await wait_turn(nc, accepted.session_id, accepted.turn_id)
     sub = await nc.jetstream().subscribe(
-        subjects.workflow_events(workflow_id),
+        subjects.run_events(workflow_id),
         ordered_consumer=True,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
     )

@@ -42,7 +42,7 @@ def _tampering(report: AuditReport) -> list[tuple[str, str, int | None]]:
 
 
 async def _messages(nc, workflow: str):
-    return await read_stream(nc, subjects.EVENTS_STREAM, subjects.workflow_events(workflow))
+    return await read_stream(nc, subjects.EVENTS_STREAM, subjects.run_events(workflow))
 
 
 async def test_a_published_clean_log_verifies_against_the_stream(published, nc):

@@ -102,7 +102,7 @@ def main() -> None:
         engine = GitEngine(data_dir=tmp_path / "data")
         registered = engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
         view = engine.create_workflow_branch(
-            CreateWorkflowBranch(workflow_id="bench", repository_id=registered.repository_id, branch="bench-autarch")
+            CreateWorkflowBranch(run_id="bench", repository_id=registered.repository_id, branch="bench-autarch")
         )
         ours_worktree = Path(view.worktree_path)
         git_worktree = tmp_path / "git-worktree"
@@ -116,11 +116,11 @@ def main() -> None:
         for round_no in range(args.rounds + 1):  # round 0 warms caches and is not counted
             changed = rng.sample(paths, args.changed)
 
-            engine.start_pulse(StartPulse(workflow_id="bench", pulse_id=f"p{round_no}"))
+            engine.start_pulse(StartPulse(run_id="bench", pulse_id=f"p{round_no}"))
             edit(ours_worktree, changed, round_no)
             started, started_cpu = time.perf_counter(), time.process_time()
             engine.checkpoint_pulse(
-                CheckpointPulse(workflow_id="bench", pulse_id=f"p{round_no}", summary=f"feat: round {round_no}")
+                CheckpointPulse(run_id="bench", pulse_id=f"p{round_no}", summary=f"feat: round {round_no}")
             )
             elapsed_ours = time.perf_counter() - started
             cpu_ours = time.process_time() - started_cpu

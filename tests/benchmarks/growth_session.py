@@ -86,7 +86,7 @@ async def run_session(nats_url: str, root: Path, turns: int, pids: dict[str, int
         if subjects.event_type_from_subject(msg.subject) == "turn:completed":
             ended.put_nowait(json.loads(msg.data))
 
-    sub = await nc.subscribe(subjects.workflow_events(workflow_id), cb=on_event)
+    sub = await nc.subscribe(subjects.run_events(workflow_id), cb=on_event)
     times: list[float] = []
     outcomes: list[str] = []
     samples: list[tuple[int, dict[str, float]]] = []

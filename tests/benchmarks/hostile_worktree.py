@@ -54,9 +54,9 @@ def _run(kind: str, files: int, sparse_gib: int) -> dict[str, object]:
         engine = GitEngine(data_dir=Path(tmp) / "data")
         registered = engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
         engine.create_workflow_branch(
-            CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/b")
+            CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch="autarch/b")
         )
-        wt = Path(engine.start_pulse(StartPulse(workflow_id="wf1", pulse_id="p1")).worktree_path)
+        wt = Path(engine.start_pulse(StartPulse(run_id="wf1", pulse_id="p1")).worktree_path)
         if kind == "files":
             for i in range(files):
                 directory = wt / f"d{i // 1000:03}"
@@ -72,7 +72,7 @@ def _run(kind: str, files: int, sparse_gib: int) -> dict[str, object]:
         started = time.perf_counter()
         outcome = "committed"
         try:
-            engine.checkpoint_pulse(CheckpointPulse(workflow_id="wf1", pulse_id="p1", summary="feat(b): bench"))
+            engine.checkpoint_pulse(CheckpointPulse(run_id="wf1", pulse_id="p1", summary="feat(b): bench"))
         except ServiceFailure as exc:
             outcome = exc.code
         seconds = time.perf_counter() - started

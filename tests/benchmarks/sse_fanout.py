@@ -400,7 +400,7 @@ async def recorded_events(nats_url: str, workflow_id: str) -> list[tuple[int, fl
     try:
         js = nc.jetstream()
         # A pull consumer: its pending count is what the stream holds (a push one has sent it away already).
-        sub = await js.pull_subscribe(subjects.workflow_events(workflow_id), stream=subjects.EVENTS_STREAM,
+        sub = await js.pull_subscribe(subjects.run_events(workflow_id), stream=subjects.EVENTS_STREAM,
                                       config=ConsumerConfig(ack_policy=AckPolicy.NONE, inactive_threshold=30))
         pending = (await sub.consumer_info()).num_pending
         found: list[tuple[int, float, float]] = []

@@ -27,6 +27,7 @@ WF = "99f31dc9-0000-4000-8000-000000000001"
 SID = "5e55105e-0000-4000-8000-000000000002"
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 COMMON: dict[str, Any] = {"workflow_id": WF, "occurred_at": AT}
+LOOP: dict[str, Any] = {"session_id": WF, "occurred_at": AT}
 TURN: dict[str, Any] = {**COMMON, "session_id": SID, "turn_id": "t-1"}
 
 SCOPE = {"title": "JWT", "description": "d", "in_scope": ["a", "b"], "out_of_scope": ["c"],
@@ -115,27 +116,27 @@ SAMPLES: dict[str, tuple[ev.Event, list[str]]] = {
                                         cost_usd=0.0123, tool_calls=3),
                        ["[session 5e55105e] turn done (block submit_research): 1,500 in / 200 out tokens, "
                         "$0.0123, 3 tool calls"]),
-    "loop:started": (ev.LoopStarted(**COMMON, project_name="shop", project_path="/r", goal="Add auth",
+    "loop:started": (ev.LoopStarted(**LOOP, project_name="shop", project_path="/r", goal="Add auth",
                                     max_iterations=10, branch_name="autarch/loop-99f31dc9", created_by="cli",
                                     context_strategy="prefetch"),
                      ["loop started on /r (branch autarch/loop-99f31dc9, at most 10 iterations): Add auth"]),
-    "loop:iteration_started": (ev.LoopIterationStarted(**COMMON, iteration_number=3, max_iterations=10,
+    "loop:iteration_started": (ev.LoopIterationStarted(**LOOP, iteration_number=3, max_iterations=10,
                                                        agent_session_id=SID, anchor_strategy="chained"),
                                ["iteration 3/10 started (anchor: chained)"]),
-    "loop:iteration_completed": (ev.LoopIterationCompleted(**COMMON, iteration_number=3, max_iterations=10,
+    "loop:iteration_completed": (ev.LoopIterationCompleted(**LOOP, iteration_number=3, max_iterations=10,
                                                            status="complete", signal="CONTINUE",
                                                            signal_source="explicit",
                                                            output_summary="Built login component",
                                                            commit_hash="a1b2c3d4e5f6"),
                                  ["iteration 3/10 CONTINUE · a1b2c3d4 · Built login component"]),
-    "loop:paused": (ev.LoopPaused(**COMMON, iteration_number=2), ["loop paused after iteration 2"]),
-    "loop:resumed": (ev.LoopResumed(**COMMON, message="key is set"), ["loop resumed: key is set"]),
-    "loop:blocked": (ev.LoopBlocked(**COMMON, reason="Need API key for Stripe integration", iteration_number=4),
+    "loop:paused": (ev.LoopPaused(**LOOP, iteration_number=2), ["loop paused after iteration 2"]),
+    "loop:resumed": (ev.LoopResumed(**LOOP, message="key is set"), ["loop resumed: key is set"]),
+    "loop:blocked": (ev.LoopBlocked(**LOOP, reason="Need API key for Stripe integration", iteration_number=4),
                      ["loop BLOCKED: Need API key for Stripe integration"]),
-    "loop:completed": (ev.LoopCompleted(**COMMON, reason="the agent signalled COMPLETE", iterations=5, commits=3),
+    "loop:completed": (ev.LoopCompleted(**LOOP, reason="the agent signalled COMPLETE", iterations=5, commits=3),
                        ["loop complete (5 iterations, 3 commits): the agent signalled COMPLETE"]),
-    "loop:failed": (ev.LoopFailed(**COMMON, reason="no branch"), ["loop FAILED: no branch"]),
-    "loop:aborted": (ev.LoopAborted(**COMMON, reason="changed my mind", iteration_number=2),
+    "loop:failed": (ev.LoopFailed(**LOOP, reason="no branch"), ["loop FAILED: no branch"]),
+    "loop:aborted": (ev.LoopAborted(**LOOP, reason="changed my mind", iteration_number=2),
                      ["loop aborted: changed my mind"]),
 }
 

@@ -96,14 +96,14 @@ async def test_fifty_clients_share_one_consumer_and_each_gets_every_event_once_i
     wf = new_id()
     async with gateway.client() as http, following(http, {"workflow": wf, "deltas": "false"}, 50) as followers:
         # One reading of the stream for all fifty (each used to have its own consumer).
-        assert len(await consumers_following(nc, subjects.workflow_events(wf))) == 1
+        assert len(await consumers_following(nc, subjects.run_events(wf))) == 1
         sequences = [await record(nc, wf, f"note {n}") for n in range(20)]
         for follower in followers:
             await follower.has(sequences[-1])
         assert all(f.ids == sequences for f in followers)
     # The feed ends with its last client: its consumer goes.
     deadline = time.monotonic() + 10
-    while await consumers_following(nc, subjects.workflow_events(wf)):
+    while await consumers_following(nc, subjects.run_events(wf)):
         assert time.monotonic() < deadline, "the shared consumer outlived its clients"
         await asyncio.sleep(0.05)
 

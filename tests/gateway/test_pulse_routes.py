@@ -327,7 +327,7 @@ async def test_a_sessions_events_come_on_api_events_for_its_id(gateway: Gateway,
 
     async def record(session_id: str, n: int) -> None:
         event = LoopIterationCompleted(
-            workflow_id=session_id, occurred_at=datetime.now(UTC), iteration_number=n, max_iterations=3,
+            session_id=session_id, occurred_at=datetime.now(UTC), iteration_number=n, max_iterations=3,
             status="complete", signal="CONTINUE", signal_source="explicit", output_summary=f"step {n}",
             commit_hash="a1b2c3d4e5")
         subject = subjects.event(session_id, "loop", session_id, "iteration_completed")
@@ -347,8 +347,25 @@ async def test_a_sessions_events_come_on_api_events_for_its_id(gateway: Gateway,
     for events in (seen, replayed):
         [done] = [e for e in events if e.event == "loop:iteration_completed"]
         data = msgspec.json.decode(done.data)
-        assert data["workflow_id"] == sid and data["iteration_number"] == 2 and data["signal"] == "CONTINUE"
+        assert data["session_id"] == sid and data["iteration_number"] == 2 and data["signal"] == "CONTINUE"
         assert done.fields["id"].isdigit()
+
+
+async def test_a_loop_event_recorded_before_session_id_is_sent_in_todays_shape(gateway: Gateway, nc: Client):
+    """A loop event on the stream from before issue 33 (version 1: the session id in ``workflow_id``) reaches a client
+    replaying the session as version 2, the id in ``session_id``."""
+    sid = str(uuid.uuid4())
+    old = {"type": "loop:paused", "workflow_id": sid, "occurred_at": "2026-11-25T05:30:00Z", "schema_version": 1,
+           "iteration_number": 2}
+    await nc.jetstream().publish(subjects.event(sid, "loop", sid, "paused"), msgspec.json.encode(old),
+                                 stream=subjects.EVENTS_STREAM)
+    async with gateway.client() as http:
+        replayed = await asyncio.wait_for(collect(
+            http, {"workflow": sid, "since": "0", "deltas": "false"}, _nothing,
+            until=lambda s: any(e.event == "loop:paused" for e in s)), 15)
+    [paused] = [e for e in replayed if e.event == "loop:paused"]
+    assert msgspec.json.decode(paused.data) == {"type": "loop:paused", "session_id": sid, "schema_version": 2,
+                                                "occurred_at": "2026-11-25T05:30:00Z", "iteration_number": 2}
 
 
 async def _nothing() -> None:

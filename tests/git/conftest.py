@@ -48,7 +48,7 @@ class GitClient:
         registered = await self.register(repo)
         return await self.call(
             "create_workflow_branch",
-            CreateWorkflowBranch(workflow_id=workflow_id, repository_id=registered.repository_id, branch=branch),
+            CreateWorkflowBranch(run_id=workflow_id, repository_id=registered.repository_id, branch=branch),
             WorkflowBranchView,
         )
 

@@ -66,7 +66,7 @@ async def test_missing_base_branch(client, user_repo: Path, git_data_dir: Path):
         GitErrorCode.BASE_BRANCH_MISSING,
         "create_workflow_branch",
         CreateWorkflowBranch(
-            workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/x", base_branch="develop"
+            run_id="wf1", repository_id=registered.repository_id, branch="autarch/x", base_branch="develop"
         ),
     )
     assert repo_state(user_repo) == before
@@ -83,7 +83,7 @@ async def test_illegal_branch_name(client, user_repo: Path, name: str):
         client,
         GitErrorCode.INVALID_BRANCH_NAME,
         "create_workflow_branch",
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch=name),
+        CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch=name),
     )
     assert error.reply.details["branch"] == name
     assert repo_state(user_repo) == before
@@ -97,7 +97,7 @@ async def test_existing_branch_is_never_overwritten(client, user_repo: Path, nam
         client,
         GitErrorCode.BRANCH_EXISTS,
         "create_workflow_branch",
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch=name),
+        CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch=name),
     )
     assert error.reply.details["existing"] in ("refs/heads/main", "refs/heads/feature")
     assert repo_state(user_repo) == before
@@ -110,14 +110,14 @@ async def test_a_second_workflow_cannot_take_a_workflow_branch(client, user_repo
         client,
         GitErrorCode.BRANCH_EXISTS,
         "create_workflow_branch",
-        CreateWorkflowBranch(workflow_id="wf2", repository_id=view.repository_id, branch="autarch/wf-1"),
+        CreateWorkflowBranch(run_id="wf2", repository_id=view.repository_id, branch="autarch/wf-1"),
     )
     # The same workflow asking for another branch is a conflict, asking again for its own is fine.
     await expect_error(
         client,
         ErrorCode.CONFLICT,
         "create_workflow_branch",
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=view.repository_id, branch="autarch/other"),
+        CreateWorkflowBranch(run_id="wf1", repository_id=view.repository_id, branch="autarch/other"),
     )
     assert await client.workflow(user_repo) == view
     assert repo_state(user_repo) == before
@@ -130,24 +130,24 @@ async def test_dirty_worktree_where_a_clean_one_is_required(client, user_repo: P
     before = repo_state(user_repo)
     worktree_status = git(worktree, "status", "--porcelain")
     error = await expect_error(
-        client, GitErrorCode.DIRTY_WORKTREE, "start_pulse", StartPulse(workflow_id="wf1", pulse_id="p1"), PulseStarted
+        client, GitErrorCode.DIRTY_WORKTREE, "start_pulse", StartPulse(run_id="wf1", pulse_id="p1"), PulseStarted
     )
     assert error.reply.details["files"] == ["src/app.py"]
     await expect_error(
-        client, GitErrorCode.DIRTY_WORKTREE, "remove_worktree", RemoveWorktree(workflow_id="wf1"), WorktreeRemoved
+        client, GitErrorCode.DIRTY_WORKTREE, "remove_worktree", RemoveWorktree(run_id="wf1"), WorktreeRemoved
     )
     assert repo_state(user_repo) == before
     assert git(worktree, "status", "--porcelain") == worktree_status
     assert (worktree / "src/app.py").read_text() == "preflight touched this\n"
     assert git(worktree, "symbolic-ref", "HEAD") == "refs/heads/autarch/wf-1"
-    report = await client.call("modified_tracked_files", ModifiedTrackedFiles(workflow_id="wf1"), TrackedChanges)
+    report = await client.call("modified_tracked_files", ModifiedTrackedFiles(run_id="wf1"), TrackedChanges)
     assert not report.clean
 
 
 async def test_non_fast_forward_checkpoint(client, user_repo: Path):
     view = await client.workflow(user_repo)
     worktree = Path(view.worktree_path)
-    await client.call("start_pulse", StartPulse(workflow_id="wf1", pulse_id="p1"), PulseStarted)
+    await client.call("start_pulse", StartPulse(run_id="wf1", pulse_id="p1"), PulseStarted)
     (worktree / "src/app.py").write_text("the pulse's work\n")
     # The workflow branch moves under the running pulse to a commit that is not its base.
     tree = git(user_repo, "rev-parse", "main^{tree}")
@@ -159,7 +159,7 @@ async def test_non_fast_forward_checkpoint(client, user_repo: Path):
         client,
         GitErrorCode.NOT_FAST_FORWARD,
         "checkpoint_pulse",
-        CheckpointPulse(workflow_id="wf1", pulse_id="p1", summary="feat: lost race"),
+        CheckpointPulse(run_id="wf1", pulse_id="p1", summary="feat: lost race"),
         PulseCheckpointed,
     )
     assert error.reply.details == {"workflow_head": elsewhere, "pulse_base": view.base_commit}
@@ -170,33 +170,33 @@ async def test_non_fast_forward_checkpoint(client, user_repo: Path):
 
 async def test_pulse_sequencing_errors(client, user_repo: Path):
     await client.workflow(user_repo)
-    await client.call("start_pulse", StartPulse(workflow_id="wf1", pulse_id="p1"), PulseStarted)
+    await client.call("start_pulse", StartPulse(run_id="wf1", pulse_id="p1"), PulseStarted)
     before = repo_state(user_repo)
     await expect_error(
-        client, GitErrorCode.PULSE_IN_PROGRESS, "start_pulse", StartPulse(workflow_id="wf1", pulse_id="p2"),
+        client, GitErrorCode.PULSE_IN_PROGRESS, "start_pulse", StartPulse(run_id="wf1", pulse_id="p2"),
         PulseStarted,
     )  # fmt: skip
     await expect_error(
         client,
         GitErrorCode.NO_ACTIVE_PULSE,
         "checkpoint_pulse",
-        CheckpointPulse(workflow_id="wf1", pulse_id="p2", summary="feat: not running"),
+        CheckpointPulse(run_id="wf1", pulse_id="p2", summary="feat: not running"),
         PulseCheckpointed,
     )
     await expect_error(
-        client, GitErrorCode.PULSE_IN_PROGRESS, "remove_worktree", RemoveWorktree(workflow_id="wf1"), WorktreeRemoved
+        client, GitErrorCode.PULSE_IN_PROGRESS, "remove_worktree", RemoveWorktree(run_id="wf1"), WorktreeRemoved
     )
     await expect_error(
-        client, ErrorCode.NOT_FOUND, "start_pulse", StartPulse(workflow_id="nope", pulse_id="p1"), PulseStarted
+        client, ErrorCode.NOT_FOUND, "start_pulse", StartPulse(run_id="nope", pulse_id="p1"), PulseStarted
     )
     assert repo_state(user_repo) == before
     await client.call(
-        "checkpoint_pulse", CheckpointPulse(workflow_id="wf1", pulse_id="p1", summary="feat: one"), PulseCheckpointed
+        "checkpoint_pulse", CheckpointPulse(run_id="wf1", pulse_id="p1", summary="feat: one"), PulseCheckpointed
     )
     after = repo_state(user_repo)
     # An ended pulse's id cannot be started again.
     await expect_error(
-        client, GitErrorCode.PULSE_IN_PROGRESS, "start_pulse", StartPulse(workflow_id="wf1", pulse_id="p1"),
+        client, GitErrorCode.PULSE_IN_PROGRESS, "start_pulse", StartPulse(run_id="wf1", pulse_id="p1"),
         PulseStarted,
     )  # fmt: skip
     assert repo_state(user_repo) == after
@@ -205,16 +205,16 @@ async def test_pulse_sequencing_errors(client, user_repo: Path):
 @pytest.mark.parametrize(
     "payload",
     [
-        b'{"workflow_id": "wf1", "pulse_id": "p1", "summary": "no conventional type"}',
-        b'{"workflow_id": "wf1", "pulse_id": "p1", "summary": "feat: two\\nlines"}',
-        b'{"workflow_id": "wf1", "pulse_id": "p1", "summary": "feat: x", "co_author": "no email"}',
-        b'{"workflow_id": "../escape", "pulse_id": "p1", "summary": "feat: x"}',
-        b'{"workflow_id": "wf1", "pulse_id": "a b", "summary": "feat: x"}',
+        b'{"run_id": "wf1", "pulse_id": "p1", "summary": "no conventional type"}',
+        b'{"run_id": "wf1", "pulse_id": "p1", "summary": "feat: two\\nlines"}',
+        b'{"run_id": "wf1", "pulse_id": "p1", "summary": "feat: x", "co_author": "no email"}',
+        b'{"run_id": "../escape", "pulse_id": "p1", "summary": "feat: x"}',
+        b'{"run_id": "wf1", "pulse_id": "a b", "summary": "feat: x"}',
     ],
 )
 async def test_malformed_commands_are_bad_requests(nc, client, user_repo: Path, payload: bytes):
     await client.workflow(user_repo)
-    await client.call("start_pulse", StartPulse(workflow_id="wf1", pulse_id="p1"), PulseStarted)
+    await client.call("start_pulse", StartPulse(run_id="wf1", pulse_id="p1"), PulseStarted)
     before = repo_state(user_repo)
     msg = await nc.request("autarch.svc.git.checkpoint_pulse", payload, timeout=5)
     assert msg.headers["Autarch-Error"] == ErrorCode.BAD_REQUEST

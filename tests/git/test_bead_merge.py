@@ -65,7 +65,7 @@ def engine(repo: Path, data: Path) -> GitEngine:
     engine = new_engine(data)
     registered = engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
     engine.create_workflow_branch(
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch=BRANCH)
+        CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch=BRANCH)
     )
     return engine
 
@@ -93,7 +93,7 @@ def tip(repo: Path) -> str:
 
 
 def workflow_worktree(engine: GitEngine) -> Path:
-    return Path(engine.view(GetWorkflowBranch(workflow_id="wf1")).worktree_path)
+    return Path(engine.view(GetWorkflowBranch(run_id="wf1")).worktree_path)
 
 
 def test_open_worker_makes_a_worktree_on_its_own_branch(engine: GitEngine, repo: Path):
@@ -113,7 +113,7 @@ def test_open_worker_makes_a_worktree_on_its_own_branch(engine: GitEngine, repo:
     # Worker worktrees are not workflows: list_worktrees does not report them.
     registered = engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
     listed = engine.list_worktrees(ListWorktrees(repository_id=registered.repository_id))
-    assert isinstance(listed, WorktreeList) and [w.workflow_id for w in listed.items] == ["wf1"]
+    assert isinstance(listed, WorktreeList) and [w.run_id for w in listed.items] == ["wf1"]
     assert str(worktree) in git(repo, "worktree", "list", "--porcelain")
 
 
@@ -374,7 +374,7 @@ def test_remove_worktree_removes_the_workers(engine: GitEngine, repo: Path):
     begin(engine, "w1", "b1")
     (w1 / "a.txt").write_text("unmerged\n")
     commit(engine, "w1", "b1", "a")
-    removed = engine.remove_worktree(RemoveWorktree(workflow_id="wf1"))
+    removed = engine.remove_worktree(RemoveWorktree(run_id="wf1"))
     assert isinstance(removed, WorktreeRemoved) and removed.removed
     assert sorted(removed.deleted_branches) == [f"{BRANCH}.w-w1", f"{BRANCH}.w-w2"]
     assert not w1.exists() and not w2.exists() and not w1.parent.exists()

@@ -89,9 +89,9 @@ def setup(tmp_path: Path):
     engine = GitEngine(data_dir=data_dir)
     registered = engine.register_repository(RegisterRepository(path=str(repo)))
     view = engine.create_workflow_branch(
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
+        CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
     )
-    engine.start_pulse(StartPulse(workflow_id="wf1", pulse_id="p1"))
+    engine.start_pulse(StartPulse(run_id="wf1", pulse_id="p1"))
     worktree = Path(view.worktree_path)
     (worktree / "src/app.py").write_text("def main():\n    return 42\n")
     (worktree / "src/added.py").write_text("ADDED = 1\n")
@@ -120,7 +120,7 @@ async def test_checkpoint_killed_after_each_step_converges(nc, nats_server, setu
     repo, data_dir, view, worktree = setup
     user_status = git(repo, "status", "--porcelain")
     log = tmp_path / "service.log"
-    checkpoint = CheckpointPulse(workflow_id="wf1", pulse_id="p1", summary="feat(app): answer 42")
+    checkpoint = CheckpointPulse(run_id="wf1", pulse_id="p1", summary="feat(app): answer 42")
 
     crashing = ServiceProcess(nats_url=nats_server.url, data_dir=data_dir, log=log, crash_after=step)
     await crash_during(nc, crashing, "checkpoint_pulse", checkpoint, PulseCheckpointed)
@@ -132,7 +132,7 @@ async def test_checkpoint_killed_after_each_step_converges(nc, nats_server, setu
     restarted = ServiceProcess(nats_url=nats_server.url, data_dir=data_dir, log=log)
     try:
         # The restarted service finishes the journaled checkpoint before it serves anything.
-        state = await call(nc, "get_workflow_branch", GetWorkflowBranch(workflow_id="wf1"), WorkflowBranchView)
+        state = await call(nc, "get_workflow_branch", GetWorkflowBranch(run_id="wf1"), WorkflowBranchView)
         assert state.active_pulse is None and state.pulses[0].state == "succeeded"
         assert_converged(repo, worktree, view.base_commit, state.head)
         result = await call(nc, "checkpoint_pulse", checkpoint, PulseCheckpointed)
@@ -149,7 +149,7 @@ async def test_checkpoint_killed_after_each_step_converges(nc, nats_server, setu
 @pytest.mark.parametrize("step", ["commit", "pulse_branch", "head", "reset"])
 async def test_recovery_checkpoint_killed_after_each_step_converges(nc, nats_server, setup, tmp_path: Path, step):
     repo, data_dir, view, worktree = setup
-    recovery = RecoveryCheckpoint(workflow_id="wf1", pulse_id="p1", status="failed", reason="killed")
+    recovery = RecoveryCheckpoint(run_id="wf1", pulse_id="p1", status="failed", reason="killed")
     crashing = ServiceProcess(nats_url=nats_server.url, data_dir=data_dir, log=tmp_path / "s.log", crash_after=step)
     await crash_during(nc, crashing, "recovery_checkpoint", recovery, RecoveryCheckpointed)
     restarted = ServiceProcess(nats_url=nats_server.url, data_dir=data_dir, log=tmp_path / "s.log")
@@ -174,7 +174,7 @@ async def test_create_workflow_branch_killed_after_each_step_is_retried_cleanly(
     repo = make_user_repo(tmp_path / "project")
     data_dir = tmp_path / "data"
     repository_id = GitEngine(data_dir=data_dir).register_repository(RegisterRepository(path=str(repo))).repository_id
-    create = CreateWorkflowBranch(workflow_id="wf1", repository_id=repository_id, branch="autarch/wf-1")
+    create = CreateWorkflowBranch(run_id="wf1", repository_id=repository_id, branch="autarch/wf-1")
     crashing = ServiceProcess(nats_url=nats_server.url, data_dir=data_dir, log=tmp_path / "s.log", crash_after=step)
     await crash_during(nc, crashing, "create_workflow_branch", create, WorkflowBranchView)
     restarted = ServiceProcess(nats_url=nats_server.url, data_dir=data_dir, log=tmp_path / "s.log")
@@ -201,7 +201,7 @@ def test_lock_files_a_killed_writer_left_do_not_block_the_next_operations(tmp_pa
     engine = GitEngine(data_dir=tmp_path / "data")
     registered = engine.register_repository(RegisterRepository(path=str(repo)))
     view = engine.create_workflow_branch(
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
+        CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
     )
     heads = repo / ".git" / "refs" / "heads" / "autarch"
     admin = Path(git(Path(view.worktree_path), "rev-parse", "--absolute-git-dir"))
@@ -213,17 +213,17 @@ def test_lock_files_a_killed_writer_left_do_not_block_the_next_operations(tmp_pa
     with monkeypatch.context() as patch:
         patch.setattr("autarch.services.git.engine.create_branch", killed_while_creating)
         with pytest.raises(Killed):
-            engine.start_pulse(StartPulse(workflow_id="wf1", pulse_id="p1"))
+            engine.start_pulse(StartPulse(run_id="wf1", pulse_id="p1"))
     (admin / "HEAD.lock").write_bytes(b"")
     restarted = GitEngine(data_dir=tmp_path / "data")
-    restarted.start_pulse(StartPulse(workflow_id="wf1", pulse_id="p1"))  # the retried request
+    restarted.start_pulse(StartPulse(run_id="wf1", pulse_id="p1"))  # the retried request
     assert git(Path(view.worktree_path), "symbolic-ref", "HEAD") == "refs/heads/autarch/wf-1.pulse-p1"
 
     (Path(view.worktree_path) / "src/app.py").write_text("def main():\n    return 42\n")
     (heads / "wf-1.lock").write_bytes(b"")  # killed while moving the workflow branch
     (heads / "wf-1.pulse-p1.lock").write_bytes(b"")
     (admin / "index.lock").write_bytes(b"")
-    done = restarted.checkpoint_pulse(CheckpointPulse(workflow_id="wf1", pulse_id="p1", summary="feat(app): answer 42"))
+    done = restarted.checkpoint_pulse(CheckpointPulse(run_id="wf1", pulse_id="p1", summary="feat(app): answer 42"))
     assert git(repo, "rev-parse", "autarch/wf-1") == done.commit
     assert not list(heads.glob("*.lock")) and not (admin / "index.lock").exists()
     fsck(repo)
@@ -237,7 +237,7 @@ def test_a_branch_creation_killed_while_it_held_the_ref_lock_is_finished_by_the_
     engine = GitEngine(data_dir=tmp_path / "data")
     registered = engine.register_repository(RegisterRepository(path=str(repo)))
     heads = repo / ".git" / "refs" / "heads" / "autarch"
-    command = CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
+    command = CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
 
     def killed_while_creating(repo_, ref, *args, **kwargs):  # the lock is taken, then the process dies
         heads.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ async def test_a_fork_branch_starts_at_the_given_commit_in_its_own_worktree(clie
     git(user_repo, "commit", "-q", "-m", "later")
     registered = await client.register(user_repo)
     view = await client.call("create_workflow_branch", CreateWorkflowBranch(
-        workflow_id="fork1", repository_id=registered.repository_id, branch="autarch/fork-1", start_commit=first,
+        run_id="fork1", repository_id=registered.repository_id, branch="autarch/fork-1", start_commit=first,
         base_commit=first), WorkflowBranchView)
     assert view.head == first and view.base_commit == first
     assert git(user_repo, "rev-parse", "autarch/fork-1").strip() == first
@@ -29,7 +29,7 @@ async def test_a_fork_branch_starts_at_the_given_commit_in_its_own_worktree(clie
     assert git(worktree, "status", "--porcelain") == ""
     # Asked again (a retried fork), the same branch is answered and nothing moves.
     again = await client.call("create_workflow_branch", CreateWorkflowBranch(
-        workflow_id="fork1", repository_id=registered.repository_id, branch="autarch/fork-1", start_commit=first,
+        run_id="fork1", repository_id=registered.repository_id, branch="autarch/fork-1", start_commit=first,
         base_commit=first), WorkflowBranchView)
     assert again == view
     fsck(user_repo)
@@ -40,7 +40,7 @@ async def test_a_commit_the_repository_does_not_hold_is_not_found_and_changes_no
     before = repo_state(user_repo)
     with pytest.raises(RemoteError) as caught:
         await client.call("create_workflow_branch", CreateWorkflowBranch(
-            workflow_id="fork2", repository_id=registered.repository_id, branch="autarch/fork-2",
+            run_id="fork2", repository_id=registered.repository_id, branch="autarch/fork-2",
             start_commit="0" * 40), WorkflowBranchView)
     assert caught.value.code == ErrorCode.NOT_FOUND and "0" * 40 in caught.value.message
     assert repo_state(user_repo) == before

@@ -203,20 +203,20 @@ CASES: dict[str, tuple[Hostile, set[bytes], set[bytes]]] = {
 
 async def _pulse(client, user_repo: Path, pulse_id: str = "p1") -> Path:
     await client.workflow(user_repo)
-    started = await client.call("start_pulse", StartPulse(workflow_id="wf1", pulse_id=pulse_id), PulseStarted)
+    started = await client.call("start_pulse", StartPulse(run_id="wf1", pulse_id=pulse_id), PulseStarted)
     return Path(started.worktree_path)
 
 
 async def _checkpoint(client, pulse_id: str = "p1") -> PulseCheckpointed:
     return await client.call(
         "checkpoint_pulse",
-        CheckpointPulse(workflow_id="wf1", pulse_id=pulse_id, summary="feat(x): hostile content"),
+        CheckpointPulse(run_id="wf1", pulse_id=pulse_id, summary="feat(x): hostile content"),
         PulseCheckpointed,
     )
 
 
 async def _diff(client, pulse_id: str = "p1") -> str:
-    ref = await client.call("pulse_diff", PulseDiff(workflow_id="wf1", pulse_id=pulse_id), DiffArtifactRef)
+    ref = await client.call("pulse_diff", PulseDiff(run_id="wf1", pulse_id=pulse_id), DiffArtifactRef)
     artifact = await client.call("get_diff_artifact", GetDiffArtifact(artifact_id=ref.artifact_id), DiffArtifact)
     return artifact.diff
 
@@ -255,7 +255,7 @@ async def test_a_hostile_worktree_checkpoints_correctly_and_runs_nothing(
     if case == "odd_names":
         assert '"a/new\\nline.txt"' in diff and '"a/bad-\\377\\376.txt"' in diff
     # The next pulse starts from the commit: the worktree is clean against it.
-    await client.call("start_pulse", StartPulse(workflow_id="wf1", pulse_id="p2"), PulseStarted)
+    await client.call("start_pulse", StartPulse(run_id="wf1", pulse_id="p2"), PulseStarted)
 
 
 # --- sizes, depth and counts ------------------------------------------------------------------------------
@@ -322,7 +322,7 @@ async def test_many_files_are_committed_and_deep_nesting_is_a_typed_error(client
     for _ in range(1500):
         deep += b"/d"
         os.mkdir(deep)
-    await client.call("remove_worktree", RemoveWorktree(workflow_id="wf1", force=True), WorktreeRemoved)
+    await client.call("remove_worktree", RemoveWorktree(run_id="wf1", force=True), WorktreeRemoved)
     assert not wt.exists()
     assert "/".join(["n"] * 400) + "/ok.txt" in checkpointed.paths
     fsck(user_repo)
@@ -358,7 +358,7 @@ async def test_the_reset_never_writes_through_a_link_where_a_directory_was(
     (wt / "src").symlink_to(outside, target_is_directory=True)
     (wt / ".gitignore").write_text("src\n")
     await client.call(
-        "recovery_checkpoint", RecoveryCheckpoint(workflow_id="wf1", pulse_id="p1", status="failed"),
+        "recovery_checkpoint", RecoveryCheckpoint(run_id="wf1", pulse_id="p1", status="failed"),
         RecoveryCheckpointed,
     )
     # The reset to the workflow head brings src/ back as a directory, and writes nothing outside.
@@ -375,7 +375,7 @@ def _engine_with_worker(tmp_path: Path, repo: Path):
     engine = GitEngine(data_dir=tmp_path / "engine-data")
     registered = engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
     engine.create_workflow_branch(
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
+        CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
     )
     wt = Path(engine.open_worker(OpenWorker(workflow_id="wf1", worker="w1")).worktree_path)
     engine.begin_bead(BeginBead(workflow_id="wf1", worker="w1", bead_id="b1", attempt=1))

@@ -22,11 +22,11 @@ async def test_a_held_repository_lock_blocks_only_that_repository(client, git_se
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         blocked = asyncio.create_task(
-            client.call("start_pulse", StartPulse(workflow_id="wfa", pulse_id="p1"), PulseStarted)
+            client.call("start_pulse", StartPulse(run_id="wfa", pulse_id="p1"), PulseStarted)
         )
-        await client.call("start_pulse", StartPulse(workflow_id="wfb", pulse_id="p1"), PulseStarted)
+        await client.call("start_pulse", StartPulse(run_id="wfb", pulse_id="p1"), PulseStarted)
         await client.call(
-            "checkpoint_pulse", CheckpointPulse(workflow_id="wfb", pulse_id="p1", summary="feat: b"), PulseCheckpointed
+            "checkpoint_pulse", CheckpointPulse(run_id="wfb", pulse_id="p1", summary="feat: b"), PulseCheckpointed
         )
         assert not blocked.done()  # B went ahead while A waited
         assert git(repo_a, "branch", "--list", "autarch/a.pulse-*") == ""
@@ -43,11 +43,11 @@ async def test_concurrent_requests_on_one_repository_do_not_interleave(client, t
     async def run_pulses(i: int) -> None:
         worktree = Path(views[i].worktree_path)
         for n in range(3):
-            await client.call("start_pulse", StartPulse(workflow_id=f"w{i}", pulse_id=f"p{n}"), PulseStarted)
+            await client.call("start_pulse", StartPulse(run_id=f"w{i}", pulse_id=f"p{n}"), PulseStarted)
             (worktree / f"file{n}.txt").write_text(f"{i} {n}\n")
             await client.call(
                 "checkpoint_pulse",
-                CheckpointPulse(workflow_id=f"w{i}", pulse_id=f"p{n}", summary=f"feat: w{i} p{n}"),
+                CheckpointPulse(run_id=f"w{i}", pulse_id=f"p{n}", summary=f"feat: w{i} p{n}"),
                 PulseCheckpointed,
             )
 

@@ -192,10 +192,10 @@ def test_commit_identity_comes_from_the_settings(tmp_path: Path):
     engine = GitEngine(data_dir=settings.data_path, identity=identity_from_settings(settings))
     registered = engine.register_repository(RegisterRepository(path=str(repo)))
     engine.create_workflow_branch(
-        CreateWorkflowBranch(workflow_id="w", repository_id=registered.repository_id, branch="bot/w")
+        CreateWorkflowBranch(run_id="w", repository_id=registered.repository_id, branch="bot/w")
     )
-    engine.start_pulse(StartPulse(workflow_id="w", pulse_id="p"))
-    done = engine.checkpoint_pulse(CheckpointPulse(workflow_id="w", pulse_id="p", summary="chore: nothing"))
+    engine.start_pulse(StartPulse(run_id="w", pulse_id="p"))
+    done = engine.checkpoint_pulse(CheckpointPulse(run_id="w", pulse_id="p", summary="chore: nothing"))
     assert git(repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", done.commit) == (
         "Review Bot <bot@example.com>|Review Bot <ci@example.com>"
     )

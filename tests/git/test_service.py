@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -38,13 +39,13 @@ from .gitcli import GIT_ENV, fsck, git, repo_state
 
 
 async def start(client, pulse_id: str, workflow_id: str = "wf1") -> PulseStarted:
-    return await client.call("start_pulse", StartPulse(workflow_id=workflow_id, pulse_id=pulse_id), PulseStarted)
+    return await client.call("start_pulse", StartPulse(run_id=workflow_id, pulse_id=pulse_id), PulseStarted)
 
 
 async def checkpoint(client, pulse_id: str, summary: str, workflow_id: str = "wf1", **extra) -> PulseCheckpointed:
     return await client.call(
         "checkpoint_pulse",
-        CheckpointPulse(workflow_id=workflow_id, pulse_id=pulse_id, summary=summary, **extra),
+        CheckpointPulse(run_id=workflow_id, pulse_id=pulse_id, summary=summary, **extra),
         PulseCheckpointed,
     )
 
@@ -120,7 +121,7 @@ async def test_pulses_become_one_commit_each_on_the_workflow_branch(client, user
         assert after[key] == before[key], key
     fsck(user_repo)
 
-    state = await client.call("get_workflow_branch", GetWorkflowBranch(workflow_id="wf1"), WorkflowBranchView)
+    state = await client.call("get_workflow_branch", GetWorkflowBranch(run_id="wf1"), WorkflowBranchView)
     assert [p.state for p in state.pulses] == ["succeeded"] * 3 and state.active_pulse is None
 
 
@@ -167,7 +168,7 @@ async def test_recovery_checkpoint_keeps_the_work_on_the_pulse_branch(client, us
     (worktree / "wip.txt").write_text("notes\n")
     result = await client.call(
         "recovery_checkpoint",
-        RecoveryCheckpoint(workflow_id="wf1", pulse_id="p1", status="failed", reason="tests kept failing"),
+        RecoveryCheckpoint(run_id="wf1", pulse_id="p1", status="failed", reason="tests kept failing"),
         RecoveryCheckpointed,
     )
     assert result.is_recovery_checkpoint and result.pulse_branch == "autarch/wf-1.pulse-p1"
@@ -185,7 +186,7 @@ async def test_recovery_checkpoint_keeps_the_work_on_the_pulse_branch(client, us
     # A retry answers the same; the next pulse starts from the workflow head.
     again = await client.call(
         "recovery_checkpoint",
-        RecoveryCheckpoint(workflow_id="wf1", pulse_id="p1", status="failed"),
+        RecoveryCheckpoint(run_id="wf1", pulse_id="p1", status="failed"),
         RecoveryCheckpointed,
     )
     assert again == result
@@ -198,11 +199,29 @@ async def test_a_stopped_pulse_without_changes_leaves_no_branch(client, user_rep
     await start(client, "p1")
     result = await client.call(
         "recovery_checkpoint",
-        RecoveryCheckpoint(workflow_id="wf1", pulse_id="p1", status="stopped"),
+        RecoveryCheckpoint(run_id="wf1", pulse_id="p1", status="stopped"),
         RecoveryCheckpointed,
     )
     assert not result.is_recovery_checkpoint and result.commit is None
     assert git(user_repo, "branch", "--list", "autarch/wf-1.pulse-p1") == ""
+
+
+async def test_a_diff_artifact_stored_before_run_id_still_reads(client, user_repo: Path, git_data_dir: Path):
+    """A diff artifact recorded when the git contracts said ``workflow_id`` (before issue 33) is still served, in the
+    new shape, both when fetched and when the same diff is asked again."""
+    view = await client.workflow(user_repo)
+    await start(client, "p1")
+    (Path(view.worktree_path) / "README.md").write_text("# Demo\n\nChanged.\n")
+    await checkpoint(client, "p1", "docs: a change")
+    ref = await client.call("workflow_diff", WorkflowDiff(run_id="wf1"), DiffArtifactRef)
+    meta = git_data_dir / "git" / "artifacts" / f"{ref.artifact_id}.json"
+    stored = json.loads(meta.read_bytes())
+    stored["workflow_id"] = stored.pop("run_id")  # the shape written before the rename
+    meta.write_text(json.dumps(stored))
+
+    artifact = await client.call("get_diff_artifact", GetDiffArtifact(artifact_id=ref.artifact_id), DiffArtifact)
+    assert artifact.ref == ref and artifact.ref.run_id == "wf1"
+    assert await client.call("workflow_diff", WorkflowDiff(run_id="wf1"), DiffArtifactRef) == ref
 
 
 async def test_diff_artifacts_match_git_and_apply(client, user_repo: Path, tmp_path: Path):
@@ -219,7 +238,7 @@ async def test_diff_artifacts_match_git_and_apply(client, user_repo: Path, tmp_p
     (worktree / "README.md").write_text("# Demo\n\nMore.\n")
     await checkpoint(client, "p2", "docs: more")
 
-    ref = await client.call("workflow_diff", WorkflowDiff(workflow_id="wf1"), DiffArtifactRef)
+    ref = await client.call("workflow_diff", WorkflowDiff(run_id="wf1"), DiffArtifactRef)
     assert ref.from_commit == view.base_commit and ref.to_commit == git(user_repo, "rev-parse", "autarch/wf-1")
     artifact = await client.call("get_diff_artifact", GetDiffArtifact(artifact_id=ref.artifact_id), DiffArtifact)
     expected = subprocess.run(
@@ -232,14 +251,14 @@ async def test_diff_artifacts_match_git_and_apply(client, user_repo: Path, tmp_p
     assert ref.insertions == sum(int(n[0]) for n in numstat if n[0] != "-")
     assert ref.deletions == sum(int(n[1]) for n in numstat if n[1] != "-")
     # The same diff asked again is the same artifact.
-    assert await client.call("workflow_diff", WorkflowDiff(workflow_id="wf1"), DiffArtifactRef) == ref
+    assert await client.call("workflow_diff", WorkflowDiff(run_id="wf1"), DiffArtifactRef) == ref
 
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", "--branch", "main", str(user_repo), str(clone))
     (tmp_path / "workflow.diff").write_text(artifact.diff)
     git(clone, "apply", "--check", str(tmp_path / "workflow.diff"))
 
-    pulse = await client.call("pulse_diff", PulseDiff(workflow_id="wf1", pulse_id="p1"), DiffArtifactRef)
+    pulse = await client.call("pulse_diff", PulseDiff(run_id="wf1", pulse_id="p1"), DiffArtifactRef)
     assert (pulse.from_commit, pulse.to_commit) == (view.base_commit, p1.commit)
     pages, offset = [], 0
     while offset is not None:
@@ -258,7 +277,7 @@ async def test_modified_tracked_files_is_the_preflight_guard(client, user_repo: 
     worktree = Path(view.worktree_path)
 
     async def guard() -> TrackedChanges:
-        return await client.call("modified_tracked_files", ModifiedTrackedFiles(workflow_id="wf1"), TrackedChanges)
+        return await client.call("modified_tracked_files", ModifiedTrackedFiles(run_id="wf1"), TrackedChanges)
 
     assert (await guard()).clean
     # Preflight may create untracked artifacts (ignored or not): that is allowed.
@@ -279,14 +298,14 @@ async def test_worktrees_are_listed_and_removed(client, user_repo: Path):
     view = await client.workflow(user_repo)
     other = await client.workflow(user_repo, workflow_id="wf2", branch="autarch/wf-2")
     listed = await client.call("list_worktrees", ListWorktrees(repository_id=view.repository_id), WorktreeList)
-    assert {(w.workflow_id, w.branch) for w in listed.items} == {("wf1", "autarch/wf-1"), ("wf2", "autarch/wf-2")}
+    assert {(w.run_id, w.branch) for w in listed.items} == {("wf1", "autarch/wf-1"), ("wf2", "autarch/wf-2")}
 
-    removed = await client.call("remove_worktree", RemoveWorktree(workflow_id="wf1"), WorktreeRemoved)
+    removed = await client.call("remove_worktree", RemoveWorktree(run_id="wf1"), WorktreeRemoved)
     assert removed.removed and removed.deleted_branches == []
     assert view.worktree_path not in git(user_repo, "worktree", "list")
     assert not Path(view.worktree_path).exists()
     assert git(user_repo, "rev-parse", "autarch/wf-1") == view.base_commit  # the product stays
-    again = await client.call("remove_worktree", RemoveWorktree(workflow_id="wf1"), WorktreeRemoved)
+    again = await client.call("remove_worktree", RemoveWorktree(run_id="wf1"), WorktreeRemoved)
     assert not again.removed
 
     # An abandoned workflow: worktree and branches go.
@@ -294,7 +313,7 @@ async def test_worktrees_are_listed_and_removed(client, user_repo: Path):
     (Path(other.worktree_path) / "wip.txt").write_text("x\n")
     (Path(other.worktree_path) / "README.md").write_text("dirty\n")
     gone = await client.call(
-        "remove_worktree", RemoveWorktree(workflow_id="wf2", force=True, delete_branches=True), WorktreeRemoved
+        "remove_worktree", RemoveWorktree(run_id="wf2", force=True, delete_branches=True), WorktreeRemoved
     )
     assert gone.removed and set(gone.deleted_branches) == {"autarch/wf-2", "autarch/wf-2.pulse-p1"}
     assert git(user_repo, "branch", "--list", "autarch/*") == "autarch/wf-1"

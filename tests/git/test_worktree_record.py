@@ -31,7 +31,7 @@ def engine(repo: Path, tmp_path: Path) -> GitEngine:
     engine = GitEngine(data_dir=tmp_path / "data", identity=Identity(author_name="A", author_email="a@b"))
     registered = engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
     engine.create_workflow_branch(
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
+        CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1")
     )
     return engine
 
@@ -43,14 +43,14 @@ def record(engine: GitEngine, path: Path | str):
 def test_a_workflow_and_a_worker_worktree_are_answered_from_the_records(engine: GitEngine, repo: Path):
     common = os.path.realpath(repo / ".git")
     workflow = record(engine, engine.worktrees_root / "wf1")
-    assert (workflow.linked, workflow.workflow_id, workflow.worker) == (True, "wf1", None)
+    assert (workflow.linked, workflow.run_id, workflow.worker) == (True, "wf1", None)
     assert (workflow.common_dir, workflow.git_dir) == (common, os.path.join(common, "worktrees", "wf1"))
     # What git itself says of the worktree is what the record says.
     assert git(Path(workflow.path), "rev-parse", "--absolute-git-dir") == workflow.git_dir
 
     worker_path = engine.open_worker(OpenWorker(workflow_id="wf1", worker="alice")).worktree_path
     worker = record(engine, worker_path)
-    assert (worker.linked, worker.workflow_id, worker.worker) == (True, "wf1", "alice")
+    assert (worker.linked, worker.run_id, worker.worker) == (True, "wf1", "alice")
     assert git(Path(worker_path), "rev-parse", "--absolute-git-dir") == worker.git_dir
 
     # A rewritten, linked or missing .git changes nothing in the answer: the directory is never read.
@@ -79,7 +79,7 @@ def test_a_registered_repository_is_answered_only_with_a_real_git_directory(engi
 
 def test_a_removed_worktree_has_no_record(engine: GitEngine):
     path = engine.worktrees_root / "wf1"
-    engine.remove_worktree(RemoveWorktree(workflow_id="wf1", force=True))
+    engine.remove_worktree(RemoveWorktree(run_id="wf1", force=True))
     with pytest.raises(ServiceFailure) as removed:
         record(engine, path)
     assert removed.value.code == ErrorCode.NOT_FOUND

@@ -119,7 +119,7 @@ class Loops:
         """The types of every event of the session on the stream so far, in order."""
         async def read() -> list[str]:
             js = self.nc.jetstream()
-            sub = await js.subscribe(subjects.workflow_events(session_id), ordered_consumer=True)
+            sub = await js.subscribe(subjects.run_events(session_id), ordered_consumer=True)
             found: list[str] = []
             try:
                 while True:

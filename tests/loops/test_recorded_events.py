@@ -108,8 +108,8 @@ def test_sessions_recorded_before_pending_and_failed_load_beside_todays(tmp_path
         kinds = [type(e) for e in published if e is not None]
         assert kinds.count(LoopStarted) == 4 and kinds.count(LoopBlocked) == 1
         failure = next(e for e in published if isinstance(e, LoopFailed))
-        assert failure.workflow_id == str(failed.id) and failure.iteration_number == 2
-        ended = [e for e in published if isinstance(e, LoopIterationCompleted) and e.workflow_id == str(failed.id)]
+        assert failure.session_id == str(failed.id) and failure.iteration_number == 2
+        ended = [e for e in published if isinstance(e, LoopIterationCompleted) and e.session_id == str(failed.id)]
         assert [(e.status, e.signal) for e in ended] == [("complete", "CONTINUE"), ("failed", "BLOCKED")]
     finally:
         app.close()

@@ -117,7 +117,7 @@ async def test_notice_to_each_recipient_and_mail_posted_on_the_stream(nc, orches
 
     sub = await nc.subscribe(subjects.mail(epic, "*"), cb=heard)
     js = nc.jetstream()
-    events = await js.subscribe(subjects.workflow_events(epic), ordered_consumer=True)
+    events = await js.subscribe(subjects.run_events(epic), ordered_consumer=True)
     try:
         await ask(nc, "send_mail", send(epic, "coordinator", ["w1", "w2"], "Go", body="Both."), MailMessage)
         await asyncio.wait_for(got.wait(), 5)

@@ -26,9 +26,9 @@ TEXTS = ["📍 Iteration 1/10: Built login component. Continuing...", "⏸️ Bl
 
 async def _publish_three(nc: Client, session: str, targets: list[NotifyTarget]) -> None:
     await publish(nc, _iteration(session, 1, notify=targets))
-    await publish(nc, LoopBlocked(workflow_id=session, occurred_at=now(), iteration_number=1,
+    await publish(nc, LoopBlocked(session_id=session, occurred_at=now(), iteration_number=1,
                                   reason="Need API key for Stripe integration", notify=targets))
-    await publish(nc, LoopCompleted(workflow_id=session, occurred_at=now(), reason="COMPLETE signal", iterations=5,
+    await publish(nc, LoopCompleted(session_id=session, occurred_at=now(), reason="COMPLETE signal", iterations=5,
                                     commits=3, notify=targets))
 
 
@@ -93,7 +93,7 @@ async def test_long_texts_are_cut_to_what_each_service_takes(nc: Client, notifie
                            notify_sms_from="+15550001111", notify_telegram_token="t",
                            notify_telegram_base_url=receiver.url)
     reason = "🧱" * 3000  # outside the BMP: two UTF-16 units each, as the services count
-    await publish(nc, LoopBlocked(workflow_id=session, occurred_at=now(), iteration_number=1, reason=reason,
+    await publish(nc, LoopBlocked(session_id=session, occurred_at=now(), iteration_number=1, reason=reason,
                                   notify=[NotifyTarget(kind="discord", discord_thread_id=THREAD),
                                           NotifyTarget(kind="sms", phone_number=PHONE),
                                           NotifyTarget(kind="telegram", chat_id="42")]))
@@ -110,7 +110,7 @@ async def test_long_texts_are_cut_to_what_each_service_takes(nc: Client, notifie
 async def test_a_target_its_settings_cannot_serve_fails_at_once(nc: Client, notifier_factory) -> None:
     session = str(uuid.uuid4())
     await notifier_factory(notify_sms_account_sid="AC1")  # no token, no sender; no Discord bot token
-    await publish(nc, LoopBlocked(workflow_id=session, occurred_at=now(), iteration_number=1, reason="stuck",
+    await publish(nc, LoopBlocked(session_id=session, occurred_at=now(), iteration_number=1, reason="stuck",
                                   notify=[NotifyTarget(kind="discord", discord_thread_id=THREAD),
                                           NotifyTarget(kind="sms", phone_number=PHONE)]))
     failed = {d.kind: d for d in await _wait_state(nc, session, "failed", 2)}

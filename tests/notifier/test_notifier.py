@@ -22,7 +22,7 @@ from .receiver import Receiver
 
 def _iteration(session: str, number: int, signal: str = "CONTINUE", summary: str = "Built login component.",
                notify: list[NotifyTarget] | None = None) -> LoopIterationCompleted:
-    return LoopIterationCompleted(workflow_id=session, occurred_at=now(), iteration_number=number, max_iterations=10,
+    return LoopIterationCompleted(session_id=session, occurred_at=now(), iteration_number=number, max_iterations=10,
                                   status="complete", signal=signal, signal_source="explicit",  # type: ignore[arg-type]
                                   output_summary=summary, commit_hash="abc123", notify=notify or [])
 
@@ -55,19 +55,19 @@ async def test_wording_and_every_target_format(nc: Client, notifier_factory, cap
                NotifyTarget(kind="telegram", chat_id="42")]
     await notifier_factory(notify_webhooks=(f"{receiver.url}/hook",), notify_telegram_token="T0KEN",
                            notify_telegram_base_url=f"{receiver.url}/tg")
-    await publish(nc, LoopStarted(workflow_id=session, occurred_at=now(), project_name="p", project_path="/p",
+    await publish(nc, LoopStarted(session_id=session, occurred_at=now(), project_name="p", project_path="/p",
                                   goal="g", max_iterations=10, branch_name="b", created_by="api",
                                   context_strategy="none", notify=targets))
     await publish(nc, _iteration(session, 3, notify=targets))
     await publish(nc, _iteration(session, 4, summary="Wired the form", notify=targets))
     await publish(nc, _iteration(session, 5, signal="COMPLETE", notify=targets))  # says nothing itself
-    await publish(nc, LoopBlocked(workflow_id=session, occurred_at=now(), iteration_number=5,
+    await publish(nc, LoopBlocked(session_id=session, occurred_at=now(), iteration_number=5,
                                   reason="Need API key for Stripe integration", notify=targets))
-    await publish(nc, LoopCompleted(workflow_id=session, occurred_at=now(), reason="COMPLETE signal", iterations=5,
+    await publish(nc, LoopCompleted(session_id=session, occurred_at=now(), reason="COMPLETE signal", iterations=5,
                                     commits=3, notify=targets))
-    await publish(nc, LoopCompleted(workflow_id=session, occurred_at=now(), reason="max iterations reached (10)",
+    await publish(nc, LoopCompleted(session_id=session, occurred_at=now(), reason="max iterations reached (10)",
                                     iterations=10, commits=1, notify=targets))
-    await publish(nc, LoopFailed(workflow_id=session, occurred_at=now(), reason="not a git repository",
+    await publish(nc, LoopFailed(session_id=session, occurred_at=now(), reason="not a git repository",
                                  notify=targets))
     expected = ["📍 Iteration 3/10: Built login component. Continuing...",
                 "📍 Iteration 4/10: Wired the form. Continuing...",
@@ -128,7 +128,7 @@ async def test_final_failure_is_recorded_after_max_attempts(nc: Client, notifier
     session = _session()
     await notifier_factory(notify_webhooks=(f"{receiver.url}/hook",), notify_max_attempts=3)
     gone = await Receiver(status=410).start()
-    await publish(nc, LoopBlocked(workflow_id=session, occurred_at=now(), iteration_number=1, reason="stuck",
+    await publish(nc, LoopBlocked(session_id=session, occurred_at=now(), iteration_number=1, reason="stuck",
                                   notify=[NotifyTarget(kind="telegram", chat_id="7"),
                                           NotifyTarget(kind="slack", url=f"{gone.url}/gone"),
                                           NotifyTarget(kind="discord")]))

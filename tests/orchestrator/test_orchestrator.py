@@ -38,7 +38,7 @@ def _create(**overrides: object) -> CreateWorkflow:
 
 async def _stream_events(nc, workflow_id: str, *, expect: int, timeout: float = 5.0) -> list[tuple[int, Any, Any]]:
     sub = await nc.jetstream().subscribe(
-        subjects.workflow_events(workflow_id),
+        subjects.run_events(workflow_id),
         ordered_consumer=True,
         config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
     )
@@ -83,7 +83,7 @@ async def test_create_is_idempotent_on_workflow_id(nc, orchestrator):
     marker = _create()
     await request(nc, subjects.request(ORCH, "create_workflow"), marker, WorkflowView)
     await _stream_events(nc, marker.workflow_id, expect=1)
-    sub = await nc.jetstream().subscribe(subjects.workflow_events(cmd.workflow_id), ordered_consumer=True,
+    sub = await nc.jetstream().subscribe(subjects.run_events(cmd.workflow_id), ordered_consumer=True,
                                          config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))
     try:
         first = await sub.next_msg(timeout=5)

@@ -94,7 +94,7 @@ async def new_workflow(nc) -> str:
 
 
 async def stream_types(nc, workflow_id: str, expect: int) -> list[str]:
-    sub = await nc.jetstream().subscribe(subjects.workflow_events(workflow_id), ordered_consumer=True,
+    sub = await nc.jetstream().subscribe(subjects.run_events(workflow_id), ordered_consumer=True,
                                          config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL))
     got: list[Any] = []
     try:

@@ -116,7 +116,7 @@ def test_a_stopped_pulse_is_not_continued_in_its_session_on_resume() -> None:
 async def test_a_preflight_that_modified_tracked_files_fails_and_abandons_the_workflow() -> None:
     wf = executing(PLAN["pulses"])
     session_id = open_session(wf, "preflight")
-    dirty = TrackedChanges(workflow_id="w", clean=False, files=[FileChange(path="README.md", change="modified")])
+    dirty = TrackedChanges(run_id="w", clean=False, files=[FileChange(path="README.md", change="modified")])
     event = turn(session_id, "block", tool="complete_preflight", summary="ready", setupCommands=[],
                  buildSuccess=True, baselinesRecorded=0)
     handle_turn(wf, "preflight", event, SETTINGS, tracked=dirty)
@@ -132,7 +132,7 @@ async def test_a_preflight_that_modified_tracked_files_fails_and_abandons_the_wo
 def test_a_clean_preflight_completes() -> None:
     wf = executing(PLAN["pulses"])
     session_id = open_session(wf, "preflight")
-    clean = TrackedChanges(workflow_id="w", clean=True, files=[])
+    clean = TrackedChanges(run_id="w", clean=True, files=[])
     handle_turn(wf, "preflight", turn(session_id, "block", tool="complete_preflight", summary="ready",
                                       setupCommands=["make"], buildSuccess=True, baselinesRecorded=0),
                 SETTINGS, tracked=clean)

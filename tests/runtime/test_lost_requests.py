@@ -272,8 +272,8 @@ async def test_git_killed_mid_commit_answers_from_the_restarted_service_with_one
     engine = GitEngine(data_dir=data_dir)
     registered = engine.register_repository(RegisterRepository(path=str(repo)))
     view = engine.create_workflow_branch(
-        CreateWorkflowBranch(workflow_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1"))
-    engine.start_pulse(StartPulse(workflow_id="wf1", pulse_id="p1"))
+        CreateWorkflowBranch(run_id="wf1", repository_id=registered.repository_id, branch="autarch/wf-1"))
+    engine.start_pulse(StartPulse(run_id="wf1", pulse_id="p1"))
     (Path(view.worktree_path) / "src/app.py").write_text("def main():\n    return 42\n")
     log = tmp_path / "git.log"
     # The fault hook kills the service right after it journaled the commit, before it moved any branch.
@@ -281,12 +281,12 @@ async def test_git_killed_mid_commit_answers_from_the_restarted_service_with_one
                               AUTARCH_GIT_CRASH_AFTER="commit")
     restarted: ServiceProcess | None = None
     try:
-        await request(nc, subjects.request("git", "get_workflow_branch"), GetWorkflowBranch(workflow_id="wf1"),
+        await request(nc, subjects.request("git", "get_workflow_branch"), GetWorkflowBranch(run_id="wf1"),
                       WorkflowBranchView, retry_unavailable=30)  # up and serving
         started = time.monotonic()
         commit = asyncio.create_task(request(
             nc, subjects.request("git", "checkpoint_pulse"),
-            CheckpointPulse(workflow_id="wf1", pulse_id="p1", summary="feat(app): answer 42"), PulseCheckpointed,
+            CheckpointPulse(run_id="wf1", pulse_id="p1", summary="feat(app): answer 42"), PulseCheckpointed,
             timeout=TIMEOUT, retry_unavailable=15.0, idempotent=True))
         assert await crashing.exited() == -signal.SIGKILL
         restarted = ServiceProcess("git", nats_url=nats_server.url, data_dir=data_dir, log=log)

@@ -70,12 +70,12 @@ async def owners(nc) -> AsyncIterator[StandIns]:
         if state.diff is None:
             raise ServiceFailure.not_found("no diff")
         return git.DiffArtifactRef(
-            artifact_id="a" * 32, kind="workflow", workflow_id=query.workflow_id, from_commit="x", to_commit="y",
+            artifact_id="a" * 32, kind="workflow", run_id=query.run_id, from_commit="x", to_commit="y",
             files_changed=1, insertions=1, deletions=0, size=len(state.diff),
         )  # fmt: skip
 
     async def diff_page(query: git.GetDiffArtifact) -> git.DiffArtifact:
-        ref = await workflow_diff(git.WorkflowDiff(workflow_id=WORKFLOW))
+        ref = await workflow_diff(git.WorkflowDiff(run_id=WORKFLOW))
         assert state.diff is not None
         page = state.diff[query.offset : query.offset + 10]  # tiny pages: the tool must follow next_offset
         end = query.offset + len(page)

@@ -339,11 +339,11 @@ async def test_the_git_service_records_its_worktrees_and_the_tools_follow_them(
 ):
     registered = await _ask(nc, "register_repository", RegisterRepository(path=str(layout.repo)), RepositoryRegistered)
     view = await _ask(nc, "create_workflow_branch", CreateWorkflowBranch(
-        workflow_id="wf2", repository_id=registered.repository_id, branch="autarch/wf-2"), WorkflowBranchView)
+        run_id="wf2", repository_id=registered.repository_id, branch="autarch/wf-2"), WorkflowBranchView)
     worktree = Path(view.worktree_path)
     record = await _ask(nc, "worktree_record", GetWorktreeRecord(path=str(worktree)), WorktreeRecord)
     common = os.path.realpath(layout.repo / ".git")
-    assert (record.linked, record.common_dir, record.workflow_id) == (True, common, "wf2")
+    assert (record.linked, record.common_dir, record.run_id) == (True, common, "wf2")
     assert record.git_dir == os.path.join(common, "worktrees", "wf2")
     (worktree / ".git").write_text("gitdir: /root\n")  # the answer never depends on the file
     again = await _ask(nc, "worktree_record", GetWorktreeRecord(path=str(worktree)), WorktreeRecord)

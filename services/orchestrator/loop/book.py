@@ -163,7 +163,7 @@ class LoopBook:
                                    RegisterRepository(path=cmd.project_path, base_branch=cmd.base_branch),
                                    RepositoryRegistered)
             branch = await self._git("create_workflow_branch",
-                                     CreateWorkflowBranch(workflow_id=cmd.session_id, repository_id=repo.repository_id,
+                                     CreateWorkflowBranch(run_id=cmd.session_id, repository_id=repo.repository_id,
                                                           branch=branch_name, base_branch=repo.base_branch),
                                      WorkflowBranchView)
             now = _now()
@@ -196,7 +196,7 @@ class LoopBook:
                                    RepositoryRegistered)
             # Cut where the original's branch was after iteration K (a retry finds the branch this fork made).
             branch = await self._git("create_workflow_branch",
-                                     CreateWorkflowBranch(workflow_id=key, repository_id=repo.repository_id,
+                                     CreateWorkflowBranch(run_id=key, repository_id=repo.repository_id,
                                                           branch=cmd.branch_name or f"autarch/loop-{key[:8]}",
                                                           base_branch=repo.base_branch,
                                                           start_commit=point.start_commit,
@@ -237,7 +237,7 @@ class LoopBook:
 
     async def search_history(self, query: fx.SearchHistory) -> fx.HistoryHits:
         """An iteration's ``search_history`` tool: the turn memory searched within the session's project."""
-        session_id = query.workflow_id  # the loop session, in the workflow's place (``SearchHistory``)
+        session_id = query.session_id
         view = self.views.get(session_id)
         if view is None:
             raise ServiceFailure.not_found(f"no loop session {session_id}", session_id=session_id)

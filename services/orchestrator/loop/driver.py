@@ -226,7 +226,7 @@ class LoopDriver:
         # The context (the turn memory) and the worktree (git) do not depend on each other: ask both at once.
         context, started = await asyncio.gather(
             build_context(session, self._ask_memory),
-            self._ask("git", "start_pulse", StartPulse(workflow_id=session_id, pulse_id=f"i{number}"),
+            self._ask("git", "start_pulse", StartPulse(run_id=session_id, pulse_id=f"i{number}"),
                       GitPulseStarted))
         if context.memory_error:
             log.info("loop %s iteration %d: %s", session_id, number, context.memory_error)
@@ -277,14 +277,14 @@ class LoopDriver:
         pulse_id = f"i{number}"
         if ending == "complete":
             done = await self._ask("git", "checkpoint_pulse",
-                                   CheckpointPulse(workflow_id=session_id, pulse_id=pulse_id,
+                                   CheckpointPulse(run_id=session_id, pulse_id=pulse_id,
                                                    summary=subject or f"chore(loop): iteration {number}",
                                                    body=body[:20_000], skip_if_unchanged=True),
                                    PulseCheckpointed)
             return (done.commit, list(done.paths)) if done.committed else (None, [])
         status: Literal["failed", "stopped"] = "failed" if ending == "failed" else "stopped"
         await self._ask("git", "recovery_checkpoint",
-                        RecoveryCheckpoint(workflow_id=session_id, pulse_id=pulse_id, status=status,
+                        RecoveryCheckpoint(run_id=session_id, pulse_id=pulse_id, status=status,
                                            reason=(reason or status)[:10_000]), RecoveryCheckpointed)
         return None, []
 
@@ -318,7 +318,7 @@ class LoopDriver:
     async def remove_worktree(self, session_id: str) -> None:
         """The session is over: its worktree goes (its branch, with every commit, stays)."""
         try:
-            await self._ask("git", "remove_worktree", RemoveWorktree(workflow_id=session_id, force=True),
+            await self._ask("git", "remove_worktree", RemoveWorktree(run_id=session_id, force=True),
                             WorktreeRemoved)
         except RemoteError as exc:
             if exc.code in RETRIED:
@@ -334,9 +334,9 @@ class LoopDriver:
 
     async def on_turn(self, event: TurnCompleted) -> None:
         """Record what an iteration's finished turn says (idempotent: an iteration records one turn)."""
-        # The turn events of an iteration's agent session are keyed by the loop session (the stream's workflow
-        # token, so that one wildcard follows one session): that is the id in ``workflow_id``.
-        session_id = event.workflow_id
+        # The turn events of an iteration's agent session are on the loop session's stream (its run token, so that
+        # one wildcard follows one session): the event's run is the loop session.
+        session_id = event.run_id
         if not self.book.is_loop(session_id):
             return  # a workflow's turn (the workflow driver's), or a discussion
         session = await self.book.read(session_id)

@@ -114,7 +114,7 @@ def loop_to_contract(domain_event: DomainEvent, settled: Settled) -> Event | Non
     """The wire event for a LoopSession event; None for one that is not distributed."""
     e = domain_event
     sid = str(e.originator_id)
-    base: dict[str, Any] = {"workflow_id": sid, "occurred_at": e.timestamp}
+    base: dict[str, Any] = {"session_id": sid, "occurred_at": e.timestamp}
     if isinstance(e, LoopSession.Started):
         return LoopStarted(**base, project_name=e.project_name, project_path=e.project_path, goal=e.goal,
                            max_iterations=e.max_iterations, branch_name=e.branch_name, created_by=e.created_by,

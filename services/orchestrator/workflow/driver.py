@@ -340,7 +340,7 @@ class WorkflowDriver:
         repo = await self._ask("git", "register_repository",
                                RegisterRepository(path=wf.repo, base_branch=wf.base_branch), RepositoryRegistered)
         branch = await self._ask("git", "create_workflow_branch",
-                                 CreateWorkflowBranch(workflow_id=workflow_id, repository_id=repo.repository_id,
+                                 CreateWorkflowBranch(run_id=workflow_id, repository_id=repo.repository_id,
                                                       branch=wf.branch, base_branch=wf.base_branch,
                                                       start_commit=wf.fork_start_commit,
                                                       base_commit=wf.fork_base_commit),
@@ -353,7 +353,7 @@ class WorkflowDriver:
         wf = await self.workflows.read(workflow_id)
         attempt = 1 + sum(1 for r in wf.runs if r.planned_pulse_id == pulse.id)
         run_id = pulse.id if attempt == 1 else f"{pulse.id}-a{attempt}"
-        started = await self._ask("git", "start_pulse", StartPulse(workflow_id=workflow_id, pulse_id=run_id),
+        started = await self._ask("git", "start_pulse", StartPulse(run_id=workflow_id, pulse_id=run_id),
                                   GitPulseStarted)
         step = f"pulse:{run_id}"
         fix_round = fixing(wf)
@@ -381,9 +381,9 @@ class WorkflowDriver:
         # An accepted completion always carries its summary (``Workflow.accept_completion``).
         summary, _, body = (run.description or "").partition("\n")
         done = await self._ask("git", "checkpoint_pulse",
-                               CheckpointPulse(workflow_id=workflow_id, pulse_id=run.id, summary=summary.strip(),
+                               CheckpointPulse(run_id=workflow_id, pulse_id=run.id, summary=summary.strip(),
                                                body=body.strip()), PulseCheckpointed)
-        diff = await self._ask("git", "pulse_diff", PulseDiff(workflow_id=workflow_id, pulse_id=run.id),
+        diff = await self._ask("git", "pulse_diff", PulseDiff(run_id=workflow_id, pulse_id=run.id),
                                DiffArtifactRef)
 
         def record(w: Workflow) -> None:
@@ -401,7 +401,7 @@ class WorkflowDriver:
         assert status == "failed" or status == "stopped", run  # ``next_action`` recovers only these
         reason = run.failure_reason or status
         done = await self._ask("git", "recovery_checkpoint",
-                               RecoveryCheckpoint(workflow_id=workflow_id, pulse_id=run.id, status=status,
+                               RecoveryCheckpoint(run_id=workflow_id, pulse_id=run.id, status=status,
                                                   reason=reason[:10_000]), RecoveryCheckpointed)
 
         def record(w: Workflow) -> None:
@@ -418,7 +418,7 @@ class WorkflowDriver:
         await self.workflows.finish_execution(workflow_id)
 
     async def remove_worktree(self, workflow_id: str) -> None:
-        await self._ask("git", "remove_worktree", RemoveWorktree(workflow_id=workflow_id, force=True),
+        await self._ask("git", "remove_worktree", RemoveWorktree(run_id=workflow_id, force=True),
                         WorktreeRemoved)
         await self._record(workflow_id, lambda w: w.worktree_removed_event())
 
@@ -482,7 +482,7 @@ class WorkflowDriver:
             elif step == "preflight" and event.tool == "complete_preflight" and wf.preflight is None:
                 # Preflight must not modify tracked files (seed 000): checked before its completion counts.
                 tracked = await self._ask("git", "modified_tracked_files",
-                                          ModifiedTrackedFiles(workflow_id=event.workflow_id), TrackedChanges)
+                                          ModifiedTrackedFiles(run_id=event.workflow_id), TrackedChanges)
             settings = self.settings
             await self._record(event.workflow_id, lambda w: handle_turn(w, step, event, settings, session=session,
                                                                         tracked=tracked))

@@ -88,7 +88,7 @@ async def test_the_workflow_and_pulse_diffs_show_what_the_branch_changes(gateway
         whole = r.json()
         ref = whole["ref"]
         paths, insertions, deletions = numstat(repo, "diff", f"main...{branch}")
-        assert (ref["kind"], ref["workflow_id"], ref["pulse_id"]) == ("workflow", wf, None)
+        assert (ref["kind"], ref["run_id"], ref["pulse_id"]) == ("workflow", wf, None)
         assert (ref["files_changed"], ref["insertions"], ref["deletions"]) == (len(paths), insertions, deletions)
         assert ref["to_commit"] == subprocess.run(["git", "-C", str(repo), "rev-parse", branch], check=True,
                                                   capture_output=True, text=True).stdout.strip()
