@@ -17,7 +17,8 @@ history is made the way a real run leaves it, then copied:
    settled). The relay's position is moved past the copies: a real run published them long ago.
 3. **Start-up**: ``autarch up`` (every service) on that data dir, timed to ``/healthz`` answering 200; then the
    lists the web UI and the CLI ask for: ``GET /api/workflows`` (its default page and the UI's ``limit=10000``),
-   ``GET /api/pulse`` (its default page), each the median of several requests, the first one apart; then each
+   ``GET /api/pulse`` (its default page and the UI's ``limit=1000``), ``GET /api/sessions`` (every session, which the
+   UI's workflow page asks for), each the median of several requests, the first one apart; then each
    process's resident memory.
 
 ``--data DIR`` reuses a data dir built before (``--keep DIR`` keeps the one built): the copies take a minute or
@@ -332,6 +333,9 @@ def start_up(data: Path, runs: int) -> dict[str, Any]:
                 "workflows_first_50": timed_get(system, "/api/workflows?limit=50"),
                 "workflows_ui_10000": timed_get(system, "/api/workflows?limit=10000", times=3),
                 "loops_default_page": timed_get(system, "/api/pulse"),
+                "loops_ui_1000": timed_get(system, "/api/pulse?limit=1000", times=3),
+                # The UI's workflow page asks for every session (their costs by workflow) beside its workflows.
+                "sessions_all": timed_get(system, "/api/sessions", times=3),
             }
             memory = {name: {"rss_mb": rss_mb(pid), "peak_mb": peak_rss_mb(pid)} for name, pid in pids.items()}
         finally:
