@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 
 import msgspec
@@ -117,9 +117,13 @@ class AgentRunner:
         """Know every session and count its spend towards its workflow's budget: a settled one by its kept summary
         when nothing was recorded on it since, any other rebuilt from its events (and held live when its turn was
         running, for :meth:`resume`)."""
-        kept = self.kept.current(KIND, KeptSession, SHAPE)
-        for session_id in self.app.session_ids():
-            found = kept.get(session_id)
+        # The embedded store's ids and kept summaries come in one query; with none kept (a networked store), every
+        # session is rebuilt.
+        every: Iterable[tuple[str, KeptSession | None]] | None = self.kept.of_every(
+            KIND, KeptSession, SHAPE, list(self.app.started_topics))
+        if every is None:
+            every = ((session_id, None) for session_id in self.app.session_ids())
+        for session_id, found in every:
             if found is None:
                 self.rebuilt.append(session_id)
                 session = self.app.get_session(session_id)
