@@ -18,6 +18,8 @@ from autarch.contracts.agents import (
     TurnAccepted,
 )
 from autarch.runtime.requests import request
+from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
+from autarch.services.agent_runner.application import SessionApplication
 from autarch.services.agent_runner.service import open_runner
 
 from .conftest import RUNNER, get_session, runner_settings, start_session, wait_turn
@@ -108,3 +110,25 @@ async def test_a_settled_sessions_spend_still_counts_towards_its_workflows_budge
     [turn] = view.turns
     assert turn.outcome is not None and turn.outcome.kind == "budget_exceeded", turn.outcome
     assert turn.model_calls == 0
+
+
+async def test_a_session_changed_after_its_summary_was_kept_is_rebuilt(nc, data_dir: Path, scripted, tools,
+                                                                      repo: Path) -> None:
+    workflow_id = str(uuid.uuid4())
+    ids = await _settled_sessions(nc, data_dir, scripted, repo, workflow_id)
+    # An event recorded after the summary (as when a runner dies between a save and its summary): the summary is
+    # stale, so that session is rebuilt from its events and listed as they say.
+    app = SessionApplication(env={"PERSISTENCE_MODULE": SQLITE_MODULE,
+                                  "SQLITE_DBNAME": str(data_dir / "agent_runner" / "events.sqlite")})
+    try:
+        session = app.get_session(ids[1])
+        session.close(reason="closed behind the summary's back")
+        app.save(session)
+    finally:
+        app.close()
+    runner, stop = await open_runner(nc, runner_settings(data_dir, scripted))
+    try:
+        assert runner.rebuilt == [ids[1]]
+        assert [s.status for s in (await _list(nc, workflow_id)).items] == ["idle", "closed", "closed"]
+    finally:
+        await stop()
