@@ -203,6 +203,10 @@ def topics_of(event_class: type[DomainEvent]) -> list[str]:
 
 def created_ids(recorder: ApplicationRecorder, created_topics: Sequence[str], *, page: int = 1000) -> Iterator[str]:
     """Ids of every aggregate whose creation event has one of ``created_topics``, in creation order."""
+    select_ids = getattr(recorder, "select_created_ids", None)
+    if select_ids is not None:  # runtime/sqlite_store.py's: the ids alone, from its index of first events
+        yield from select_ids(list(created_topics))
+        return
     for notification in created_events(recorder, created_topics, page=page):
         yield str(notification.originator_id)
 

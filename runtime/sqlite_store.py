@@ -66,9 +66,13 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
         return [
             *super().construct_create_table_statements(),
             # Each aggregate's first event, by topic: what lists every aggregate of a kind reads (select_created),
-            # without reading every event of every aggregate. One entry per aggregate, not per event.
-            f"CREATE INDEX IF NOT EXISTS {self.events_table_name}_created ON {self.events_table_name} (topic) "
-            "WHERE originator_version = 1",
+            # without reading every event of every aggregate. One entry per aggregate, not per event. It holds the
+            # aggregate's id (and its version, which SQLite needs to see to use it alone), so that the ids alone
+            # (select_created_ids, a start-up's) are read from the index without a visit to each event's row: that
+            # took 0.8 s for 80,000 sessions in a 770 MB store. It replaces an index of the topic alone.
+            f"DROP INDEX IF EXISTS {self.events_table_name}_created",
+            f"CREATE INDEX IF NOT EXISTS {self.events_table_name}_created_ids ON {self.events_table_name} "
+            "(topic, originator_version, originator_id) WHERE originator_version = 1",
             f"CREATE TABLE IF NOT EXISTS {self.checkpoints_table_name} (seq INTEGER PRIMARY KEY, "
             "payload TEXT NOT NULL, prev BLOB NOT NULL, digest BLOB NOT NULL)",
         ]
@@ -117,6 +121,17 @@ class ApplicationRecorder(es_sqlite.SQLiteApplicationRecorder):
                       (*topics, start, limit))
             return [Notification(id=row[0], originator_id=self.convert_originator_id(row[1]),
                                  originator_version=row[2], topic=row[3], state=row[4]) for row in c.fetchall()]
+
+    def select_created_ids(self, topics: Sequence[str]) -> list[str]:
+        """The ids (hyphenated) of every aggregate whose first event has one of ``topics``, in creation order: read
+        from the index of first events alone."""
+        marks = ",".join("?" * len(topics))
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT originator_id FROM {self.events_table_name} "
+                      f"WHERE originator_version = 1 AND topic IN ({marks}) ORDER BY rowid", tuple(topics))
+            # The ids are stored as 32 hex digits: spelled with hyphens here, as str(UUID(…)) would (10x faster).
+            return [f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}" if len(h) == 32 else str(UUID(h))
+                    for (h,) in c.fetchall()]
 
     def chain_of(self, originator_id: UUID | str) -> dict[int, bytes]:
         with self.datastore.transaction(commit=False) as c:

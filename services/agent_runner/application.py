@@ -28,6 +28,9 @@ class SessionApplication(Application[UUID]):
         """Rebuild one session from its events."""
         return load(self, UUID(session_id))
 
+    started_topics = _STARTED_TOPICS
+    """The topics a session's first event is recorded under (each name it was ever recorded by)."""
+
     def session_ids(self) -> Iterator[str]:
         """Every recorded session id, in creation order, read from the notification log."""
         return created_ids(self.recorder, _STARTED_TOPICS)

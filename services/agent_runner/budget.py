@@ -23,12 +23,14 @@ class WorkflowBudget:
 
     def add(self, workflow_id: str | None, usage: TurnUsage, cost_usd: float) -> None:
         """Count one model reply against its workflow (channel sessions have no workflow budget)."""
+        self.add_spent(workflow_id, usage.input_tokens + usage.output_tokens + usage.cache_read_input_tokens
+                       + usage.cache_creation_input_tokens, cost_usd)
+
+    def add_spent(self, workflow_id: str | None, tokens: int, cost_usd: float) -> None:
+        """Count a session's spend, summed already (a kept session's, ``kept.py``), against its workflow."""
         if workflow_id is None:
             return
-        self.tokens[workflow_id] += (
-            usage.input_tokens + usage.output_tokens + usage.cache_read_input_tokens
-            + usage.cache_creation_input_tokens
-        )
+        self.tokens[workflow_id] += tokens
         self.cost[workflow_id] += cost_usd
 
     def exceeded(self, workflow_id: str | None) -> str | None:

@@ -23,21 +23,25 @@ fields, and building a model for each of a reply's dozens of events (a union of 
 member by member) was the largest single part of the runner's work on the stream. With
 ``tests/benchmarks/workflows.py`` (20 workflows, six runs each, alternated) the runner used 3.43 CPU s per
 run instead of 3.56 (medians).
+
+The SDK is imported when the first call needs it (or when :meth:`ModelClient.warm` asks, once the runner serves),
+not with this module: its import took 2 s of the runner's start-up on the 2-core machine (``python -X importtime``),
+before the runner could answer anything.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import msgspec
-from anthropic.types import Message
 
 from autarch.contracts.agents import TurnUsage
 from autarch.runtime.retry import MODEL_STREAM
@@ -45,6 +49,9 @@ from autarch.runtime.settings import AgentRunnerSettings
 
 from .agents import AgentConfig
 from .pricing import model_info
+
+if TYPE_CHECKING:
+    import anthropic
 
 __all__ = ["ContextOverflow", "ModelClient", "ModelError", "ModelReply"]
 
@@ -186,15 +193,31 @@ class ModelClient:
 
     def __init__(self, *, settings: AgentRunnerSettings, http_client: Any | None = None) -> None:
         self._max_retries = settings.model_max_retries
-        self._client = anthropic.AsyncAnthropic(
-            api_key=settings.anthropic_api_key or "scripted",
-            base_url=settings.anthropic_base_url,
-            max_retries=settings.model_max_retries,
-            http_client=http_client,
-        )
+        self._settings = settings
+        self._http_client = http_client
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._sdk: ModuleType | None = None
+
+    async def warm(self) -> None:
+        """Import the SDK now (in a worker thread), so that the first call does not wait for it."""
+        await self._connect()
+
+    async def _connect(self) -> anthropic.AsyncAnthropic:
+        if self._client is None:
+            sdk = await asyncio.to_thread(importlib.import_module, "anthropic")
+            if self._client is None:  # another caller may have made it while this one imported
+                self._sdk = sdk
+                self._client = sdk.AsyncAnthropic(
+                    api_key=self._settings.anthropic_api_key or "scripted",
+                    base_url=self._settings.anthropic_base_url,
+                    max_retries=self._settings.model_max_retries,
+                    http_client=self._http_client,
+                )
+        return self._client
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()
 
     async def reply(
         self,
@@ -236,22 +259,25 @@ class ModelClient:
                 params["thinking"] = {"type": "enabled", "budget_tokens": agent.thinking_budget}
         # Encoded once, sent (and resent by the SDK's retries) as is: see the module docstring.
         body = _encode_body(params)
+        client = await self._connect()
+        sdk = self._sdk
+        assert sdk is not None
         attempt = 0
         shown: set[bool] = set()  # kinds of delta (True: thinking) listeners hold text of, for this reply
         restart: set[bool] = set()  # kinds whose next delta tells listeners to drop a broken attempt's text
         while True:
             acc = _Accumulator()
             try:
-                stream = await self._client.post(
-                    "/v1/messages", cast_to=Message, content=body, options={"headers": headers}, stream=True,
-                    stream_cls=anthropic.AsyncStream[object],
+                stream = await client.post(
+                    "/v1/messages", cast_to=sdk.types.Message, content=body, options={"headers": headers},
+                    stream=True, stream_cls=sdk.AsyncStream[object],
                 )
-            except anthropic.APIStatusError as exc:
+            except sdk.APIStatusError as exc:
                 message = f"model API answered {exc.status_code}: {_message(exc)}"
                 if exc.status_code == 400 and _message(exc).startswith(_TOO_LONG):
                     raise ContextOverflow(message) from exc
                 raise ModelError(message) from exc
-            except anthropic.APIConnectionError as exc:
+            except sdk.APIConnectionError as exc:
                 raise ModelError(f"model API unreachable: {exc}") from exc
             if on_sent is not None:
                 on_sent()
@@ -267,7 +293,7 @@ class ModelClient:
                         shown.add(is_thinking)
                         await on_delta(is_thinking, text, again)
                 received = time.perf_counter()
-            except (anthropic.APIStatusError, anthropic.APIConnectionError) as exc:
+            except (sdk.APIStatusError, sdk.APIConnectionError) as exc:
                 kind = _error_type(exc)
                 attempt += 1
                 if attempt > self._max_retries or (kind is not None and kind not in _RETRYABLE_STREAM_ERRORS):

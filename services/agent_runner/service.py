@@ -1,10 +1,11 @@
 """The agent runner service: session endpoints on NATS, one task per running turn, resumption, the relay.
 
-One instance owns every session: on start it rebuilds them all from the store and resumes each turn
-that was in progress. Several instances (``autarch up --cluster``) run as hot standbys: only the holder
-of the service's leader lease starts (``runtime/standby.py``), and a standby that takes over does exactly
-this rebuild. Running turns on several instances at once would need a lease per session and requests
-routed to its owner.
+One instance owns every session: on start it rebuilds from the store each session whose turn was in progress and
+resumes that turn; a session with no turn running is known by its kept summary (``kept.py``) and read from its
+events only when a command or ``get_session`` names it, so a start-up does not grow with finished history.
+Several instances (``autarch up --cluster``) run as hot standbys: only the holder of the service's leader lease
+starts (``runtime/standby.py``), and a standby that takes over does exactly this. Running turns on several instances
+at once would need a lease per session and requests routed to its owner.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -28,6 +29,7 @@ from autarch.contracts.agents import (
     SendMessage,
     SessionList,
     SessionStopped,
+    SessionSummary,
     SessionView,
     StartSession,
     StopSession,
@@ -40,6 +42,7 @@ from autarch.runtime.bus import ensure_event_stream
 from autarch.runtime.conflicts import WriteConflict, is_write_conflict, recorded_already
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.eventstore import describe_store, event_store_env, store_path
+from autarch.runtime.kept_views import KeptViews, kept_views_for
 from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.retry import WRITE_CONFLICT
@@ -50,13 +53,14 @@ from .agents import AgentConfig, AgentRegistry
 from .application import SessionApplication
 from .budget import WorkflowBudget
 from .domainmodel import Session
+from .kept import KIND, SHAPE, KeptSession, kept_of, settled
 from .lease_renewal import renewing_leases
 from .mail_push import MailPush
 from .model_client import ModelClient
 from .relay_thread import RelayThread
 from .tool_cancel import STOP_TURN
 from .turn_loop import RunnerDeps, TurnLoop
-from .views import status_of, summary_of, view_of
+from .views import summary_of, view_of
 
 __all__ = ["AgentRunner", "open_runner", "start"]
 
@@ -79,7 +83,8 @@ class AgentRunner:
     def __init__(self, *, nc: Client, app: SessionApplication, settings: AgentRunnerSettings, model: ModelClient,
                  after_save: Callable[[Session], None] | None = None, inline_writes: bool = False,
                  on_model_wait: Callable[[], None] | None = None, store_path: str = "",
-                 storage: StorageState = STORAGE, leases: LeaseTable | None = None) -> None:
+                 storage: StorageState = STORAGE, leases: LeaseTable | None = None,
+                 kept: KeptViews | None = None) -> None:
         self.app = app
         self.nc = nc
         self.store_path = store_path
@@ -99,6 +104,13 @@ class AgentRunner:
         self.deps = RunnerDeps(nc=nc, model=model, budget=self.budget, settings=settings, save=self.save,
                                before_model=self.mail.deliver, on_model_wait=on_model_wait)
         self.sessions: dict[str, Session] = {}
+        """The sessions held live: those whose turn was running at start, and those a command named since."""
+        self.known: dict[str, SessionSummary] = {}
+        """Every session, in creation order, by its summary (what ``list_sessions`` shows of one not held live)."""
+        self.kept = kept or KeptViews(None)
+        """Settled sessions' summaries on disk (``kept.py``), which a start-up reads instead of rebuilding them."""
+        self.rebuilt: list[str] = []
+        """The sessions the last :meth:`load` rebuilt from their events (the others came from their kept summary)."""
         self._after_save = after_save
         self._running: dict[str, tuple[asyncio.Task[None], TurnLoop]] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -112,16 +124,60 @@ class AgentRunner:
     # --- lifecycle -------------------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild every session from the store (and the workflows' budget totals with them)."""
-        for session_id in self.app.session_ids():
-            self._adopt(self.app.get_session(session_id))
+        """Know every session and count its spend towards its workflow's budget: a settled one by its kept summary
+        when nothing was recorded on it since, any other rebuilt from its events (and held live when its turn was
+        running, for :meth:`resume`)."""
+        # The embedded store's ids and kept summaries come in one query; with none kept (a networked store), every
+        # session is rebuilt.
+        every: Iterable[tuple[str, KeptSession | None]] | None = self.kept.of_every(
+            KIND, KeptSession, SHAPE, list(self.app.started_topics))
+        if every is None:
+            every = ((session_id, None) for session_id in self.app.session_ids())
+        for session_id, found in every:
+            if found is None:
+                self.rebuilt.append(session_id)
+                session = self.app.get_session(session_id)
+                found = kept_of(session)
+                if settled(session):
+                    self.kept.put(KIND, session_id, session.version, SHAPE, found)  # the next start reads it
+                else:
+                    self.sessions[session_id] = session
+            self.known[session_id] = found.summary
+            self.budget.add_spent(found.summary.workflow_id, found.tokens, found.cost_usd)
 
     def _adopt(self, session: Session) -> None:
         """Take a session read from the store into this process: its spend counts towards its workflow's budget."""
-        self.sessions[str(session.id)] = session
+        sid = str(session.id)
+        self.sessions[sid] = session
+        self.known[sid] = summary_of(session)
         for turn in session.turns:
             for reply in turn.replies:
                 self.budget.add(session.workflow_id, reply.usage, reply.cost_usd)
+
+    def saved(self, session: Session) -> None:
+        """After each save: a session that settled keeps its summary, which the next start-up reads."""
+        sid = str(session.id)
+        if settled(session):
+            found = kept_of(session)
+            self.known[sid] = found.summary
+            self.kept.put(KIND, sid, session.version, SHAPE, found)
+        elif sid not in self.known:
+            self.known[sid] = summary_of(session)
+
+    async def _find(self, session_id: str) -> Session | None:
+        """The session held live, or read from its events when it is known but not held (it becomes held); None
+        when there is no such session. Callers hold the session's lock, so one read makes it live."""
+        session = self.sessions.get(session_id)
+        if session is None and session_id in self.known:
+            session = self.sessions[session_id] = await asyncio.to_thread(self.app.get_session, session_id)
+        return session
+
+    async def _held(self, session_id: str) -> Session:
+        """:meth:`_find`, ``not_found`` when there is no such session."""
+        session = await self._find(session_id)
+        if session is None:
+            raise ServiceFailure.not_found(f"no session {session_id}", session_id=session_id)
+        return session
 
     def resume(self) -> int:
         """Start a task for every turn that was in progress when the last process stopped."""
@@ -174,6 +230,7 @@ class AgentRunner:
         """The session as recorded: the changes a failed save left in memory are dropped (reading needs no space)."""
         stored = await asyncio.to_thread(self.app.get_session, session_id)
         self.sessions[session_id] = stored
+        self.known[session_id] = summary_of(stored)
         return stored
 
     async def _save(self, session: Session) -> None:
@@ -195,14 +252,17 @@ class AgentRunner:
 
     def workflow_of(self, session_id: str) -> str | None:
         session = self.sessions.get(session_id)
-        return session.workflow_id if session is not None else None
+        if session is not None:
+            return session.workflow_id
+        summary = self.known.get(session_id)
+        return summary.workflow_id if summary is not None else None
 
     # --- commands --------------------------------------------------------------------------------------
 
     async def start_session(self, command: StartSession) -> TurnAccepted:
         sid = command.session_id
         async with self._locks[sid]:
-            existing = self.sessions.get(sid)
+            existing = await self._find(sid)
             if existing is not None:
                 return _already_started(existing, command)
             agent = self.registry.get(command.role)
@@ -228,6 +288,7 @@ class AgentRunner:
                     self._spawn(stored)  # nobody runs its first turn yet, as after a restart (see resume)
                 return _already_started(stored, command)
             self.sessions[sid] = session
+            self.known[sid] = summary_of(session)
             self._spawn(session)
             return TurnAccepted(session_id=sid, turn_id=turn_id)
 
@@ -237,7 +298,7 @@ class AgentRunner:
     async def _send_message(self, command: SendMessage) -> TurnAccepted:
         sid = command.session_id
         async with self._locks[sid]:
-            session = self._get(sid)
+            session = await self._held(sid)
             if command.message_id is not None:
                 for turn in session.turns:
                     if turn.message_id == command.message_id:
@@ -267,7 +328,7 @@ class AgentRunner:
     async def _stop_session(self, command: StopSession) -> SessionStopped:
         sid = command.session_id
         async with self._locks[sid]:
-            session = self._get(sid)
+            session = await self._held(sid)
             turn_id = None
             entry = self._running.get(sid)
             if entry is not None:
@@ -321,25 +382,29 @@ class AgentRunner:
                                       session_id=sid)
 
     async def get_session(self, query: GetSession) -> SessionView:
-        return view_of(self._get(query.session_id), replies=query.replies)
+        sid = query.session_id
+        session = self.sessions.get(sid)
+        if session is None and sid in self.known:
+            # A settled session is read for this answer only, not held: reading one does not make it live.
+            session = await asyncio.to_thread(self.app.get_session, sid)
+        if session is None:
+            raise ServiceFailure.not_found(f"no session {sid}", session_id=sid)
+        return view_of(session, replies=query.replies)
 
     async def list_sessions(self, query: ListSessions) -> SessionList:
         items = []
-        for session in self.sessions.values():
-            if query.workflow_id is not None and session.workflow_id != query.workflow_id:
+        for sid, summary in self.known.items():
+            session = self.sessions.get(sid)
+            if session is not None:
+                summary = summary_of(session)
+            if query.workflow_id is not None and summary.workflow_id != query.workflow_id:
                 continue
-            if query.running is not None and (status_of(session) == "running") != query.running:
+            if query.running is not None and (summary.status == "running") != query.running:
                 continue
-            items.append(summary_of(session))
+            items.append(summary)
         return SessionList(items=items)
 
     # --- turns -----------------------------------------------------------------------------------------
-
-    def _get(self, session_id: str) -> Session:
-        session = self.sessions.get(session_id)
-        if session is None:
-            raise ServiceFailure.not_found(f"no session {session_id}", session_id=session_id)
-        return session
 
     def _agent(self, session: Session) -> AgentConfig:
         # The model is fixed when the session starts; a later settings change applies to new sessions.
@@ -513,9 +578,15 @@ async def open_runner(
     inline = sqlite_store.commits_inline(env)
     relay_box: list[RelayThread] = []
     leases = await LeaseTable.open(nc, replicas=settings.stream_replicas)
-    runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline,
-                         after_save=lambda session: relay_box[0].saved(session),
-                         on_model_wait=lambda: relay_box[0].model_wait(), store_path=store_path(env), leases=leases)
+    kept = kept_views_for(env)
+
+    def after_save(session: Session) -> None:
+        relay_box[0].saved(session)
+        runner.saved(session)
+
+    runner = AgentRunner(nc=nc, app=app, settings=settings, model=model, inline_writes=inline, after_save=after_save,
+                         on_model_wait=lambda: relay_box[0].model_wait(), store_path=store_path(env), leases=leases,
+                         kept=kept)
     # The relay runs on a thread of its own, where its rounds do not queue behind the turns' work (relay_thread.py).
     relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of, store_path=store_path(env),
                         stream_path=embedded_stream_dir(settings.data_path))
@@ -530,10 +601,14 @@ async def open_runner(
     service.endpoint("list_sessions", ListSessions, runner.list_sessions)
     await service.start()
     resumed = runner.resume()
-    log.info("rebuilt %d sessions from the event store; resumed %d running turns", len(runner.sessions), resumed)
+    # The model SDK's import is left out of the start-up (model_client.py); made now, the first turn finds it done.
+    warm = asyncio.create_task(model.warm(), name="model-sdk-import")
+    log.info("knew %d sessions (%d rebuilt from the event store, the others from their kept summaries); resumed %d "
+             "running turns", len(runner.known), len(runner.rebuilt), resumed)
 
     async def stop() -> None:
         await service.stop()
+        await asyncio.gather(warm, return_exceptions=True)  # an import in a thread cannot be cancelled
         await runner.shutdown()
         await runner.mail.close()
         # The relay finishes its round in flight, then publishes what is left, on its own thread.
@@ -544,6 +619,7 @@ async def open_runner(
         # An EventRelay.stop() that cancels mid-round leaves its store read or tracking write running in a
         # worker thread, and closing the store under it crashes SQLite: give such a write time to finish.
         await asyncio.sleep(0.2)
+        kept.close()
         app.close()
 
     return runner, stop

@@ -13,10 +13,12 @@ history is made the way a real run leaves it, then copied:
 2. **Copies**: every aggregate a template left in a service's store (the workflow, its agent sessions, …: each
    aggregate whose events name the template's id) is written again under fresh ids, through that store's own
    recorder (so each copy's hash chain is its own), until the store holds ``--workflows`` workflows and ``--loops``
-   sessions. The relay's position is moved past the copies: a real run published them long ago.
+   sessions; so is each such aggregate's kept view (``runtime/kept_views.py``: what a real run wrote when it
+   settled). The relay's position is moved past the copies: a real run published them long ago.
 3. **Start-up**: ``autarch up`` (every service) on that data dir, timed to ``/healthz`` answering 200; then the
    lists the web UI and the CLI ask for: ``GET /api/workflows`` (its default page and the UI's ``limit=10000``),
-   ``GET /api/pulse`` (its default page), each the median of several requests, the first one apart; then each
+   ``GET /api/pulse`` (its default page and the UI's ``limit=1000``), ``GET /api/sessions`` (every session, which the
+   UI's workflow page asks for), each the median of several requests, the first one apart; then each
    process's resident memory.
 
 ``--data DIR`` reuses a data dir built before (``--keep DIR`` keeps the one built): the copies take a minute or
@@ -158,6 +160,18 @@ def _spellings(ids: list[str]) -> tuple[re.Pattern[bytes], list[tuple[bytes, byt
     return re.compile(b"|".join(re.escape(s) for pair in pairs for s in pair)), pairs
 
 
+def _kept(path: Path, unit: dict[str, Rows]) -> list[tuple[str, str, str, int, str, bytes]]:
+    """The kept views (``runtime/kept_views.py``) of the aggregates of ``unit``, as rows of their table."""
+    con = sqlite3.connect(path)
+    try:
+        found = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='kept_views'").fetchone()
+        rows = con.execute("SELECT kind, id, oid, version, shape, view FROM kept_views").fetchall() if found else []
+    finally:
+        con.close()
+    return [(kind, key, oid, version, shape, bytes(view)) for kind, key, oid, version, shape, view in rows
+            if oid in unit]
+
+
 def copy_units(data: Path, roots: dict[str, str], counts: dict[str, int], *, batch: int = 200) -> dict[str, Any]:
     """Write ``counts[name] - 1`` more copies of each template unit into every store of ``data``."""
     written: dict[str, Any] = {}
@@ -169,6 +183,7 @@ def copy_units(data: Path, roots: dict[str, str], counts: dict[str, int], *, bat
             continue
         app = _store_app(path)
         snapshot_recorder = app.factory.aggregate_recorder(purpose="snapshots")
+        views = sqlite3.connect(path, timeout=30)
         per_service: dict[str, int] = {}
         for root, name in roots.items():
             unit, unit_snapshots = events[name], snapshots[name]
@@ -176,8 +191,10 @@ def copy_units(data: Path, roots: dict[str, str], counts: dict[str, int], *, bat
                 continue
             ids = _ids_in(unit, root)
             pattern, spellings = _spellings(ids)
+            unit_kept = _kept(path, unit)
             pending: list[StoredEvent] = []
             pending_snapshots: list[StoredEvent] = []
+            pending_kept: list[tuple[str, str, str, int, str, bytes]] = []
             for _ in range(counts[name] - 1):
                 mapping = {old: uuid.uuid4().hex for old in ids}
                 renames: dict[bytes, bytes] = {}
@@ -195,15 +212,12 @@ def copy_units(data: Path, roots: dict[str, str], counts: dict[str, int], *, bat
                         target.extend(StoredEvent(originator_id=new_id, originator_version=version, topic=topic,
                                                   state=rename(state))
                                       for _, version, topic, state in rows)
+                pending_kept.extend((kind, rename(key.encode()).decode(), rename(oid.encode()).decode(), version,
+                                     shape, rename(view)) for kind, key, oid, version, shape, view in unit_kept)
                 if len(pending) >= batch * sum(len(r) for r in unit.values()):
-                    app.recorder.insert_events(pending)
-                    if pending_snapshots:
-                        snapshot_recorder.insert_events(pending_snapshots)
-                    pending, pending_snapshots = [], []
-            if pending:
-                app.recorder.insert_events(pending)
-            if pending_snapshots:
-                snapshot_recorder.insert_events(pending_snapshots)
+                    _write(app, snapshot_recorder, views, pending, pending_snapshots, pending_kept)
+                    pending, pending_snapshots, pending_kept = [], [], []
+            _write(app, snapshot_recorder, views, pending, pending_snapshots, pending_kept)
             per_service[name] = sum(len(r) for r in unit.values())
         # A real run published every event long ago: each relay of the store starts where the log ends.
         last = app.recorder.max_notification_id() or 0
@@ -211,9 +225,22 @@ def copy_units(data: Path, roots: dict[str, str], counts: dict[str, int], *, bat
         for relay in _relays(path):
             if last > (tracking.max_tracking_id(relay) or 0):
                 tracking.insert_tracking(Tracking(application_name=relay, notification_id=last))
+        views.close()
         app.close()
         written[service] = {"events_per_copy": per_service, "events": last}
     return written
+
+
+def _write(app: Application[uuid.UUID], snapshot_recorder: Any, views: sqlite3.Connection, events: list[StoredEvent],
+           snapshots: list[StoredEvent], kept: list[tuple[str, str, str, int, str, bytes]]) -> None:
+    """One batch of copies: events, then snapshots and kept views (each a cache of the events written first)."""
+    if events:
+        app.recorder.insert_events(events)
+    if snapshots:
+        snapshot_recorder.insert_events(snapshots)
+    if kept:
+        with views:
+            views.executemany("INSERT OR REPLACE INTO kept_views VALUES (?,?,?,?,?,?)", kept)
 
 
 def _relays(path: Path) -> list[str]:
@@ -306,6 +333,9 @@ def start_up(data: Path, runs: int) -> dict[str, Any]:
                 "workflows_first_50": timed_get(system, "/api/workflows?limit=50"),
                 "workflows_ui_10000": timed_get(system, "/api/workflows?limit=10000", times=3),
                 "loops_default_page": timed_get(system, "/api/pulse"),
+                "loops_ui_1000": timed_get(system, "/api/pulse?limit=1000", times=3),
+                # The UI's workflow page asks for every session (their costs by workflow) beside its workflows.
+                "sessions_all": timed_get(system, "/api/sessions", times=3),
             }
             memory = {name: {"rss_mb": rss_mb(pid), "peak_mb": peak_rss_mb(pid)} for name, pid in pids.items()}
         finally:

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from autarch.runtime.aggregates import created_events
+from autarch.runtime.aggregates import created_events, created_ids
 from autarch.services.orchestrator.application import _CREATED_TOPICS, _LOOP_CREATED_TOPICS, WorkflowApplication
 from autarch.services.orchestrator.workflow.model import Workflow
 
@@ -44,9 +44,15 @@ def test_first_events_read_through_the_index_are_those_the_log_holds_in_its_orde
             for page in (1, 2, 1000):
                 expected = _ids(LogOnly(app.recorder), topics, page)
                 assert expected and _ids(app.recorder, topics, page) == expected
+            # The ids alone (a start-up's read), from the index alone, are the same in the same order.
+            assert list(created_ids(app.recorder, topics)) == [oid for _, oid in expected]
     finally:
         app.close()
     plan = sqlite3.connect(path).execute(
         "EXPLAIN QUERY PLAN SELECT rowid FROM stored_events WHERE originator_version = 1 AND topic IN (?) "
         "AND rowid >= 1 ORDER BY rowid LIMIT 10", _CREATED_TOPICS[:1]).fetchall()
     assert any("stored_events_created" in str(row) for row in plan)  # the index, not a scan of every event
+    plan = sqlite3.connect(path).execute(
+        "EXPLAIN QUERY PLAN SELECT originator_id FROM stored_events WHERE originator_version = 1 AND topic IN (?) "
+        "ORDER BY rowid", _CREATED_TOPICS[:1]).fetchall()
+    assert any("COVERING INDEX stored_events_created_ids" in str(row) for row in plan), plan  # no event's row read
