@@ -45,6 +45,10 @@ class Sse:
     def data(self) -> str:
         return self.fields.get("data", "")
 
+    @property
+    def id(self) -> str:
+        return self.fields.get("id", "")
+
 
 async def sse_events(stream: httpx.Response, connected: asyncio.Event | None = None) -> AsyncIterator[Sse]:
     """Events (comments skipped) of a ``text/event-stream`` response."""

@@ -74,7 +74,7 @@ async def test_turns_come_at_once_despite_a_pull_request_left_on_the_inbox(nc, d
     await nc.flush()
     delays = []
     for n in range(4):
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # paced on purpose: each event comes alone, to a driver already waiting for more
         sent = time.monotonic()
         await js.publish(subjects.event(workflow_id, "turn", f"t{n}", "completed"), encode(_turn(workflow_id, n)))
         while f"t{n}" not in arrived and time.monotonic() - sent < 6:
