@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -49,8 +48,7 @@ async def run_turn_collecting_deltas(nc, **start: Any) -> tuple[TurnView, list[d
     sub = await nc.subscribe(subjects.deltas(workflow_id, "*"), cb=collect)
     try:
         _, turn = await run_turn(nc, workflow_id=workflow_id, **start)
-        await nc.flush()
-        await asyncio.sleep(0.05)  # deltas still in flight to this subscription
+        await nc.flush()  # every delta published before the turn's end has reached this connection
     finally:
-        await sub.unsubscribe()
+        await sub.drain()  # and went through collect: drain waits for the subscription's queue to empty
     return turn, got
