@@ -68,7 +68,7 @@ async def _instances(nc, service: str, wait: float = 0.5) -> list[dict]:
 
     sub = await nc.subscribe(inbox, cb=collect)
     await nc.publish(f"$SRV.PING.{service}", b"", reply=inbox)
-    await asyncio.sleep(wait)
+    await asyncio.sleep(wait)  # a collection window: nothing marks the last instance's answer
     await sub.unsubscribe()
     return answers
 

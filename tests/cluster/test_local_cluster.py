@@ -45,7 +45,7 @@ async def _requests_per_instance(system: ClusterSystem, service: str) -> list[in
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox, cb=collect)
         await nc.publish(f"$SRV.STATS.{service}", b"", reply=inbox)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # a collection window: nothing marks the last instance's answer
         await sub.unsubscribe()
         return answers
     finally:

@@ -51,7 +51,8 @@ async def test_two_instances_take_one_partition_each_and_a_stop_hands_over(nc):
     stop_a = await partitioned(name, runs.starter("a"))(nc, _settings("a", 2))
     stop_b = await partitioned(name, runs.starter("b"))(nc, _settings("b", 2))
     await _until(lambda: len(runs.running) == 2, 5)
-    await asyncio.sleep(TTL)  # past the wait an instance leaves a free partition to the others: nothing moves
+    # A quiet window, past the wait an instance leaves a free partition to the others: nothing moves.
+    await asyncio.sleep(TTL)
     assert sorted(runs.running.values()) == ["a", "b"], runs.running
     await stop_a()  # graceful: its partition's lease is released, and b takes it without waiting out the TTL
     waited = await _until(lambda: sorted(runs.running.values()) == ["b", "b"], 5)

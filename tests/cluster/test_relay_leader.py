@@ -82,7 +82,9 @@ async def test_two_writers_one_relay_at_a_time_nothing_doubled_or_skipped(nc, pg
     try:
         writes = [asyncio.create_task(_writer(app, relay, 80, f"w{i}")) for i, (app, relay) in
                   enumerate(zip(apps, relays, strict=True))]
-        await asyncio.sleep(0.3)
+        async with asyncio.timeout(20):  # a leader publishes what both write
+            while not any(r.leading and r.relay.position() > 0 for r in relays):
+                await asyncio.sleep(0.01)
         # The leader dies as if SIGKILLed: its relay stops mid-work and its lease is never released.
         leader = next(r for r in relays if r.leading)
         assert leader._task is not None and leader.relay._task is not None

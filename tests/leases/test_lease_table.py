@@ -123,7 +123,7 @@ async def test_watch_reports_changed_scopes(table: LeaseTable, other: LeaseTable
 
     task = asyncio.create_task(follow())
     try:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a quiet window: the watch is up, and reports nothing from before it
         assert changes.empty()
         await table.release(scope, "w1")
         assert await asyncio.wait_for(changes.get(), 5) == scope
