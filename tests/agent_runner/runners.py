@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from nats.aio.msg import Msg
+
 from autarch.contracts import subjects
 from autarch.contracts.agents import TurnView
 from autarch.services.agent_runner.service import open_runner
@@ -42,7 +44,7 @@ async def run_turn_collecting_deltas(nc, **start: Any) -> tuple[TurnView, list[d
     workflow_id = str(uuid.uuid4())
     got: list[dict[str, Any]] = []
 
-    async def collect(msg) -> None:  # type: ignore[no-untyped-def]
+    async def collect(msg: Msg) -> None:
         got.append(json.loads(msg.data))
 
     sub = await nc.subscribe(subjects.deltas(workflow_id, "*"), cb=collect)

@@ -107,4 +107,4 @@ def test_an_id_the_run_gave_the_session_is_recalled_from_the_replay_s_own_first_
     replayed = kickoff.replace(epic, fresh_epic).replace(turn, fresh_turn).replace("3fa9c2e71b", "0c1d2e3f4a")
     for marker, fresh in ((markers[epic], fresh_epic), (markers[turn], fresh_turn)):
         pattern = marker.removeprefix("{{recall:").removesuffix("}}")
-        assert re.search(pattern, replayed).group(1) == fresh  # type: ignore[union-attr]
+        assert re.search(pattern, replayed).group(1) == fresh

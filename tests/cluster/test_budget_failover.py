@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 
 from autarch.contracts.agents import TurnAccepted
 from autarch.runtime.bus import connect
@@ -63,7 +64,7 @@ async def _instances(nc, service: str, wait: float = 0.5) -> list[dict]:
     answers: list[dict] = []
     inbox = nc.new_inbox()
 
-    async def collect(msg) -> None:  # type: ignore[no-untyped-def]
+    async def collect(msg: Msg) -> None:
         answers.append(json.loads(msg.data))
 
     sub = await nc.subscribe(inbox, cb=collect)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 
 from autarch.runtime.leadership import open_leaders
@@ -25,8 +26,8 @@ class _Runs:
     def __init__(self) -> None:
         self.running: dict[int, str] = {}
 
-    def starter(self, instance: str):  # type: ignore[no-untyped-def]
-        async def start(_nc, _settings, partition: int):  # type: ignore[no-untyped-def]
+    def starter(self, instance: str) -> Callable[..., Awaitable[Callable[[], Awaitable[None]]]]:
+        async def start(_nc: object, _settings: object, partition: int) -> Callable[[], Awaitable[None]]:
             assert partition not in self.running, f"partition {partition} started twice"
             self.running[partition] = instance
 
@@ -38,7 +39,7 @@ class _Runs:
         return start
 
 
-async def _until(check, timeout: float) -> float:  # type: ignore[no-untyped-def]
+async def _until(check: Callable[[], bool], timeout: float) -> float:
     began = time.monotonic()
     while not check():
         assert time.monotonic() - began < timeout, "timed out"

@@ -20,7 +20,7 @@ from autarch.runtime.storage import StorageFull, StorageState, free_bytes, probl
 
 def _sqlite_full() -> sqlite3.OperationalError:
     exc = sqlite3.OperationalError("database or disk is full")
-    exc.sqlite_errorcode = 13  # type: ignore[attr-defined]  # what SQLite sets on SQLITE_FULL
+    exc.sqlite_errorcode = 13  # what SQLite sets on SQLITE_FULL
     return exc
 
 
@@ -158,7 +158,7 @@ def test_a_relay_round_failing_for_lack_of_space_is_reported(tmp_path: Path, mon
 
     stream = tmp_path / "nats" / "jetstream"
     stream.mkdir(parents=True)
-    relay = EventRelay(app=None, nc=None, to_contract=lambda e: None,  # type: ignore[arg-type]
+    relay = EventRelay(app=None, nc=None, to_contract=lambda e: None,  # type: ignore[arg-type]  # never used: only its storage reports run
                        store_path=str(tmp_path / "events.sqlite"), stream_path=str(stream))
     try:
         relay._report(TimeoutError())  # the stream's disk has room: a timeout is not a lack of space
