@@ -125,7 +125,7 @@ async def start_session(
         session_id=str(uuid.uuid4()),
         role=role,  # type: ignore[arg-type]  # a test may name any role
         root=str(root),
-        kickoff=kickoff,  # type: ignore[arg-type]
+        kickoff=kickoff,
         script=script,
         workflow_id=workflow_id or str(uuid.uuid4()),
         **fields,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+from nats.aio.msg import Msg
 
 from autarch.contracts import subjects
 from autarch.contracts.agents import TurnView
@@ -43,14 +44,13 @@ async def run_turn_collecting_deltas(nc, **start: Any) -> tuple[TurnView, list[d
     workflow_id = str(uuid.uuid4())
     got: list[dict[str, Any]] = []
 
-    async def collect(msg) -> None:  # type: ignore[no-untyped-def]
+    async def collect(msg: Msg) -> None:
         got.append(json.loads(msg.data))
 
     sub = await nc.subscribe(subjects.deltas(workflow_id, "*"), cb=collect)
     try:
         _, turn = await run_turn(nc, workflow_id=workflow_id, **start)
-        await nc.flush()
-        await asyncio.sleep(0.05)  # deltas still in flight to this subscription
+        await nc.flush()  # every delta published before the turn's end has reached this connection
     finally:
-        await sub.unsubscribe()
+        await sub.drain()  # and went through collect: drain waits for the subscription's queue to empty
     return turn, got

@@ -30,7 +30,7 @@ from .conftest import RUNNER, get_session, start_session, wait_turn
 def _full() -> OperationalError:
     """What eventsourcing raises when SQLite reports SQLITE_FULL."""
     cause = sqlite3.OperationalError("database or disk is full")
-    cause.sqlite_errorcode = 13  # type: ignore[attr-defined]
+    cause.sqlite_errorcode = 13  # what SQLite sets on SQLITE_FULL
     exc = OperationalError(cause)
     exc.__cause__ = cause
     return exc
@@ -57,7 +57,7 @@ class FullDisk:
                 raise _full()
             return self._save(*aggregates, **kwargs)
 
-        runner.app.save = save  # type: ignore[method-assign]
+        runner.app.save = save  # type: ignore[method-assign]  # a save that finds the disk full when told
 
 
 async def _until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from nats.js.api import ConsumerConfig, DeliverPolicy
@@ -27,6 +28,23 @@ def _session(workflow_id: str) -> Session:
 def _start_turn(session: Session) -> None:
     session.start_turn(turn_id=str(uuid.uuid4()), index=len(session.turns), text="hi", notes=[], message_id=None,
                        stage_notes=None, at=datetime.now(UTC))
+
+
+@dataclass
+class CountedRelay(PacedRelay):
+    """A paced relay that counts its finished rounds: a test waits for the start-up round, not for a while."""
+
+    rounds: int = 0
+
+    async def publish_pending(self) -> int:
+        published = await super().publish_pending()
+        self.rounds += 1
+        return published
+
+    async def until_round(self, count: int = 1, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while self.rounds < count:
+                await asyncio.sleep(0.01)
 
 
 class Stream:
@@ -71,7 +89,7 @@ async def test_rounds_wait_while_a_turn_runs_and_every_event_still_reaches_the_s
             _start_turn(session)
             app.save(session)
             relay.saved(session)  # a turn runs now: the round waits for the interval
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # a quiet window: nothing marks "not published yet" but the interval's length
             assert stream.names == ["session:started"]
             assert await stream.until(2, timeout=10) == ["session:started", "turn:started"]
 
@@ -90,12 +108,12 @@ async def test_events_another_writer_saved_are_published_without_a_save_here(nc,
     path = tmp_path / "sessions.sqlite"
     app, other = _app(path), _app(path)
     workflow_id = str(uuid.uuid4())
-    relay = PacedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=lambda _: workflow_id),
-                       interval=30.0, poll_interval=0.2)
+    relay = CountedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=lambda _: workflow_id),
+                         interval=30.0, poll_interval=0.2)
     relay.start()
     try:
         async with Stream(nc, workflow_id) as stream:
-            await asyncio.sleep(0.3)  # the start-up round is over; no permit is left
+            await relay.until_round()  # the start-up round is over; no permit is left
             session = _session(workflow_id)
             _start_turn(session)
             other.save(session)
@@ -109,10 +127,10 @@ async def test_stop_publishes_what_a_running_turn_left_waiting(nc, tmp_path):
     workflow_id = str(uuid.uuid4())
     session = _session(workflow_id)
     _start_turn(session)
-    relay = PacedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=lambda _: workflow_id),
-                       interval=30.0, poll_interval=30.0)
+    relay = CountedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=lambda _: workflow_id),
+                         interval=30.0, poll_interval=30.0)
     relay.start()
-    await asyncio.sleep(0.2)
+    await relay.until_round()  # the start-up round is over
     async with Stream(nc, workflow_id) as stream:
         app.save(session)
         relay.saved(session)

@@ -412,7 +412,7 @@ async def test_a_cancel_during_the_final_save_does_not_end_the_turn_twice():
         saves.append([type(e).__name__ for e in s.collect_events()])
         raise asyncio.CancelledError  # the write finished; the task was cancelled meanwhile
 
-    deps = RunnerDeps(nc=None, model=None, budget=None, settings=Settings(data_dir="/tmp/unused"),  # type: ignore[arg-type]
+    deps = RunnerDeps(nc=None, model=None, budget=None, settings=Settings(data_dir="/tmp/unused"),  # unused here
                       save=save)
     loop = TurnLoop(deps=deps, session=session, turn=session.turns[0], agent=REGISTRY.get("discussion"))
     try:

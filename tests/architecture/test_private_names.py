@@ -14,7 +14,7 @@ from autarch.services.tools.grep import compile_pattern
 def test_re_parser_for_the_grep_literal_prefilter():
     # services/tools/grep.py: no public API parses a regex (sre_parse is deprecated since 3.11).
     try:
-        from re import _constants, _parser  # type: ignore[attr-defined]
+        from re import _constants, _parser  # private: what this test watches
     except ImportError as exc:  # pragma: no cover - only on a Python that moved them
         raise AssertionError(
             f"re._parser/re._constants moved ({exc}): the grep tool lost its required-literal prefilter "
@@ -49,7 +49,7 @@ def test_eventsourcing_pool_hook_for_the_sqlite_synchronous_pragma(tmp_path):
     for level, expected in (("NORMAL", 1), ("OFF", 0), ("FULL", 2), ("", 1)):  # "": our default, NORMAL
         app = SessionApplication(env={**env, SYNCHRONOUS_ENV: level})
         try:
-            with app.factory.datastore.transaction(commit=False) as cursor:  # type: ignore[attr-defined]
+            with app.factory.datastore.transaction(commit=False) as cursor:
                 cursor.execute("PRAGMA synchronous")
                 assert cursor.fetchone()[0] == expected, f"PRAGMA synchronous is not applied for {level!r}"
         finally:

@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 
 import anthropic
+import httpx
 import msgspec
 
 from autarch.cli.local.natsserver import EmbeddedNats
@@ -133,7 +134,7 @@ async def run(tmp: Path, *, sessions: int, steps: int, stops: int) -> dict:
 
         sent: list[float] = []
 
-        async def on_request(_request) -> None:  # type: ignore[no-untyped-def]
+        async def on_request(_request: httpx.Request) -> None:
             sent.append(time.perf_counter())
 
         received: list[float] = []

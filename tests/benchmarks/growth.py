@@ -53,9 +53,9 @@ from autarch.runtime.requests import request
 from autarch.services.scripted_model import ScriptedModelServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from growth_events import event_store_curve  # type: ignore[import-not-found]
-from growth_sse import sse_curve  # type: ignore[import-not-found]
-from loops import make_repo, model_request_ms, scenario  # type: ignore[import-not-found]
+from growth_events import event_store_curve  # type: ignore[import-not-found]  # a sibling script, found from this folder
+from growth_sse import sse_curve  # type: ignore[import-not-found]  # a sibling script, found from this folder
+from loops import make_repo, model_request_ms, scenario  # type: ignore[import-not-found]  # a sibling script, found from this folder
 
 CURVES_ELSEWHERE = {"sse_fanout": sse_curve, "event_store": event_store_curve}
 """Curves measured by modules of their own (each takes a scratch directory and returns its figures)."""
@@ -310,7 +310,7 @@ def workflow_size(tmp: Path, pulses: int) -> dict[str, Any]:
         "step_ms_median": round(statistics.median(steps), 1) if steps else None,
         "step_ms_deciles": [round(d, 1) for d in parts],
         "decile_ratio": round(parts[-1] / parts[0], 2) if parts else None,
-        "cpu_ms_per_pulse": {name: round((after[name] - before[name]) * 1000 / max(1, pulses), 1)  # type: ignore[operator]
+        "cpu_ms_per_pulse": {name: round((after[name] - before[name]) * 1000 / max(1, pulses), 1)  # type: ignore[operator]  # the CPU figures are numbers
                              for name in pids if after.get(name) is not None and before.get(name) is not None},
         "peak_rss_mb": memory,
     }
@@ -339,10 +339,10 @@ def main() -> None:
         if "workflow" in curves:
             figures["workflow"] = workflow_curve(tmp, [int(s) for s in args.workflow_sizes.split(",")])
         if "swarm" in curves:
-            from growth_swarm import swarm_curve  # type: ignore[import-not-found]
+            from growth_swarm import swarm_curve  # type: ignore[import-not-found]  # a sibling script, found from this folder
             figures["swarm"] = swarm_curve(tmp, [int(s) for s in args.swarm_sizes.split(",")])
         if "agent_session" in curves:
-            from growth_session import session_curve  # type: ignore[import-not-found]
+            from growth_session import session_curve  # type: ignore[import-not-found]  # a sibling script, found from this folder
             figures["agent_session"] = session_curve(tmp, [int(s) for s in args.session_sizes.split(",")])
         for name, measure in CURVES_ELSEWHERE.items():
             if name in curves:

@@ -40,7 +40,7 @@ import nats
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sse_fanout import pct, proc_status_mb, running_system  # type: ignore[import-not-found]
+from sse_fanout import pct, proc_status_mb, running_system  # type: ignore[import-not-found]  # a sibling script, found from this folder
 
 from autarch.contracts import subjects
 from autarch.contracts.events import WorkflowNoteTaken

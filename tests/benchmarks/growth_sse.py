@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sse_fanout import fanout_curve  # type: ignore[import-not-found]
+from sse_fanout import fanout_curve  # type: ignore[import-not-found]  # a sibling script, found from this folder
 
 SIZES = (1, 10, 100, 1000)
 GOAL_RATIO = 3.0

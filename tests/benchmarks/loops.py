@@ -124,7 +124,7 @@ def platform_times(views: list[LoopView], model_ms: float, calls_per_iteration: 
 async def anchor_figures(nats_url: str, turns: int) -> dict[str, Any]:
     """Anchor resolution over ``turns`` recorded turns, measured by ``loops_anchor.py`` against this system."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from loops_anchor import measure_anchor_resolution  # type: ignore[import-not-found]
+    from loops_anchor import measure_anchor_resolution  # type: ignore[import-not-found]  # a sibling script, found from this folder
 
     nc = await nats.connect(nats_url)
     try:

@@ -55,10 +55,11 @@ from autarch.runtime import sqlite_store
 from autarch.runtime.requests import request
 from autarch.services.scripted_model import ScriptedModelServer
 
+# Run as a script: its sibling benchmarks are imported by their plain names, which mypy cannot resolve.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from growth import peak_rss_mb, processes, status_mb  # type: ignore[import-not-found]
-from loops import make_repo  # type: ignore[import-not-found]
-from loops import scenario as loop_scenario  # type: ignore[import-not-found]
+from growth import peak_rss_mb, processes, status_mb  # type: ignore[import-not-found]  # a sibling script, see above
+from loops import make_repo  # type: ignore[import-not-found]  # a sibling script, see above
+from loops import scenario as loop_scenario  # type: ignore[import-not-found]  # a sibling script, see above
 
 GOAL_HEALTHY_S = 5.0
 GOAL_FIRST_PAGE_MS = 100.0

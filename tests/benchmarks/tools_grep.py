@@ -102,7 +102,7 @@ def grep_call(tree: Path, pattern: str, case_sensitive: bool) -> ToolCall:
 def worker_cpu_seconds(executor: object) -> float:
     """CPU time (user + system) used so far by the grep worker processes (from ``/proc``)."""
     total = 0
-    for worker in getattr(executor.engine, "_pool", []):  # type: ignore[attr-defined]
+    for worker in getattr(executor.engine, "_pool", []):  # type: ignore[attr-defined]  # the engine's private pool, measured here
         try:
             with open(f"/proc/{worker.process.pid}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[1].split()

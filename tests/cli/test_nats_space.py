@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,7 +70,10 @@ async def test_a_stream_that_found_no_space_writes_again_after_the_watch_restart
         with pytest.raises((NatsTimeoutError, APIError)):
             await js.publish("s.a", b"x" * 100_000, headers={"Nats-Msg-Id": "2"})
         filler.unlink()
-        await asyncio.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while restarts == 0:  # the watch saw the store full and, with room again, restarts the server
+            assert time.monotonic() < deadline, "the watch did not restart nats-server within 30 s of room again"
+            await asyncio.sleep(0.05)
 
         async def published() -> int:
             for _ in range(150):

@@ -107,7 +107,7 @@ def test_an_id_the_run_gave_the_session_is_recalled_from_the_replay_s_own_first_
     replayed = kickoff.replace(epic, fresh_epic).replace(turn, fresh_turn).replace("3fa9c2e71b", "0c1d2e3f4a")
     for marker, fresh in ((markers[epic], fresh_epic), (markers[turn], fresh_turn)):
         pattern = marker.removeprefix("{{recall:").removesuffix("}}")
-        assert re.search(pattern, replayed).group(1) == fresh  # type: ignore[union-attr]
+        assert re.search(pattern, replayed).group(1) == fresh
 
 
 def test_a_worker_s_names_are_recalled_from_the_replay_s_own_kickoff_where_they_stand_alone() -> None:
@@ -122,8 +122,8 @@ def test_a_worker_s_names_are_recalled_from_the_replay_s_own_kickoff_where_they_
     assert step["content"][1]["input"] == {"subject": f"[STARTUP] {nickname} / {name}"}
     # The replay's bead went to another worker: the markers find its names.
     replayed = kickoff.replace("w1", "w3").replace("TealFox", "GoldenPanda")
-    assert re.search(r"Runtime nickname: (\S+?)\.", replayed).group(1) == "w3"  # type: ignore[union-attr]
-    assert re.search(r"Registered name: (\S+?)\.", replayed).group(1) == "GoldenPanda"  # type: ignore[union-attr]
+    assert re.search(r"Runtime nickname: (\S+?)\.", replayed).group(1) == "w3"
+    assert re.search(r"Registered name: (\S+?)\.", replayed).group(1) == "GoldenPanda"
 
 
 def epic_run(root: str, workers: dict[str, str], *, outputs: tuple[str, str], units: list[str] | None = None,

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 
 from autarch.contracts.agents import TurnAccepted
 from autarch.runtime.bus import connect
@@ -63,12 +64,12 @@ async def _instances(nc, service: str, wait: float = 0.5) -> list[dict]:
     answers: list[dict] = []
     inbox = nc.new_inbox()
 
-    async def collect(msg) -> None:  # type: ignore[no-untyped-def]
+    async def collect(msg: Msg) -> None:
         answers.append(json.loads(msg.data))
 
     sub = await nc.subscribe(inbox, cb=collect)
     await nc.publish(f"$SRV.PING.{service}", b"", reply=inbox)
-    await asyncio.sleep(wait)
+    await asyncio.sleep(wait)  # a collection window: nothing marks the last instance's answer
     await sub.unsubscribe()
     return answers
 

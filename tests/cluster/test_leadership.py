@@ -46,8 +46,12 @@ async def test_keep_calls_on_lost_when_another_holder_took_over(nc):
     a, b = await _leases(nc, "relay-a", "relay-b", ttl=0.6)
     assert await a.try_acquire()
     lost = asyncio.Event()
+    first = (await a.kv.get(a.key)).revision or 0
     keeper = asyncio.create_task(a.keep(lost.set))
-    await asyncio.sleep(0.5)
+    deadline = time.monotonic() + 5
+    while ((await a.kv.get(a.key)).revision or 0) < first + 2:  # renewed twice by the keeper
+        assert time.monotonic() < deadline, "the keeper did not renew its lease twice within 5 s"
+        await asyncio.sleep(0.02)
     assert not lost.is_set() and a.held  # renewing by itself
     # Someone overwrote the lease behind its back (a clock far ahead, an operator): the holder notices.
     await a.kv.put(a.key, b'{"holder": "relay-b", "expires_at": 9999999999}')

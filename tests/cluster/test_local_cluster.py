@@ -10,6 +10,7 @@ import time
 
 import httpx
 import nats
+from nats.aio.msg import Msg
 
 from autarch.services.scripted_model import ScriptedModelServer
 from tests.workflows.conftest import Client, demo_scenario, make_repo
@@ -38,14 +39,14 @@ async def _requests_per_instance(system: ClusterSystem, service: str) -> list[in
     nc = await nats.connect(system.nats_url.split(","), connect_timeout=2)
     answers: list[int] = []
     try:
-        async def collect(msg) -> None:  # type: ignore[no-untyped-def]
+        async def collect(msg: Msg) -> None:
             stats = json.loads(msg.data)
             answers.append(sum(e.get("num_requests", 0) for e in stats.get("endpoints") or []))
 
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox, cb=collect)
         await nc.publish(f"$SRV.STATS.{service}", b"", reply=inbox)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # a collection window: nothing marks the last instance's answer
         await sub.unsubscribe()
         return answers
     finally:

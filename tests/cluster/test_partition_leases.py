@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 
 from autarch.runtime.leadership import open_leaders
@@ -25,8 +26,8 @@ class _Runs:
     def __init__(self) -> None:
         self.running: dict[int, str] = {}
 
-    def starter(self, instance: str):  # type: ignore[no-untyped-def]
-        async def start(_nc, _settings, partition: int):  # type: ignore[no-untyped-def]
+    def starter(self, instance: str) -> Callable[..., Awaitable[Callable[[], Awaitable[None]]]]:
+        async def start(_nc: object, _settings: object, partition: int) -> Callable[[], Awaitable[None]]:
             assert partition not in self.running, f"partition {partition} started twice"
             self.running[partition] = instance
 
@@ -38,7 +39,7 @@ class _Runs:
         return start
 
 
-async def _until(check, timeout: float) -> float:  # type: ignore[no-untyped-def]
+async def _until(check: Callable[[], bool], timeout: float) -> float:
     began = time.monotonic()
     while not check():
         assert time.monotonic() - began < timeout, "timed out"
@@ -51,7 +52,8 @@ async def test_two_instances_take_one_partition_each_and_a_stop_hands_over(nc):
     stop_a = await partitioned(name, runs.starter("a"))(nc, _settings("a", 2))
     stop_b = await partitioned(name, runs.starter("b"))(nc, _settings("b", 2))
     await _until(lambda: len(runs.running) == 2, 5)
-    await asyncio.sleep(TTL)  # past the wait an instance leaves a free partition to the others: nothing moves
+    # A quiet window, past the wait an instance leaves a free partition to the others: nothing moves.
+    await asyncio.sleep(TTL)
     assert sorted(runs.running.values()) == ["a", "b"], runs.running
     await stop_a()  # graceful: its partition's lease is released, and b takes it without waiting out the TTL
     waited = await _until(lambda: sorted(runs.running.values()) == ["b", "b"], 5)

@@ -82,7 +82,9 @@ async def test_two_writers_one_relay_at_a_time_nothing_doubled_or_skipped(nc, pg
     try:
         writes = [asyncio.create_task(_writer(app, relay, 80, f"w{i}")) for i, (app, relay) in
                   enumerate(zip(apps, relays, strict=True))]
-        await asyncio.sleep(0.3)
+        async with asyncio.timeout(20):  # a leader publishes what both write
+            while not any(r.leading and r.relay.position() > 0 for r in relays):
+                await asyncio.sleep(0.01)
         # The leader dies as if SIGKILLed: its relay stops mid-work and its lease is never released.
         leader = next(r for r in relays if r.leading)
         assert leader._task is not None and leader.relay._task is not None
@@ -117,6 +119,11 @@ async def test_a_writer_that_does_not_lead_wakes_the_leading_relay(nc, pg_env):
     """Events saved by a writer whose relay waits go out at once, not at the leader's next poll (30 s here)."""
     apps, relays = await _two_writers(nc, pg_env, poll=30, ttl=5.0)
     try:
+        # One workflow saved before any relay runs: the leader's first round publishes it, and is then over.
+        workflow, _ = apps[0].new_workflow(CreateWorkflow(workflow_id=str(uuid.uuid4()), title="before", request="r",
+                                                          repo="/r"))
+        await asyncio.to_thread(apps[0].save, workflow)
+        first = apps[0].recorder.max_notification_id()
         for relay in relays:
             relay.start()
         for _ in range(100):
@@ -125,7 +132,11 @@ async def test_a_writer_that_does_not_lead_wakes_the_leading_relay(nc, pg_env):
             await asyncio.sleep(0.05)
         leader = next(r for r in relays if r.leading)
         follower = next(r for r in relays if r is not leader)
-        await asyncio.sleep(0.3)  # the leader's first round is over: it waits for a wake or its next poll
+        for _ in range(100):  # the leader's first round is over: it waits for a wake or its next poll
+            if leader.relay.position() >= first:
+                break
+            await asyncio.sleep(0.05)
+        assert leader.relay.position() >= first, "the leader's first round did not publish what was there before"
         for i in range(3):
             ids = await _writer(follower.relay.app, follower, 1, f"follower {i}")  # saves, then wakes
             last = follower.relay.app.recorder.max_notification_id()

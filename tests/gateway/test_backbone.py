@@ -12,9 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from httpx_sse import aconnect_sse
 
 from tests.system import System, pid_alive, work_tree
+
+from .test_events import Sse, sse_events
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +28,17 @@ def _body(repo: str, **over: object) -> dict:
 
 
 async def _sse_events(system: System, n: int, *, last_event_id: str | None = None, query: str = "",
-                      timeout: float = 10) -> list:
+                      timeout: float = 10, live: asyncio.Event | None = None) -> list[Sse]:
+    """The first ``n`` events of ``/api/events``; ``live`` is set once the feed said it is connected."""
     headers = dict(system.headers)
     if last_event_id is not None:
         headers["Last-Event-ID"] = last_event_id
     got = []
     async with httpx.AsyncClient(timeout=timeout) as client:
-        async with aconnect_sse(client, "GET", f"{system.url}/api/events{query}", headers=headers) as source:
-            assert source.response.status_code == 200
+        async with client.stream("GET", f"{system.url}/api/events{query}", headers=headers) as stream:
+            assert stream.status_code == 200
             async with asyncio.timeout(timeout):
-                async for sse in source.aiter_sse():
-                    if sse.event == "message" and not sse.data:
-                        continue  # comment-only frames
+                async for sse in sse_events(stream, live):
                     got.append(sse)
                     if len(got) >= n:
                         break
@@ -63,8 +63,10 @@ def test_auth_token_and_public_health(system: System, tmp_path):
 
 
 async def test_create_shows_on_sse_and_last_event_id_resumes_without_gap_or_repeat(system: System, tmp_path):
-    listener = asyncio.create_task(_sse_events(system, 1))
-    await asyncio.sleep(0.5)
+    live = asyncio.Event()
+    listener = asyncio.create_task(_sse_events(system, 1, live=live))
+    # The feed is live once it says so: a workflow created after that shows on it.
+    await asyncio.wait_for(live.wait(), 10)
     async with httpx.AsyncClient(headers=system.headers) as client:
         r = await client.post(f"{system.url}/api/workflows", json=_body(str(tmp_path)))
         assert r.status_code == 201

@@ -201,7 +201,7 @@ async def test_create_sends_every_field_and_answers_201(gateway: Gateway, beads:
     assert [(d.bead_id, d.type) for d in command.dependencies] == [("a", "blocks"), ("g", "parent-child")]
     assert (command.files, command.verify, command.testing_mode, command.priority) == (
         ["NOTES.md"], ["test -s NOTES.md"], "tdd-required", 0)
-    assert (command.tdd_steps.red, command.tdd_steps.green) == ("false", "true")  # type: ignore[union-attr]
+    assert (command.tdd_steps.red, command.tdd_steps.green) == ("false", "true")
     assert (command.description, command.decision_refs, command.learning_refs, command.verification_evidence) == (
         "why", ["D1"], ["learnings/x.md"], "history/x/verification/tidy.md")
     assert (second.id, second.priority, second.files, second.testing_mode) == (None, 2, [], "standard")

@@ -45,6 +45,10 @@ class Sse:
     def data(self) -> str:
         return self.fields.get("data", "")
 
+    @property
+    def id(self) -> str:
+        return self.fields.get("id", "")
+
 
 async def sse_events(stream: httpx.Response, connected: asyncio.Event | None = None) -> AsyncIterator[Sse]:
     """Events (comments skipped) of a ``text/event-stream`` response."""
@@ -65,7 +69,7 @@ async def sse_events(stream: httpx.Response, connected: asyncio.Event | None = N
 
 def delta(workflow_id: str | None, text: str, *, kind: str = "turn:message_delta", restart: bool = False,
           session_id: str = SESSION) -> TurnDelta:
-    return TurnDelta(type=kind, session_id=session_id, turn_id="turn-1", text=text,  # type: ignore[arg-type]
+    return TurnDelta(type=kind, session_id=session_id, turn_id="turn-1", text=text,  # type: ignore[arg-type]  # kind: one of the Literal's values, as the test names it
                      workflow_id=workflow_id, restart=restart)
 
 
@@ -237,7 +241,7 @@ async def test_events_waiting_together_go_out_in_one_write_exactly_as_one_by_one
         assert item.encode() == b"".join(m.encode() for m in parts)
         assert item.encode().count(b"event: workflow:note_taken") == 5
     finally:
-        await messages.aclose()  # type: ignore[attr-defined]
+        await messages.aclose()  # type: ignore[attr-defined]  # an async generator, typed as an iterator
 
 
 async def test_a_slow_client_drops_deltas_but_never_a_recorded_event(nc: Client):
@@ -281,7 +285,7 @@ async def test_a_slow_client_drops_deltas_but_never_a_recorded_event(nc: Client)
         after = await asyncio.wait_for(anext(messages), 5)
         assert msgspec.json.decode(str(after.data), type=TurnDelta).text == "after"
     finally:
-        await messages.aclose()  # type: ignore[attr-defined]
+        await messages.aclose()  # type: ignore[attr-defined]  # an async generator, typed as an iterator
 
 
 @pytest.mark.usefixtures("runner")

@@ -189,8 +189,8 @@ async def test_a_slow_client_falls_behind_on_its_own_and_never_delays_a_fast_one
         await asyncio.wait_for(read(slow_messages, got["slow"], 31), 5)
         assert got["fast"][-1] == got["slow"][-1] == one_more
     finally:
-        await slow_messages.aclose()  # type: ignore[attr-defined]
-        await fast_messages.aclose()  # type: ignore[attr-defined]
+        await slow_messages.aclose()  # type: ignore[attr-defined]  # an async generator, typed as an iterator
+        await fast_messages.aclose()  # type: ignore[attr-defined]  # an async generator, typed as an iterator
 
 
 class CountingSlots(asyncio.Semaphore):
@@ -239,7 +239,7 @@ async def test_clients_resuming_at_once_read_the_stream_a_few_at_a_time_and_each
         assert slots.most == 2
     finally:
         for messages in streams:
-            await messages.aclose()  # type: ignore[attr-defined]
+            await messages.aclose()  # type: ignore[attr-defined]  # an async generator, typed as an iterator
 
 
 async def test_a_client_following_one_workflow_sees_only_that_workflow(gateway: Gateway, nc: Client):
@@ -292,7 +292,7 @@ async def test_a_hundred_connections_get_every_event_and_delta_of_a_burst_once_i
         assert not any(live.dropped_deltas for live in lives)
     finally:
         for stream in streams:
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()  # type: ignore[attr-defined]  # an async generator, typed as an iterator
 
 
 async def test_connections_share_the_delta_subscription_until_the_last_one_ends(gateway: Gateway, nc: Client):
@@ -360,7 +360,7 @@ async def test_a_nats_restart_mid_stream_loses_and_repeats_nothing(tmp_path_fact
             got += [m.id for m in getattr(item, "messages", [item]) if m.id is not None]
         assert got == before + after
     finally:
-        await behind_messages.aclose()  # type: ignore[attr-defined]
+        await behind_messages.aclose()  # type: ignore[attr-defined]  # an async generator, typed as an iterator
         with contextlib.suppress(StopAsyncIteration):
             await anext(served)
         await nc.close()

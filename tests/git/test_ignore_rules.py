@@ -53,7 +53,7 @@ def test_untracked_files_match_git(tmp_path: Path, ignorecase: bool) -> None:
     expected = set(filter(None, listed.split("\0")))
     repo = Repo(str(root))
     try:
-        check = Workspace(repo=repo, record=SimpleNamespace(worktree_path=str(root))).ignore_check()  # type: ignore[arg-type]
+        check = Workspace(repo=repo, record=SimpleNamespace(worktree_path=str(root))).ignore_check()  # type: ignore[arg-type]  # only the worktree path is read
         ours = set()
         for dirpath, _dirs, names in os.walk(root):
             rel_dir = os.path.relpath(dirpath, root)

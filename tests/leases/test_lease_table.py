@@ -80,7 +80,7 @@ async def test_reacquire_renews_and_release_frees(table: LeaseTable, other: Leas
     again = await table.acquire(scope, "w1", ["./a.py", "b.py"], ttl=30)
     assert isinstance(first, LeaseGrant) and isinstance(again, LeaseGrant)
     assert len(await table.leases(scope)) == 2  # renewed in place, not doubled
-    assert again.leases[0].expires_at > first.leases[0].expires_at  # type: ignore[operator]
+    assert again.leases[0].expires_at > first.leases[0].expires_at  # type: ignore[operator]  # a lease with a ttl has an expiry
 
     assert [lease.pattern for lease in await table.release(scope, "w1", ["a.py"])] == ["a.py"]
     assert isinstance(await other.acquire(scope, "w2", ["a.py"], ttl=30), LeaseGrant)
@@ -123,7 +123,7 @@ async def test_watch_reports_changed_scopes(table: LeaseTable, other: LeaseTable
 
     task = asyncio.create_task(follow())
     try:
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a quiet window: the watch is up, and reports nothing from before it
         assert changes.empty()
         await table.release(scope, "w1")
         assert await asyncio.wait_for(changes.get(), 5) == scope

@@ -192,7 +192,7 @@ def test_watch_reconnects_to_a_restarted_gateway_and_gives_up_on_a_dead_system(
 ):
     wf, proc = watcher
     out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()
     wait_for(lambda: any("created “watched”" in line for line in out), 15, "watch to show the workflow")
 
@@ -217,7 +217,7 @@ def test_watch_reconnects_to_a_restarted_gateway_and_gives_up_on_a_dead_system(
         raise AssertionError("watch did not give up on a dead system") from None
     took = time.monotonic() - killed
     reader.join(2)
-    err = proc.stderr.read()  # type: ignore[union-attr]
+    err = proc.stderr.read()
     assert code == 1, err
     assert RECONNECT_FOR - 0.5 < took < RECONNECT_FOR + 5
     assert f"reconnecting (for up to {RECONNECT_FOR}s)" in err

@@ -70,7 +70,8 @@ def test_controls_over_http(model, loops, http):
     session = http.post("/api/pulse/start", json={"projectName": "shop", "projectPath": str(repo),
                                                    "goal": "Pick a database", "script": "ctl"}).json()
     deadline = time.monotonic() + 30
-    while http.get(f"/api/pulse/{session['id']}").json()["status"] != "blocked" and time.monotonic() < deadline:
+    while (status := http.get(f"/api/pulse/{session['id']}").json()["status"]) != "blocked":
+        assert time.monotonic() < deadline, f"the loop is {status}, not blocked, after 30 s"
         time.sleep(0.1)
     paused = http.post(f"/api/pulse/{session['id']}/pause")
     assert paused.status_code == 409 and paused.json()["code"] == "loop_not_running"

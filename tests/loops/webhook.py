@@ -67,7 +67,7 @@ class Webhook:
         while time.monotonic() < deadline:
             found = self.texts(path)
             if len(found) >= count:
-                time.sleep(0.3)  # anything more (a doubled notification) would come now
+                time.sleep(0.3)  # a quiet window: anything more (a doubled notification) would come now
                 return self.texts(path)
             time.sleep(0.05)
         raise AssertionError(f"{path}: {self.texts(path)} after {timeout}s, expected {count} notifications")

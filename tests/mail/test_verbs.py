@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from nats.aio.msg import Msg
 
 from autarch.contracts import subjects
 from autarch.contracts.errors import ErrorCode
@@ -110,7 +111,7 @@ async def test_notice_to_each_recipient_and_mail_posted_on_the_stream(nc, orches
     notices: list[tuple[str, dict]] = []
     got = asyncio.Event()
 
-    async def heard(msg) -> None:  # type: ignore[no-untyped-def]
+    async def heard(msg: Msg) -> None:
         notices.append((msg.subject, json.loads(msg.data)))
         if len(notices) == 2:
             got.set()

@@ -71,7 +71,7 @@ async def notifier_factory(nc: Client, nats_server: Any, data_dir: Path
         running.append(service)
         return service
 
-    make.consumer = name  # type: ignore[attr-defined]
+    make.consumer = name  # type: ignore[attr-defined]  # the consumer's name, for the test to find
     yield make
     for service in running:
         if service._http is not None:

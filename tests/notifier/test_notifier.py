@@ -23,7 +23,7 @@ from .receiver import Receiver
 def _iteration(session: str, number: int, signal: str = "CONTINUE", summary: str = "Built login component.",
                notify: list[NotifyTarget] | None = None) -> LoopIterationCompleted:
     return LoopIterationCompleted(session_id=session, occurred_at=now(), iteration_number=number, max_iterations=10,
-                                  status="complete", signal=signal, signal_source="explicit",  # type: ignore[arg-type]
+                                  status="complete", signal=signal, signal_source="explicit",  # type: ignore[arg-type]  # tests pass any text as the signal
                                   output_summary=summary, commit_hash="abc123", notify=notify or [])
 
 

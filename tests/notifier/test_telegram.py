@@ -117,7 +117,7 @@ async def test_a_failing_bot_api_is_asked_again_and_loses_nothing(notifier_facto
 async def test_without_an_allowed_chat_the_bot_is_not_read(notifier_factory, fake: FakeApis, tmp_path: Path) -> None:
     await notifier_factory(**_settings(fake, tmp_path, notify_telegram_allowed_chats=()))
     fake.say(ALLOWED, "/help")
-    await asyncio.sleep(0.5)  # a poller would have asked by now; the assertion is that nothing asked at all
+    await asyncio.sleep(0.5)  # a quiet window: a poller would have asked by now; the assertion is that nothing asked
     assert fake.offsets == [] and fake.sent == []
 
 

@@ -23,8 +23,8 @@ EPIC = "7d4c2f1e-8a9b-4c3d-9e2f-1a2b3c4d5e6f"
 
 def bead(bead_id: str, *deps: str, status: str = "open", priority: int = 2, age: float | None = 0.0,
          kind: str = "blocks") -> BeadView:
-    return BeadView(id=bead_id, epic_id=EPIC, title=f"title of {bead_id}", status=status,  # type: ignore[arg-type]
-                    priority=priority, dependencies=[Dependency(bead_id=d, type=kind) for d in deps],  # type: ignore[arg-type]
+    return BeadView(id=bead_id, epic_id=EPIC, title=f"title of {bead_id}", status=status,  # type: ignore[arg-type]  # status: one of the Literal's values, as the test names it
+                    priority=priority, dependencies=[Dependency(bead_id=d, type=kind) for d in deps],  # type: ignore[arg-type]  # kind: one of the Literal's values, as the test names it
                     updated_at=None if age is None else NOW - timedelta(seconds=age))
 
 

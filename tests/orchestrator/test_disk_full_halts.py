@@ -83,7 +83,7 @@ def test_other_service_errors_are_not_a_lack_of_space() -> None:
 
 def _full() -> OperationalError:
     cause = sqlite3.OperationalError("database or disk is full")
-    cause.sqlite_errorcode = 13  # type: ignore[attr-defined]
+    cause.sqlite_errorcode = 13  # what SQLite sets on SQLITE_FULL
     exc = OperationalError(cause)
     exc.__cause__ = cause
     return exc
@@ -106,7 +106,7 @@ async def test_a_full_store_gives_up_its_reserve_once_to_record(tmp_path: Path) 
             raise _full()
         return real_save(*events)
 
-    app.save = save  # type: ignore[method-assign,assignment]
+    app.save = save  # type: ignore[method-assign,assignment]  # a save that finds the disk full first
     writer.start()
     wf, _ = research_running()
     await writer.save(wf)

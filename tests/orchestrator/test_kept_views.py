@@ -44,7 +44,7 @@ class Started:
                 self.rebuilt.append(key)
                 return rebuild(key, version=version)
 
-            book.rebuild = counted  # type: ignore[method-assign]
+            book.rebuild = counted  # type: ignore[method-assign]  # counts the book's rebuilds
 
     def load(self) -> Started:
         self.workflows.load_views()

@@ -33,7 +33,7 @@ def _create(**overrides: object) -> CreateWorkflow:
     fields: dict[str, object] = {"workflow_id": str(uuid.uuid4()), "title": "JWT", "request": "add JWT validation",
                                  "repo": "/tmp/repo"}
     fields.update(overrides)
-    return CreateWorkflow(**fields)  # type: ignore[arg-type]
+    return CreateWorkflow(**fields)  # type: ignore[arg-type]  # a plain dict of the fields, overridden per test
 
 
 async def _stream_events(nc, workflow_id: str, *, expect: int, timeout: float = 5.0) -> list[tuple[int, Any, Any]]:

@@ -57,7 +57,7 @@ def fix_run(wf: Workflow, planned: str, status: str, attempt: int = 1) -> None:
                           "status": "running", "session_id": "s", "pulse_branch": "b", "base_commit": "0" * 40,
                           "description": f"fix: {planned}", "fix_round": 1})
     if status != "running":
-        wf.pulse_ended(run_id=run_id, status=status, commit="c" * 40, diff_artifact_id=None,  # type: ignore[arg-type]
+        wf.pulse_ended(run_id=run_id, status=status, commit="c" * 40, diff_artifact_id=None,  # type: ignore[arg-type]  # status: one of the Literal's values, as the test names it
                        is_recovery_checkpoint=False, ended_at="2026-11-22T00:00:00+00:00")
 
 
@@ -222,4 +222,4 @@ def test_the_wire_says_what_happened_and_old_change_requests_still_replay() -> N
     del events[-1].__dict__["fix"]
     rebuilt = reduce(lambda aggregate, e: e.mutate(aggregate), events, None)
     assert rebuilt is not None and rebuilt.last_feedback == "narrower" and rebuilt.fix_rounds == []
-    assert to_contract(events[-1]).fix is False  # type: ignore[arg-type, union-attr]  # a DomainEvent
+    assert to_contract(events[-1]).fix is False  # type: ignore[arg-type]  # a DomainEvent

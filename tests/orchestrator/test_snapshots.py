@@ -261,7 +261,7 @@ async def test_snapshots_are_taken_every_n_events_by_the_book_and_a_failed_one_l
             failures += 1
             raise OSError("disk full")
 
-        app.snapshotter.store.put = failing  # type: ignore[method-assign]
+        app.snapshotter.store.put = failing  # type: ignore[method-assign]  # a full disk at the snapshot write
         for step in steps[20:]:
             await book.change(sid, step)
         full = load_as(app, LoopSession, session.id)
@@ -272,7 +272,7 @@ async def test_snapshots_are_taken_every_n_events_by_the_book_and_a_failed_one_l
             assert state(book.rebuild(sid)) == state(full)
         assert [s.originator_version for s in app.snapshotter.store.get(session.id)] == [20]
         assert failures == tried
-        app.snapshotter.store.put = put  # type: ignore[method-assign]
+        app.snapshotter.store.put = put  # type: ignore[method-assign]  # the real put back
         # Once ``every`` more events are recorded after the failed attempt, a rebuild tries again, and succeeds.
         for n in range(5):
             def note(s: LoopSession, n: int = n) -> None:
@@ -317,7 +317,7 @@ def _rewrite_snapshot(app: WorkflowApplication, aggregate_id: UUID, change: Call
     (snap,) = app.snapshotter.store.get(aggregate_id)
     change(snap.state)
     recorder = app.snapshotter.store.recorder
-    with recorder.datastore.transaction(commit=True) as c:  # type: ignore[attr-defined]
+    with recorder.datastore.transaction(commit=True) as c:
         if "sqlite" in type(recorder).__module__:
             c.execute(f"DELETE FROM {recorder.events_table_name} WHERE originator_id=?", [aggregate_id.hex])
         else:
@@ -439,15 +439,15 @@ def test_an_id_of_another_kind_is_not_found_without_replaying_or_reading_its_sna
     app = _app(env)
     try:
         replayed: list[Any] = []
-        rows = app.recorder.select_event_rows  # type: ignore[attr-defined]
+        rows = app.recorder.select_event_rows  # type: ignore[attr-defined]  # the SQLite recorder's own
 
         def spy(originator_id: UUID, **kwargs: Any) -> Any:
             if kwargs.get("lte") != 1:  # more than the first event (its topic names the kind)
                 replayed.append(kwargs)
             return rows(originator_id, **kwargs)
 
-        app.recorder.select_event_rows = spy  # type: ignore[attr-defined]
-        app.snapshotter.store.get = lambda *a, **k: replayed.append(a)  # type: ignore[method-assign]
+        app.recorder.select_event_rows = spy  # type: ignore[attr-defined]  # counts the rows replayed
+        app.snapshotter.store.get = lambda *a, **k: replayed.append(a)  # type: ignore[method-assign]  # records what is read
         others: set[type[Any]] = {Workflow, LoopSession, Swarm, Mailbox}
         for other in others - {kind}:
             with pytest.raises(AggregateNotFoundError):

@@ -99,7 +99,7 @@ def test_concurrent_claims_never_double_a_bead_and_never_lose_one(tmp_path_facto
 
     # Never lost: every bead closed, merged exactly once.
     assert swarm.all_closed()
-    assert sorted(swarm.merged) == sorted(b["id"] for b in beads)  # type: ignore[misc]
+    assert sorted(swarm.merged) == sorted(b["id"] for b in beads)
     # Never two holders: per bead, attempts are numbered 1..n and at most one of them landed.
     for bead_id in swarm.beads:
         numbers = sorted(n for (b, n) in swarm.attempts if b == bead_id)

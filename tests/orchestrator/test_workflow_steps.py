@@ -47,8 +47,8 @@ class Steps:
 
 
 async def next_step(wf: Workflow) -> tuple[str, tuple[Any, ...]] | None:
-    action = next_action(Steps(), wf)  # type: ignore[arg-type]
-    return None if action is None else await action()  # type: ignore[func-returns-value, return-value]
+    action = next_action(Steps(), wf)  # type: ignore[arg-type]  # Steps stands in for the driver
+    return None if action is None else await action()  # type: ignore[return-value]  # a Steps step returns its name and arguments
 
 
 def at(seconds: float) -> str:

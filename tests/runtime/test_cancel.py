@@ -43,6 +43,7 @@ async def test_outcomes_of_finished_failed_and_missing_tasks() -> None:
         return None
 
     failed, finished = asyncio.create_task(fail()), asyncio.create_task(finish())
-    await asyncio.sleep(0)
+    await asyncio.wait([failed, finished], timeout=5)  # both ended before the cancel
+    assert failed.done() and finished.done(), "the two tasks did not end within 5 s"
     outcomes = await cancel_and_wait([failed, None, finished])
     assert isinstance(outcomes[0], ValueError) and outcomes[1] is None

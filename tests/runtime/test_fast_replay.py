@@ -102,8 +102,8 @@ def test_a_gap_in_the_versions_is_refused(tmp_path: Path) -> None:
     swarm = diamond()
     swarm.claim("a", "w-one")
     app.save(swarm)
-    with app.recorder.datastore.transaction(commit=True) as cursor:  # type: ignore[attr-defined]
-        cursor.execute(f"DELETE FROM {app.recorder.events_table_name} WHERE originator_version=2")  # type: ignore[attr-defined]
+    with app.recorder.datastore.transaction(commit=True) as cursor:  # type: ignore[attr-defined]  # the SQLite recorder's own
+        cursor.execute(f"DELETE FROM {app.recorder.events_table_name} WHERE originator_version=2")  # type: ignore[attr-defined]  # the SQLite recorder's own
     with pytest.raises(OriginatorVersionError):
         load(app, swarm.id)
 
@@ -120,7 +120,7 @@ def test_a_recorder_without_plain_rows_replays_the_same(tmp_path: Path) -> None:
 
 
 def _transcoder() -> JSONTranscoder:
-    return WorkflowApplication(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper.transcoder  # type: ignore[return-value]
+    return WorkflowApplication(env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper.transcoder  # type: ignore[return-value]  # the application's transcoder is a JSONTranscoder
 
 
 @pytest.mark.parametrize(

@@ -63,10 +63,10 @@ async def test_crash_after_publish_before_position_save_publishes_nothing_twice(
     def crash(_tracking):
         raise Crash
 
-    recorder.insert_tracking = crash  # type: ignore[method-assign]
+    recorder.insert_tracking = crash
     with pytest.raises(Crash):
         await relay.publish_pending()  # the first 8 are on the stream, the position is not saved
-    recorder.insert_tracking = original  # type: ignore[method-assign]
+    recorder.insert_tracking = original
     assert relay.position() == 0
 
     restarted = EventRelay(app=_app(tmp_path / "events.sqlite"), nc=nc, to_contract=to_contract, batch=8)

@@ -20,7 +20,7 @@ from autarch.runtime.storage import StorageFull, StorageState, free_bytes, probl
 
 def _sqlite_full() -> sqlite3.OperationalError:
     exc = sqlite3.OperationalError("database or disk is full")
-    exc.sqlite_errorcode = 13  # type: ignore[attr-defined]  # what SQLite sets on SQLITE_FULL
+    exc.sqlite_errorcode = 13  # what SQLite sets on SQLITE_FULL
     return exc
 
 
@@ -90,15 +90,27 @@ def test_free_bytes_of_a_path_not_created_yet(tmp_path: Path) -> None:
     assert abs(free_bytes(tmp_path / "not" / "yet" / "there.sqlite") - free_bytes(tmp_path)) < 256 << 20
 
 
+class _CountedChecks(StorageState):
+    """A storage state that counts its watch's looks at a path (each says whether the path has room)."""
+
+    checks = 0
+
+    def has_room(self, path: str) -> bool:
+        self.checks += 1
+        return super().has_room(path)
+
+
 async def test_a_problem_is_dropped_once_its_path_has_room(tmp_path: Path) -> None:
-    state = StorageState(min_free=1 << 62, interval=0.01)  # no disk has that much room: "full"
+    state = _CountedChecks(min_free=1 << 62, interval=0.01)  # no disk has that much room: "full"
     heard: list[int] = []
     state.listen(lambda problems: heard.append(len(problems)))
     state.report(StorageFull(str(tmp_path / "events.sqlite"), "database or disk is full"))
     state.report(StorageFull(str(tmp_path / "events.sqlite"), "database or disk is full"))  # no change
     assert heard == [0, 1]
     watch = asyncio.create_task(state.watch())
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(5):  # the watch has looked at the path a few times, and found no room each time
+        while state.checks < 3:
+            await asyncio.sleep(0.01)
     assert len(state.problems) == 1  # still full
     state.min_free = 1  # space is back
     await asyncio.wait_for(state.until_space(str(tmp_path / "events.sqlite")), 5)
@@ -146,7 +158,7 @@ def test_a_relay_round_failing_for_lack_of_space_is_reported(tmp_path: Path, mon
 
     stream = tmp_path / "nats" / "jetstream"
     stream.mkdir(parents=True)
-    relay = EventRelay(app=None, nc=None, to_contract=lambda e: None,  # type: ignore[arg-type]
+    relay = EventRelay(app=None, nc=None, to_contract=lambda e: None,  # type: ignore[arg-type]  # never used: only its storage reports run
                        store_path=str(tmp_path / "events.sqlite"), stream_path=str(stream))
     try:
         relay._report(TimeoutError())  # the stream's disk has room: a timeout is not a lack of space

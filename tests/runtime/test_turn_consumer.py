@@ -49,7 +49,7 @@ async def test_turns_come_at_once_despite_a_pull_request_left_on_the_inbox(nc, d
         if event.workflow_id == workflow_id:
             arrived[event.turn_id] = time.monotonic()
 
-    driver.on_turn = on_turn  # type: ignore[method-assign]
+    driver.on_turn = on_turn
     # Watch the consumer's pull requests to learn where it wants its messages.
     replies: list[str] = []
 
@@ -74,7 +74,7 @@ async def test_turns_come_at_once_despite_a_pull_request_left_on_the_inbox(nc, d
     await nc.flush()
     delays = []
     for n in range(4):
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # paced on purpose: each event comes alone, to a driver already waiting for more
         sent = time.monotonic()
         await js.publish(subjects.event(workflow_id, "turn", f"t{n}", "completed"), encode(_turn(workflow_id, n)))
         while f"t{n}" not in arrived and time.monotonic() - sent < 6:
@@ -96,7 +96,7 @@ async def test_a_backlog_of_turns_is_handed_on_without_pausing_between_batches(n
         if event.workflow_id == workflow_id:
             arrived.add(event.turn_id)
 
-    driver.on_turn = on_turn  # type: ignore[method-assign]
+    driver.on_turn = on_turn
     js = nc.jetstream()
     for n in range(1000):
         await js.publish(subjects.event(workflow_id, "turn", f"t{n}", "completed"), encode(_turn(workflow_id, n)))

@@ -28,7 +28,7 @@ def epic(system, model, tmp_path_factory) -> str:
     wid, _ = start(client, model, tmp_path_factory.mktemp("api"), scenario, branch="autarch/bead-api")
     approve_stages(client, wid)
     client.wait(wid, lambda v: v["stage"] == "execution" and _swarm(client, wid) is not None
-                and sum(1 for w in _swarm(client, wid)["workers"] if w["status"] == "working") == 3,  # type: ignore[index, misc]
+                and sum(1 for w in _swarm(client, wid)["workers"] if w["status"] == "working") == 3,  # type: ignore[index, misc]  # not None: checked just before
                 "three workers busy", timeout=60)
     client.http.close()
     return wid

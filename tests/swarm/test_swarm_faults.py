@@ -43,7 +43,10 @@ def test_killing_the_runner_mid_bead_redoes_it_at_most_once_and_commits_it_once(
             break
     else:
         raise AssertionError(f"{victim_bead} never started")
-    time.sleep(0.3)
+    # The worker's turn runs: its first model call (the slow one) has reached the model.
+    while model.attempts(f"pulsing:{victim_bead}", 0) == 0:
+        assert time.monotonic() < deadline, f"{victim_bead}'s worker never called the model"
+        time.sleep(0.01)
     assert kill(client.system, "agent_runner") is not None
 
     try:

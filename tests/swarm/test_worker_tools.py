@@ -14,9 +14,10 @@ from typing import Any
 
 import msgspec
 import pytest
+from nats.aio.msg import Msg
 
 from autarch.contracts import subjects
-from autarch.contracts.beads import BeadView, GetBead
+from autarch.contracts.beads import REQUEST_SCOPE_VERB, BeadView, GetBead
 from autarch.contracts.tools import ToolCall
 from autarch.runtime.eventstore import event_store_env
 from autarch.runtime.leases import LeaseGrant, LeaseTable
@@ -120,8 +121,15 @@ async def test_a_request_waits_for_a_release(nc, epic, leases: LeaseTable, execu
                                              tmp_path: Path) -> None:
     # Someone outside the swarm holds docs/**; the request waits for its release and is then granted.
     assert isinstance(await leases.acquire(epic, "ReviewerRuth", ["docs/**"], ttl=60), LeaseGrant)
+    reached = asyncio.Event()  # a copy of the request, seen on its subject: the coordinator has it too
+
+    async def seen(_msg: Msg) -> None:
+        reached.set()
+
+    spy = await nc.subscribe(subjects.request("orchestrator", REQUEST_SCOPE_VERB), cb=seen)
     asking = asyncio.create_task(_ask(executor, tmp_path, epic, "w1", ["docs/a.md"], wait_seconds=30))
-    await asyncio.sleep(0)
+    await asyncio.wait_for(reached.wait(), 10)
+    await spy.unsubscribe()
     assert not asking.done()
     await leases.release(epic, "ReviewerRuth")
     answer, err = await asyncio.wait_for(asking, timeout=20)

@@ -79,7 +79,7 @@ class Tools:
         call = ToolCall(
             session_id=session,
             tool_call_id=call_id or uuid.uuid4().hex,
-            role=role,  # type: ignore[arg-type]
+            role=role,  # type: ignore[arg-type]  # a test may name any role
             root=str(root or self.root),
             tool=tool,
             arguments={"reason": "test", **(arguments or {})},

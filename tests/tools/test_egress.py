@@ -18,6 +18,7 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -44,9 +45,9 @@ class Registry:
 
         class Handler(http.server.SimpleHTTPRequestHandler):
             def __init__(self, *args: object, **kwargs: object) -> None:
-                super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
+                super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]  # the handler's own arguments, passed on
 
-            def send_head(self):  # type: ignore[no-untyped-def]
+            def send_head(self) -> io.BytesIO | BinaryIO | None:
                 registry.requests.append((self.headers.get("Host", ""), self.path))
                 return super().send_head()
 

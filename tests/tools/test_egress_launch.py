@@ -50,6 +50,20 @@ def tools(tmp_path: Path, registry: Registry) -> Iterator[Tools]:  # noqa: F811
     executor.close()
 
 
+def _live_children(pid: int) -> list[int]:
+    """The children of ``pid`` that still run (an ended one not yet reaped is left out)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue  # gone meanwhile
+            if state != "Z":
+                found.append(int(child))
+    return found
+
+
 def _in_namespace(namespace: str) -> list[int]:
     """Live processes of this machine in the PID namespace ``namespace`` (``pid:[inode]``)."""
     found = []
@@ -79,7 +93,12 @@ async def test_the_forwarder_is_the_inits_child_and_ends_with_the_command(tools:
 async def test_a_pulse_after_a_preflight_call_has_no_forwarder(tools: Tools, registry: Registry):  # noqa: F811
     preflight = await tools("shell", {"command": LIST_NAMESPACE}, role="preflight")
     assert len([line for line in preflight["stdout"].splitlines() if line.startswith("other: ")]) == 1, preflight
-    await asyncio.sleep(0.3)  # the launch server readies its spare launcher, which the pulse then gets
+    # The launch server readies its spare launcher (a child of its own, waiting), which the pulse then gets.
+    server = tools.executor.launcher.pid
+    assert server is not None, "the preflight call started no launch server"
+    async with asyncio.timeout(10):
+        while not _live_children(server):
+            await asyncio.sleep(0.01)
     pulse = await tools("shell", {"command": LIST_NAMESPACE + fetch(
         "registry.test", registry.port, tunnel=True, proxy=f"'http://127.0.0.1:{PROXY_PORT}'")})
     assert pulse["stdout"] == "shell children: []\n", pulse

@@ -179,7 +179,7 @@ async def test_writes_and_edits_outside_the_beads_files_are_refused_naming_them(
         ("write_file", {"path": "README.md", "content": "x"}),
         ("edit_file", {"path": "src/app.py", "oldString": "app", "newString": "x"}),
     ]:
-        result, body = await _call(nc, repo, tool, args, holder="w1", scope=scope)  # type: ignore[arg-type]  # dicts
+        result, body = await _call(nc, repo, tool, args, holder="w1", scope=scope)  # dicts
         if args["path"] == "src/app.py":
             assert result.is_error and "w2" in body["error"], body  # another holder's file: the lease error first
             continue

@@ -50,7 +50,7 @@ class Layout:
         (self.other / "secret.txt").write_text("another workflow's file\n")
 
     def settings(self, **overrides: object) -> Settings:
-        return Settings(data_dir=str(self.data), request_timeout=5.0, restart_grace=0.5, **overrides)  # type: ignore[arg-type]
+        return Settings(data_dir=str(self.data), request_timeout=5.0, restart_grace=0.5, **overrides)  # type: ignore[arg-type]  # overrides are Settings fields
 
 
 @pytest.fixture

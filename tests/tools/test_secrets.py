@@ -149,14 +149,14 @@ async def test_diff_gate_withholds_sensitive_files_and_redacts_the_rest(tools, c
         "diff --git a/app.py b/app.py\n+KEY = '" + STRIPE_KEY + "'\n+print('hello')\n"
     )
     ctx = ToolContext(
-        call=None,  # type: ignore[arg-type]
+        call=None,  # not used by the redaction tested here
         variant="base",
-        worktree=None,  # type: ignore[arg-type]
-        store=None,  # type: ignore[arg-type]
-        engine=None,  # type: ignore[arg-type]
-        forwarder=None,  # type: ignore[arg-type]
+        worktree=None,  # not used by the redaction tested here
+        store=None,  # not used by the redaction tested here
+        engine=None,  # not used by the redaction tested here
+        forwarder=None,  # not used by the redaction tested here
         redactor=Redactor(),
-        settings=None,  # type: ignore[arg-type]
+        settings=None,  # not used by the redaction tested here
     )
     gated = gate_diff(ctx, diff)
     assert not leaks(gated)

@@ -28,7 +28,7 @@ class _Listed:
 
 
 def test_workflow_list_escapes_titles(capsys: pytest.CaptureFixture[str]):
-    assert cmd_list(_Listed(), argparse.Namespace(json=False)) == 0  # type: ignore[arg-type]
+    assert cmd_list(_Listed(), argparse.Namespace(json=False)) == 0  # type: ignore[arg-type]  # a stand-in client with only get
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x00" not in out and "\x07" not in out
     assert "evil\\x1b]0;owned\\x07\\x00" in out
