@@ -20,6 +20,7 @@ from msgspec import Meta
 from .base import UUID_PATTERN, Command, Query, Reply
 from .beads import VerificationEvidence, WorkerDiscipline
 from .git import COMMIT_TYPES
+from .http import MAX_COST_IDS
 from .tool_args import ToolArgs
 from .tool_catalog import Role, ToolDefinition, input_schema
 
@@ -65,6 +66,8 @@ __all__ = [
     "TurnUsage",
     "TurnView",
     "UnresolvedIssue",
+    "WorkflowCostList",
+    "WorkflowCosts",
     "block_tool_definitions",
 ]
 
@@ -434,6 +437,13 @@ class ListSessions(Query, kw_only=True):
     """Only sessions with (True) or without (False) a running turn."""
 
 
+class WorkflowCosts(Query, kw_only=True):
+    """What each of these workflows' sessions spent: answered from the runner's running totals (its budget), so
+    it costs the number of ids asked, not the number of sessions ever run."""
+
+    workflow_ids: Annotated[list[Annotated[str, Meta(pattern=UUID_PATTERN)]], Meta(max_length=MAX_COST_IDS)]
+
+
 class TurnAccepted(Reply, kw_only=True):
     session_id: str
     turn_id: str
@@ -575,3 +585,8 @@ class SessionSummary(msgspec.Struct, kw_only=True):
 
 class SessionList(Reply, kw_only=True):
     items: list[SessionSummary]
+
+
+class WorkflowCostList(Reply, kw_only=True):
+    costs: dict[str, float]
+    """Every id asked → US dollars its sessions spent (unrounded, at list prices); 0.0 for one with none."""

@@ -13,6 +13,7 @@ __all__ = [
     "BRANCH_NAME",
     "CLEAN_TEXT",
     "GIT_BRANCH",
+    "MAX_COST_IDS",
     "TEXT",
     "TITLE",
     "ChannelSessionBody",
@@ -24,6 +25,7 @@ __all__ = [
     "StopSessionBody",
     "Text",
     "Title",
+    "WorkflowCostsBody",
 ]
 
 # Control characters reach terminals raw (ANSI escapes, NUL): refused at the door. C0 and C1 both, since
@@ -94,6 +96,17 @@ class SessionMessageBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
     text: Annotated[str, msgspec.Meta(min_length=1, max_length=100_000)]
     message_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] | None = None
     """Idempotency key: the same message id twice starts one turn."""
+
+
+MAX_COST_IDS = 1000
+"""How many workflows one cost query asks about: a page of the list, well under NATS's payload limit."""
+
+
+class WorkflowCostsBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /api/workflows/costs``: the workflows (a page of the list) whose spend to give."""
+
+    workflow_ids: Annotated[list[SessionId], msgspec.Meta(max_length=MAX_COST_IDS)]
+    """At most 1,000 workflow ids (canonical UUIDs); an id no session belongs to costs 0.0."""
 
 
 class ServiceHealth(msgspec.Struct, kw_only=True, omit_defaults=True):

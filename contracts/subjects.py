@@ -128,7 +128,8 @@ GIT_VERBS = (
     "close_worker",
     "write_worker_files",
 )
-AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions")
+AGENT_RUNNER_VERBS = ("start_session", "send_message", "stop_session", "get_session", "list_sessions",
+                      "workflow_costs")
 INDEXER_VERBS = ("index_project", "index_worktree", "index_status", "semantic_search", "record_turns", "find_turn",
                  "latest_turn", "search_turns", "turn_slice")
 NOTIFIER_VERBS = ("list_deliveries",)

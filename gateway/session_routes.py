@@ -25,9 +25,11 @@ from autarch.contracts.agents import (
     StartSession,
     StopSession,
     TurnAccepted,
+    WorkflowCostList,
+    WorkflowCosts,
 )
 from autarch.contracts.errors import ErrorReply
-from autarch.contracts.http import ChannelSessionBody, SessionMessageBody, StopSessionBody
+from autarch.contracts.http import ChannelSessionBody, SessionMessageBody, StopSessionBody, WorkflowCostsBody
 
 from .agent_runner_client import ask_agent_runner
 from .params import CHANNEL_ID, bad_request, canonical_uuid, error_responses, not_found, resolve_repo
@@ -125,4 +127,16 @@ async def stop_session(
     return await ask_agent_runner(state, "stop_session", command, SessionStopped, idempotent=True)
 
 
-SESSION_ROUTES = [start_channel_session, send_message, get_session, list_sessions, stop_session]
+@post("/api/workflows/costs", status_code=200, summary="What each of these workflows' sessions spent",
+      tags=["workflows"], responses=error_responses(400))
+async def workflow_costs(data: JSONBody[WorkflowCostsBody], state: State) -> WorkflowCostList:
+    """``{"costs": {workflow_id: usd, ...}}`` for every id asked (0.0 when no session of it spent anything), in
+    US dollars at list prices. Body ``{"workflow_ids": [...]}``: at most 1,000 workflow ids (canonical UUIDs),
+    the ids of a page of the list. A POST because a page's ids are too long for a URL; it changes nothing.
+    400 ``bad_request`` for anything else (not a list, more than 1,000, a malformed id, an unknown field)."""
+    # The runner answers from its per-workflow totals: the cost of a page, not of every session ever run.
+    query = WorkflowCosts(workflow_ids=data.workflow_ids)
+    return await ask_agent_runner(state, "workflow_costs", query, WorkflowCostList, idempotent=True)
+
+
+SESSION_ROUTES = [start_channel_session, send_message, get_session, list_sessions, stop_session, workflow_costs]

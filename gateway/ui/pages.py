@@ -30,7 +30,7 @@ from litestar.types import ControllerRouterHandler
 from nats.errors import Error as NatsError
 
 from autarch.contracts import subjects
-from autarch.contracts.agents import GetSession, ListSessions, SessionList, SessionView
+from autarch.contracts.agents import GetSession, ListSessions, SessionList, SessionView, WorkflowCostList, WorkflowCosts
 from autarch.contracts.workflows import (
     GetArtifacts,
     GetWorkflow,
@@ -156,18 +156,25 @@ async def logout() -> Redirect:
                                                           httponly=True, samesite="lax")])
 
 
-async def _costs(state: State, workflow_id: str | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Cost by workflow, and the session summaries; nothing when the agent runner is away."""
+async def _summaries(state: State, workflow_id: str | None = None) -> list[dict[str, Any]]:
+    """The session summaries (of one workflow, or all); nothing when the agent runner is away."""
     try:
         sessions = await ask_service(state, "agent_runner", "list_sessions", ListSessions(workflow_id=workflow_id),
                                      SessionList, idempotent=True)
     except RemoteError:
-        return {}, []
-    costs: dict[str, float] = {}
-    for item in sessions.items:
-        if item.workflow_id:
-            costs[item.workflow_id] = costs.get(item.workflow_id, 0.0) + item.cost_usd
-    return costs, [_plain(i) for i in sessions.items]
+        return []
+    return [_plain(i) for i in sessions.items]
+
+
+async def _workflow_costs(state: State, workflow_ids: list[str]) -> dict[str, float]:
+    """Cost of each of these workflows (the runner's per-workflow totals, not a list of every session, which at
+    scale is more than the bus carries); nothing when the agent runner is away."""
+    try:
+        reply = await ask_service(state, "agent_runner", "workflow_costs", WorkflowCosts(workflow_ids=workflow_ids),
+                                  WorkflowCostList, idempotent=True)
+    except RemoteError:
+        return {}
+    return reply.costs
 
 
 SHOWN = 500
@@ -183,8 +190,8 @@ async def workflows_page(request: Request, state: State) -> Response[str]:
     # The newest SHOWN workflows (the list is in creation order): a page the bus carries however many there are.
     head = await ask_orchestrator(state, "list_workflows", ListWorkflows(limit=1), WorkflowList, idempotent=True)
     newest = ListWorkflows(limit=SHOWN, offset=max(0, head.total - SHOWN))
-    listing, (costs, _) = await asyncio.gather(
-        ask_orchestrator(state, "list_workflows", newest, WorkflowList, idempotent=True), _costs(state))
+    listing = await ask_orchestrator(state, "list_workflows", newest, WorkflowList, idempotent=True)
+    costs = await _workflow_costs(state, [wf.id for wf in listing.items])
     data = {"page": "workflows", "since": since, "workflows": _plain(listing.items), "costs": costs,
             "total": listing.total,
             "cwd": str(Path.cwd())}
@@ -245,7 +252,7 @@ async def workflow_page(request: Request, state: State, workflow_id: FromPath[st
     if view is None:
         return _page("Not found", "missing", {"page": "missing", "what": f"workflow {workflow_id}"}, csrf=csrf,
                      status=404)
-    _, summaries = await _costs(state, wf)
+    summaries = await _summaries(state, wf)
     replies = await asyncio.gather(*(
         ask_service(state, "agent_runner", "get_session", GetSession(session_id=s["session_id"]), SessionView,
                     idempotent=True) for s in summaries), return_exceptions=True)
@@ -277,7 +284,7 @@ async def channels_page(request: Request, state: State) -> Response[str]:
     sid = _sid(request, state)
     if sid is None:
         return _signed_out()
-    _, summaries = await _costs(state)
+    summaries = await _summaries(state)
     discussions = [s for s in summaries if s["role"] == "discussion"]
     return _page("Channels", "channels", {"page": "channels", "sessions": discussions, "cwd": str(Path.cwd())},
                  csrf=csrf_token(_token(state), sid))

@@ -34,6 +34,8 @@ from autarch.contracts.agents import (
     StartSession,
     StopSession,
     TurnAccepted,
+    WorkflowCostList,
+    WorkflowCosts,
 )
 from autarch.contracts.base import encode
 from autarch.contracts.storage import StorageNotice, StorageProblem
@@ -404,6 +406,12 @@ class AgentRunner:
             items.append(summary)
         return SessionList(items=items)
 
+    async def workflow_costs(self, query: WorkflowCosts) -> WorkflowCostList:
+        # The budget's running totals hold every recorded reply's cost per workflow (counted as each reply is
+        # recorded, and from kept summaries or rebuilt sessions at start-up): no session is read or scanned.
+        # ``get`` rather than ``[]``: asking about an unknown id must not add it to the defaultdict.
+        return WorkflowCostList(costs={wid: self.budget.cost.get(wid, 0.0) for wid in query.workflow_ids})
+
     # --- turns -----------------------------------------------------------------------------------------
 
     def _agent(self, session: Session) -> AgentConfig:
@@ -599,6 +607,7 @@ async def open_runner(
     service.endpoint("stop_session", StopSession, runner.stop_session)
     service.endpoint("get_session", GetSession, runner.get_session)
     service.endpoint("list_sessions", ListSessions, runner.list_sessions)
+    service.endpoint("workflow_costs", WorkflowCosts, runner.workflow_costs)
     await service.start()
     resumed = runner.resume()
     # The model SDK's import is left out of the start-up (model_client.py); made now, the first turn finds it done.

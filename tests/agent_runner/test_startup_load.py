@@ -8,14 +8,19 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+import pytest
+
 from autarch.contracts import subjects
 from autarch.contracts.agents import (
     ListSessions,
     SendMessage,
     SessionList,
     SessionStopped,
+    StartSession,
     StopSession,
     TurnAccepted,
+    WorkflowCostList,
+    WorkflowCosts,
 )
 from autarch.runtime.requests import request
 from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
@@ -130,5 +135,49 @@ async def test_a_session_changed_after_its_summary_was_kept_is_rebuilt(nc, data_
     try:
         assert runner.rebuilt == [ids[1]]
         assert [s.status for s in (await _list(nc, workflow_id)).items] == ["idle", "closed", "closed"]
+    finally:
+        await stop()
+
+
+async def _costs(nc, workflow_ids: list[str]) -> dict[str, float]:
+    reply = await request(nc, subjects.request(RUNNER, "workflow_costs"), WorkflowCosts(workflow_ids=workflow_ids),
+                          WorkflowCostList)
+    return reply.costs
+
+
+def _summed(listed: SessionList) -> dict[str, float]:
+    """What a client summing ``list_sessions`` gets per workflow (the figure ``workflow_costs`` replaces)."""
+    costs: dict[str, float] = {}
+    for s in listed.items:
+        if s.workflow_id is not None:
+            costs[s.workflow_id] = costs.get(s.workflow_id, 0.0) + s.cost_usd
+    return costs
+
+
+async def test_workflow_costs_equal_the_sum_of_listed_sessions_live_and_after_a_restart(
+        nc, data_dir: Path, scripted, tools, repo: Path) -> None:
+    first, second, idle = (str(uuid.uuid4()) for _ in range(3))
+    await _settled_sessions(nc, data_dir, scripted, repo, first)
+    async with own_runner(nc, data_dir, scripted):
+        # Sessions run by this process (counted as each reply is recorded), a channel session (no workflow) and a
+        # workflow with no session at all.
+        await run_turn(nc, role="discussion", script="chat", root=repo, workflow_id=second)
+        channel = await request(nc, subjects.request(RUNNER, "start_session"), StartSession(
+            session_id=str(uuid.uuid4()), role="discussion", root=str(repo), kickoff="What is this?", script="chat",
+            channel_id="team"), TurnAccepted)
+        await wait_turn(nc, channel.session_id, channel.turn_id)
+        live = await _costs(nc, [first, second, idle])
+        listed = _summed(await _list(nc))
+    assert live[first] > 0 and live[second] > 0 and live[idle] == 0.0
+    assert set(live) == {first, second, idle} and set(listed) == {first, second}  # the channel's is no workflow's
+    # list_sessions rounds each session to 8 decimals: equal to within that.
+    assert live == pytest.approx({**listed, idle: 0.0}, abs=1e-7)
+
+    # After a restart every session is settled: the figure comes from the kept summaries, and is the same.
+    runner, stop = await open_runner(nc, runner_settings(data_dir, scripted))
+    try:
+        assert runner.rebuilt == []
+        assert await _costs(nc, [first, second, idle]) == live
+        assert _summed(await _list(nc)) == listed
     finally:
         await stop()

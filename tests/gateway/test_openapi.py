@@ -17,6 +17,7 @@ NEW_ROUTES = {
     ("/api/sessions/{session_id}/stop", "post"): "sessions",
     ("/api/workflows/{workflow_id}/diff", "get"): "workflows",
     ("/api/workflows/{workflow_id}/pulses/{pulse_id}/diff", "get"): "workflows",
+    ("/api/workflows/costs", "post"): "workflows",
 }
 
 
@@ -39,7 +40,10 @@ async def test_every_route_is_documented(gateway: Gateway):
     bodies = schema["components"]["schemas"]
     assert {"StopBody", "ResumeBody", "ApproveExtensionBody", "AnswerQuestionsBody", "ChannelSessionBody",
             "SessionMessageBody", "StopSessionBody", "TurnAccepted", "SessionView", "SessionList",
-            "SessionStopped", "DiffArtifact", "DiffArtifactRef"} <= set(bodies)
+            "SessionStopped", "DiffArtifact", "DiffArtifactRef", "WorkflowCostsBody", "WorkflowCostList"} <= set(bodies)
+    costs = schema["paths"]["/api/workflows/costs"]["post"]
+    assert costs["responses"]["400"] and costs["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/WorkflowCostsBody"}
     assert schema["paths"]["/api/channels/{channel_id}/session"]["post"]["responses"]["201"]
     assert schema["paths"]["/api/sessions/{session_id}/message"]["post"]["responses"]["202"]
     for path in ("/api/workflows/{workflow_id}/diff", "/api/workflows/{workflow_id}/pulses/{pulse_id}/diff"):

@@ -8,6 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from autarch.contracts import subjects
+from autarch.contracts.agents import StartSession, TurnAccepted
+from autarch.runtime.bus import connect
+from autarch.runtime.requests import request
+
 from .conftest import Gateway, new_id, wait_turn
 
 pytestmark = pytest.mark.usefixtures("runner")
@@ -113,6 +118,47 @@ async def test_list_filters_by_workflow(gateway: Gateway):
                 400, "bad_request", {"field": "workflow"})
         r = await http.get("/api/sessions", params={"running": "maybe"})
         assert (r.status_code, r.json()["code"]) == (400, "bad_request")
+
+
+async def test_workflow_costs_are_what_the_workflows_sessions_spent(gateway: Gateway, repo: Path, nats_server):
+    # A workflow's session is started by the orchestrator, never over HTTP: started here on the bus as it would.
+    spent, idle = new_id(), new_id()
+    nc = await connect(nats_server.url, name="test-orchestrator")
+    try:
+        accepted = await request(nc, subjects.request("agent_runner", "start_session"), StartSession(
+            session_id=new_id(), role="discussion", root=str(repo), kickoff="What is this?", workflow_id=spent),
+            TurnAccepted)
+    finally:
+        await nc.drain()
+    async with gateway.client() as http:
+        await wait_turn(http, accepted.session_id, accepted.turn_id)
+        r = await http.post("/api/workflows/costs", json={"workflow_ids": [spent, idle]})
+        assert r.status_code == 200, r.text
+        costs = r.json()["costs"]
+        listed = (await http.get("/api/sessions", params={"workflow": spent})).json()["items"]
+        assert set(costs) == {spent, idle} and costs[idle] == 0.0
+        assert costs[spent] > 0 and costs[spent] == pytest.approx(sum(s["cost_usd"] for s in listed), abs=1e-7)
+        r = await http.post("/api/workflows/costs", json={"workflow_ids": []})
+        assert (r.status_code, r.json()) == (200, {"costs": {}})
+        r = await http.post("/api/workflows/costs", json={"workflow_ids": [new_id() for _ in range(1000)]})
+        assert r.status_code == 200 and len(r.json()["costs"]) == 1000
+
+
+COSTS_BAD_BODIES: list[object] = [
+    None, [], "x", {}, {"workflow_ids": "x"}, {"workflow_ids": None}, {"workflow_ids": {"a": 1}},
+    {"workflow_ids": [new_id() for _ in range(1001)]}, {"workflow_ids": ["nope"]}, {"workflow_ids": [5]},
+    {"workflow_ids": ["11111111-1111-4111-8111-11111111111A"]}, {"workflow_ids": [new_id() + "\n"]},
+    {"workflow_ids": [], "extra": 1},
+]
+
+
+async def test_bad_workflow_cost_bodies_are_400(gateway: Gateway):
+    async with gateway.client() as http:
+        for body in COSTS_BAD_BODIES:
+            r = await http.post("/api/workflows/costs", json=body)
+            assert (r.status_code, r.json()["code"]) == (400, "bad_request"), (body, r.text)
+        r = await http.post("/api/workflows/costs", content=b"{nope", headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()["code"]) == (400, "bad_request"), r.text
 
 
 async def test_unknown_and_malformed_session_ids_are_404(gateway: Gateway):

@@ -80,8 +80,24 @@ def test_a_whole_workflow_from_the_browser(page: Page, system, model, client: Cl
     page.locator("#pulses tr[data-pulse='pulse-1']").get_by_role("button", name="Diff").click()
     expect(diff).to_contain_text("Pulse pulse-1")
 
+    # The list page, open before the last approval: it sees the workflow finish by its own refresh.
+    lister = page.context.new_page()
+    asked: list[str] = []
+    lister.on("request", lambda r: asked.append(r.url))
+    lister.goto(system.url + "/")
+    expect(lister.locator(f"tr[data-workflow='{wid}']")).to_contain_text("review")
+
     _approve(page, "review")
     expect(page.locator("h1 .badge")).to_have_text("done", timeout=30_000)
+
+    # Its refresh asks the costs of the workflows shown, never for every session.
+    spent = sum(s["cost_usd"] for s in client.http.get("/api/sessions", params={"workflow": wid}).json()["items"])
+    assert spent > 0
+    listed = lister.locator(f"tr[data-workflow='{wid}']")
+    expect(listed).to_contain_text("done")
+    expect(listed).to_contain_text(f"${spent:.{2 if spent >= 1 else 4}f}")
+    assert any(u.endswith("/api/workflows/costs") for u in asked) and not any("/api/sessions" in u for u in asked)
+    lister.close()
 
     view = client.get(wid)
     assert view["status"] == "done" and view["path"] == "full"
@@ -98,6 +114,8 @@ def test_a_whole_workflow_from_the_browser(page: Page, system, model, client: Cl
     row = page.locator(f"tr[data-workflow='{wid}']")
     expect(row).to_contain_text("done")
     expect(row).to_contain_text("5/5")
+    # Its cost is what its sessions spent (the runner's per-workflow total), in the page as served too.
+    expect(row).to_contain_text(f"${spent:.{2 if spent >= 1 else 4}f}")
     page.screenshot(path=str(SHOTS / "workflows.png"))
 
 

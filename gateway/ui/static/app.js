@@ -212,12 +212,13 @@ function workflowsPage() {
   const refresh = debounce(async () => {
     // The newest SHOWN workflows (the list is in creation order): a page the bus carries however many there are.
     const { total } = await api("GET", "/api/workflows?limit=1");
-    const [list, sessions] = await Promise.all([
-      api("GET", `/api/workflows?offset=${Math.max(0, total - SHOWN)}&limit=${SHOWN}`), api("GET", "/api/sessions")]);
+    const list = await api("GET", `/api/workflows?offset=${Math.max(0, total - SHOWN)}&limit=${SHOWN}`);
+    // The costs of the shown workflows only (the runner keeps a total per workflow): listing every session
+    // instead grows with all history, and past some 60,000 sessions is more than the bus carries.
+    const shown = await api("POST", "/api/workflows/costs", { workflow_ids: list.items.map((wf) => wf.id) });
     workflows = list.items;
     totalWorkflows = list.total;
-    costs = {};
-    for (const s of sessions.items) if (s.workflow_id) costs[s.workflow_id] = (costs[s.workflow_id] || 0) + s.cost_usd;
+    costs = shown.costs;
     renderRows();
     stamp();
   }, 150);
