@@ -206,7 +206,7 @@ def _aim(moment: str, workflow_id: str, fire: Kill) -> tuple[Callable[[str, dict
             fire(f"{name} of reply {data.get('step')}")
 
     def on_commit(request: dict) -> None:
-        if moment == COMMIT and request.get("workflow_id") == workflow_id and request.get("pulse_id") == PULSE_1:
+        if moment == COMMIT and request.get("run_id") == workflow_id and request.get("pulse_id") == PULSE_1:
             fire("checkpoint_pulse request of pulse-1")
 
     return on_event, on_commit
