@@ -117,17 +117,17 @@ class GitService:
     def _by_run(self, operation: Callable[[Any], T]) -> Callable[[Any], Awaitable[T]]:
         """A request of ``contracts.git``, serialised on the repository of the run (workflow or loop session) it
         names in ``run_id``."""
-        async def handle(request: Any) -> T:
-            repository_id = self.engine.repository_of(request.run_id)
-            return await self.locks.run(repository_id, lambda: operation(request))
-
-        return handle
+        return self._on_repository_of(lambda request: request.run_id, operation)
 
     def _by_workflow(self, operation: Callable[[Any], T]) -> Callable[[Any], Awaitable[T]]:
         """A request of ``contracts.bead_git`` (swarms are a workflow's only), serialised on its workflow's
         repository."""
+        return self._on_repository_of(lambda request: request.workflow_id, operation)
+
+    def _on_repository_of(self, owner: Callable[[Any], str],
+                          operation: Callable[[Any], T]) -> Callable[[Any], Awaitable[T]]:
         async def handle(request: Any) -> T:
-            repository_id = self.engine.repository_of(request.workflow_id)
+            repository_id = self.engine.repository_of(owner(request))
             return await self.locks.run(repository_id, lambda: operation(request))
 
         return handle
