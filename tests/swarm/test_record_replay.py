@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from autarch.cli.local.natsserver import free_port
 from autarch.services.scripted_model import ScriptedModelServer
 from autarch.services.scripted_model.scenario import load_scenario
 from tests.system import System
 from tests.workflows.conftest import Client, approve_stages, finish, git, make_repo, start
-from tests.workflows.test_record_replay import serve_scripted
+from tests.workflows.test_record_replay import replaying
 
 from .conftest import SERVICES, swarm_scenario
 
@@ -113,14 +112,8 @@ def test_a_recorded_epic_replays_offline_to_the_same_files_commits_and_events_be
 
     # A fresh system with the same number of workers, its model the recording served by
     # `autarch model serve-scripted`: no key, no network.
-    server, url = serve_scripted(run)
-    data = tmp_path / "data"
-    data.mkdir()
-    fresh = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES,
-                   extra_env={**system.extra_env, "AUTARCH_SWARM_WORKERS": str(recording["max_workers"]),
-                              "AUTARCH_ANTHROPIC_BASE_URL": url, "AUTARCH_ANTHROPIC_API_KEY": "none"})
-    try:
-        fresh.start(timeout=60)
+    with replaying(run, system, tmp_path / "data", SERVICES,
+                   AUTARCH_SWARM_WORKERS=str(recording["max_workers"])) as fresh:
         client = Client(fresh)
         repo = make_repo(tmp_path / "repo", document["files"])
         wid = client.create(repo, title=recording["title"], request=recording["request"],
@@ -142,11 +135,6 @@ def test_a_recorded_epic_replays_offline_to_the_same_files_commits_and_events_be
         # `autarch workflow compare` takes the epic's recording too (the epic is its workflow).
         assert fresh.cli("workflow", "compare", str(run), wid).returncode == 0
         client.http.close()
-    finally:
-        if fresh.proc is not None:
-            fresh.stop()
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def test_a_replayed_epic_whose_worker_reads_another_file_is_named_at_its_first_differing_event(

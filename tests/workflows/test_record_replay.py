@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,25 @@ def serve_scripted(scenario: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split(" at ", 1)[1].strip()
 
 
+@contextmanager
+def replaying(run: Path, system: System, data: Path, services: str, **env: str) -> Iterator[System]:
+    """A fresh system (``system``'s settings and ``env``), its model the recording ``run`` served by
+    `autarch model serve-scripted`: no key, no network. Both are stopped after."""
+    server, url = serve_scripted(run)
+    data.mkdir()
+    fresh = System(data_dir=data, port=free_port(), nats_port=free_port(), services=services,
+                   extra_env={**system.extra_env, **env, "AUTARCH_ANTHROPIC_BASE_URL": url,
+                              "AUTARCH_ANTHROPIC_API_KEY": "none"})
+    try:
+        fresh.start(timeout=60)
+        yield fresh
+    finally:
+        if fresh.proc is not None:
+            fresh.stop()
+        server.terminate()
+        server.wait(timeout=10)
+
+
 def test_a_recorded_demo_replays_offline_to_the_same_cards_trees_and_events(
         recorded: tuple[Path, str, Path], system: System, tmp_path: Path) -> None:
     run, original, original_repo = recorded
@@ -88,14 +108,7 @@ def test_a_recorded_demo_replays_offline_to_the_same_cards_trees_and_events(
     assert recording["events"] == original_events
 
     # A fresh system, its model the recording served by `autarch model serve-scripted`: no key, no network.
-    server, url = serve_scripted(run)
-    data = tmp_path / "data"
-    data.mkdir()
-    fresh = System(data_dir=data, port=free_port(), nats_port=free_port(), services=SERVICES,
-                   extra_env={**system.extra_env, "AUTARCH_ANTHROPIC_BASE_URL": url,
-                              "AUTARCH_ANTHROPIC_API_KEY": "none"})
-    try:
-        fresh.start(timeout=60)
+    with replaying(run, system, tmp_path / "data", SERVICES) as fresh:
         client = Client(fresh)
         repo = make_repo(tmp_path / "repo", document["files"])
         wid = client.create(repo, title=recording["title"], request=recording["request"])
@@ -114,11 +127,6 @@ def test_a_recorded_demo_replays_offline_to_the_same_cards_trees_and_events(
         assert compared.returncode == 0, compared.stdout + compared.stderr
         assert "same run:" in compared.stdout
         client.http.close()
-    finally:
-        if fresh.proc is not None:
-            fresh.stop()
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def test_a_replay_whose_tool_result_differs_is_named_at_its_first_differing_event(
