@@ -17,13 +17,15 @@ def main() -> None:
     from autarch.runtime.settings import GatewaySettings, load_settings, narrow
 
     from .app import create_app
+    from .sse import server_send_kept
 
     settings = narrow(load_settings(), GatewaySettings)
     configure_logging(settings.log_level)
     sock = listen("gateway", settings.host, settings.port, setting="--port or AUTARCH_PORT")
     app = create_app(settings)
     settle_heap()  # the app and its routes live as long as the process: out of the collector's way
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    config = uvicorn.Config(server_send_kept(app), host=settings.host, port=settings.port, log_level="warning",
+                            access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -54,9 +54,10 @@ from .stream_reader import StreamReader
 
 if TYPE_CHECKING:
     from litestar import Litestar, Request
-    from litestar.types import Receive, Scope, Send
+    from litestar.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["BATCH", "BUFFER", "EventStream", "LiveEvents", "end_streams_on_signals", "event_stream"]
+__all__ = ["BATCH", "BUFFER", "SERVER_SEND", "EventStream", "LiveEvents", "end_streams_on_signals", "event_stream",
+           "server_send_kept"]
 
 log = logging.getLogger(__name__)
 
@@ -374,13 +375,36 @@ class _EventStreamBody:
         if not self._response.is_head_response:
             watcher = asyncio.ensure_future(_until_disconnected(receive))
             watcher.add_done_callback(lambda _: self._live.hang_up())
+            # The body's writes skip the app's wrappers of ``send`` when the server gave us its own (see
+            # :func:`server_send_kept`): they act on the response's start only, and at a thousand clients their
+            # two coroutine calls per write cost as much as the write.
+            body_send: Send = scope.get(SERVER_SEND) or send  # type: ignore[assignment]  # our own scope key
             try:
                 async for message in self._live.messages():
-                    await send({"type": "http.response.body", "body": message.encode(), "more_body": True})
+                    await body_send({"type": "http.response.body", "body": message.encode(), "more_body": True})
             finally:
                 watcher.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         await self._response.after_response()
+
+
+SERVER_SEND = "autarch.server_send"
+"""The scope key under which :func:`server_send_kept` leaves the server's own ``send``."""
+
+
+def server_send_kept(app: ASGIApp) -> ASGIApp:
+    """``app`` served with the server's own ``send`` kept in the scope, for the event streams' body writes.
+
+    Litestar wraps ``send`` twice before a response sees it (its ``before_send`` hooks, its exception handler's
+    "response started" mark); both act on ``http.response.start`` only, which still goes through them.
+    """
+
+    async def serve(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[SERVER_SEND] = send  # type: ignore[literal-required]  # our own scope key
+        await app(scope, receive, send)
+
+    return serve
 
 
 async def _until_disconnected(receive: Receive) -> None:

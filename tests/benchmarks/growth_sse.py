@@ -7,7 +7,10 @@ The measuring is :mod:`sse_fanout`'s (raw sockets in a process of their own, dat
 timestamps; every client must get every event once, in order): here its synthetic source, a workflow whose
 events the benchmark records straight into the stream at a steady rate, each followed by live deltas, so the
 figures are the gateway's rather than the services'. The curve's figure is the p99 of event → last client at the
-largest size over that at the smallest (goal ≤ 3), beside the p50s and the gateway's memory at each size.
+largest size over that at the smallest (goal ≤ 3), beside the p50s and the gateway's memory at each size. Beside
+it, unless ``--no-floor``, the same curve with the clients following :mod:`sse_floor` instead of the gateway (the
+least a Python server can do per event: a write per client per window), and the gateway's p99 over the floor's at
+the largest size.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ SOURCE = {"events": 200, "rate": 25.0, "event_bytes": 600, "deltas_per_event": 4
 deltas in 1 to 2 s, in bursts)."""
 
 
-def sse_curve(tmp: Path, *, sizes: tuple[int, ...] = SIZES, runs: int = 1, source: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
-    """The curve on a system of its own, summed up as the growth benchmark reports curves."""
+def sse_curve(tmp: Path, *, sizes: tuple[int, ...] = SIZES, runs: int = 1, source: dict[str, Any] | None = None,
+              floor: bool = True) -> dict[str, Any]:
+    """The curve on a system of its own, summed up as the growth benchmark reports curves; with ``floor``, the
+    same curve of :mod:`sse_floor` beside it (the least a Python server can do: what the goal is up against)."""
 
     def report(row: dict[str, Any]) -> None:
         print(f"  sse_fanout: {row['clients']:>5} clients: event→last p50 {row['event_to_last_client_p50_ms']} "
@@ -44,6 +48,15 @@ def sse_curve(tmp: Path, *, sizes: tuple[int, ...] = SIZES, runs: int = 1, sourc
                            report=report)
     figures["ratio"] = figures["ratio_event_to_last_client_p99"]
     figures["goal"] = GOAL_RATIO
+    if floor:
+        print("  sse_fanout: the same clients and source, following the floor (sse_floor.py):", flush=True)
+        below = fanout_curve(tmp / "sse-floor", sizes=sizes, source="synthetic", runs=runs,
+                             synthetic=source or SOURCE, report=report, reference="floor")
+        figures["floor"] = {"sizes": below["sizes"], "ratio": below["ratio_event_to_last_client_p99"]}
+        at_floor = below["sizes"][-1]["event_to_last_client_p99_ms"]
+        if at_floor:
+            figures["gateway_over_floor_p99_at_largest"] = round(
+                figures["sizes"][-1]["event_to_last_client_p99_ms"] / at_floor, 2)
     first, last = figures["sizes"][0], figures["sizes"][-1]
     if first["event_to_last_client_p50_ms"] and last["event_to_last_client_p50_ms"] is not None:
         figures["ratio_p50"] = round(last["event_to_last_client_p50_ms"] / first["event_to_last_client_p50_ms"], 2)
@@ -57,13 +70,15 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=SOURCE["events"])
     parser.add_argument("--rate", type=float, default=SOURCE["rate"])
     parser.add_argument("--deltas-per-event", type=int, default=SOURCE["deltas_per_event"])
+    parser.add_argument("--no-floor", action="store_true", help="skip the floor reference's curve")
     args = parser.parse_args()
     source = {**SOURCE, "events": args.events, "rate": args.rate, "deltas_per_event": args.deltas_per_event}
     with tempfile.TemporaryDirectory(prefix="autarch-bench-sse-") as d:
         figures = sse_curve(Path(d), sizes=tuple(int(s) for s in args.sizes.split(",")), runs=args.runs,
-                            source=source)
+                            source=source, floor=not args.no_floor)
     print(f"sse_fanout: p99 at {figures['sizes'][-1]['clients']} / at {figures['sizes'][0]['clients']} client(s) = "
-          f"{figures['ratio']} (goal ≤ {GOAL_RATIO})")
+          f"{figures['ratio']} (goal ≤ {GOAL_RATIO}); the floor's {figures.get('floor', {}).get('ratio')}; "
+          f"gateway / floor at the largest {figures.get('gateway_over_floor_p99_at_largest')}")
     print(json.dumps(figures))
     return 0 if figures["every_client_every_event"] else 1
 

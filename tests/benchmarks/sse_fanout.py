@@ -56,7 +56,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -519,12 +519,37 @@ def measure_size(system: System, clients: int, *, runs: int = 1, deltas: bool = 
     }
 
 
+@contextmanager
+def floor_server(system: System) -> Iterator[System]:
+    """The floor reference (:mod:`sse_floor`) on the system's NATS: the system as its clients see it instead."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("sse_floor.py")), "--nats",
+                             system.nats_url, "--port", str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "serving", "the floor did not start"
+        yield replace(system, url=f"http://127.0.0.1:{port}", gateway_pid=proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def fanout_curve(tmp: Path, *, sizes: tuple[int, ...] = SIZES, source: str = "demo", runs: int = 3,
                  deltas: bool = True, client_processes: int = 1, synthetic: dict[str, Any] | None = None,
-                 report: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """The whole curve on a system of its own: one figure set per size and the ratios largest / smallest."""
+                 report: Callable[[dict[str, Any]], None] | None = None, reference: str = "gateway"
+                 ) -> dict[str, Any]:
+    """The whole curve on a system of its own: one figure set per size and the ratios largest / smallest.
+
+    ``reference="floor"``: the clients follow :mod:`sse_floor` rather than the gateway (synthetic source only)."""
     rows = []
-    with running_system(tmp, source=source) as system:
+    if reference == "floor" and source != "synthetic":
+        raise ValueError("the floor reference follows the synthetic source only")
+    with running_system(tmp, source=source) as system, (
+            floor_server(system) if reference == "floor" else contextlib.nullcontext(system)) as system:
         if source == "demo":
             run_demo_workflow(system, f"warm-up-{uuid.uuid4().hex[:8]}")  # imports, connections, caches
         for size in sizes:
@@ -541,6 +566,7 @@ def fanout_curve(tmp: Path, *, sizes: tuple[int, ...] = SIZES, source: str = "de
 
     return {
         "curve": "sse_fanout",
+        "server": reference,
         "source": source,
         "deltas": deltas,
         "synthetic": synthetic if source == "synthetic" else None,
@@ -560,6 +586,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="busy workflows per size (their events pooled)")
     parser.add_argument("--no-deltas", action="store_true", help="clients ask for recorded events only")
     parser.add_argument("--client-processes", type=int, default=1)
+    parser.add_argument("--reference", choices=("gateway", "floor"), default="gateway",
+                        help="floor: the clients follow sse_floor.py, the least a Python server does (synthetic)")
     parser.add_argument("--events", type=int, default=300, help="synthetic: events recorded per size")
     parser.add_argument("--rate", type=float, default=50.0, help="synthetic: events a second")
     parser.add_argument("--event-bytes", type=int, default=600, help="synthetic: JSON size of an event")
@@ -577,7 +605,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="autarch-fanout-") as d:
         figures = fanout_curve(Path(d), sizes=tuple(int(s) for s in args.sizes.split(",")), source=args.source,
                                runs=args.runs, deltas=not args.no_deltas, client_processes=args.client_processes,
-                               synthetic=synthetic, report=report)
+                               synthetic=synthetic, report=report, reference=args.reference)
     print(json.dumps(figures))
     return 0 if figures["every_client_every_event"] else 1
 

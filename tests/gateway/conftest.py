@@ -24,11 +24,13 @@ import httpx
 import msgspec
 import pytest
 import uvicorn
+from litestar import Litestar
 
 from autarch.cli.local.natsserver import free_port
 from autarch.contracts.execution import AnswerQuestions, ApproveExtension, ResumeWorkflow, StopWorkflow
 from autarch.contracts.workflows import ListWorkflows, WorkflowList, WorkflowView
 from autarch.gateway.app import create_app
+from autarch.gateway.sse import server_send_kept
 from autarch.runtime.bus import connect
 from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
@@ -54,11 +56,12 @@ class Gateway:
         return httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=15, **kwargs)
 
 
-async def serve_gateway(settings: Settings) -> AsyncIterator[Gateway]:
-    """The Litestar app under uvicorn, in this event loop, until the generator closes."""
+async def serve_gateway(settings: Settings, app: Litestar | None = None) -> AsyncIterator[Gateway]:
+    """The Litestar app (``app``, or one made from ``settings``) under uvicorn as ``python -m autarch.gateway``
+    serves it, in this event loop, until the generator closes."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                                           access_log=False))
+    server = uvicorn.Server(uvicorn.Config(server_send_kept(app or create_app(settings)), host="127.0.0.1",
+                                           port=port, log_level="warning", access_log=False))
     task = asyncio.create_task(server.serve())
     deadline = time.monotonic() + 10
     while not server.started:

@@ -16,12 +16,14 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import msgspec
 import pytest
+from litestar.types import Message, Scope
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from autarch.cli.local.natsserver import EmbeddedNats
 from autarch.contracts import subjects
 from autarch.contracts.agents import TurnDelta
+from autarch.gateway.app import create_app
 from autarch.gateway.fanout import fanout_of
 from autarch.gateway.sse import LiveEvents
 from autarch.runtime.bus import connect, ensure_event_stream
@@ -365,3 +367,26 @@ async def test_a_nats_restart_mid_stream_loses_and_repeats_nothing(tmp_path_fact
             await anext(served)
         await nc.close()
         server.stop()
+
+
+async def test_an_event_streams_writes_skip_the_apps_send_wrappers_but_its_start_does_not(
+        nats_server, tmp_path_factory: pytest.TempPathFactory, nc: Client):
+    """A thousand clients make every event a thousand writes: each goes to the server's own ``send``, not through
+    the app's ``before_send`` hooks (which act on a response's start, and see it)."""
+    data = tmp_path_factory.mktemp("raw-send")
+    app = create_app(Settings(data_dir=str(data), nats_url=nats_server.url, request_timeout=REQUEST_TIMEOUT))
+    seen: list[str] = []
+
+    async def count(message: Message, scope: Scope) -> None:
+        if scope.get("path") == "/api/events":
+            seen.append(message["type"] + (":more" if message.get("more_body") else ""))
+
+    app.before_send.append(count)
+    wf = new_id()
+    async for gateway in serve_gateway(Settings(data_dir=str(data), nats_url=nats_server.url), app):
+        async with gateway.client() as http, following(http, {"workflow": wf, "deltas": "false"}) as (follower,):
+            sequences = [await record(nc, wf, f"note {n}") for n in range(10)]
+            await follower.has(sequences[-1])
+            assert follower.ids == sequences
+    assert seen[0] == "http.response.start"
+    assert "http.response.body:more" not in seen, seen
