@@ -6,7 +6,8 @@ model in this process): the kickoff, then N - 1 messages, each sent once the tur
 model call answering some 250 tokens of text, and the scripted model's context window is small enough that older
 turns are compacted into a digest (the runner's ``context_window_tokens`` set to it) after some 40 turns, so a long
 session runs on compacted requests most of its life. A step is a turn: from its message sent (the kickoff: the
-session's start) to its ``turn:completed`` received, minus its model call (the scripted model's median request time).
+session's start) to its ``turn:completed`` received, minus its model call: that turn's own request replayed to the
+scripted model afterwards and timed (see :func:`replayed_model_ms`).
 Beside it, the CPU milliseconds each service process spent per turn in the first and the last tenth of the turns
 (sampled from ``/proc`` as each turn ends), and each process's peak memory.
 """
@@ -74,6 +75,36 @@ def model_request_ms(base_url: str, samples: int = 30) -> float:
     return statistics.median(times)
 
 
+def replayed_model_ms(model: ScriptedModelServer, turns: int) -> list[float] | None:
+    """The scripted model's own time for each turn's request, replayed as it came (its body encoded beforehand, so
+    the runner's encoding stays the platform's), in turn order; None when the log does not hold one per turn.
+
+    A request carries the whole context (some 30,000 tokens near the compaction threshold, against a hundred at the
+    kickoff), and the model's time to read and answer it grows with it: timed on a one-line request, that time
+    would be counted as the platform's, and the curve would rise with the context the model is sent, not with the
+    session's history.
+    """
+    import httpx
+
+    sent = [r for r in model.requests if r.path == "/v1/messages" and r.body is not None]
+    if len(sent) != turns:
+        return None
+    headers = {"x-api-key": "scripted", "anthropic-version": "2023-06-01", "content-type": "application/json",
+               "x-autarch-script": "growth"}
+    times = []
+    with httpx.Client(base_url=model.base_url, trust_env=False, timeout=60) as client:
+        client.post("/v1/messages", content=json.dumps(sent[0].body).encode(), headers=headers)  # the connection
+        for recorded in sent:
+            content = json.dumps(recorded.body).encode()
+            started = time.perf_counter()
+            with client.stream("POST", "/v1/messages", content=content, headers=headers) as reply:
+                reply.raise_for_status()
+                for _ in reply.iter_raw():
+                    pass
+            times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
 async def run_session(nats_url: str, root: Path, turns: int, pids: dict[str, int]
                       ) -> tuple[list[float], list[str], list[tuple[int, dict[str, float]]], int | None]:
     """Each turn's time (ms, send to ``turn:completed`` received), each turn's outcome, CPU samples, and the last
@@ -138,7 +169,7 @@ def cpu_per_turn(samples: list[tuple[int, dict[str, float]]], total: int) -> dic
 
 
 def session_size(tmp: Path, turns: int) -> dict[str, Any]:
-    with ScriptedModelServer(session_scenario(turns)) as model:
+    with ScriptedModelServer(session_scenario(turns), keep_requests=turns + 10) as model:
         system = LocalSystem(tmp / "data", model.base_url, services=SERVICES,
                              extra_env={"AUTARCH_CONTEXT_WINDOW_TOKENS": str(CONTEXT_WINDOW)})
         system.start(timeout=120)
@@ -149,11 +180,13 @@ def session_size(tmp: Path, turns: int) -> dict[str, Any]:
             times, outcomes, samples, compacted = asyncio.run(
                 run_session(f"nats://127.0.0.1:{system.nats_port}", root, turns, pids))
             wall = time.monotonic() - began
-            model_ms = model_request_ms(model.base_url)
             memory = {name: peak_rss_mb(pid) for name, pid in pids.items()}
+            replayed = replayed_model_ms(model, len(times))  # before the direct calls below join the log
+            model_ms = model_request_ms(model.base_url)
         finally:
             system.stop()
-    steps = [t - model_ms for t in times]
+    steps = ([t - m for t, m in zip(times, replayed, strict=True)] if replayed is not None
+             else [t - model_ms for t in times])
     first, steps = (steps[0], steps[1:]) if len(steps) > 1 else (None, steps)
     parts = deciles(steps) if steps else []
     good = sum(1 for o in outcomes if o == "end_turn")
@@ -161,6 +194,10 @@ def session_size(tmp: Path, turns: int) -> dict[str, Any]:
         "turns": turns, "first_step_ms": round(first, 1) if first is not None else None,
         "status": "complete" if good == turns else f"{turns - good} turns ended otherwise: {sorted(set(outcomes))}",
         "commits": good, "wall_s": round(wall, 1), "model_request_ms": round(model_ms, 3),
+        "model_ms_per_turn": "each turn's own request, replayed" if replayed is not None else "the median above",
+        "model_ms_replayed_first_last": ([round(statistics.median(replayed[:max(1, len(replayed) // 10)]), 2),
+                                          round(statistics.median(replayed[-max(1, len(replayed) // 10):]), 2)]
+                                         if replayed else None),
         "step_ms_median": round(statistics.median(steps), 1) if steps else None,
         "step_ms_deciles": [round(d, 1) for d in parts],
         "decile_ratio": round(parts[-1] / parts[0], 2) if parts and parts[0] > 0 else None,
