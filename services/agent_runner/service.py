@@ -50,6 +50,7 @@ from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.retry import WRITE_CONFLICT
 from autarch.runtime.settings import AgentRunnerSettings, narrow
+from autarch.runtime.startup import yielding
 from autarch.runtime.storage import STORAGE, StorageFull, StorageState, embedded_stream_dir, storage_full
 
 from .agents import AgentConfig, AgentRegistry
@@ -612,7 +613,8 @@ async def open_runner(
     loaded = service.hold_until_loaded()
     await service.start()
     try:
-        await asyncio.to_thread(runner.load)
+        # At a lower CPU priority: the other services starting beside it (the orchestrator, the gateway) come first.
+        await yielding(runner.load, name="load-sessions")
         await relay.start()
         resumed = runner.resume()
     except BaseException as exc:
