@@ -14,6 +14,10 @@ receipt to answer, last error) and serves them on ``$SRV.STATS`` through nats.mi
 
 Each instance also tells a waiting caller that it still holds its request (see ``liveness.py``):
 a request whose instance died is then noticed in seconds, not at its timeout.
+
+A service whose state takes a while to load (the agent runner's 80,000 session summaries, the indexer's model) can
+start answering first (:meth:`TypedService.hold_until_loaded`): its requests then wait, held, until the state is
+loaded, and are answered from all of it, never from part; a load that fails answers them with its error.
 """
 
 from __future__ import annotations
@@ -109,6 +113,28 @@ class TypedService:
     _live_metadata: dict[str, str] = field(default_factory=dict)
     _unlisten: Any = None
     _watch: asyncio.Task[None] | None = None
+    _loaded: asyncio.Future[None] | None = None
+
+    def hold_until_loaded(self) -> Callable[[BaseException | None], None]:
+        """Have every request wait until the callable returned is called (with None: the state the handlers serve
+        from is loaded; with an exception: it could not be, and each request is answered with that error).
+
+        For a service that starts (:meth:`start`) before it loads that state: ``$SRV.PING`` answers at once, so a
+        caller sends its request and waits in it, held, instead of retrying on "no responders" until the load is
+        done. Call before :meth:`start`.
+        """
+        loaded = self._loaded = asyncio.get_running_loop().create_future()
+
+        def done(error: BaseException | None = None) -> None:
+            if loaded.done():
+                return
+            if error is None:
+                loaded.set_result(None)
+            else:
+                loaded.set_exception(error)
+                loaded.exception()  # retrieved here: waiting requests each answer with it, none need be waiting
+
+        return done
 
     def endpoint(
         self,
@@ -213,7 +239,7 @@ class TypedService:
         async def serve(request: Request, request_id: str | None, received: int) -> None:
             try:
                 async with limit:
-                    error = await _answer(request, decoder, ep)
+                    error = await _answer(request, decoder, ep, self._loaded)
                 ep.num_answered += 1
                 ep.processing_time += time.perf_counter_ns() - received
                 if error is not None:
@@ -247,10 +273,14 @@ def _unwritable_file(exc: Exception) -> StorageFull | None:
     return None
 
 
-async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _Endpoint) -> str | None:
-    """Handle and answer one request; the error it was answered with (``code: message``), if any."""
+async def _answer(request: Request, decoder: msgspec.json.Decoder[Any], ep: _Endpoint,
+                  loaded: asyncio.Future[None] | None = None) -> str | None:
+    """Handle and answer one request once ``loaded`` (if any) is done; the error it was answered with
+    (``code: message``), if any."""
     reply: ErrorReply | None = None
     try:
+        if loaded is not None:
+            await asyncio.shield(loaded)  # one request cancelled while it waits must not cancel the others' wait
         try:
             payload = decoder.decode(request.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:

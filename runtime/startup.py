@@ -6,18 +6,32 @@ deep inside it, and a supervisor would restart it forever: instead its ``__main_
 :func:`require_extra` first, which names the missing distribution and the extra that brings it, once, and exits
 with :data:`CANNOT_START`. ``autarch up`` stops the whole system on that status rather than restarting the
 process (``cli/local/supervisor.py``), as it does for a gateway whose port another program holds (:func:`listen`).
+
+A service that serves before it has loaded its state (``TypedService.hold_until_loaded``) loads it with
+:func:`yielding`: at ``autarch up`` every process starts at once on a small machine, and a load that yields the
+CPU lets the others (the orchestrator, the gateway: what ``/healthz`` and the first page wait for) start first.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import os
 import re
 import socket
 import sys
+import threading
+from collections.abc import Callable
 from importlib import metadata
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
-__all__ = ["CANNOT_START", "cannot_start", "listen", "missing_requirements", "require_extra"]
+__all__ = ["CANNOT_START", "YIELDING_NICENESS", "cannot_start", "listen", "missing_requirements", "require_extra",
+           "yielding"]
+
+T = TypeVar("T")
+
+YIELDING_NICENESS = 10
+"""How much lower than the process's own the priority of a :func:`yielding` thread is (a ``nice`` increment)."""
 
 CANNOT_START = 78
 """Exit status of a process that cannot run as installed or configured (sysexits' ``EX_CONFIG``): started
@@ -104,3 +118,42 @@ def listen(name: str, host: str, port: int, *, setting: str) -> socket.socket:
             cannot_start(name, f"port {port} on {host} is already in use by another program; stop it, or choose "
                                f"another port with {setting}.")
         cannot_start(name, f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
+async def yielding(work: Callable[[], T], *, name: str) -> T:
+    """``work()`` in a thread of its own whose CPU priority is :data:`YIELDING_NICENESS` below the process's (Linux:
+    a thread's own ``nice``; elsewhere, or where it cannot be set, the same priority): where other processes want
+    the CPU at the same moment, theirs come first; on an idle machine it runs as fast as in any thread.
+
+    The thread ends with ``work`` (a pool's worker would keep the lower priority for whatever it ran next).
+    Cancelling the caller does not stop ``work``, as with ``asyncio.to_thread``.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.done():
+            return  # the caller was cancelled meanwhile
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]  # None only with an error
+
+    def run() -> None:
+        if sys.platform == "linux":  # elsewhere PRIO_PROCESS with this id would name a process, not this thread
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                               os.getpriority(os.PRIO_PROCESS, 0) + YIELDING_NICENESS)
+            except OSError:
+                pass
+        try:
+            outcome: tuple[T | None, BaseException | None] = (work(), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits any more
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await done

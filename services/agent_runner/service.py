@@ -38,6 +38,7 @@ from autarch.contracts.agents import (
     WorkflowCosts,
 )
 from autarch.contracts.base import encode
+from autarch.contracts.errors import ErrorCode
 from autarch.contracts.storage import StorageNotice, StorageProblem
 from autarch.runtime import sqlite_store
 from autarch.runtime.bus import ensure_event_stream
@@ -49,6 +50,7 @@ from autarch.runtime.leases import LeaseTable
 from autarch.runtime.micro import TypedService
 from autarch.runtime.retry import WRITE_CONFLICT
 from autarch.runtime.settings import AgentRunnerSettings, narrow
+from autarch.runtime.startup import yielding
 from autarch.runtime.storage import STORAGE, StorageFull, StorageState, embedded_stream_dir, storage_full
 
 from .agents import AgentConfig, AgentRegistry
@@ -599,8 +601,6 @@ async def open_runner(
     relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of, store_path=store_path(env),
                         stream_path=embedded_stream_dir(settings.data_path))
     relay_box.append(relay)
-    await asyncio.to_thread(runner.load)
-    await relay.start()
     service = TypedService(nc, name="agent_runner", description="Agent sessions: turns, tools, the model")
     service.endpoint("start_session", StartSession, runner.start_session)
     service.endpoint("send_message", SendMessage, runner.send_message)
@@ -608,8 +608,21 @@ async def open_runner(
     service.endpoint("get_session", GetSession, runner.get_session)
     service.endpoint("list_sessions", ListSessions, runner.list_sessions)
     service.endpoint("workflow_costs", WorkflowCosts, runner.workflow_costs)
+    # Answering before every session is known (a second or more with 80,000 of them): a request waits, held, until
+    # the load below is done and is then answered from every session, as it would be once started.
+    loaded = service.hold_until_loaded()
     await service.start()
-    resumed = runner.resume()
+    try:
+        # At a lower CPU priority: the other services starting beside it (the orchestrator, the gateway) come first.
+        await yielding(runner.load, name="load-sessions")
+        await relay.start()
+        resumed = runner.resume()
+    except BaseException as exc:
+        # The waiting requests are told (a caller retries "unavailable"); the start then fails as it did before.
+        loaded(ServiceFailure(ErrorCode.UNAVAILABLE, f"the agent runner could not load its sessions: {exc!r}"))
+        await service.stop()
+        raise
+    loaded(None)
     # The model SDK's import is left out of the start-up (model_client.py); made now, the first turn finds it done.
     warm = asyncio.create_task(model.warm(), name="model-sdk-import")
     log.info("knew %d sessions (%d rebuilt from the event store, the others from their kept summaries); resumed %d "

@@ -3,6 +3,11 @@
 Indexing runs in a worker thread (the model and SQLite release the GIL for the heavy parts) and
 publishes :class:`IndexProgress` events on ``autarch.indexer.progress.<project>`` over core NATS.
 One job per scope at a time: asking again while one runs answers with the running job.
+
+The service answers before its index is open: the engine's imports (numpy, onnxruntime, tokenizers) and the
+embedding model's load take a second or more of CPU, which at ``autarch up`` every other service's start-up shares
+on a small machine. They are made after the service serves, in a worker thread; a request that comes meanwhile
+waits for them (``TypedService.hold_until_loaded``), as a first search would wait for the model in any case.
 """
 
 from __future__ import annotations
@@ -16,13 +21,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from nats.aio.client import Client
 
 from autarch.contracts import subjects
 from autarch.contracts.base import encode
+from autarch.contracts.errors import ErrorCode
 from autarch.contracts.indexer import (
     IndexAccepted,
     IndexProgress,
@@ -49,12 +55,16 @@ from autarch.runtime.errors import ServiceFailure
 from autarch.runtime.micro import TypedService
 from autarch.runtime.settings import IndexerSettings, narrow
 
-from .engine import Indexer, JobCancelled, ScopeRef
-from .turn_memory import TurnMemory
+if TYPE_CHECKING:  # imported when the index opens, after the service serves (see above)
+    from .engine import Indexer, ScopeRef
+    from .turn_memory import TurnMemory
 
 __all__ = ["IndexerService", "start"]
 
 log = logging.getLogger("indexer")
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 PROGRESS_INTERVAL = 0.5
 """Seconds between two progress events of one job within a phase (phase changes always go out)."""
@@ -138,6 +148,8 @@ class IndexerService:
         if task.cancelled():
             return
         exc = task.exception()
+        from .engine import JobCancelled  # imported by now: the job ran on the engine
+
         if isinstance(exc, JobCancelled):
             log.info("%s/%s: job %s cancelled", job.ref.project, job.ref.scope, job.job_id)
         elif exc is not None:
@@ -226,35 +238,67 @@ def _checked_turn(turn: TurnRecord, n: int) -> TurnRecord:
     return turn
 
 
+def _open(nc: Client, settings: IndexerSettings) -> tuple[IndexerService, TurnMemoryService]:
+    """Open the index and the turn memory, and mark jobs a previous process left unfinished (in a worker thread)."""
+    from .engine import Indexer
+    from .turn_memory import TurnMemory
+
+    indexer = Indexer.from_settings(settings)
+    try:
+        interrupted = indexer.mark_interrupted()
+        if interrupted:
+            log.warning("%d indexing jobs were interrupted by a restart; index them again", interrupted)
+        log.info("embedder %s, store %s", indexer.embedder.id, type(indexer.store).__name__)
+        # Under the embedder's id, as the index is: vectors of another model would not compare.
+        memory = TurnMemory(settings.data_path / "indexer" / indexer.embedder.id / "turns.sqlite", indexer.embedder)
+    except BaseException:
+        indexer.close()
+        raise
+    return IndexerService(nc=nc, indexer=indexer), TurnMemoryService(memory)
+
+
+def _when_open(opened: list[tuple[IndexerService, TurnMemoryService]],
+               pick: Callable[[IndexerService, TurnMemoryService], Callable[[Req], Awaitable[Resp]]]
+               ) -> Callable[[Req], Awaitable[Resp]]:
+    """The handler ``pick`` chooses of the open index; called only once it is open (requests wait till then)."""
+
+    async def handle(request: Req) -> Resp:
+        return await pick(*opened[0])(request)
+
+    return handle
+
+
 async def start(nc: Client, settings: IndexerSettings) -> Callable[[], Awaitable[None]]:
-    """Open the index, mark jobs a previous process left unfinished, and serve the endpoints."""
+    """Serve the endpoints, then open the index (requests wait for it) and mark jobs a previous process left
+    unfinished."""
     settings = narrow(settings, IndexerSettings)
-    indexer = await asyncio.to_thread(Indexer.from_settings, settings)
-    interrupted = await asyncio.to_thread(indexer.mark_interrupted)
-    if interrupted:
-        log.warning("%d indexing jobs were interrupted by a restart; index them again", interrupted)
-    log.info("embedder %s, store %s", indexer.embedder.id, type(indexer.store).__name__)
-    handlers = IndexerService(nc=nc, indexer=indexer)
+    opened: list[tuple[IndexerService, TurnMemoryService]] = []
     service = TypedService(nc, name="indexer", description="Semantic index of projects and pulse worktrees")
-    service.endpoint("index_project", IndexProject, handlers.index_project)
-    service.endpoint("index_worktree", IndexWorktree, handlers.index_worktree)
-    service.endpoint("index_status", IndexStatus, handlers.index_status)
-    service.endpoint("semantic_search", SemanticSearch, handlers.semantic_search)
-    # Under the embedder's id, as the index is: vectors of another model would not compare.
-    memory = await asyncio.to_thread(TurnMemory, settings.data_path / "indexer" / indexer.embedder.id / "turns.sqlite",
-                                     indexer.embedder)
-    turns = TurnMemoryService(memory)
-    service.endpoint("record_turns", RecordTurns, turns.record_turns)
-    service.endpoint("find_turn", FindTurn, turns.find_turn)
-    service.endpoint("latest_turn", LatestTurn, turns.latest_turn)
-    service.endpoint("search_turns", SearchTurns, turns.search_turns)
-    service.endpoint("turn_slice", TurnSlice, turns.turn_slice)
+    service.endpoint("index_project", IndexProject, _when_open(opened, lambda i, _: i.index_project))
+    service.endpoint("index_worktree", IndexWorktree, _when_open(opened, lambda i, _: i.index_worktree))
+    service.endpoint("index_status", IndexStatus, _when_open(opened, lambda i, _: i.index_status))
+    service.endpoint("semantic_search", SemanticSearch, _when_open(opened, lambda i, _: i.semantic_search))
+    service.endpoint("record_turns", RecordTurns, _when_open(opened, lambda _, t: t.record_turns))
+    service.endpoint("find_turn", FindTurn, _when_open(opened, lambda _, t: t.find_turn))
+    service.endpoint("latest_turn", LatestTurn, _when_open(opened, lambda _, t: t.latest_turn))
+    service.endpoint("search_turns", SearchTurns, _when_open(opened, lambda _, t: t.search_turns))
+    service.endpoint("turn_slice", TurnSlice, _when_open(opened, lambda _, t: t.turn_slice))
+    loaded = service.hold_until_loaded()
     await service.start()
+    try:
+        opened.append(await asyncio.to_thread(_open, nc, settings))
+    except BaseException as exc:
+        # The waiting requests are told (a caller retries "unavailable"); the start then fails as it did before.
+        loaded(ServiceFailure(ErrorCode.UNAVAILABLE, f"the indexer could not open its index: {exc!r}"))
+        await service.stop()
+        raise
+    loaded(None)
+    handlers, turns = opened[0]
 
     async def stop() -> None:
         await service.stop()
         await handlers.stop()
-        indexer.close()
-        memory.close()
+        handlers.indexer.close()
+        turns.memory.close()
 
     return stop

@@ -4,7 +4,11 @@ restarted runner lists, shows and counts towards a workflow's budget is what it 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sqlite3
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -25,7 +29,7 @@ from autarch.contracts.agents import (
 from autarch.runtime.requests import request
 from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
 from autarch.services.agent_runner.application import SessionApplication
-from autarch.services.agent_runner.service import open_runner
+from autarch.services.agent_runner.service import AgentRunner, open_runner
 
 from .conftest import RUNNER, get_session, runner_settings, start_session, wait_turn
 from .runners import own_runner, run_turn
@@ -181,3 +185,58 @@ async def test_workflow_costs_equal_the_sum_of_listed_sessions_live_and_after_a_
         assert _summed(await _list(nc)) == listed
     finally:
         await stop()
+
+
+async def _in_flight(nc, verb: str) -> int:
+    """Requests of ``verb`` the runner has received and not answered yet (its ``$SRV.STATS``)."""
+    msg = await nc.request(f"$SRV.STATS.{RUNNER}", b"", timeout=2)
+    [endpoint] = [e for e in json.loads(msg.data)["endpoints"] if e["name"] == verb]
+    return int(endpoint["data"]["in_flight"])
+
+
+async def test_the_runner_answers_before_its_sessions_are_loaded_and_a_list_asked_meanwhile_has_every_one(
+        nc, data_dir: Path, scripted, tools, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Knowing 80,000 sessions takes a start-up a second or more: the runner answers ``$SRV.PING`` (so ``/healthz``
+    sees it up) before that, and a request sent meanwhile waits for the load and is answered from every session."""
+    workflow_id = str(uuid.uuid4())
+    ids = await _settled_sessions(nc, data_dir, scripted, repo, workflow_id)
+    costs_before = await _costs_of_stopped(nc, data_dir, scripted, workflow_id)
+    release = threading.Event()
+    load = AgentRunner.load
+
+    def held_load(self: AgentRunner) -> None:
+        release.wait(30)  # the load, in its worker thread, waits for the test
+        load(self)
+
+    monkeypatch.setattr(AgentRunner, "load", held_load)
+    opening = asyncio.create_task(open_runner(nc, runner_settings(data_dir, scripted)))
+    asked: list[asyncio.Task[object]] = []
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the runner answers its ping while its load is held
+            try:
+                await nc.request(f"$SRV.PING.{RUNNER}", b"", timeout=0.5)
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the runner did not answer before its sessions were loaded"
+                await asyncio.sleep(0.05)
+        asked += [asyncio.create_task(_list(nc, workflow_id)), asyncio.create_task(_costs(nc, [workflow_id]))]
+        while (await _in_flight(nc, "list_sessions"), await _in_flight(nc, "workflow_costs")) != (1, 1):
+            assert time.monotonic() < deadline, "the requests did not reach the runner"
+            await asyncio.sleep(0.01)
+        assert not any(task.done() for task in asked)  # received, and held until the load is done
+    finally:
+        release.set()
+        _, stop = await opening
+        try:
+            listed, costs = await asyncio.gather(*asked) if asked else (None, None)
+        finally:
+            await stop()
+    assert isinstance(listed, SessionList) and [s.session_id for s in listed.items] == ids
+    assert costs == costs_before
+
+
+async def _costs_of_stopped(nc, data_dir: Path, scripted, workflow_id: str) -> dict[str, float]:
+    """``workflow_costs`` of ``workflow_id`` from a runner started and stopped for the question."""
+    async with own_runner(nc, data_dir, scripted):
+        return await _costs(nc, [workflow_id])

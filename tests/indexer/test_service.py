@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -24,6 +29,7 @@ from autarch.contracts.indexer import (
 )
 from autarch.runtime.errors import RemoteError
 from autarch.runtime.requests import request
+from autarch.services.indexer import service as indexer_service
 from autarch.services.indexer.service import start
 
 from .conftest import git, write_files
@@ -155,3 +161,60 @@ async def test_the_service_runs_as_its_own_process(nats_server, nc, repo: Path, 
         process.send_signal(signal.SIGTERM)
         stderr = await asyncio.wait_for(process.stderr.read(), timeout=30)
         assert await process.wait() == 0, stderr.decode()
+
+
+def test_importing_the_service_leaves_the_engines_heavy_imports_for_after_it_serves() -> None:
+    """``autarch up`` starts every service at once on a small machine: the indexer's process serves before it imports
+    numpy, onnxruntime and tokenizers (a second or more of CPU under that load), which the index's opening does."""
+    code = ("import sys; import autarch.runtime.process, autarch.runtime.standby, autarch.services.indexer.service; "
+            "print(sorted(m for m in ('numpy', 'onnxruntime', 'tokenizers', 'tree_sitter') if m in sys.modules))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert found.strip() == "[]"
+
+
+async def test_the_indexer_answers_before_its_index_is_open_and_a_request_meanwhile_waits_for_it(
+        nc, settings, embedder, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stop = await start(nc, settings)
+    try:
+        await request(nc, VERB["index_project"], IndexProject(path=str(repo), wait=True), IndexAccepted, timeout=60)
+    finally:
+        await stop()
+
+    release = threading.Event()
+    opened = indexer_service._open
+
+    def held_open(*args, **kwargs):
+        release.wait(30)  # the opening, in its worker thread, waits for the test
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(indexer_service, "_open", held_open)
+    starting = asyncio.create_task(start(nc, settings))
+    asked: list[asyncio.Task] = []
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the indexer answers its ping while its index is not open
+            try:
+                await nc.request("$SRV.PING.indexer", b"", timeout=0.5)
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the indexer did not answer before its index was open"
+                await asyncio.sleep(0.05)
+        asked.append(asyncio.create_task(request(nc, VERB["index_status"], IndexStatus(root=str(repo)),
+                                                 IndexStatusReply)))
+        while True:
+            stats = json.loads((await nc.request("$SRV.STATS.indexer", b"", timeout=2)).data)
+            [status] = [e for e in stats["endpoints"] if e["name"] == "index_status"]
+            if status["data"]["in_flight"] == 1:
+                break
+            assert time.monotonic() < deadline, "the request did not reach the indexer"
+            await asyncio.sleep(0.01)
+        assert not asked[0].done()  # received, and held until the index is open
+    finally:
+        release.set()
+        stop = await starting
+        try:
+            [answer] = await asyncio.gather(*asked) if asked else [None]
+        finally:
+            await stop()
+    assert isinstance(answer, IndexStatusReply)
+    assert answer.scopes[0].state == "ready" and answer.scopes[0].files == 6

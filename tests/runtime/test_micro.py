@@ -140,3 +140,56 @@ async def test_stats_count_what_happened(nc, echo_service):
     stats = await _stats(nc, echo_service)
     assert (stats["num_errors"], stats["data"]) == (3, {"in_flight": 0})
     assert stats["average_processing_time"] == stats["processing_time"] // 5
+
+
+async def test_a_service_holding_requests_until_loaded_answers_ping_first_and_each_request_after_the_load(nc):
+    """A service that serves before it has loaded its state (``hold_until_loaded``): ``$SRV.PING`` answers at once
+    (a health check sees it up), a request sent meanwhile waits, held, and is answered by the handler only once the
+    load is done."""
+    state: dict[str, str] = {}
+
+    async def from_state(req: Echo) -> Echoed:
+        return Echoed(text=state[req.text])
+
+    svc = TypedService(nc, name="loading_test")
+    svc.endpoint("echo", Echo, from_state, subject="test.loading")
+    loaded = svc.hold_until_loaded()
+    await svc.start()
+    try:
+        assert msgspec.json.decode((await nc.request("$SRV.PING.loading_test", b"", timeout=2)).data)["name"] == (
+            "loading_test")
+        waiting = asyncio.create_task(request(nc, "test.loading", Echo(text="a"), Echoed, timeout=10))
+        deadline = time.monotonic() + 5.0
+        while (stats := await _stats(nc, svc))["num_requests"] < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert stats["data"] == {"in_flight": 1} and not waiting.done()  # received, and held: not answered
+        state["a"] = "loaded"  # the handler would fail (KeyError) had it run before this
+        loaded(None)
+        assert await waiting == Echoed(text="loaded")
+        assert await request(nc, "test.loading", Echo(text="a"), Echoed) == Echoed(text="loaded")
+    finally:
+        await svc.stop()
+
+
+async def test_a_load_that_fails_answers_the_waiting_requests_with_its_error(nc):
+    async def never(req: Echo) -> Echoed:
+        raise AssertionError("the handler runs only on a loaded state")
+
+    svc = TypedService(nc, name="failing_load_test")
+    svc.endpoint("echo", Echo, never, subject="test.failing_load")
+    loaded = svc.hold_until_loaded()
+    await svc.start()
+    try:
+        waiting = asyncio.create_task(request(nc, "test.failing_load", Echo(text="a"), Echoed, timeout=10))
+        deadline = time.monotonic() + 5.0
+        while (await _stats(nc, svc))["num_requests"] < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        loaded(ServiceFailure(ErrorCode.UNAVAILABLE, "the store could not be read"))
+        with pytest.raises(RemoteError) as failed:
+            await waiting
+        assert (failed.value.code, failed.value.message) == (ErrorCode.UNAVAILABLE, "the store could not be read")
+        with pytest.raises(RemoteError) as later:
+            await request(nc, "test.failing_load", Echo(text="b"), Echoed, timeout=2)
+        assert later.value.code == ErrorCode.UNAVAILABLE
+    finally:
+        await svc.stop()
