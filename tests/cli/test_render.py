@@ -388,7 +388,7 @@ def test_a_fix_round_counts_its_own_pulses_not_the_plans():
 def delta(text: str, *, kind: str = "turn:message_delta", restart: bool = False, turn: str = "t-1",
           step: int = 0) -> dict:
     return wire(TurnDelta(type=kind, session_id=SID, turn_id=turn, text=text,  # type: ignore[arg-type]  # kind: one of the Literal's values, as the test names it
-                          workflow_id=WF, step=step, restart=restart))
+                          run_id=WF, step=step, restart=restart))
 
 
 SAID = " " * 10 + "[research] » "

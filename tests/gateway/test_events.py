@@ -70,11 +70,11 @@ async def sse_events(stream: httpx.Response, connected: asyncio.Event | None = N
 def delta(workflow_id: str | None, text: str, *, kind: str = "turn:message_delta", restart: bool = False,
           session_id: str = SESSION) -> TurnDelta:
     return TurnDelta(type=kind, session_id=session_id, turn_id="turn-1", text=text,  # type: ignore[arg-type]  # kind: one of the Literal's values, as the test names it
-                     workflow_id=workflow_id, restart=restart)
+                     run_id=workflow_id, restart=restart)
 
 
 async def publish_delta(nc: Client, d: TurnDelta) -> None:
-    await nc.publish(subjects.deltas(d.workflow_id or subjects.NO_WORKFLOW, d.session_id), msgspec.json.encode(d))
+    await nc.publish(subjects.deltas(d.run_id or subjects.NO_WORKFLOW, d.session_id), msgspec.json.encode(d))
     await nc.flush()
 
 
@@ -308,7 +308,7 @@ async def test_a_real_turns_message_deltas_spell_its_text(gateway: Gateway, repo
     seen = [e for e in seen if mine(e)]
     deltas = [msgspec.json.decode(e.data, type=TurnDelta) for e in seen if e.event == "turn:message_delta"]
     [completed] = [msgspec.json.decode(e.data) for e in seen if e.event == "turn:completed"]
-    assert deltas and all(d.workflow_id is None and d.turn_id == completed["turn_id"] for d in deltas)
+    assert deltas and all(d.run_id is None and d.turn_id == completed["turn_id"] for d in deltas)
     # The turn's text is its replies joined by a blank line; the deltas are the replies as they streamed.
     assert "".join(d.text for d in deltas) == "".join(completed["text"].split("\n\n"))
     assert all("id" not in e.fields for e in seen if e.event.endswith("_delta"))

@@ -126,7 +126,7 @@ async def test_workflow_costs_are_what_the_workflows_sessions_spent(gateway: Gat
     nc = await connect(nats_server.url, name="test-orchestrator")
     try:
         accepted = await request(nc, subjects.request("agent_runner", "start_session"), StartSession(
-            session_id=new_id(), role="discussion", root=str(repo), kickoff="What is this?", workflow_id=spent),
+            session_id=new_id(), role="discussion", root=str(repo), kickoff="What is this?", run_id=spent),
             TurnAccepted)
     finally:
         await nc.drain()

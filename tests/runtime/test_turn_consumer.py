@@ -23,7 +23,7 @@ NEXT = f"$JS.API.CONSUMER.MSG.NEXT.{subjects.EVENTS_STREAM}.{_CONSUMER}"
 
 
 def _turn(workflow_id: str, n: int) -> TurnCompleted:
-    return TurnCompleted(workflow_id=workflow_id, occurred_at=datetime.now(UTC), session_id="s", turn_id=f"t{n}",
+    return TurnCompleted(run_id=workflow_id, occurred_at=datetime.now(UTC), session_id="s", turn_id=f"t{n}",
                          text="", thoughts="", outcome="end_turn")
 
 
@@ -46,7 +46,7 @@ async def test_turns_come_at_once_despite_a_pull_request_left_on_the_inbox(nc, d
     arrived: dict[str, float] = {}
 
     async def on_turn(event: TurnCompleted) -> None:
-        if event.workflow_id == workflow_id:
+        if event.run_id == workflow_id:
             arrived[event.turn_id] = time.monotonic()
 
     driver.on_turn = on_turn
@@ -93,7 +93,7 @@ async def test_a_backlog_of_turns_is_handed_on_without_pausing_between_batches(n
     arrived: set[str] = set()
 
     async def on_turn(event: TurnCompleted) -> None:
-        if event.workflow_id == workflow_id:
+        if event.run_id == workflow_id:
             arrived.add(event.turn_id)
 
     driver.on_turn = on_turn
