@@ -17,7 +17,7 @@ WID = "0b7f6c1e-3a51-4d5e-9a57-5a3c2f0e8b11"
 
 
 def _mint(**changes: object) -> str:
-    fields: dict[str, object] = {"workflow_id": WID, "stage": "planning", "card_version": 17, "action": "approve",
+    fields: dict[str, object] = {"run_id": WID, "stage": "planning", "card_version": 17, "action": "approve",
                                  "channel": "telegram", "ttl": 600, "now": 1_000_000.0, **changes}
     token, _ = mint(KEY, **fields)  # type: ignore[arg-type]  # each test changes some fields; mint checks them
     return token
