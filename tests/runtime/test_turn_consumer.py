@@ -5,6 +5,7 @@ service was killed and restarted: turn events then reached the driver 1-5 s late
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -134,9 +135,13 @@ async def test_a_turn_recorded_with_its_run_in_workflow_id_reaches_on_turn_in_to
     consumer = turn_consumer(nc, durable=durable, on_turn=on_turn, kind="loop", log=logging.getLogger(__name__),
                              owns=owns)
     await consumer.start()
+    pulling = asyncio.create_task(consumer.run())
     try:
         event = await asyncio.wait_for(got.get(), 30)
     finally:
+        pulling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pulling
         await consumer.stop()
         await nc.jetstream().delete_consumer(subjects.EVENTS_STREAM, durable)
     assert event.run_id == loop and event.schema_version == 2 and event.turn_id == "old-1"
