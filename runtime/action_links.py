@@ -6,8 +6,8 @@ phone following the link) or by the notifier itself (a Telegram button's callbac
   it. It is its own key, not the API token, so the notifier never holds the API token. Replacing the file
   voids every link given out.
 - **For one card**: a link carries the run (the workflow; for a blocked loop's Stop, the loop session), the card's
-  stage and the version it was recorded at; the
-  orchestrator refuses it (``card_moved_on``) once that card no longer waits, in the same lock as the answer.
+  stage and the version it was recorded at; the orchestrator refuses it (``card_moved_on``) once that card no
+  longer waits, in the same lock as the answer.
   A halt's links carry the version the halt was recorded at, and are refused the same way once the workflow
   resumed or halted again; a blocked loop's Stop link carries the iteration it blocked in.
 - **For a set time**: its expiry is signed with it.
