@@ -107,16 +107,16 @@ async def list_sessions(
 ) -> SessionList:
     """``{"items": [{"session_id", "role", "status", "turns", "run_id", "cost_usd"}, ...]}``; ``run_id`` is the
     workflow or loop session the session works for (``null`` for a channel discussion)."""
-    run_id = None
-    if run is not None and workflow is not None:
-        raise bad_request("run and workflow are one filter (workflow its older name): give one of them",
-                          field="workflow")
-    field, given = ("run", run) if run is not None else ("workflow", workflow)
-    if given is not None:
-        run_id = canonical_uuid(given)
-        if run_id is None:
-            raise bad_request(f"{field} must be a workflow or loop session id, got {given!r}", field=field)
-    query = ListSessions(run_id=run_id, running=running)
+    runs: set[str] = set()
+    for field, given in (("run", run), ("workflow", workflow)):
+        if given is not None:
+            run_id = canonical_uuid(given)
+            if run_id is None:
+                raise bad_request(f"{field} must be a workflow or loop session id, got {given!r}", field=field)
+            runs.add(run_id)
+    if len(runs) > 1:
+        return SessionList(items=[])  # both filters, naming two runs: no session works for both
+    query = ListSessions(run_id=next(iter(runs), None), running=running)
     return await ask_agent_runner(state, "list_sessions", query, SessionList, idempotent=True)
 
 
