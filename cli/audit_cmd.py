@@ -34,17 +34,17 @@ def _open_store(settings: Settings, service: str) -> Any | None:
 
 
 def _runner_wire(app: Any) -> Any:
-    """The agent runner's relay mapping (``ContractMapper``), each session's workflow read from its own events."""
+    """The agent runner's relay mapping (``ContractMapper``), each session's run read from its own events."""
     from autarch.services.agent_runner.contract_events import ContractMapper
 
     workflows: dict[str, str | None] = {}
 
-    def workflow_of(session_id: str) -> str | None:
+    def run_of(session_id: str) -> str | None:
         if session_id not in workflows:
-            workflows[session_id] = app.get_session(session_id).workflow_id
+            workflows[session_id] = app.get_session(session_id).run_id
         return workflows[session_id]
 
-    return ContractMapper(workflow_of=workflow_of)
+    return ContractMapper(run_of=run_of)
 
 
 async def _verify(settings: Settings, args: argparse.Namespace) -> tuple[list[Any], str | None]:

@@ -365,7 +365,7 @@ def _epic_run(client: GatewayClient, view: Mapping[str, Any], start_commit: str,
     """
     wid, repo = view["id"], view["repo"]
     stage_ids = {s["session_id"] for s in sessions}
-    listed = client.get("/api/sessions", workflow=wid)["items"]
+    listed = client.get("/api/sessions", run=wid)["items"]
     # A worker session asks as ``pulsing:<bead>`` (``-a<n>`` for a later attempt, ``-h<n>`` after a handoff):
     # one script per bead attempt, whichever worker ran it.
     workers = [_session(client, s["session_id"], "") for s in listed

@@ -56,7 +56,7 @@ async def _call(args: argparse.Namespace, arguments: dict[str, Any], role: Role)
             root=args.root,
             tool=args.tool,
             arguments=arguments,
-            workflow_id=args.workflow,
+            run_id=args.workflow,
         )
         try:
             return await executor.call(call)
@@ -115,7 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     call.add_argument("--role", help="agent role whose tool set applies (default: a role that has the tool)")
     call.add_argument("--session", default="cli", help="session id for read-before-edit tracking (default: cli)")
     call.add_argument("--call-id", help="tool call id (idempotency key; default: a new one per run)")
-    call.add_argument("--workflow", help="workflow id, for notes, baselines and review tools")
+    call.add_argument("--run", "--workflow", dest="workflow",
+                      help="the run (a workflow, or a loop session): for notes, baselines, review tools and "
+                           "search_history")
     call.add_argument("--data-dir", help="data directory holding the session store (env AUTARCH_DATA_DIR)")
     call.add_argument("--nats", metavar="URL", help="NATS server for tools that forward (notes, review, search) and "
                       "for the git service's record of the worktree")

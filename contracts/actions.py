@@ -62,7 +62,7 @@ class ActionOutcome(Reply, kw_only=True):
     """What a redeemed link did."""
 
     action: ActionKind
-    workflow_id: str
+    run_id: str
     """The workflow (the loop session for ``stop``)."""
     stage: str
     """The stage of the card or halt the link answered (``blocked`` for a loop's ``stop``)."""

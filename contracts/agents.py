@@ -383,8 +383,9 @@ class StartSession(Command, kw_only=True):
     """Absolute path of the worktree (or project checkout) the session's tools work in."""
     kickoff: Text
     """The first user message: the task, with whatever context the caller gives."""
-    workflow_id: str | None = None
-    """The workflow the session works for; None for a channel discussion."""
+    run_id: str | None = None
+    """The run the session works for: a workflow, or a loop session (one iteration's agent); None for a channel
+    discussion. Called ``workflow_id`` before issue 33 (``contracts.git.RUN_ID_WAS``)."""
     channel_id: str | None = None
     script: str | None = None
     """Scenario selector for the scripted model (sent as header ``x-autarch-script``); ignored by real models."""
@@ -431,8 +432,8 @@ class GetSession(Query, kw_only=True):
 
 
 class ListSessions(Query, kw_only=True):
-    workflow_id: str | None = None
-    """Only the sessions of this workflow."""
+    run_id: str | None = None
+    """Only the sessions of this run (a workflow or a loop session)."""
     running: bool | None = None
     """Only sessions with (True) or without (False) a running turn."""
 
@@ -499,7 +500,8 @@ class TurnDelta(msgspec.Struct, kw_only=True):
     session_id: str
     turn_id: str
     text: str
-    workflow_id: str | None = None
+    run_id: str | None = None
+    """The run the session works for (``StartSession.run_id``)."""
     step: int = 0
     """The model reply of the turn (0-based) this piece belongs to: a new step is a new reply."""
     restart: bool = False
@@ -566,7 +568,8 @@ class SessionView(Reply, kw_only=True):
     cost_usd: float
     notes: list[str]
     created_at: datetime
-    workflow_id: str | None = None
+    run_id: str | None = None
+    """The workflow or loop session the session works for (``StartSession.run_id``)."""
     channel_id: str | None = None
     compacted_through: int = -1
     """Index of the last turn replaced by a digest in model requests (-1: none)."""
@@ -579,7 +582,8 @@ class SessionSummary(msgspec.Struct, kw_only=True):
     role: str
     status: str
     turns: int
-    workflow_id: str | None = None
+    run_id: str | None = None
+    """The workflow or loop session the session works for (``StartSession.run_id``)."""
     cost_usd: float = 0.0
 
 

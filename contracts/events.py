@@ -8,7 +8,7 @@ derived by :func:`event_subject`. Adding an event: a new Struct here, a member o
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -85,6 +85,7 @@ __all__ = [
     "WorkflowSessionAssigned",
     "WorkflowStageChanged",
     "current_shape",
+    "decode_as",
     "decode_event",
     "event_subject",
     "upcast",
@@ -93,8 +94,8 @@ __all__ = [
 
 class Event(msgspec.Struct, kw_only=True, tag_field="type"):
     """Fields every event carries. Which run it belongs to (the first token of its subject, :attr:`run_id`) each
-    family names for itself: ``workflow_id`` for a workflow's events (its sessions' and its swarm's too),
-    ``session_id`` for a loop session's."""
+    family names for itself: ``workflow_id`` for a workflow's events (its swarm's too), ``session_id`` for a loop
+    session's, ``run_id`` (a workflow or a loop session, as in ``contracts.git``) for an agent session's."""
 
     aggregate_kind: ClassVar[str]
     occurred_at: datetime
@@ -354,17 +355,18 @@ class PulseCompleted(PulseEvent, tag="pulse:completed", kw_only=True):
 
 
 class SessionEvent(Event, kw_only=True):
-    """An agent session's event: its subject carries the session id, so one wildcard follows one session."""
+    """An agent session's event: its subject carries the session id, so one wildcard follows one session.
+
+    Version 2: the run is ``run_id``. Version 1 (before issue 33) carried it as ``workflow_id``, a loop session's id
+    included; such an event, on the stream or in a file, is read in today's shape by :func:`decode_event` /
+    :func:`upcast`."""
 
     aggregate_kind = "session"
-    workflow_id: str
+    run_id: str  # a field here: what Event.run_id gives for every family
     """The run the session serves: a workflow, a loop session (an iteration's agent), or ``_`` for none (a channel
     discussion)."""
     session_id: str
-
-    @property
-    def run_id(self) -> str:
-        return self.workflow_id
+    schema_version: int = 2
 
     @property
     def aggregate_id(self) -> str:
@@ -846,21 +848,32 @@ def event_subject(event: Event) -> str:
 # --- old shapes -------------------------------------------------------------------------------------------------
 
 _decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+E = TypeVar("E")
 
 
-def _loop_v1(raw: dict[str, Any]) -> bool:
-    """A loop event of version 1: the session's id in ``workflow_id`` (issue 33 renamed it ``session_id``)."""
-    return str(raw.get("type", "")).startswith("loop:") and "session_id" not in raw and "workflow_id" in raw
+def _renamed_in_v1(raw: dict[str, Any]) -> str | None:
+    """The name a version 1 event's ``workflow_id`` has today (issue 33), or None when ``raw`` is no such event: a
+    loop event's is ``session_id``, an agent session's or turn's (whose run may be a loop session) ``run_id``."""
+    if "workflow_id" not in raw:
+        return None
+    family = str(raw.get("type", "")).split(":", 1)[0]
+    if family == "loop":
+        return None if "session_id" in raw else "session_id"
+    if family in ("session", "turn"):
+        return None if "run_id" in raw else "run_id"
+    return None
 
 
 def upcast(raw: dict[str, Any]) -> dict[str, Any]:
     """An event as JSON (a dict), in today's shape: the one place older shapes of an event are read.
 
-    Today that is a version 1 loop event, whose ``workflow_id`` becomes ``session_id`` (and its ``schema_version``
-    2). Anything else is returned as it is.
+    Today that is a version 1 loop event, whose ``workflow_id`` becomes ``session_id``, and a version 1 agent
+    session or turn event, whose ``workflow_id`` becomes ``run_id`` (either's ``schema_version`` 2). Anything else is
+    returned as it is.
     """
-    if _loop_v1(raw):
-        raw = {("session_id" if k == "workflow_id" else k): v for k, v in raw.items()}
+    new = _renamed_in_v1(raw)
+    if new is not None:
+        raw = {(new if k == "workflow_id" else k): v for k, v in raw.items()}
         raw["schema_version"] = 2
     return raw
 
@@ -868,18 +881,25 @@ def upcast(raw: dict[str, Any]) -> dict[str, Any]:
 def current_shape(data: bytes) -> bytes:
     """An event's JSON as it reads today (:func:`upcast`); the same bytes when it already does. What the gateway
     sends a client that replays the stream from before issue 33."""
-    if b'"loop:' not in data or b'"session_id"' in data:
+    if b'"workflow_id"' not in data or not (b'"loop:' in data or b'"session:' in data or b'"turn:' in data):
         return data  # the common case, told without parsing
     raw = msgspec.json.decode(data)
-    return msgspec.json.encode(upcast(raw)) if isinstance(raw, dict) and _loop_v1(raw) else data
+    return msgspec.json.encode(upcast(raw)) if isinstance(raw, dict) and _renamed_in_v1(raw) else data
 
 
-def decode_event(data: bytes) -> AnyEvent:
-    """Decode one event recorded in any shape it ever had (see :func:`upcast`); the decoder every consumer uses."""
+def decode_as(decoder: msgspec.json.Decoder[E], data: bytes) -> E:
+    """Decode one event with ``decoder`` (of one event type, or a union) from any shape it ever had: today's at full
+    speed, an older one the strict decode refuses through :func:`current_shape`. For a consumer that reads one type
+    (the orchestrator's ``turn:completed`` consumer) and so does not use :func:`decode_event`."""
     try:
-        return _decoder.decode(data)
+        return decoder.decode(data)
     except msgspec.ValidationError:
         upcast_data = current_shape(data)
         if upcast_data is data:
             raise
-        return _decoder.decode(upcast_data)
+        return decoder.decode(upcast_data)
+
+
+def decode_event(data: bytes) -> AnyEvent:
+    """Decode one event recorded in any shape it ever had (see :func:`upcast`); the decoder every consumer uses."""
+    return decode_as(_decoder, data)

@@ -57,9 +57,10 @@ ORCHESTRATOR_TOOL_VERBS = (
 
 
 class TakeNote(Command, kw_only=True):
-    """Store a note for the workflow's current stage."""
+    """Store a note for the workflow's current stage, or for a loop session's later iterations."""
 
-    workflow_id: str
+    run_id: str
+    """The workflow or the loop session the note is for (``ToolCall.run_id``)."""
     session_id: str
     idempotency_key: str
     note: str

@@ -167,11 +167,12 @@ def request(service: str, verb: str) -> str:
     return f"{REQUEST_PREFIX}.{service}.{verb}"
 
 
-ROUTING_FIELDS = ("workflow_id", "epic_id", "project_key", "session_id")
+ROUTING_FIELDS = ("workflow_id", "epic_id", "project_key", "run_id", "session_id")
 """The fields that name what an orchestrator request is about, in the order they are looked for: a workflow's id, an
-epic's (a workflow's) id, a mailbox's project key (an epic's id), a loop session's id (a loop request's, and a loop
-iteration's ``search_history``). Every orchestrator request carries one of them, except the lists, which are asked of
-every partition."""
+epic's (a workflow's) id, a mailbox's project key (an epic's id), a run's id (a workflow or a loop session: an agent's
+``take_note``), a loop session's id (a loop request's, and a loop iteration's ``search_history``). ``run_id`` stands
+before ``session_id``: a request naming both is about the run, its ``session_id`` is the agent's. Every orchestrator
+request carries one of them, except the lists, which are asked of every partition."""
 
 PARTITION_METADATA = "partition"
 """``$SRV.PING``/``$SRV.INFO`` metadata key of an orchestrator instance: the partition it serves, ``"k/P"``."""

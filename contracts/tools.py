@@ -80,8 +80,9 @@ class ToolCall(Command, kw_only=True):
     """The tool's name, as the model called it."""
     arguments: dict[str, Any] = {}
     """The model's ``input`` for the tool, validated against the tool's argument Struct."""
-    workflow_id: str | None = None
-    """The workflow this session belongs to; notes, baselines and review tools need one."""
+    run_id: str | None = None
+    """The run this session belongs to (``StartSession.run_id``): a workflow (notes, baselines and review tools need
+    one) or a loop session (notes and ``search_history``)."""
     lease_holder: str | None = None
     """A swarm worker's registered name: its writes are refused on paths another holder leased in the
     workflow's lease table (``runtime.leases``). None for every other session."""

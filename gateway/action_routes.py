@@ -77,7 +77,7 @@ async def _workflow_control_page(state: State, link: ActionLink) -> Response[Any
     """The page of a Resume link (a halt) or a Stop link (a card or a halt: it abandons the workflow)."""
     about = ""
     try:
-        view = await ask_orchestrator(state, "get_workflow", GetWorkflow(workflow_id=link.workflow_id), WorkflowView,
+        view = await ask_orchestrator(state, "get_workflow", GetWorkflow(workflow_id=link.run_id), WorkflowView,
                                       idempotent=True)
         waits = f"halted ({view.halt.reason})" if view.halt else (
             "awaiting approval" if view.awaiting_approval else view.status)
@@ -85,7 +85,7 @@ async def _workflow_control_page(state: State, link: ActionLink) -> Response[Any
                 f"{html.escape(view.stage)}, {html.escape(waits)}.</p>"
     except RemoteError as exc:
         about = f"<p>The workflow could not be read ({html.escape(exc.code)}).</p>"
-    card = f'<p><a href="/workflows/{html.escape(link.workflow_id)}">Open the workflow in the UI</a> (signed in).</p>'
+    card = f'<p><a href="/workflows/{html.escape(link.run_id)}">Open the workflow in the UI</a> (signed in).</p>'
     if link.action == "resume":
         return _page("Resume the halted workflow",
                      about + '<form method="post"><button type="submit">Resume</button></form>' + card +
@@ -151,7 +151,7 @@ async def show_action(token: LinkToken, request: Request, state: State) -> Respo
                         as_html)
     if link.action == "stop":
         return _page("Stop the blocked loop session",
-                     f"<p>Loop session {html.escape(link.workflow_id)}, blocked at iteration {link.card_version}: "
+                     f"<p>Loop session {html.escape(link.run_id)}, blocked at iteration {link.card_version}: "
                      "stopping ends it for good (its work stays on its branch).</p>"
                      '<form method="post"><button type="submit">Stop the session</button></form>'
                      "<p>The link works once, and only while the session is still blocked there.</p>")
@@ -160,7 +160,7 @@ async def show_action(token: LinkToken, request: Request, state: State) -> Respo
     title = f"{_VERB[link.action]} the {link.stage} card"
     about = ""
     try:
-        view = await ask_orchestrator(state, "get_workflow", GetWorkflow(workflow_id=link.workflow_id), WorkflowView,
+        view = await ask_orchestrator(state, "get_workflow", GetWorkflow(workflow_id=link.run_id), WorkflowView,
                                       idempotent=True)
         about = f"<p>Workflow <b>{html.escape(view.title)}</b> ({html.escape(view.id)}), now in " \
                 f"{html.escape(view.stage)}{', awaiting approval' if view.awaiting_approval else ''}.</p>"
@@ -168,7 +168,7 @@ async def show_action(token: LinkToken, request: Request, state: State) -> Respo
             about += "<p>This card has moved on: the link will be refused.</p>"
     except RemoteError as exc:
         about = f"<p>The workflow could not be read ({html.escape(exc.code)}).</p>"
-    card = f'<p><a href="/workflows/{html.escape(link.workflow_id)}">Open the card in the UI</a> (signed in).</p>'
+    card = f'<p><a href="/workflows/{html.escape(link.run_id)}">Open the card in the UI</a> (signed in).</p>'
     if link.action == "approve":
         form = '<form method="post"><button type="submit">Approve</button></form>'
     else:
@@ -204,7 +204,7 @@ async def take_action(token: LinkToken, request: Request, state: State) -> Respo
         return _refusal(exc.reply, exc.status, as_html)
     except RemoteError as exc:
         return _refusal(exc.reply, _STATUS.get(exc.code, 500), as_html)
-    log.info("action link: %s of the %s card of %s from %s", outcome.action, outcome.stage, outcome.workflow_id,
+    log.info("action link: %s of the %s card of %s from %s", outcome.action, outcome.stage, outcome.run_id,
              outcome.source)
     if as_html and outcome.workflow is not None and outcome.action in ("resume", "abandon"):
         done = "resumed" if outcome.action == "resume" else "ended (abandoned)"
@@ -214,7 +214,7 @@ async def take_action(token: LinkToken, request: Request, state: State) -> Respo
         return _page("Done", f"<p>The {html.escape(outcome.stage)} card of <b>{html.escape(outcome.workflow.title)}"
                              f"</b> was {done}; the workflow is now in {html.escape(outcome.workflow.stage)}.</p>")
     if as_html:
-        return _page("Done", f"<p>Loop session {html.escape(outcome.workflow_id)} was stopped.</p>")
+        return _page("Done", f"<p>Loop session {html.escape(outcome.run_id)} was stopped.</p>")
     return Response(outcome, headers=_HEADERS, media_type=MediaType.JSON)
 
 

@@ -36,8 +36,8 @@ UUID_PATTERN = r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}
 _UUID_PARAMS = {"workflow_id", "session_id"}
 """Path parameters that are UUIDs; the others are free strings the services look up."""
 
-_UUID_QUERY = {"workflow", "workflow_id"}
-"""Query parameters that name a workflow (anything else is a 400)."""
+_UUID_QUERY = {"workflow", "workflow_id", "run"}
+"""Query parameters that name a workflow or a run (a workflow or a loop session): anything else is a 400."""
 
 _ERRORS = {
     400: "Malformed body, parameter or header, or a rule of the input refused (`bad_request`); "

@@ -97,17 +97,26 @@ async def get_session(
 @get("/api/sessions", summary="List sessions", tags=["sessions"], responses=error_responses(400))
 async def list_sessions(
     state: State,
-    workflow: Annotated[str | None, QueryParameter(description="Only this workflow's sessions")] = None,
+    run: Annotated[str | None, QueryParameter(description="Only this run's sessions (a workflow's or a loop "
+                                                      "session's id)")] = None,
+    workflow: Annotated[str | None, QueryParameter(description="The name `run` had before loop sessions had "
+                                                           "their own (still read): only this workflow's "
+                                                           "sessions")] = None,
     running: Annotated[bool | None, QueryParameter(description="Only sessions with (true) or without (false) a "
                                                           "running turn")] = None,
 ) -> SessionList:
-    """``{"items": [{"session_id", "role", "status", "turns", "workflow_id", "cost_usd"}, ...]}``."""
-    workflow_id = None
-    if workflow is not None:
-        workflow_id = canonical_uuid(workflow)
-        if workflow_id is None:
-            raise bad_request(f"workflow must be a workflow id, got {workflow!r}", field="workflow")
-    query = ListSessions(workflow_id=workflow_id, running=running)
+    """``{"items": [{"session_id", "role", "status", "turns", "run_id", "cost_usd"}, ...]}``; ``run_id`` is the
+    workflow or loop session the session works for (``null`` for a channel discussion)."""
+    runs: set[str] = set()
+    for field, given in (("run", run), ("workflow", workflow)):
+        if given is not None:
+            run_id = canonical_uuid(given)
+            if run_id is None:
+                raise bad_request(f"{field} must be a workflow or loop session id, got {given!r}", field=field)
+            runs.add(run_id)
+    if len(runs) > 1:
+        return SessionList(items=[])  # both filters, naming two runs: no session works for both
+    query = ListSessions(run_id=next(iter(runs), None), running=running)
     return await ask_agent_runner(state, "list_sessions", query, SessionList, idempotent=True)
 
 

@@ -5,8 +5,9 @@ phone following the link) or by the notifier itself (a Telegram button's callbac
   0600, ``runtime/token.py``): a file of the services, outside every worktree, so no agent can read or write
   it. It is its own key, not the API token, so the notifier never holds the API token. Replacing the file
   voids every link given out.
-- **For one card**: a link carries the workflow, the card's stage and the version it was recorded at; the
-  orchestrator refuses it (``card_moved_on``) once that card no longer waits, in the same lock as the answer.
+- **For one card**: a link carries the run (the workflow; for a blocked loop's Stop, the loop session), the card's
+  stage and the version it was recorded at; the orchestrator refuses it (``card_moved_on``) once that card no
+  longer waits, in the same lock as the answer.
   A halt's links carry the version the halt was recorded at, and are refused the same way once the workflow
   resumed or halted again; a blocked loop's Stop link carries the iteration it blocked in.
 - **For a set time**: its expiry is signed with it.
@@ -68,7 +69,9 @@ def key_of(data_dir: Path) -> bytes:
 class ActionLink:
     """What a link says (every field is signed)."""
 
-    workflow_id: str
+    run_id: str
+    """The workflow the card or halt is of; for a blocked loop's ``stop``, the loop session (``contracts.git``'s
+    meaning of a run). Signed as ``r``; a link minted before issue 33 signed it as ``w`` and still reads."""
     stage: str
     card_version: int
     action: ActionKind
@@ -104,13 +107,13 @@ def _signature(key: bytes, body: str) -> bytes:
     return hmac.new(key, b"action-link|" + body.encode(), hashlib.sha256).digest()
 
 
-def mint(key: bytes, *, workflow_id: str, stage: str, card_version: int, action: ActionKind, channel: ActionSource,
+def mint(key: bytes, *, run_id: str, stage: str, card_version: int, action: ActionKind, channel: ActionSource,
          ttl: float, now: float | None = None) -> tuple[str, ActionLink]:
     """A new link (its token and what it says), valid ``ttl`` seconds from ``now``."""
-    link = ActionLink(workflow_id=workflow_id, stage=stage, card_version=card_version, action=action,
+    link = ActionLink(run_id=run_id, stage=stage, card_version=card_version, action=action,
                       channel=channel, expires_at=int((time.time() if now is None else now) + ttl),
                       nonce=secrets.token_urlsafe(12))
-    fields = {"w": link.workflow_id, "s": link.stage, "v": link.card_version, "a": link.action, "c": link.channel,
+    fields = {"r": link.run_id, "s": link.stage, "v": link.card_version, "a": link.action, "c": link.channel,
               "e": link.expires_at, "n": link.nonce}
     body = _b64(json.dumps(fields, separators=(",", ":")).encode())
     return f"{body}.{_b64(_signature(key, body))}", link
@@ -135,7 +138,10 @@ def verify(key: bytes, token: str, *, now: float | None = None) -> ActionLink:
                                                       "with another key): it does nothing")
     try:
         fields: Any = json.loads(_unb64(body))
-        link = ActionLink(workflow_id=str(fields["w"]), stage=str(fields["s"]), card_version=int(fields["v"]),
+        # ``w`` (the workflow's, or a loop session's, id) is ``r`` in a link minted before issue 33: its signature
+        # covers the fields as written then, so it verifies as it did, and reads as today's.
+        run = fields["r"] if "r" in fields else fields["w"]
+        link = ActionLink(run_id=str(run), stage=str(fields["s"]), card_version=int(fields["v"]),
                           action=fields["a"], channel=fields["c"], expires_at=int(fields["e"]),
                           nonce=str(fields["n"]))
     except (binascii.Error, ValueError, TypeError, KeyError):
@@ -164,7 +170,7 @@ class UsedLinks:
     async def claim(self, link: ActionLink) -> None:
         """Mark ``link`` used, or raise ``link_used`` when it was (saying when and how)."""
         kv = await self._bucket()
-        record = {"at": time.time(), "action": link.action, "workflow_id": link.workflow_id}
+        record = {"at": time.time(), "action": link.action, "run_id": link.run_id}
         try:
             await kv.create(link.nonce, json.dumps(record).encode())
         except KeyWrongLastSequenceError:
@@ -201,7 +207,7 @@ async def redeem(nc: Client, key: bytes, token: str, used: UsedLinks, *, partiti
         raise LinkRefused(ErrorCode.BAD_REQUEST, "a change request needs feedback: say what to change")
     await used.claim(link)
     if link.action == "stop":
-        abort = AbortLoop(session_id=link.workflow_id, reason=f"stopped from {link.channel}",
+        abort = AbortLoop(session_id=link.run_id, reason=f"stopped from {link.channel}",
                           blocked_at=link.card_version)
         try:
             loop = await request(nc, subjects.orchestrator_request("abort_loop", abort, partitions), abort, LoopView,
@@ -210,22 +216,22 @@ async def redeem(nc: Client, key: bytes, token: str, used: UsedLinks, *, partiti
             if exc.code in _RETRY_LATER:
                 await used.release(link.nonce)
             raise
-        return ActionOutcome(action="stop", workflow_id=link.workflow_id, stage=link.stage, source=link.channel,
+        return ActionOutcome(action="stop", run_id=link.run_id, stage=link.stage, source=link.channel,
                              loop=loop)
     command: ApproveWorkflow | RequestChanges | ResumeWorkflow | AbandonWorkflow
     if link.action == "approve":
-        command = ApproveWorkflow(workflow_id=link.workflow_id, source=link.channel, card_version=link.card_version)
+        command = ApproveWorkflow(workflow_id=link.run_id, source=link.channel, card_version=link.card_version)
         verb = "approve"
     elif link.action == "resume":
-        command = ResumeWorkflow(workflow_id=link.workflow_id, source=link.channel, halt_version=link.card_version)
+        command = ResumeWorkflow(workflow_id=link.run_id, source=link.channel, halt_version=link.card_version)
         verb = "resume_workflow"
     elif link.action == "abandon":
-        command = AbandonWorkflow(workflow_id=link.workflow_id, version=link.card_version, source=link.channel,
+        command = AbandonWorkflow(workflow_id=link.run_id, version=link.card_version, source=link.channel,
                                   reason=f"stopped from {link.channel}")
         verb = "abandon_workflow"
     else:
         assert feedback is not None
-        command = RequestChanges(workflow_id=link.workflow_id, feedback=feedback, source=link.channel,
+        command = RequestChanges(workflow_id=link.run_id, feedback=feedback, source=link.channel,
                                  card_version=link.card_version)
         verb = "request_changes"
     try:
@@ -236,7 +242,7 @@ async def redeem(nc: Client, key: bytes, token: str, used: UsedLinks, *, partiti
         if exc.code in _RETRY_LATER:
             await used.release(link.nonce)
         raise
-    return ActionOutcome(action=link.action, workflow_id=link.workflow_id, stage=link.stage, source=link.channel,
+    return ActionOutcome(action=link.action, run_id=link.run_id, stage=link.stage, source=link.channel,
                          workflow=view)
 
 

@@ -156,10 +156,10 @@ async def logout() -> Redirect:
                                                           httponly=True, samesite="lax")])
 
 
-async def _summaries(state: State, workflow_id: str | None = None) -> list[dict[str, Any]]:
-    """The session summaries (of one workflow, or all); nothing when the agent runner is away."""
+async def _summaries(state: State, run_id: str | None = None) -> list[dict[str, Any]]:
+    """The session summaries (of one run, or all); nothing when the agent runner is away."""
     try:
-        sessions = await ask_service(state, "agent_runner", "list_sessions", ListSessions(workflow_id=workflow_id),
+        sessions = await ask_service(state, "agent_runner", "list_sessions", ListSessions(run_id=run_id),
                                      SessionList, idempotent=True)
     except RemoteError:
         return []

@@ -1,4 +1,5 @@
-"""Per-workflow model budgets (tokens and US dollars), checked before every model call."""
+"""Per-run model budgets, in tokens and US dollars (a run: a workflow or a loop session), checked before every
+model call."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ __all__ = ["WorkflowBudget"]
 
 @dataclass
 class WorkflowBudget:
-    """Running totals per workflow over all its sessions, and the limits they must stay under."""
+    """Running totals per run (a workflow or a loop session) over all its sessions, and the limits they must stay
+    under."""
 
     token_limit: int | None = None
     """Input, output, cache read and cache write tokens together; None: no limit."""
@@ -21,24 +23,24 @@ class WorkflowBudget:
     tokens: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
     cost: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
 
-    def add(self, workflow_id: str | None, usage: TurnUsage, cost_usd: float) -> None:
-        """Count one model reply against its workflow (channel sessions have no workflow budget)."""
-        self.add_spent(workflow_id, usage.input_tokens + usage.output_tokens + usage.cache_read_input_tokens
+    def add(self, run_id: str | None, usage: TurnUsage, cost_usd: float) -> None:
+        """Count one model reply against its run, a workflow or a loop session (channel sessions have no budget)."""
+        self.add_spent(run_id, usage.input_tokens + usage.output_tokens + usage.cache_read_input_tokens
                        + usage.cache_creation_input_tokens, cost_usd)
 
-    def add_spent(self, workflow_id: str | None, tokens: int, cost_usd: float) -> None:
-        """Count a session's spend, summed already (a kept session's, ``kept.py``), against its workflow."""
-        if workflow_id is None:
+    def add_spent(self, run_id: str | None, tokens: int, cost_usd: float) -> None:
+        """Count a session's spend, summed already (a kept session's, ``kept.py``), against its run."""
+        if run_id is None:
             return
-        self.tokens[workflow_id] += tokens
-        self.cost[workflow_id] += cost_usd
+        self.tokens[run_id] += tokens
+        self.cost[run_id] += cost_usd
 
-    def exceeded(self, workflow_id: str | None) -> str | None:
-        """Why the workflow may not call the model again, or None while it is within budget."""
-        if workflow_id is None:
+    def exceeded(self, run_id: str | None) -> str | None:
+        """Why the run may not call the model again, or None while it is within budget."""
+        if run_id is None:
             return None
-        if self.token_limit is not None and self.tokens[workflow_id] >= self.token_limit:
-            return f"workflow used {self.tokens[workflow_id]} tokens of its {self.token_limit} token budget"
-        if self.cost_limit is not None and self.cost[workflow_id] >= self.cost_limit:
-            return f"workflow spent ${self.cost[workflow_id]:.4f} of its ${self.cost_limit:.2f} budget"
+        if self.token_limit is not None and self.tokens[run_id] >= self.token_limit:
+            return f"workflow used {self.tokens[run_id]} tokens of its {self.token_limit} token budget"
+        if self.cost_limit is not None and self.cost[run_id] >= self.cost_limit:
+            return f"workflow spent ${self.cost[run_id]:.4f} of its ${self.cost_limit:.2f} budget"
         return None

@@ -1,6 +1,6 @@
 """Live deltas: a turn's text and thinking tokens over core NATS, as they stream, never persisted.
 
-Subject ``autarch.deltas.<workflow or _>.<session>``; payload a
+Subject ``autarch.deltas.<run or _>.<session>`` (the run: a workflow or a loop session); payload a
 :class:`~autarch.contracts.agents.TurnDelta` as JSON. The ``turn:completed``
 event carries the full text, so a client that missed deltas loses nothing. A delta with
 ``restart`` (the model call's stream broke and was retried from its start) tells a listener to drop
@@ -29,12 +29,12 @@ _encode = msgspec.json.Encoder().encode
 class DeltaPublisher:
     """Publishes one turn's deltas (fire and forget: a slow or absent listener never slows the turn)."""
 
-    def __init__(self, *, nc: Client, workflow_id: str | None, session_id: str, turn_id: str) -> None:
+    def __init__(self, *, nc: Client, run_id: str | None, session_id: str, turn_id: str) -> None:
         self._nc = nc
-        self._subject = subjects.deltas(workflow_id or subjects.NO_WORKFLOW, session_id)
+        self._subject = subjects.deltas(run_id or subjects.NO_WORKFLOW, session_id)
         self._session_id = session_id
         self._turn_id = turn_id
-        self._workflow_id = workflow_id
+        self._run_id = run_id
 
     async def publish(self, is_thinking: bool, text: str, restart: bool = False, *, step: int = 0) -> None:
         """Publish a ``turn:thought_delta`` (``is_thinking``) or a ``turn:message_delta`` of reply ``step``.
@@ -46,7 +46,7 @@ class DeltaPublisher:
         kind: Literal["turn:thought_delta", "turn:message_delta"] = ("turn:thought_delta" if is_thinking
                                                                      else "turn:message_delta")
         payload = _encode(TurnDelta(type=kind, session_id=self._session_id, turn_id=self._turn_id, text=text,
-                                     workflow_id=self._workflow_id, step=step, restart=restart))
+                                     run_id=self._run_id, step=step, restart=restart))
         try:
             # Only appends to nats.py's pending buffer (its flusher sends it): never waits on a listener.
             await self._nc.publish(self._subject, payload)

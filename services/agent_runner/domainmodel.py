@@ -18,7 +18,7 @@ from autarch.contracts.agents import COMPLETION_REJECTED, Baseline, TurnOutcome,
 from autarch.contracts.beads import VerificationEvidence, WorkerDiscipline
 from autarch.contracts.tool_catalog import Role
 
-__all__ = ["GivenMail", "Reply", "Session", "ToolCall", "Turn", "add_usage"]
+__all__ = ["GivenMail", "Reply", "Session", "ToolCall", "Turn", "add_usage", "run_started"]
 
 
 def add_usage(total: TurnUsage, usage: TurnUsage) -> None:
@@ -27,6 +27,12 @@ def add_usage(total: TurnUsage, usage: TurnUsage) -> None:
     total.output_tokens += usage.output_tokens
     total.cache_read_input_tokens += usage.cache_read_input_tokens
     total.cache_creation_input_tokens += usage.cache_creation_input_tokens
+
+
+def run_started(started: Any) -> str | None:
+    """The run a recorded ``Session.Started`` names: ``run_id``, or ``workflow_id`` in one recorded before issue 33
+    (which has no ``run_id``)."""
+    return getattr(started, "run_id", None) or getattr(started, "workflow_id", None)
 
 
 class ToolCall(msgspec.Struct, kw_only=True):
@@ -108,7 +114,7 @@ class Turn(msgspec.Struct, kw_only=True):
 
 
 class Session(Aggregate):
-    """An agent session of one role, tied to a workflow stage or a channel."""
+    """An agent session of one role, tied to a run (a workflow stage, a loop iteration) or a channel."""
 
     if TYPE_CHECKING:
         # The event classes the @event decorators below create when the class is built (mypy cannot see them).
@@ -128,17 +134,22 @@ class Session(Aggregate):
 
     @event("Started")
     def __init__(self, baselines: list[dict[str, Any]] | None = None, lease_holder: str | None = None,
-                 discipline: dict[str, Any] | None = None, *,
-                 session_id: str, role: Role, model: str, root: str, workflow_id: str | None,
+                 discipline: dict[str, Any] | None = None, run_id: str | None = None,
+                 workflow_id: str | None = None, *,
+                 session_id: str, role: Role, model: str, root: str,
                  channel_id: str | None, script: str | None, notes: list[str]) -> None:
-        # ``baselines`` and ``lease_holder`` came later. They stand before the ``*`` because eventsourcing treats
-        # every keyword-only parameter as required, default or not; as parameters with a default they may be
-        # left out, and a Started event recorded before they existed (no such key) is applied with the default
-        # (tests/agent_runner/test_completion_rules.py and test_lease_renewal.py load such events).
+        # ``baselines``, ``lease_holder`` and ``discipline`` came later. They stand before the ``*`` because
+        # eventsourcing treats every keyword-only parameter as required, default or not; as parameters with a
+        # default they may be left out, and a Started event recorded before they existed (no such key) is applied
+        # with the default (tests/agent_runner/test_completion_rules.py and test_lease_renewal.py load such events).
+        # ``run_id`` was ``workflow_id`` before issue 33 (it may be a loop session's id): a Started recorded then
+        # has only ``workflow_id``, which is read as the run; new ones record ``run_id`` and leave it None
+        # (tests/agent_runner/test_old_sessions.py).
         self.role = role
         self.model = model
         self.root = root
-        self.workflow_id = workflow_id
+        self.run_id = run_id if run_id is not None else workflow_id
+        """The workflow or loop session the session works for; None for a channel discussion."""
         self.channel_id = channel_id
         self.script = script
         self.stage_notes = list(notes)

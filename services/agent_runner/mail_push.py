@@ -1,6 +1,6 @@
 """Coordination mail pushed into a swarm worker's next model call, without the worker polling.
 
-While a worker's session (one with a ``lease_holder`` and a ``workflow_id``) is open in this runner, the
+While a worker's session (one with a ``lease_holder`` and a ``run_id``, its workflow) is open in this runner, the
 runner listens on ``subjects.mail(epic, holder)``. A notice there only marks the holder's mail as waiting;
 before the session's next model call, :meth:`MailPush.deliver` asks the orchestrator for the messages not
 yet delivered (``pending_mail``), records them in the session (``Session.receive_mail``: a user-turn text
@@ -53,10 +53,10 @@ def mail_block(messages: list[MailMessage]) -> dict[str, Any]:
 
 
 def _key(session: Session) -> Key | None:
-    if not session.lease_holder or not session.workflow_id:
+    if not session.lease_holder or not session.run_id:
         return None
     try:
-        return str(uuid.UUID(session.workflow_id)), session.lease_holder
+        return str(uuid.UUID(session.run_id)), session.lease_holder
     except ValueError:
         return None
 

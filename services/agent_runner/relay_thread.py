@@ -36,7 +36,7 @@ __all__ = ["RelayThread"]
 class RelayThread:
     """A :class:`PacedRelay` running on its own thread; its methods are called from the runner's loop."""
 
-    def __init__(self, *, app: Application, nc: Client, workflow_of: Callable[[str], str | None],
+    def __init__(self, *, app: Application, nc: Client, run_of: Callable[[str], str | None],
                  store_path: str = "", stream_path: str = "", **pacing: float) -> None:
         """``pacing``: :class:`PacedRelay`'s ``interval`` and ``poll_interval`` when not the defaults (tests);
         ``store_path``, ``stream_path``: what the relay's storage problems name (``EventRelay``)."""
@@ -45,7 +45,7 @@ class RelayThread:
         self._pacing: dict[str, Any] = pacing
         # The runner's connection names the servers (a cluster's list included); the relay opens its own to them.
         self._servers = ",".join(uri.geturl() for uri in nc.servers)
-        self._mapper = ContractMapper(workflow_of=workflow_of)
+        self._mapper = ContractMapper(run_of=run_of)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="agent-runner-relay", daemon=True)
         self._nc: Client | None = None

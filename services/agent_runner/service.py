@@ -147,7 +147,7 @@ class AgentRunner:
                 else:
                     self.sessions[session_id] = session
             self.known[session_id] = found.summary
-            self.budget.add_spent(found.summary.workflow_id, found.tokens, found.cost_usd)
+            self.budget.add_spent(found.summary.run_id, found.tokens, found.cost_usd)
 
     def _adopt(self, session: Session) -> None:
         """Take a session read from the store into this process: its spend counts towards its workflow's budget."""
@@ -156,7 +156,7 @@ class AgentRunner:
         self.known[sid] = summary_of(session)
         for turn in session.turns:
             for reply in turn.replies:
-                self.budget.add(session.workflow_id, reply.usage, reply.cost_usd)
+                self.budget.add(session.run_id, reply.usage, reply.cost_usd)
 
     def saved(self, session: Session) -> None:
         """After each save: a session that settled keeps its summary, which the next start-up reads."""
@@ -254,12 +254,12 @@ class AgentRunner:
         if self._after_save is not None:
             self._after_save(session)
 
-    def workflow_of(self, session_id: str) -> str | None:
+    def run_of(self, session_id: str) -> str | None:
         session = self.sessions.get(session_id)
         if session is not None:
-            return session.workflow_id
+            return session.run_id
         summary = self.known.get(session_id)
-        return summary.workflow_id if summary is not None else None
+        return summary.run_id if summary is not None else None
 
     # --- commands --------------------------------------------------------------------------------------
 
@@ -271,7 +271,7 @@ class AgentRunner:
                 return _already_started(existing, command)
             agent = self.registry.get(command.role)
             session = Session(session_id=sid, role=command.role, model=agent.model, root=command.root,
-                              workflow_id=command.workflow_id, channel_id=command.channel_id, script=command.script,
+                              run_id=command.run_id, channel_id=command.channel_id, script=command.script,
                               notes=list(command.notes), baselines=msgspec.to_builtins(command.baselines),
                               lease_holder=command.lease_holder,
                               discipline=msgspec.to_builtins(command.discipline) if command.discipline else None)
@@ -401,7 +401,7 @@ class AgentRunner:
             session = self.sessions.get(sid)
             if session is not None:
                 summary = summary_of(session)
-            if query.workflow_id is not None and summary.workflow_id != query.workflow_id:
+            if query.run_id is not None and summary.run_id != query.run_id:
                 continue
             if query.running is not None and (summary.status == "running") != query.running:
                 continue
@@ -446,7 +446,7 @@ class AgentRunner:
         try:
             try:
                 await self.mail.watch(session)
-                async with renewing_leases(self.leases, scope=session.workflow_id, holder=session.lease_holder,
+                async with renewing_leases(self.leases, scope=session.run_id, holder=session.lease_holder,
                                            ttl=self.settings.lease_ttl):
                     await loop.run(record_cancel=lambda: not self._shutting_down)
                 self._conflicts.pop(loop.turn.turn_id, None)
@@ -520,7 +520,7 @@ class AgentRunner:
                 break
             except StorageFull as again:  # full again before the stop fitted: wait once more
                 full = again
-        await self._notify(full.path, None, also=(stored.workflow_id,))
+        await self._notify(full.path, None, also=(stored.run_id,))
 
     async def _retry_when_room(self, session: Session, full: StorageFull) -> None:
         """A save of the turn failed for lack of space: wait for room, then run the turn again from what was
@@ -531,7 +531,7 @@ class AgentRunner:
         async with self._locks[sid]:
             stored = await self._reload(sid)
         await self._wait_for_room(session, full)
-        await self._notify(full.path, None, also=(stored.workflow_id,))
+        await self._notify(full.path, None, also=(stored.run_id,))
         async with self._locks[sid]:
             current = self.sessions.get(sid)
             if self._shutting_down or current is None or current.current_turn is None:
@@ -542,7 +542,7 @@ class AgentRunner:
 
     async def _notify(self, path: str, problem: StorageProblem | None, *, also: tuple[str | None, ...] = ()) -> None:
         """Tell the orchestrator which workflows wait for ``path`` (or, ``problem`` None, that they go on)."""
-        waiting = {self.sessions[s].workflow_id for s, p in self._stalled.items() if p == path and s in self.sessions}
+        waiting = {self.sessions[s].run_id for s, p in self._stalled.items() if p == path and s in self.sessions}
         workflow_ids = sorted({w for w in (*waiting, *also) if w})
         notice = StorageNotice(service="agent_runner", problem=problem, path=path, workflow_ids=workflow_ids)
         try:
@@ -560,8 +560,8 @@ def _already_started(existing: Session, command: StartSession) -> TurnAccepted:
     """The answer to a start of a session that exists: its first turn when the command repeats the one that
     started it, a conflict when it names other fields."""
     first = existing.turns[0]
-    same = (existing.role, existing.root, existing.workflow_id, existing.channel_id, first.text,
-            existing.lease_holder) == (command.role, command.root, command.workflow_id, command.channel_id,
+    same = (existing.role, existing.root, existing.run_id, existing.channel_id, first.text,
+            existing.lease_holder) == (command.role, command.root, command.run_id, command.channel_id,
                                        command.kickoff, command.lease_holder)
     if not same:
         sid = command.session_id
@@ -598,7 +598,7 @@ async def open_runner(
                          on_model_wait=lambda: relay_box[0].model_wait(), store_path=store_path(env), leases=leases,
                          kept=kept)
     # The relay runs on a thread of its own, where its rounds do not queue behind the turns' work (relay_thread.py).
-    relay = RelayThread(app=app, nc=nc, workflow_of=runner.workflow_of, store_path=store_path(env),
+    relay = RelayThread(app=app, nc=nc, run_of=runner.run_of, store_path=store_path(env),
                         stream_path=embedded_stream_dir(settings.data_path))
     relay_box.append(relay)
     service = TypedService(nc, name="agent_runner", description="Agent sessions: turns, tools, the model")

@@ -154,7 +154,7 @@ class TurnLoop:
         self._overflowed = False
         """The last request was refused as too long and the conversation compacted: the next refusal ends it."""
         self._partial: list[str] = []
-        self._deltas = DeltaPublisher(nc=deps.nc, workflow_id=session.workflow_id, session_id=self._sid,
+        self._deltas = DeltaPublisher(nc=deps.nc, run_id=session.run_id, session_id=self._sid,
                                       turn_id=turn.turn_id)
         headers = {"x-autarch-role": session.role, "x-autarch-session": self._sid}
         if session.script:
@@ -211,7 +211,7 @@ class TurnLoop:
             await self._complete({"kind": "step_limit", "detail": f"{settings.agent_max_steps} model calls in one "
                                                                   "turn (agent_max_steps)"})
             return False
-        over = self.deps.budget.exceeded(session.workflow_id)
+        over = self.deps.budget.exceeded(session.run_id)
         if over is not None:
             await self._complete({"kind": "budget_exceeded", "detail": over})
             return False
@@ -313,7 +313,7 @@ class TurnLoop:
             session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,
                                  usage=msgspec.structs.asdict(usage), cost_usd=cost, model=reply.model,
                                  ending_id=None)
-            self.deps.budget.add(session.workflow_id, usage, cost)
+            self.deps.budget.add(session.run_id, usage, cost)
             return
         history = without_red_runs(session.discipline, [c for t in session.turns for c in t.calls.values()])
         # A call cut short is not judged by the block rules: it is answered as cut (below).
@@ -323,7 +323,7 @@ class TurnLoop:
         session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,
                              usage=msgspec.structs.asdict(usage), cost_usd=cost, model=reply.model,
                              ending_id=verdict.ending_id)
-        self.deps.budget.add(session.workflow_id, usage, cost)
+        self.deps.budget.add(session.run_id, usage, cost)
         for rejection in verdict.rejections:
             session.reject_block(turn_id=turn.turn_id, tool_use_id=rejection.tool_use_id, name=rejection.name,
                                  rule=rejection.rule, message=rejection.message)
@@ -388,7 +388,7 @@ class TurnLoop:
             result = await request(
                 self.deps.nc, _TOOLS_CALL,
                 ToolCall(session_id=self._sid, tool_call_id=call.tool_use_id, role=session.role,
-                         root=session.root, tool=call.name, arguments=args, workflow_id=session.workflow_id,
+                         root=session.root, tool=call.name, arguments=args, run_id=session.run_id,
                          lease_holder=session.lease_holder),
                 ToolResult, timeout=self._tool_timeout(call.name, args), retry_unavailable=15.0, idempotent=True,
             )
@@ -452,7 +452,7 @@ class TurnLoop:
                     self.deps.nc, _TOOLS_CALL,
                     ToolCall(session_id=self._sid, tool_call_id=call_id, role=self.session.role,
                              root=self.session.root, tool="shell", arguments=args,
-                             workflow_id=self.session.workflow_id, lease_holder=self.session.lease_holder),
+                             run_id=self.session.run_id, lease_holder=self.session.lease_holder),
                     ToolResult, timeout=self._tool_timeout("shell", args), retry_unavailable=15.0, idempotent=True)
             except RemoteError as exc:
                 return json.dumps({"error": f"{exc.code}: {exc.message}"}), True, 0.0

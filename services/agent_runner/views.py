@@ -69,12 +69,12 @@ def view_of(session: Session, *, replies: bool = False) -> SessionView:
         status=status_of(session),
         turns=[_turn_view(t, replies=replies) for t in session.turns], usage=_copy(session.usage),
         cost_usd=round(session.cost_usd, 8), notes=[*session.stage_notes, *session.session_notes()],
-        created_at=session.created_on, workflow_id=session.workflow_id, channel_id=session.channel_id,
+        created_at=session.created_on, run_id=session.run_id, channel_id=session.channel_id,
         compacted_through=session.compacted_through, script=session.script,
     )
 
 
 def summary_of(session: Session) -> SessionSummary:
     return SessionSummary(session_id=str(session.id), role=session.role, status=status_of(session),
-                          turns=len(session.turns), workflow_id=session.workflow_id,
+                          turns=len(session.turns), run_id=session.run_id,
                           cost_usd=round(session.cost_usd, 8))

@@ -116,7 +116,7 @@ def _announce(event: WorkflowApprovalNeeded | WorkflowHalted, name: str, version
         did = delivery_id(event_key, target)
         made: dict[str, tuple[str, str]] = {}  # button key -> (token, nonce)
         for button in (b for row in rows for b in row):
-            token, link = mint(key, workflow_id=event.workflow_id, stage=event.stage, card_version=version,
+            token, link = mint(key, run_id=event.workflow_id, stage=event.stage, card_version=version,
                                action=button.action, channel=channel, ttl=settings.notify_link_ttl, now=clock)
             made[button.key] = (token, link.nonce)
         urls = {k: f"{base}/act/{token}" for k, (token, _) in made.items()} if base else None
@@ -126,7 +126,7 @@ def _announce(event: WorkflowApprovalNeeded | WorkflowHalted, name: str, version
         intents.append(Intent(delivery_id=did, session_id=event.workflow_id, event=name, target=target,
                               text=said, body=body, occurred_at=event.occurred_at.isoformat()))
         if target.kind == "telegram":
-            links.extend(LinkRow(nonce=made[b.key][1], delivery_id=did, workflow_id=event.workflow_id,
+            links.extend(LinkRow(nonce=made[b.key][1], delivery_id=did, run_id=event.workflow_id,
                                  token=made[b.key][0], chat_id=target.chat_id)
                          for row in rows for b in row if b.callback)
     return intents, links
@@ -184,14 +184,14 @@ def with_stop_links(intents: list[Intent], event: LoopBlocked, *, settings: Noti
         if target.kind == "sms" or (target.kind != "telegram" and base is None):
             changed.append(intent)
             continue
-        token, made = mint(key, workflow_id=event.session_id, stage="blocked", card_version=event.iteration_number,
+        token, made = mint(key, run_id=event.session_id, stage="blocked", card_version=event.iteration_number,
                            action="stop", channel=target.kind, ttl=settings.notify_link_ttl, now=clock)
         url = f"{base}/act/{token}" if base else None
         body = dict(intent.body)
         if target.kind == "telegram":
             body["reply_markup"] = {"inline_keyboard": [[{"text": "⏹️ Stop the session",
                                                           "callback_data": f"{CALLBACK_PREFIX}{made.nonce}"}]]}
-            links.append(LinkRow(nonce=made.nonce, delivery_id=intent.delivery_id, workflow_id=event.session_id,
+            links.append(LinkRow(nonce=made.nonce, delivery_id=intent.delivery_id, run_id=event.session_id,
                                  token=token, chat_id=target.chat_id))
         elif target.kind == "slack":
             button = {"type": "button", "action_id": "stop", "style": "danger", "url": url,

@@ -40,13 +40,17 @@ CREATE INDEX IF NOT EXISTS deliveries_by_session ON deliveries (session_id, seq)
 CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries (state, seq);
 CREATE TABLE IF NOT EXISTS telegram_offsets (bot_id TEXT PRIMARY KEY, next_offset INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS action_links (
-    nonce TEXT PRIMARY KEY, delivery_id TEXT NOT NULL, workflow_id TEXT NOT NULL, token TEXT NOT NULL, chat_id TEXT,
+    nonce TEXT PRIMARY KEY, delivery_id TEXT NOT NULL, run_id TEXT NOT NULL, token TEXT NOT NULL, chat_id TEXT,
     created_at REAL NOT NULL
 );
 """
 _ADDED_COLUMNS = ("discord_thread_id", "phone_number")
 """Columns added after the first outboxes were written (added to an older file when it is opened)."""
 _COLUMNS = "kind, url, chat_id, discord_thread_id, phone_number"
+_RENAMED_COLUMNS = (("action_links", "workflow_id", "run_id"),)
+"""Columns renamed since the first outboxes were written (table, old name, new name), renamed in an older file when
+it is opened: an action link's ``run_id`` was ``workflow_id`` before issue 33 (a blocked loop's link held its loop
+session's id there)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +59,8 @@ class LinkRow:
 
     nonce: str
     delivery_id: str
-    workflow_id: str
+    run_id: str
+    """The workflow, or the loop session of a blocked loop's Stop (``ActionLink.run_id``)."""
     token: str
     chat_id: str | None
 
@@ -85,6 +90,9 @@ class Outbox:
         for column in _ADDED_COLUMNS:
             if column not in present:
                 self._db.execute(f"ALTER TABLE deliveries ADD COLUMN {column} TEXT")
+        for table, old, new in _RENAMED_COLUMNS:
+            if old in {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}:
+                self._db.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
 
     def close(self) -> None:
         with self._lock:
@@ -100,9 +108,9 @@ class Outbox:
             new = self._insert(intents)
             for link in links or []:
                 if link.delivery_id in new:
-                    self._db.execute("INSERT OR IGNORE INTO action_links (nonce, delivery_id, workflow_id, token, "
+                    self._db.execute("INSERT OR IGNORE INTO action_links (nonce, delivery_id, run_id, token, "
                                      "chat_id, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                                     (link.nonce, link.delivery_id, link.workflow_id, link.token, link.chat_id,
+                                     (link.nonce, link.delivery_id, link.run_id, link.token, link.chat_id,
                                       time.time()))
             return new
 
@@ -112,9 +120,9 @@ class Outbox:
     def link(self, nonce: str) -> LinkRow | None:
         """The action link a Telegram button names."""
         with self._lock:
-            row = self._db.execute("SELECT nonce, delivery_id, workflow_id, token, chat_id FROM action_links "
+            row = self._db.execute("SELECT nonce, delivery_id, run_id, token, chat_id FROM action_links "
                                    "WHERE nonce = ?", (nonce,)).fetchone()
-        return None if row is None else LinkRow(nonce=row[0], delivery_id=row[1], workflow_id=row[2], token=row[3],
+        return None if row is None else LinkRow(nonce=row[0], delivery_id=row[1], run_id=row[2], token=row[3],
                                                 chat_id=row[4])
 
     def answer(self, intent: Intent | None, *, bot_id: str, next_offset: int) -> list[str]:

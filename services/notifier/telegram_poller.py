@@ -243,22 +243,22 @@ class TelegramPoller:
             except RemoteError as exc:
                 text = f"⛔ Not done: {exc.code}: {exc.message}"
             else:
-                log.info("notifier: %s of %s (%s) from Telegram chat %s", outcome.action, outcome.workflow_id,
+                log.info("notifier: %s of %s (%s) from Telegram chat %s", outcome.action, outcome.run_id,
                          outcome.stage, chat_id)
                 if outcome.workflow is not None and outcome.action == "resume":
-                    text = f"▶️ Resumed workflow {outcome.workflow.title} ({outcome.workflow_id})."
+                    text = f"▶️ Resumed workflow {outcome.workflow.title} ({outcome.run_id})."
                 elif outcome.workflow is not None and outcome.action == "abandon":
-                    text = (f"⏹️ Stopped workflow {outcome.workflow.title} ({outcome.workflow_id}): it is "
+                    text = (f"⏹️ Stopped workflow {outcome.workflow.title} ({outcome.run_id}): it is "
                             "abandoned, for good.")
                 elif outcome.workflow is not None:
                     text = (f"✅ Approved the {outcome.stage} card of {outcome.workflow.title} "
-                            f"({outcome.workflow_id}); the workflow is now in {outcome.workflow.stage}.")
+                            f"({outcome.run_id}); the workflow is now in {outcome.workflow.stage}.")
                 else:
-                    text = f"⏹️ Stopped loop session {outcome.workflow_id}."
+                    text = f"⏹️ Stopped loop session {outcome.run_id}."
         await self._answer_press(press.id, text)
         target = NotifyTarget(kind="telegram", chat_id=chat_id)
         key = f"telegram-press:{self.bot_id}:{press.id}"
-        return Intent(delivery_id=delivery_id(key, target), session_id=row.workflow_id if row is not None else "",
+        return Intent(delivery_id=delivery_id(key, target), session_id=row.run_id if row is not None else "",
                       event=ACTION_EVENT, target=target, text=text, body=chat_body(target, text), occurred_at=_now())
 
     async def _answer_press(self, press_id: str, text: str) -> None:

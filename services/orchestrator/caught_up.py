@@ -16,13 +16,13 @@ __all__ = ["turn_completed"]
 def turn_completed(owner_id: str, session: SessionView, turn: TurnView) -> TurnCompleted:
     """The ``turn:completed`` event of a finished ``turn`` of ``session``, on the stream of ``owner_id``.
 
-    ``owner_id`` is what the event's ``workflow_id`` names: a workflow, an epic's workflow, or a loop session.
+    ``owner_id`` is what the event's ``run_id`` names: a workflow, an epic's workflow, or a loop session.
     """
     outcome = turn.outcome
     assert outcome is not None, f"turn {turn.turn_id} has not ended"
     usage = turn.usage
     return TurnCompleted(
-        workflow_id=owner_id, occurred_at=turn.completed_at or turn.started_at, session_id=session.session_id,
+        run_id=owner_id, occurred_at=turn.completed_at or turn.started_at, session_id=session.session_id,
         turn_id=turn.turn_id, text="\n\n".join(turn.messages), thoughts="\n\n".join(t.text for t in turn.thoughts),
         outcome=outcome.kind, tool=outcome.tool, arguments=outcome.arguments, detail=outcome.detail,
         input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,

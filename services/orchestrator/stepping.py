@@ -25,7 +25,7 @@ from nats.js import api
 from autarch.contracts import subjects
 from autarch.contracts.agents import SessionStopped, StopSession
 from autarch.contracts.errors import ErrorCode
-from autarch.contracts.events import TurnCompleted
+from autarch.contracts.events import TurnCompleted, decode_as
 from autarch.runtime.cancel import cancel_and_wait
 from autarch.runtime.errors import RemoteError, ServiceFailure
 from autarch.runtime.pulls import PullConsumer
@@ -200,12 +200,12 @@ def turn_consumer(nc: Client, *, durable: str, on_turn: Callable[[TurnCompleted]
 
     async def handle(msg: Msg) -> None:
         try:
-            event = _TURN_DECODER.decode(msg.data)
+            event = decode_as(_TURN_DECODER, msg.data)  # a version 1 turn too (issue 33)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.warning("%s turn consumer: undecodable event on %s: %s", kind, msg.subject, exc)
             await msg.ack()
             return
-        if owns is not None and not owns(event.workflow_id):
+        if owns is not None and not owns(event.run_id):
             with contextlib.suppress(Exception):
                 await msg.ack()
             return
@@ -215,7 +215,7 @@ def turn_consumer(nc: Client, *, durable: str, on_turn: Callable[[TurnCompleted]
             raise
         except Exception as exc:
             log.warning("turn %s of %s %s not handled yet (%s); redelivering", event.turn_id, kind,
-                        event.workflow_id, exc)
+                        event.run_id, exc)
             with contextlib.suppress(Exception):
                 await msg.nak(delay=1)
             return

@@ -33,7 +33,7 @@ NOT_A_WORKER = ("Only swarm workers have a bead: this session has no epic and no
 
 
 def _worker(ctx: ToolContext) -> tuple[str, str] | None:
-    epic, holder = ctx.call.workflow_id, ctx.call.lease_holder
+    epic, holder = ctx.call.run_id, ctx.call.lease_holder
     return (epic, holder) if epic and holder else None
 
 

@@ -81,12 +81,12 @@ def _unreachable(what: str, exc: RemoteError) -> str:
 
 
 async def take_note(ctx: ToolContext, args: TakeNoteArgs) -> Any:
-    if not ctx.call.workflow_id:
+    if not ctx.call.run_id:
         return {"success": False, "error": "Notes are only available in workflow channels"}
     if not args.note.strip():
         return {"success": False, "error": "Note content cannot be empty"}
     command = fx.TakeNote(
-        workflow_id=ctx.call.workflow_id,
+        run_id=ctx.call.run_id,
         session_id=ctx.call.session_id,
         idempotency_key=ctx.idempotency_key,
         note=args.note,
@@ -99,9 +99,9 @@ async def take_note(ctx: ToolContext, args: TakeNoteArgs) -> Any:
 
 
 async def search_history(ctx: ToolContext, args: SearchHistoryArgs) -> Any:
-    if not ctx.call.workflow_id:
+    if not ctx.call.run_id:
         return {"error": "History search is only available in loop sessions"}
-    query = fx.SearchHistory(session_id=ctx.call.workflow_id, query=args.query, limit=args.limit)
+    query = fx.SearchHistory(session_id=ctx.call.run_id, query=args.query, limit=args.limit)
     try:
         hits = await ctx.forwarder.send("orchestrator", fx.SEARCH_HISTORY_VERB, query, fx.HistoryHits)
     except RemoteError as exc:
@@ -121,10 +121,10 @@ async def record_baseline(ctx: ToolContext, args: RecordBaselineArgs) -> Any:
     source = _SOURCES.get(args.source.strip().lower())
     if source is None:
         return {"success": False, "error": f"Invalid source '{args.source}'. Must be 'Build', 'Lint', or 'Test'."}
-    if not ctx.call.workflow_id:
+    if not ctx.call.run_id:
         return {"success": False, "error": "Baselines can only be recorded during a workflow's preflight"}
     command = fx.RecordBaseline(
-        workflow_id=ctx.call.workflow_id,
+        workflow_id=ctx.call.run_id,
         session_id=ctx.call.session_id,
         idempotency_key=ctx.idempotency_key,
         issue_type=issue_type,
@@ -155,10 +155,10 @@ def _invalid_severity(value: str) -> dict[str, Any]:
 async def _add_comment(
     ctx: ToolContext, kind: _CommentKind, severity: _Severity, args: Any, **where: Any
 ) -> dict[str, Any]:
-    if not ctx.call.workflow_id:
+    if not ctx.call.run_id:
         return {"success": False, "error": REVIEW_CARD_NOT_FOUND}
     command = fx.AddReviewComment(
-        workflow_id=ctx.call.workflow_id,
+        workflow_id=ctx.call.run_id,
         session_id=ctx.call.session_id,
         idempotency_key=ctx.idempotency_key,
         kind=kind,
@@ -217,10 +217,10 @@ async def complete_review(ctx: ToolContext, args: CompleteReviewArgs) -> Any:
         }
     if not args.summary.strip():
         return {"success": False, "error": "Summary is required."}
-    if not ctx.call.workflow_id:
+    if not ctx.call.run_id:
         return {"success": False, "error": REVIEW_CARD_NOT_FOUND}
     command = fx.CompleteReview(
-        workflow_id=ctx.call.workflow_id,
+        workflow_id=ctx.call.run_id,
         session_id=ctx.call.session_id,
         idempotency_key=ctx.idempotency_key,
         recommendation=recommendation,
@@ -255,9 +255,9 @@ def gate_diff(ctx: ToolContext, diff: str) -> str:
     return ctx.redactor.redact("\n".join(out))
 
 
-async def _fetch_diff(ctx: ToolContext, workflow_id: str) -> str:
+async def _fetch_diff(ctx: ToolContext, run_id: str) -> str:
     ref = await ctx.forwarder.send(
-        "git", "workflow_diff", git.WorkflowDiff(run_id=workflow_id), git.DiffArtifactRef
+        "git", "workflow_diff", git.WorkflowDiff(run_id=run_id), git.DiffArtifactRef
     )
     pages: list[str] = []
     offset: int | None = 0
@@ -274,10 +274,10 @@ async def _fetch_diff(ctx: ToolContext, workflow_id: str) -> str:
 
 
 async def get_diff(ctx: ToolContext, args: GetDiffArgs) -> Any:
-    if not ctx.call.workflow_id:
+    if not ctx.call.run_id:
         return {"error": "Diff artifact not found"}
     try:
-        diff = await _fetch_diff(ctx, ctx.call.workflow_id)
+        diff = await _fetch_diff(ctx, ctx.call.run_id)
     except RemoteError as exc:
         if exc.code == ErrorCode.NOT_FOUND:
             return {"error": "Diff artifact not found"}
@@ -286,11 +286,11 @@ async def get_diff(ctx: ToolContext, args: GetDiffArgs) -> Any:
 
 
 async def get_scope_card(ctx: ToolContext, args: GetScopeCardArgs) -> Any:
-    if not ctx.call.workflow_id:
+    if not ctx.call.run_id:
         return {"error": "Scope card not found"}
     try:
         card = await ctx.forwarder.send(
-            "orchestrator", fx.GET_SCOPE_CARD_VERB, fx.GetScopeCard(workflow_id=ctx.call.workflow_id), fx.ScopeCard
+            "orchestrator", fx.GET_SCOPE_CARD_VERB, fx.GetScopeCard(workflow_id=ctx.call.run_id), fx.ScopeCard
         )
     except RemoteError as exc:
         if exc.code == ErrorCode.NOT_FOUND:
@@ -344,7 +344,7 @@ _NOT_A_WORKER = ("Coordination mail is only available to swarm workers: this ses
 
 def _mail_scope(ctx: ToolContext, project_key: str | None) -> tuple[str, str] | str:
     """(epic, the caller's registered name), or the error text: the epic is always the session's own."""
-    epic, holder = ctx.call.workflow_id, ctx.call.lease_holder
+    epic, holder = ctx.call.run_id, ctx.call.lease_holder
     if not epic or not holder:
         return _NOT_A_WORKER
     key = (project_key or "").strip().removeprefix("epic-")

@@ -67,11 +67,11 @@ def _table(ctx: ToolContext) -> tuple[LeaseTable, str, str] | str:
     """The lease table, scope and holder of a call, or why the call cannot be checked."""
     call = ctx.call
     assert call.lease_holder is not None
-    if not call.workflow_id:
-        return "a lease holder's call needs its workflow_id (the lease table's scope)"
+    if not call.run_id:
+        return "a lease holder's call needs its run_id (its workflow, the lease table's scope)"
     if ctx.leases is None:
         return "this tools service has no lease table (it is not connected to NATS)"
-    return ctx.leases, call.workflow_id, call.lease_holder
+    return ctx.leases, call.run_id, call.lease_holder
 
 
 async def lease_refusal(ctx: ToolContext, path: str) -> dict[str, Any] | None:

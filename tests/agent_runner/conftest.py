@@ -127,7 +127,7 @@ async def start_session(
         root=str(root),
         kickoff=kickoff,
         script=script,
-        workflow_id=workflow_id or str(uuid.uuid4()),
+        run_id=workflow_id or str(uuid.uuid4()),
         **fields,
     )
     return await request(nc, subjects.request(RUNNER, "start_session"), command, TurnAccepted)

@@ -96,7 +96,7 @@ def test_after_a_compaction_a_worker_rereads_its_bead_before_editing() -> None:
 
     discipline = WorkerDiscipline(bead_id="area", verify=["true"], bead_file=".pulse/beads/area.md")
     session = Session(session_id="5b0e7a52-3c1d-4f7e-9a61-2d8c4b9e0f13", role="pulsing", model="m", root="/wt",
-                      workflow_id=None, channel_id=None, script=None, notes=[],
+                      run_id=None, channel_id=None, script=None, notes=[],
                       discipline=msgspec.to_builtins(discipline))
     session.start_turn(turn_id="t1", index=0, text="go", notes=[], message_id=None, stage_notes=None,
                        at=datetime.now(UTC))

@@ -103,7 +103,7 @@ def test_a_session_recorded_before_lease_holders_existed_still_loads(tmp_path: P
     db = tmp_path / "events.sqlite"
     env = {"PERSISTENCE_MODULE": SQLITE_MODULE, "SQLITE_DBNAME": str(db), SYNCHRONOUS_ENV: "NORMAL"}
     app = SessionApplication(env=env)
-    session = Session(session_id=str(uuid.uuid4()), role="pulsing", model="m", root="/repo", workflow_id="wf",
+    session = Session(session_id=str(uuid.uuid4()), role="pulsing", model="m", root="/repo", run_id="wf",
                       channel_id=None, script=None, notes=[], lease_holder="w1")
     app.save(session)
     app.close()

@@ -21,7 +21,7 @@ def _app(path) -> SessionApplication:
 
 
 def _session(workflow_id: str) -> Session:
-    return Session(session_id=str(uuid.uuid4()), role="discussion", model="m", root="/repo", workflow_id=workflow_id,
+    return Session(session_id=str(uuid.uuid4()), role="discussion", model="m", root="/repo", run_id=workflow_id,
                    channel_id=None, script=None, notes=[])
 
 
@@ -77,7 +77,7 @@ async def test_rounds_wait_while_a_turn_runs_and_every_event_still_reaches_the_s
     app = _app(tmp_path / "sessions.sqlite")
     workflow_id = str(uuid.uuid4())
     session = _session(workflow_id)
-    relay = PacedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=lambda _: workflow_id),
+    relay = PacedRelay(app=app, nc=nc, to_contract=ContractMapper(run_of=lambda _: workflow_id),
                        interval=3.0, poll_interval=30.0)
     relay.start()
     try:
@@ -108,7 +108,7 @@ async def test_events_another_writer_saved_are_published_without_a_save_here(nc,
     path = tmp_path / "sessions.sqlite"
     app, other = _app(path), _app(path)
     workflow_id = str(uuid.uuid4())
-    relay = CountedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=lambda _: workflow_id),
+    relay = CountedRelay(app=app, nc=nc, to_contract=ContractMapper(run_of=lambda _: workflow_id),
                          interval=30.0, poll_interval=0.2)
     relay.start()
     try:
@@ -127,7 +127,7 @@ async def test_stop_publishes_what_a_running_turn_left_waiting(nc, tmp_path):
     workflow_id = str(uuid.uuid4())
     session = _session(workflow_id)
     _start_turn(session)
-    relay = CountedRelay(app=app, nc=nc, to_contract=ContractMapper(workflow_of=lambda _: workflow_id),
+    relay = CountedRelay(app=app, nc=nc, to_contract=ContractMapper(run_of=lambda _: workflow_id),
                          interval=30.0, poll_interval=30.0)
     relay.start()
     await relay.until_round()  # the start-up round is over

@@ -21,7 +21,7 @@ def _complete_turn(session) -> None:
 async def test_every_saved_event_reaches_the_stream_once_and_in_order(nc, tmp_path):
     app = _app(tmp_path / "sessions.sqlite")
     workflow_id = str(uuid.uuid4())
-    relay = RelayThread(app=app, nc=nc, workflow_of=lambda _: workflow_id)
+    relay = RelayThread(app=app, nc=nc, run_of=lambda _: workflow_id)
     await relay.start()
     try:
         async with Stream(nc, workflow_id) as stream:
@@ -66,9 +66,9 @@ async def test_stop_publishes_what_a_running_turn_left_waiting(nc, tmp_path):
     earlier = _session(str(uuid.uuid4()))
     app.save(earlier)
     # Paced so that nothing but the stop would publish the turn's event in this test's time.
-    relay = RelayThread(app=app, nc=nc, workflow_of=lambda _: workflow_id, interval=30.0, poll_interval=30.0)
+    relay = RelayThread(app=app, nc=nc, run_of=lambda _: workflow_id, interval=30.0, poll_interval=30.0)
     await relay.start()
-    async with Stream(nc, earlier.workflow_id or "") as before:
+    async with Stream(nc, earlier.run_id or "") as before:
         assert await before.until(1) == ["session:started"]  # the start-up round has read and published
     async with Stream(nc, workflow_id) as stream:
         session = _session(workflow_id)

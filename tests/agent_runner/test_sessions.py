@@ -160,7 +160,7 @@ async def test_the_workflow_budget_ends_the_turn_before_the_next_model_call(nc, 
 def _record_elsewhere(runner, command: StartSession) -> str:
     """Record ``command``'s session straight into the runner's store, as another process would have."""
     stored = Session(session_id=command.session_id, role=command.role, model=runner.registry.get(command.role).model,
-                     root=command.root, workflow_id=command.workflow_id, channel_id=None, script=command.script,
+                     root=command.root, run_id=command.run_id, channel_id=None, script=command.script,
                      notes=[], baselines=[], lease_holder=None, discipline=None)
     turn_id = f"turn-recorded-elsewhere-{uuid.uuid4().hex[:6]}"
     stored.start_turn(turn_id=turn_id, index=0, text=command.kickoff, notes=[], message_id=None, stage_notes=None,
@@ -174,7 +174,7 @@ async def test_a_start_the_store_already_holds_is_answered_from_the_store_and_it
     # runner before this one recorded the start: the store holds the session, this process does not.
     def command() -> StartSession:
         return StartSession(session_id=str(uuid.uuid4()), role="research", root=str(repo), kickoff="Do the task.",
-                            script="read-and-submit", workflow_id=str(uuid.uuid4()))
+                            script="read-and-submit", run_id=str(uuid.uuid4()))
 
     start = subjects.request(RUNNER, "start_session")
     repeat = command()

@@ -36,7 +36,7 @@ from .runners import own_runner, run_turn
 
 
 async def _list(nc, workflow_id: str | None = None) -> SessionList:
-    return await request(nc, subjects.request(RUNNER, "list_sessions"), ListSessions(workflow_id=workflow_id),
+    return await request(nc, subjects.request(RUNNER, "list_sessions"), ListSessions(run_id=workflow_id),
                          SessionList)
 
 
@@ -153,8 +153,8 @@ def _summed(listed: SessionList) -> dict[str, float]:
     """What a client summing ``list_sessions`` gets per workflow (the figure ``workflow_costs`` replaces)."""
     costs: dict[str, float] = {}
     for s in listed.items:
-        if s.workflow_id is not None:
-            costs[s.workflow_id] = costs.get(s.workflow_id, 0.0) + s.cost_usd
+        if s.run_id is not None:
+            costs[s.run_id] = costs.get(s.run_id, 0.0) + s.cost_usd
     return costs
 
 

@@ -67,7 +67,7 @@ async def test_stopping_a_pulse_mid_command_kills_the_command_and_records_the_ca
     # that result and does not start the command again.
     replay = await request(nc, subjects.request("tools", "call"), ToolCall(
         session_id=accepted.session_id, tool_call_id=call.tool_use_id, role="pulsing", root=str(repo), tool="shell",
-        arguments=call.input, workflow_id=view.workflow_id), ToolResult, timeout=10)
+        arguments=call.input, run_id=view.run_id), ToolResult, timeout=10)
     assert replay.replayed and replay.is_error
     assert json.loads(replay.content)["error"].startswith("cancelled: user pressed stop.")
 

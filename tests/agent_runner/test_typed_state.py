@@ -24,7 +24,7 @@ MAIL = {"type": "text", "text": "<coordination-mail>\nYou have 1 new coordinatio
 
 def _recorded() -> Session:
     """A worker's session whose turn got mail, a verification and its end, recorded as the runner records them."""
-    session = Session(session_id=str(uuid.uuid4()), role="pulsing", model="m", root="/wt", workflow_id=None,
+    session = Session(session_id=str(uuid.uuid4()), role="pulsing", model="m", root="/wt", run_id=None,
                       channel_id=None, script=None, notes=[])
     session.start_turn(turn_id="t1", index=0, text="Do b1", notes=[], message_id=None, stage_notes=None, at=AT)
     session.receive_mail(turn_id="t1", step=0, message_ids=["m1"], block=MAIL)

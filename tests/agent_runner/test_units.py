@@ -104,7 +104,7 @@ def _session(role: Role = "pulsing", *, notes: list[str] | None = None) -> Sessi
         role=role,
         model=agent.model,
         root="/repo",
-        workflow_id="wf",
+        run_id="wf",
         channel_id=None,
         script=None,
         notes=notes or [],

@@ -94,9 +94,9 @@ async def stop_latencies(nc, repo: Path, *, stops: int) -> tuple[list[float], li
     streamed: list[float] = []
     for n in range(stops + 1):
         command = StartSession(session_id=str(uuid.uuid4()), role="discussion", root=str(repo), kickoff="Talk.",
-                               script="stop", workflow_id=str(uuid.uuid4()))
-        deltas = await nc.subscribe(subjects.deltas(command.workflow_id, command.session_id))  # type: ignore[arg-type]  # set above
-        done = await nc.subscribe(subjects.event(command.workflow_id, "turn", command.session_id, "completed"))  # type: ignore[arg-type]  # set above
+                               script="stop", run_id=str(uuid.uuid4()))
+        deltas = await nc.subscribe(subjects.deltas(command.run_id, command.session_id))  # type: ignore[arg-type]  # set above
+        done = await nc.subscribe(subjects.event(command.run_id, "turn", command.session_id, "completed"))  # type: ignore[arg-type]  # set above
         await request(nc, subjects.request("agent_runner", "start_session"), command, TurnAccepted)
         await deltas.next_msg(timeout=30)  # the reply is streaming
         await asyncio.sleep(0.05 + 0.01 * (n % 5))  # land the stop at varied points of the stream
@@ -152,9 +152,9 @@ async def run(tmp: Path, *, sessions: int, steps: int, stops: int) -> dict:
             sent.clear()
             received.clear()
             command = StartSession(session_id=str(uuid.uuid4()), role="pulsing", root=str(repo), kickoff="Go.",
-                                   script="bench", workflow_id=str(uuid.uuid4()))
+                                   script="bench", run_id=str(uuid.uuid4()))
             # Wait on the turn:completed event (no polling: it would load the process being measured).
-            done = await nc.subscribe(subjects.event(command.workflow_id, "turn", command.session_id, "completed"))  # type: ignore[arg-type]  # set above
+            done = await nc.subscribe(subjects.event(command.run_id, "turn", command.session_id, "completed"))  # type: ignore[arg-type]  # set above
             accepted = await request(nc, subjects.request("agent_runner", "start_session"), command, TurnAccepted)
             await done.next_msg(timeout=120)
             await done.unsubscribe()

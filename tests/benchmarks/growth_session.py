@@ -132,7 +132,7 @@ async def run_session(nats_url: str, root: Path, turns: int, pids: dict[str, int
             started = time.perf_counter()
             if n == 0:
                 command: Any = StartSession(session_id=session_id, role="discussion", root=str(root),
-                                            kickoff="Talk with me about the repository.", workflow_id=workflow_id,
+                                            kickoff="Talk with me about the repository.", run_id=workflow_id,
                                             script="growth")
                 await request(nc, subjects.request("agent_runner", "start_session"), command, TurnAccepted,
                               timeout=30, retry_unavailable=30)

@@ -386,7 +386,7 @@ async def run_synthetic_workflow(nats_url: str, workflow_id: str, *, events: int
             await js.publish(subject, msgspec.json.encode(event), stream=subjects.EVENTS_STREAM)
             for d in range(deltas_per_event):
                 delta = TurnDelta(type="turn:message_delta", session_id=session, turn_id=f"turn-{n}",
-                                  text=f"token {d} ", workflow_id=workflow_id)
+                                  text=f"token {d} ", run_id=workflow_id)
                 await nc.publish(delta_subject, msgspec.json.encode(delta))
         await nc.flush()
     finally:

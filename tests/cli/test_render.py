@@ -28,7 +28,8 @@ SID = "5e55105e-0000-4000-8000-000000000002"
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 COMMON: dict[str, Any] = {"workflow_id": WF, "occurred_at": AT}
 LOOP: dict[str, Any] = {"session_id": WF, "occurred_at": AT}
-TURN: dict[str, Any] = {**COMMON, "session_id": SID, "turn_id": "t-1"}
+RUN: dict[str, Any] = {"run_id": WF, "occurred_at": AT}
+TURN: dict[str, Any] = {**RUN, "session_id": SID, "turn_id": "t-1"}
 
 SCOPE = {"title": "JWT", "description": "d", "in_scope": ["a", "b"], "out_of_scope": ["c"],
          "recommended_path": "full"}
@@ -97,11 +98,11 @@ SAMPLES: dict[str, tuple[ev.Event, list[str]]] = {
     "pulse:completed": (ev.PulseCompleted(**COMMON, pulse_id="pulse-1", status="succeeded",
                                           commit="abcdef0123456789", description="feat(api): validate JWTs\n\nbody"),
                         ["pulse pulse-1 succeeded: commit abcdef01 — feat(api): validate JWTs"]),
-    "session:started": (ev.SessionStarted(**COMMON, session_id=SID, role="research", model="claude-x", root="/w"),
+    "session:started": (ev.SessionStarted(**RUN, session_id=SID, role="research", model="claude-x", root="/w"),
                         ["[session 5e55105e] session started (research, claude-x)"]),
-    "session:completed": (ev.SessionCompleted(**COMMON, session_id=SID, reason="done"),
+    "session:completed": (ev.SessionCompleted(**RUN, session_id=SID, reason="done"),
                           ["[session 5e55105e] session closed: done"]),
-    "session:error": (ev.SessionError(**COMMON, session_id=SID, message="model API refused"),
+    "session:error": (ev.SessionError(**RUN, session_id=SID, message="model API refused"),
                       ["[session 5e55105e] session ERROR: model API refused"]),
     "turn:started": (ev.TurnStarted(**TURN, index=1, text="please also test it"),
                      ["[session 5e55105e] message: please also test it"]),
@@ -388,7 +389,7 @@ def test_a_fix_round_counts_its_own_pulses_not_the_plans():
 def delta(text: str, *, kind: str = "turn:message_delta", restart: bool = False, turn: str = "t-1",
           step: int = 0) -> dict:
     return wire(TurnDelta(type=kind, session_id=SID, turn_id=turn, text=text,  # type: ignore[arg-type]  # kind: one of the Literal's values, as the test names it
-                          workflow_id=WF, step=step, restart=restart))
+                          run_id=WF, step=step, restart=restart))
 
 
 SAID = " " * 10 + "[research] » "

@@ -130,7 +130,7 @@ def test_a_watch_learns_nicknames_labels_worker_sessions_and_counts_beads():
     assert [text(line) for line in lines] == [EXPECTED["swarm:started"], EXPECTED["worker:joined"],
                                               EXPECTED["bead:claimed"]]
     # The claimed bead's session has no workflow step: its lines are labelled by worker and bead.
-    tool = {"type": "turn:tool_started", "workflow_id": WF, "occurred_at": AT, "session_id": SID, "turn_id": "t",
+    tool = {"type": "turn:tool_started", "run_id": WF, "occurred_at": AT, "session_id": SID, "turn_id": "t",
             "tool_use_id": "u", "tool": "write_file", "input": {"path": "src/parser.py"}}
     assert text(watch.feed(tool)) == "[w1 pulse-2] write_file path=src/parser.py"
     assert watch.feed(fixture("worker:status")) is None
@@ -254,7 +254,7 @@ def connect(monkeypatch, tmp_path: Path):
     return use
 
 
-TOOL = {"type": "turn:tool_started", "workflow_id": WF, "occurred_at": AT, "session_id": SID, "turn_id": "t",
+TOOL = {"type": "turn:tool_started", "run_id": WF, "occurred_at": AT, "session_id": SID, "turn_id": "t",
         "tool_use_id": "u", "tool": "edit_file", "input": {"path": "shapes/registry.py"}}
 CLOSED = {**fixture("bead:closed"), "bead_id": "square", "commit": "feedc0de00", "reason": "feat(square): add it"}
 DONE = {"type": "workflow:completed", "workflow_id": WF, "occurred_at": AT}

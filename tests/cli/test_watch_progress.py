@@ -33,7 +33,7 @@ def recorded(seq: int, kind: str, **data: Any) -> str:
 
 
 def live(text: str, kind: str = "turn:message_delta") -> str:
-    payload = {"type": kind, "session_id": SID, "turn_id": "t-1", "text": text, "workflow_id": WF, "restart": False}
+    payload = {"type": kind, "session_id": SID, "turn_id": "t-1", "text": text, "run_id": WF, "restart": False}
     return f"event: {kind}\ndata: {json.dumps(payload)}\n\n"
 
 

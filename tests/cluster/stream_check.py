@@ -60,7 +60,7 @@ async def check_stores_against_stream(nc: Client, postgres_url: str) -> dict[str
     settings = Settings(postgres_url=postgres_url)
     counts = {}
     for name, cls, mapper in (("orchestrator", WorkflowApplication, to_contract),
-                              ("agent_runner", SessionApplication, ContractMapper(workflow_of=lambda _sid: None))):
+                              ("agent_runner", SessionApplication, ContractMapper(run_of=lambda _sid: None))):
         app = cls(env=event_store_env(settings, name))
         try:
             stored = app.recorder.select_notifications(start=1, limit=1_000_000)

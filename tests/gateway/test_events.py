@@ -70,11 +70,11 @@ async def sse_events(stream: httpx.Response, connected: asyncio.Event | None = N
 def delta(workflow_id: str | None, text: str, *, kind: str = "turn:message_delta", restart: bool = False,
           session_id: str = SESSION) -> TurnDelta:
     return TurnDelta(type=kind, session_id=session_id, turn_id="turn-1", text=text,  # type: ignore[arg-type]  # kind: one of the Literal's values, as the test names it
-                     workflow_id=workflow_id, restart=restart)
+                     run_id=workflow_id, restart=restart)
 
 
 async def publish_delta(nc: Client, d: TurnDelta) -> None:
-    await nc.publish(subjects.deltas(d.workflow_id or subjects.NO_WORKFLOW, d.session_id), msgspec.json.encode(d))
+    await nc.publish(subjects.deltas(d.run_id or subjects.NO_WORKFLOW, d.session_id), msgspec.json.encode(d))
     await nc.flush()
 
 
@@ -308,8 +308,35 @@ async def test_a_real_turns_message_deltas_spell_its_text(gateway: Gateway, repo
     seen = [e for e in seen if mine(e)]
     deltas = [msgspec.json.decode(e.data, type=TurnDelta) for e in seen if e.event == "turn:message_delta"]
     [completed] = [msgspec.json.decode(e.data) for e in seen if e.event == "turn:completed"]
-    assert deltas and all(d.workflow_id is None and d.turn_id == completed["turn_id"] for d in deltas)
+    assert deltas and all(d.run_id is None and d.turn_id == completed["turn_id"] for d in deltas)
     # The turn's text is its replies joined by a blank line; the deltas are the replies as they streamed.
     assert "".join(d.text for d in deltas) == "".join(completed["text"].split("\n\n"))
     assert all("id" not in e.fields for e in seen if e.event.endswith("_delta"))
     assert all("id" in e.fields for e in seen if not e.event.endswith("_delta"))
+
+
+async def test_a_session_and_turn_event_recorded_with_workflow_id_are_sent_in_todays_shape(gateway: Gateway,
+                                                                                           nc: Client):
+    """A loop iteration's agent events on the stream from before issue 33 (version 1: the run, here a loop session,
+    in ``workflow_id``) reach a client replaying that run as version 2, the run in ``run_id``."""
+    loop, agent = new_id(), new_id()
+    old = [{"type": "session:started", "workflow_id": loop, "occurred_at": "2026-11-25T05:30:00Z",
+            "session_id": agent, "role": "loop", "model": "m", "root": "/wt"},
+           {"type": "turn:completed", "workflow_id": loop, "occurred_at": "2026-11-25T05:31:00Z",
+            "session_id": agent, "turn_id": "t1", "text": "done", "thoughts": "", "outcome": "end_turn"}]
+    js = nc.jetstream()
+    await js.publish(subjects.event(loop, "session", agent, "started"), msgspec.json.encode(old[0]),
+                     stream=subjects.EVENTS_STREAM)
+    await js.publish(subjects.event(loop, "turn", agent, "completed"), msgspec.json.encode(old[1]),
+                     stream=subjects.EVENTS_STREAM)
+
+    async def nothing() -> None:
+        return None
+
+    async with gateway.client() as http:
+        replayed = await collect(http, {"workflow": loop, "since": "0", "deltas": "false"}, nothing,
+                                 until=lambda s: any(e.event == "turn:completed" for e in s))
+    sent = [msgspec.json.decode(e.data) for e in replayed if e.event in ("session:started", "turn:completed")]
+    expected = [{**{k: v for k, v in o.items() if k != "workflow_id"}, "run_id": loop, "schema_version": 2}
+                for o in old]
+    assert sent == expected

@@ -26,7 +26,7 @@ async def test_a_channel_discussion_answers_then_takes_a_follow_up(gateway: Gate
         assert set(accepted) == {"session_id", "turn_id", "created"} and accepted["created"] is True
         sid = accepted["session_id"]
         view = await wait_turn(http, sid, accepted["turn_id"])
-        assert (view["role"], view["channel_id"], view["root"], view["workflow_id"]) == (
+        assert (view["role"], view["channel_id"], view["root"], view["run_id"]) == (
             "discussion", "c1", str(repo.resolve()), None)
         [turn] = view["turns"]
         assert turn["user_text"] == "What is this?"
@@ -36,7 +36,7 @@ async def test_a_channel_discussion_answers_then_takes_a_follow_up(gateway: Gate
         assert "greeter" in turn["messages"][-1] and turn["usage"]["input_tokens"] > 0
 
         listed = (await http.get("/api/sessions")).json()["items"]
-        assert {"session_id": sid, "role": "discussion", "status": "idle", "turns": 1, "workflow_id": None} \
+        assert {"session_id": sid, "role": "discussion", "status": "idle", "turns": 1, "run_id": None} \
             .items() <= next(s for s in listed if s["session_id"] == sid).items()
 
         # A follow-up needs a script that answers one more step: start the same discussion with it.
@@ -108,14 +108,18 @@ async def test_a_message_during_a_turn_is_409_stop_cancels_it_and_a_closed_sessi
         assert "closed" in r.json()["message"]
 
 
-async def test_list_filters_by_workflow(gateway: Gateway):
+async def test_list_filters_by_run_or_by_its_older_name_workflow(gateway: Gateway):
     async with gateway.client() as http:
-        r = await http.get("/api/sessions", params={"workflow": new_id()})
+        for name in ("run", "workflow"):
+            r = await http.get("/api/sessions", params={name: new_id()})
+            assert r.status_code == 200 and r.json() == {"items": []}
+            for bad in ("nope", "_", "1234"):
+                r = await http.get("/api/sessions", params={name: bad})
+                assert (r.status_code, r.json()["code"], r.json()["details"]) == (
+                    400, "bad_request", {"field": name})
+        # Both given, each a filter: two runs have no session in common.
+        r = await http.get("/api/sessions", params={"run": new_id(), "workflow": new_id()})
         assert r.status_code == 200 and r.json() == {"items": []}
-        for bad in ("nope", "_", "1234"):
-            r = await http.get("/api/sessions", params={"workflow": bad})
-            assert (r.status_code, r.json()["code"], r.json()["details"]) == (
-                400, "bad_request", {"field": "workflow"})
         r = await http.get("/api/sessions", params={"running": "maybe"})
         assert (r.status_code, r.json()["code"]) == (400, "bad_request")
 
@@ -126,7 +130,7 @@ async def test_workflow_costs_are_what_the_workflows_sessions_spent(gateway: Gat
     nc = await connect(nats_server.url, name="test-orchestrator")
     try:
         accepted = await request(nc, subjects.request("agent_runner", "start_session"), StartSession(
-            session_id=new_id(), role="discussion", root=str(repo), kickoff="What is this?", workflow_id=spent),
+            session_id=new_id(), role="discussion", root=str(repo), kickoff="What is this?", run_id=spent),
             TurnAccepted)
     finally:
         await nc.drain()
@@ -135,7 +139,11 @@ async def test_workflow_costs_are_what_the_workflows_sessions_spent(gateway: Gat
         r = await http.post("/api/workflows/costs", json={"workflow_ids": [spent, idle]})
         assert r.status_code == 200, r.text
         costs = r.json()["costs"]
-        listed = (await http.get("/api/sessions", params={"workflow": spent})).json()["items"]
+        listed = (await http.get("/api/sessions", params={"run": spent})).json()["items"]
+        assert [s["run_id"] for s in listed] == [spent]
+        assert (await http.get("/api/sessions", params={"workflow": spent})).json()["items"] == listed
+        both = await http.get("/api/sessions", params={"run": spent, "workflow": spent.replace("-", "").upper()})
+        assert both.json()["items"] == listed
         assert set(costs) == {spent, idle} and costs[idle] == 0.0
         assert costs[spent] > 0 and costs[spent] == pytest.approx(sum(s["cost_usd"] for s in listed), abs=1e-7)
         r = await http.post("/api/workflows/costs", json={"workflow_ids": []})

@@ -117,7 +117,7 @@ async def test_mail_is_pushed_into_the_next_model_call_once_and_survives_a_resta
     try:
         accepted = await request(nc, subjects.request("agent_runner", "start_session"), StartSession(
             session_id=sid, role="pulsing", root=str(repo), kickoff="Work on b1.", script="mail",
-            workflow_id=epic, lease_holder=holder), TurnAccepted)
+            run_id=epic, lease_holder=holder), TurnAccepted)
         await request_at(model, sid, 0)  # the first call is out: the worker now runs its long shell command
         posted = time.perf_counter()
         m1 = await post(nc, epic, holder, "Startup hint", "Check b3 first; CopperHeron holds shapes/.")
@@ -161,7 +161,7 @@ async def test_a_session_that_is_no_worker_is_not_touched(nc, orchestrator, tool
     runner, stop = await open_runner(nc, runner_settings(tmp_path / "runner", model))
     try:
         accepted = await request(nc, subjects.request("agent_runner", "start_session"), StartSession(
-            session_id=sid, role="pulsing", root=str(repo), kickoff="Work.", script="mail", workflow_id=epic),
+            session_id=sid, role="pulsing", root=str(repo), kickoff="Work.", script="mail", run_id=epic),
             TurnAccepted)
         await wait_turn(nc, sid, accepted.turn_id)
         assert runner.sessions[sid].mail_received == set()

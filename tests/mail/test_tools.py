@@ -32,7 +32,7 @@ async def call(executor: ToolExecutor, tmp_path: Path, tool: str, arguments: dic
                epic: str | None, holder: str | None, session: str = "s-1") -> tuple[dict[str, Any], bool]:
     arguments = {"reason": "coordination", **arguments}
     result = await executor.call(ToolCall(session_id=session, tool_call_id=uuid.uuid4().hex, role="pulsing",
-                                          root=str(tmp_path), tool=tool, arguments=arguments, workflow_id=epic,
+                                          root=str(tmp_path), tool=tool, arguments=arguments, run_id=epic,
                                           lease_holder=holder))
     return json.loads(result.content), result.is_error
 
@@ -70,9 +70,9 @@ async def test_a_worker_sends_replies_and_reads(nc, orchestrator, epic, executor
 async def test_a_repeated_tool_call_posts_once(nc, orchestrator, epic, executor, tmp_path) -> None:
     args = {"reason": "Report the bead", "to": ["coordinator"], "subject": "Completed b1", "body_md": "Commit abc."}
     first = await executor.call(ToolCall(session_id="s-1", tool_call_id="tu-1", role="pulsing", root=str(tmp_path),
-                                         tool="send_message", arguments=args, workflow_id=epic, lease_holder="w1"))
+                                         tool="send_message", arguments=args, run_id=epic, lease_holder="w1"))
     again = await executor.call(ToolCall(session_id="s-1", tool_call_id="tu-1", role="pulsing", root=str(tmp_path),
-                                         tool="send_message", arguments=args, workflow_id=epic, lease_holder="w1"))
+                                         tool="send_message", arguments=args, run_id=epic, lease_holder="w1"))
     assert json.loads(first.content)["message_id"] == json.loads(again.content)["message_id"] == "m1"
     assert len((await ask(nc, "list_mail", ListMail(epic_id=epic), MailList)).messages) == 1
 

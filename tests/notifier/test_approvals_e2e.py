@@ -196,7 +196,7 @@ def test_links_followed_like_a_phone_and_every_refusal(system: System, client: C
     assert phone.post(f"{system.url}/act/{unsigned}").json()["code"] == "link_forged"  # signature first
     # Expired: signed with this system's key, but its time is up.
     key = (system.data_dir / KEY_FILE).read_text().strip().encode()
-    stale, _ = mint(key, workflow_id=wid, stage="scoping", card_version=version, action="approve", channel="slack",
+    stale, _ = mint(key, run_id=wid, stage="scoping", card_version=version, action="approve", channel="slack",
                     ttl=-1)
     answer = phone.post(f"{system.url}/act/{stale}")
     assert answer.status_code == 410 and answer.json()["code"] == "link_expired", answer.text

@@ -18,7 +18,7 @@ AT = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 
 def _session(turn: TurnView) -> SessionView:
     return SessionView(session_id="s-1", role="pulsing", root="/wt", model="m", status="idle", turns=[turn],
-                       usage=turn.usage, cost_usd=turn.cost_usd, notes=[], created_at=AT, workflow_id="wf-1")
+                       usage=turn.usage, cost_usd=turn.cost_usd, notes=[], created_at=AT, run_id="wf-1")
 
 
 def test_a_finished_turn_becomes_the_event_the_runner_would_have_sent() -> None:
@@ -32,7 +32,7 @@ def test_a_finished_turn_becomes_the_event_the_runner_would_have_sent() -> None:
         outcome=TurnOutcome(kind="block", tool="complete_pulse", arguments={"summary": "x"}, evidence=evidence))
     event = turn_completed("epic-1", _session(turn), turn)
     encode(event)  # a complete event: every required field is there
-    assert (event.workflow_id, event.session_id, event.turn_id) == ("epic-1", "s-1", "t-1")
+    assert (event.run_id, event.session_id, event.turn_id) == ("epic-1", "s-1", "t-1")
     assert event.occurred_at == AT.replace(minute=5)
     assert (event.text, event.thoughts) == ("first\n\nsecond", "hmm\n\nso")
     assert (event.outcome, event.tool, event.arguments) == ("block", "complete_pulse", {"summary": "x"})

@@ -255,7 +255,7 @@ async def test_invalid_transitions_record_nothing(nc, orchestrator):
 
 async def test_tool_verbs_are_idempotent_on_the_key_and_typed_when_refused(nc, orchestrator):
     wf = await new_workflow(nc)
-    note = fx.TakeNote(workflow_id=wf, session_id="s", idempotency_key="s:n1", note="x")
+    note = fx.TakeNote(run_id=wf, session_id="s", idempotency_key="s:n1", note="x")
     first = await ask(nc, "take_note", note, fx.NoteTaken)
     assert await ask(nc, "take_note", note, fx.NoteTaken) == first
     comment = fx.AddReviewComment(workflow_id=wf, session_id="s", idempotency_key="s:c1", kind="review",
@@ -269,7 +269,7 @@ async def test_tool_verbs_are_idempotent_on_the_key_and_typed_when_refused(nc, o
                                  source="Build", pattern="E1")
     await refused(nc, "record_baseline", baseline, WorkflowErrorCode.WRONG_STAGE, fx.BaselineRecorded)
     # The tools service sends the workflow id it was given, which need not be a UUID.
-    await refused(nc, "take_note", fx.TakeNote(workflow_id="wf-1", session_id="s", idempotency_key="k", note="x"),
+    await refused(nc, "take_note", fx.TakeNote(run_id="wf-1", session_id="s", idempotency_key="k", note="x"),
                   ErrorCode.NOT_FOUND, fx.NoteTaken)
     await ask(nc, "submit_scope", SubmitScope(workflow_id=wf, scope=SCOPE, idempotency_key="s:scope"))
     await ask(nc, "approve", ApproveWorkflow(workflow_id=wf, path="quick"))

@@ -65,7 +65,7 @@ def open_session(wf: Workflow, step: Any, *, assigned: str | None = None) -> str
 
 def turn(session_id: str, outcome: str, *, tool: str | None = None, detail: str = "",
          **arguments: Any) -> TurnCompleted:
-    return TurnCompleted(workflow_id="w", occurred_at=T0, session_id=session_id, turn_id=str(uuid.uuid4()),
+    return TurnCompleted(run_id="w", occurred_at=T0, session_id=session_id, turn_id=str(uuid.uuid4()),
                          text="", thoughts="", outcome=outcome, tool=tool, arguments=arguments or None,
                          detail=detail)
 

@@ -17,7 +17,7 @@ WID = "0b7f6c1e-3a51-4d5e-9a57-5a3c2f0e8b11"
 
 
 def _mint(**changes: object) -> str:
-    fields: dict[str, object] = {"workflow_id": WID, "stage": "planning", "card_version": 17, "action": "approve",
+    fields: dict[str, object] = {"run_id": WID, "stage": "planning", "card_version": 17, "action": "approve",
                                  "channel": "telegram", "ttl": 600, "now": 1_000_000.0, **changes}
     token, _ = mint(KEY, **fields)  # type: ignore[arg-type]  # each test changes some fields; mint checks them
     return token
@@ -31,7 +31,7 @@ def _refused(token: str, *, key: bytes = KEY, now: float = 1_000_100.0) -> str:
 
 def test_a_link_says_one_action_on_one_card_until_its_expiry() -> None:
     link = verify(KEY, _mint(), now=1_000_100.0)
-    assert (link.workflow_id, link.stage, link.card_version, link.action, link.channel, link.expires_at) == (
+    assert (link.run_id, link.stage, link.card_version, link.action, link.channel, link.expires_at) == (
         WID, "planning", 17, "approve", "telegram", 1_000_600)
     assert len(link.nonce) == 16
     assert verify(KEY, _mint(), now=1_000_100.0).nonce != link.nonce  # every link its own nonce

@@ -18,7 +18,7 @@ KEY = b"k" * 43
 async def test_a_use_is_claimed_once_among_many_and_survives_a_server_restart(tmp_path: Path) -> None:
     server = await EmbeddedNats(tmp_path / "nats").start_async()
     try:
-        token, _ = mint(KEY, workflow_id="0b7f6c1e-3a51-4d5e-9a57-5a3c2f0e8b11", stage="scoping", card_version=5,
+        token, _ = mint(KEY, run_id="0b7f6c1e-3a51-4d5e-9a57-5a3c2f0e8b11", stage="scoping", card_version=5,
                         action="approve", channel="telegram", ttl=600)
         link = verify(KEY, token)
         clients = [await nats.connect(server.url) for _ in range(3)]
@@ -36,7 +36,7 @@ async def test_a_use_is_claimed_once_among_many_and_survives_a_server_restart(tm
                 await UsedLinks(nc).claim(link)
             assert refused.value.reply.code == "link_used" and "used already at " in refused.value.reply.message
             # A link given back (the orchestrator could not be asked) works again.
-            other = verify(KEY, mint(KEY, workflow_id=link.workflow_id, stage="scoping", card_version=5,
+            other = verify(KEY, mint(KEY, run_id=link.run_id, stage="scoping", card_version=5,
                                      action="approve", channel="slack", ttl=600)[0])
             await UsedLinks(nc).claim(other)
             await UsedLinks(nc).release(other.nonce)

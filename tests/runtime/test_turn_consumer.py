@@ -5,7 +5,9 @@ service was killed and restarted: turn events then reached the driver 1-5 s late
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 import uuid
 from datetime import UTC, datetime
@@ -17,13 +19,14 @@ from autarch.contracts import subjects
 from autarch.contracts.base import encode
 from autarch.contracts.events import TurnCompleted
 from autarch.runtime.settings import Settings
+from autarch.services.orchestrator.stepping import turn_consumer
 from autarch.services.orchestrator.workflow.driver import _CONSUMER, WorkflowDriver
 
 NEXT = f"$JS.API.CONSUMER.MSG.NEXT.{subjects.EVENTS_STREAM}.{_CONSUMER}"
 
 
 def _turn(workflow_id: str, n: int) -> TurnCompleted:
-    return TurnCompleted(workflow_id=workflow_id, occurred_at=datetime.now(UTC), session_id="s", turn_id=f"t{n}",
+    return TurnCompleted(run_id=workflow_id, occurred_at=datetime.now(UTC), session_id="s", turn_id=f"t{n}",
                          text="", thoughts="", outcome="end_turn")
 
 
@@ -46,7 +49,7 @@ async def test_turns_come_at_once_despite_a_pull_request_left_on_the_inbox(nc, d
     arrived: dict[str, float] = {}
 
     async def on_turn(event: TurnCompleted) -> None:
-        if event.workflow_id == workflow_id:
+        if event.run_id == workflow_id:
             arrived[event.turn_id] = time.monotonic()
 
     driver.on_turn = on_turn
@@ -93,7 +96,7 @@ async def test_a_backlog_of_turns_is_handed_on_without_pausing_between_batches(n
     arrived: set[str] = set()
 
     async def on_turn(event: TurnCompleted) -> None:
-        if event.workflow_id == workflow_id:
+        if event.run_id == workflow_id:
             arrived.add(event.turn_id)
 
     driver.on_turn = on_turn
@@ -106,3 +109,40 @@ async def test_a_backlog_of_turns_is_handed_on_without_pausing_between_batches(n
         await asyncio.sleep(0.05)
     # Handed on at once, 1,000 events take well under a second here; at 32 per 2 s they would take 62 s.
     assert len(arrived) == 1000, f"{len(arrived)} of 1,000 waiting turn events handed on in 20 s"
+
+
+async def test_a_turn_recorded_with_its_run_in_workflow_id_reaches_on_turn_in_todays_shape(nc) -> None:
+    """A ``turn:completed`` on the stream from before issue 33 (version 1: the run, here a loop session, in
+    ``workflow_id``) is read through the one upcast: ``on_turn`` gets it with ``run_id``, and a partition's ``owns``
+    is asked about that run, not acknowledged away as undecodable."""
+    loop = str(uuid.uuid4())
+    old = {"type": "turn:completed", "workflow_id": loop, "occurred_at": "2026-11-25T05:30:00Z",
+           "session_id": "agent", "turn_id": "old-1", "text": "done", "thoughts": "", "outcome": "block",
+           "tool": "complete_pulse", "arguments": {"description": "d"}}
+    await nc.jetstream().publish(subjects.event(loop, "turn", "agent", "completed"), json.dumps(old).encode())
+    got: asyncio.Queue[TurnCompleted] = asyncio.Queue()
+    asked: list[str] = []
+
+    async def on_turn(event: TurnCompleted) -> None:
+        if event.run_id == loop:
+            got.put_nowait(event)
+
+    def owns(run: str) -> bool:
+        asked.append(run)
+        return True
+
+    durable = f"test-old-turns-{uuid.uuid4().hex[:8]}"
+    consumer = turn_consumer(nc, durable=durable, on_turn=on_turn, kind="loop", log=logging.getLogger(__name__),
+                             owns=owns)
+    await consumer.start()
+    pulling = asyncio.create_task(consumer.run())
+    try:
+        event = await asyncio.wait_for(got.get(), 30)
+    finally:
+        pulling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pulling
+        await consumer.stop()
+        await nc.jetstream().delete_consumer(subjects.EVENTS_STREAM, durable)
+    assert event.run_id == loop and event.schema_version == 2 and event.turn_id == "old-1"
+    assert event.tool == "complete_pulse" and loop in asked

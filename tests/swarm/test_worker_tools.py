@@ -76,7 +76,7 @@ async def _ask(executor: ToolExecutor, root: Path, epic: str | None, holder: str
                wait_seconds: int = 0, call_id: str | None = None) -> tuple[dict[str, Any], bool]:
     result = await executor.call(ToolCall(
         session_id=f"s-{holder}", tool_call_id=call_id or uuid.uuid4().hex, role="pulsing", root=str(root),
-        tool="request_scope", workflow_id=epic, lease_holder=holder,
+        tool="request_scope", run_id=epic, lease_holder=holder,
         arguments={"reason": "the bead needs it", "paths": paths, "why": "the tests live there",
                    "wait_seconds": wait_seconds}))
     return json.loads(result.content), result.is_error
@@ -99,7 +99,7 @@ async def test_a_request_is_granted_the_bead_and_its_lease_grow_and_a_repeat_ans
     # The widened file is now writable by w1 (the same table the tools service checks).
     (tmp_path / "tests").mkdir()
     write = await executor.call(ToolCall(session_id="s-w1", tool_call_id="tu-w", role="pulsing", root=str(tmp_path),
-                                         tool="write_file", workflow_id=epic, lease_holder="w1",
+                                         tool="write_file", run_id=epic, lease_holder="w1",
                                          arguments={"reason": "t", "path": "tests/test_a.py", "content": "x\n"}))
     assert not write.is_error, write.content
     again, _ = await _ask(executor, tmp_path, epic, "w1", ["./tests/test_a.py"], call_id="tu-1")
@@ -156,7 +156,7 @@ async def test_bad_requests_change_nothing(nc, epic, executor: ToolExecutor, tmp
     # Arguments outside the tool's schema (no paths, a wait too long) are refused before anything is asked.
     for arguments in ({"paths": [], "why": "x"}, {"paths": ["a"], "why": "x", "wait_seconds": 500}):
         result = await executor.call(ToolCall(session_id="s-w1", tool_call_id=uuid.uuid4().hex, role="pulsing",
-                                              root=str(tmp_path), tool="request_scope", workflow_id=epic,
+                                              root=str(tmp_path), tool="request_scope", run_id=epic,
                                               lease_holder="w1", arguments={"reason": "r", **arguments}))
         assert result.is_error
     assert await _bead_files(nc, epic, "b1") == ["src/a.py"]
@@ -168,7 +168,7 @@ async def test_bad_requests_change_nothing(nc, epic, executor: ToolExecutor, tmp
 async def _tool(executor: ToolExecutor, root: Path, tool: str, arguments: dict[str, Any], *, epic: str | None,
                 holder: str | None) -> tuple[dict[str, Any], bool]:
     result = await executor.call(ToolCall(session_id=f"s-{holder}", tool_call_id=uuid.uuid4().hex, role="pulsing",
-                                          root=str(root), tool=tool, workflow_id=epic, lease_holder=holder,
+                                          root=str(root), tool=tool, run_id=epic, lease_holder=holder,
                                           arguments={"reason": "Working bead b1", **arguments}))
     return json.loads(result.content), result.is_error
 

@@ -83,7 +83,7 @@ class Tools:
             root=str(root or self.root),
             tool=tool,
             arguments={"reason": "test", **(arguments or {})},
-            workflow_id=workflow_id,
+            run_id=workflow_id,
         )
         return await self.executor.call(call)
 

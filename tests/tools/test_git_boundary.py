@@ -307,7 +307,7 @@ async def test_the_lease_guard_runs_on_the_record_and_restores_dot_git(nc: Clien
         )
         result = await executor.call(ToolCall(
             session_id="w1", tool_call_id=uuid.uuid4().hex, role="pulsing", root=str(layout.worktree), tool="shell",
-            arguments={"reason": "test", "command": command}, workflow_id=scope, lease_holder="w1",
+            arguments={"reason": "test", "command": command}, run_id=scope, lease_holder="w1",
         ))
     finally:
         executor.close()

@@ -62,7 +62,7 @@ async def _call(
         root=str(root),
         tool=tool,
         arguments={"reason": "test", **arguments},
-        workflow_id=scope,
+        run_id=scope,
         lease_holder=holder,
     )
     result = await request(nc, SUBJECT, call, ToolResult, timeout=30)
@@ -243,7 +243,7 @@ async def test_a_commands_changes_outside_the_bead_are_put_back_and_reported(
 async def test_a_holders_write_fails_closed_without_a_lease_table(executor: ToolExecutor, worktree: Path) -> None:
     call = ToolCall(
         session_id="s1", tool_call_id="c1", role="pulsing", root=str(worktree), tool="write_file",
-        arguments={"reason": "test", "path": "a.py", "content": "x"}, workflow_id=str(uuid.uuid4()), lease_holder="w1",
+        arguments={"reason": "test", "path": "a.py", "content": "x"}, run_id=str(uuid.uuid4()), lease_holder="w1",
     )
     result = await executor.call(call)
     assert result.is_error and "leases cannot be checked" in json.loads(result.content)["error"]

@@ -246,7 +246,7 @@ class LoopDriver:
         session = await self.book.read(session_id)
         script = f"{session.script}.i{it.number}" if session.script else f"i{it.number}"
         command = StartSession(session_id=it.agent_session_id, role="loop", root=it.pulse_worktree,
-                               kickoff=it.task_content, workflow_id=session_id, script=script,
+                               kickoff=it.task_content, run_id=session_id, script=script,
                                notes=list(session.notes))
         accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
 

@@ -408,7 +408,7 @@ class SwarmDriver:
                                       decision_refs=list(bead.decision_refs),
                                       context_file=f"history/{_feature_of(bead)}/CONTEXT.md")
         command = StartSession(session_id=a.session_id, role="pulsing", root=worker.worktree_path,
-                               kickoff=kickoff, workflow_id=wid, script=script, baselines=[], lease_holder=a.worker,
+                               kickoff=kickoff, run_id=wid, script=script, baselines=[], lease_holder=a.worker,
                                discipline=discipline)
         accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
         await self.book.change(wid, lambda s: s.session_opened(s.attempts[(a.bead_id, a.number)], accepted.turn_id))
@@ -706,7 +706,7 @@ class SwarmDriver:
 
     async def on_turn(self, event: TurnCompleted) -> bool:
         """Record a worker's finished turn; False when the session is no worker's."""
-        swarm = await self.book.find(event.workflow_id)
+        swarm = await self.book.find(event.run_id)
         if swarm is None:
             return False
         a = swarm.attempt_of_session(event.session_id)
@@ -716,7 +716,7 @@ class SwarmDriver:
         # turn itself is in ``seen`` already.
         if a.open and event.session_id == a.handoff_mail and event.turn_id not in swarm.seen:
             # The handed-off session's mail turn ended (whatever it sent is its own record): the next one may start.
-            await self.book.change(event.workflow_id, lambda s: s.handoff_mail_turn_ended(
+            await self.book.change(event.run_id, lambda s: s.handoff_mail_turn_ended(
                 s.attempts[(a.bead_id, a.number)], event.turn_id, event.outcome))
             return True
         if event.turn_id in swarm.seen or not a.open or event.session_id != a.session_id:
@@ -732,7 +732,7 @@ class SwarmDriver:
             summary = str(event.arguments.get("summary") or "").strip() or bead.title
         elif a.nudges < self.settings.stage_nudges and event.outcome != "error":
             nudge = kickoffs.bead_nudge(bead)
-        wid = event.workflow_id
+        wid = event.run_id
 
         def record(s: Swarm) -> None:
             attempt = s.attempts[(a.bead_id, a.number)]
@@ -761,8 +761,8 @@ class SwarmDriver:
         path = owner_file(swarm, a.worker)
         handoff = handoff_document(swarm, a, bead, feature=feature, tokens_used_pct=event.tokens_used_pct or 0.0,
                                    paused_at=event.occurred_at)
-        log.info("workflow %s: %s hands off %s at %s", event.workflow_id, a.worker, a.bead_id, event.detail)
-        await self.book.change(event.workflow_id, lambda s: s.handed_off(s.attempts[(a.bead_id, a.number)],
+        log.info("workflow %s: %s hands off %s at %s", event.run_id, a.worker, a.bead_id, event.detail)
+        await self.book.change(event.run_id, lambda s: s.handed_off(s.attempts[(a.bead_id, a.number)],
                                                                          event.turn_id, path, handoff))
 
     async def catch_up(self, epic: str) -> None:

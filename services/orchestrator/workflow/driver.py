@@ -308,7 +308,7 @@ class WorkflowDriver:
         s = wf.sessions[step]
         baselines = session_baselines(wf, step)
         command = StartSession(session_id=s.session_id, role=s.role, root=s.root, kickoff=s.kickoff,
-                               workflow_id=workflow_id, script=s.script, notes=list(s.notes), baselines=baselines)
+                               run_id=workflow_id, script=s.script, notes=list(s.notes), baselines=baselines)
         accepted = await self._ask("agent_runner", "start_session", command, TurnAccepted)
         await self._record(workflow_id, lambda w: w.confirm_session(step=step, kickoff_turn_id=accepted.turn_id))
         if step == "scoping":
@@ -454,12 +454,13 @@ class WorkflowDriver:
 
     async def on_turn(self, event: TurnCompleted) -> None:
         """Record what a finished agent turn means for its workflow (idempotent on the turn id)."""
+        workflow_id = event.run_id
         try:
-            uuid.UUID(event.workflow_id)
+            uuid.UUID(workflow_id)
         except ValueError:
             return  # a channel discussion: no workflow
         try:
-            wf = await self.workflows.read(event.workflow_id)
+            wf = await self.workflows.read(workflow_id)
         except ServiceFailure:
             return
         step = wf.step_of(event.session_id)
@@ -468,13 +469,13 @@ class WorkflowDriver:
             # that turns ending together are verified and merged in one pass rather than one pass each.
             handled = await self.swarm.on_turn(event)
             if handled:
-                self.kick(event.workflow_id)
+                self.kick(workflow_id)
             return
         if step is None or event.turn_id in wf.seen:
             return
-        log.info("workflow %s: %s turn ended %s%s", event.workflow_id, step, event.outcome,
+        log.info("workflow %s: %s turn ended %s%s", workflow_id, step, event.outcome,
                  f" ({event.tool})" if event.tool else "")
-        async with self._locks[event.workflow_id]:
+        async with self._locks[workflow_id]:
             session = tracked = None
             if step.startswith("pulse:"):
                 session = await self._ask("agent_runner", "get_session", GetSession(session_id=event.session_id),
@@ -482,11 +483,11 @@ class WorkflowDriver:
             elif step == "preflight" and event.tool == "complete_preflight" and wf.preflight is None:
                 # Preflight must not modify tracked files (seed 000): checked before its completion counts.
                 tracked = await self._ask("git", "modified_tracked_files",
-                                          ModifiedTrackedFiles(run_id=event.workflow_id), TrackedChanges)
+                                          ModifiedTrackedFiles(run_id=workflow_id), TrackedChanges)
             settings = self.settings
-            await self._record(event.workflow_id, lambda w: handle_turn(w, step, event, settings, session=session,
+            await self._record(workflow_id, lambda w: handle_turn(w, step, event, settings, session=session,
                                                                         tracked=tracked))
-        self.kick(event.workflow_id)
+        self.kick(workflow_id)
 
     # --- user controls -----------------------------------------------------------------------------------
 

@@ -108,13 +108,13 @@ def register_lifecycle(service: TypedService, orch: WorkflowBook, controls: Work
         return artifacts_of(await orch.read(query.workflow_id))
 
     async def take_note(cmd: fx.TakeNote) -> fx.NoteTaken:
-        if loops is not None and loops.is_loop(cmd.workflow_id):
+        if loops is not None and loops.is_loop(cmd.run_id):
             # A loop iteration's agent: the note is kept for the session's later iterations.
-            _, note_id = await loops.change(cmd.workflow_id, lambda s: s.take_note(
+            _, note_id = await loops.change(cmd.run_id, lambda s: s.take_note(
                 agent_session_id=cmd.session_id, note=cmd.note, key=cmd.idempotency_key))
             return fx.NoteTaken(note_id=note_id)
         _, note_id = await orch.change(
-            cmd.workflow_id,
+            cmd.run_id,
             lambda wf: wf.take_note(session_id=cmd.session_id, note=cmd.note, key=cmd.idempotency_key),
         )
         return fx.NoteTaken(note_id=note_id)
