@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+import msgspec
 import pytest
 
 from autarch.runtime.snapshots import Snapshots
@@ -57,3 +58,20 @@ async def test_posts_and_reads_do_not_rebuild_the_mailbox(mail: MailBook, tmp_pa
     messages = await mail.read(epic)
     assert [m.subject for m in messages][-1] == "from the other writer" and len(messages) == 41
     assert len(rebuilds) == 1
+
+
+def test_a_copy_for_a_command_leaves_the_kept_mailbox_as_it_was():
+    epic = str(uuid.uuid4())
+    kept = Mailbox(epic_id=epic)
+    for n in range(5):
+        kept.post(sender="coordinator", to=["w1", "w2"], subject=f"s{n}", body_md="b", key=f"k{n}")
+    kept.collect_events()
+    before = msgspec.json.encode(list(kept.messages.values())), dict(kept.keys)
+    copy = kept.copy_for_change()
+    # The messages are shared, not copied: a copy costs the same whatever the mailbox holds.
+    assert all(copy.messages[m] is kept.messages[m] for m in kept.messages)
+    copy.deliver(agent="w1", message_ids=["m1", "m2"])
+    copy.post(sender="w1", to=["coordinator"], subject="late", body_md="b", key="k9")
+    assert (msgspec.json.encode(list(kept.messages.values())), dict(kept.keys)) == before
+    assert copy.messages["m1"].delivered_to == ["w1"] and kept.messages["m1"].delivered_to == []
+    assert len(copy.messages) == 6 and len(kept.messages) == 5
