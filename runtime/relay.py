@@ -31,6 +31,7 @@ from eventsourcing.application import Application
 from eventsourcing.domain import DomainEvent
 from eventsourcing.persistence import Notification, Tracking, TrackingRecorder
 from nats.aio.client import Client
+from nats.js.client import JetStreamContext
 
 from autarch.contracts.base import encode
 from autarch.contracts.events import Event, event_subject
@@ -93,6 +94,10 @@ class EventRelay:
     _published: int | None = None
     """Last tracked notification id, read from the store once and then kept (this relay is its only writer)."""
     _stopping: bool = False
+    _js: JetStreamContext | None = None
+    """The one JetStream context of every round: a context's first ``publish_async`` subscribes an inbox for its
+    acks that lives as long as the connection, so a context per round left one subscription per round behind
+    (a loop of 1,000 iterations: thousands, in this process and in the NATS server)."""
 
     @property
     def name(self) -> str:
@@ -221,7 +226,9 @@ class EventRelay:
             return 0
         if self._store_id is None:
             self._store_id = await asyncio.to_thread(store_id_of, self.app)
-        js = self.nc.jetstream()
+        if self._js is None:
+            self._js = self.nc.jetstream()
+        js = self._js
         acks = []
         for notification in notifications:
             contract = self.to_contract(self.app.mapper.to_domain_event(notification))  # type: ignore[arg-type]  # ours are DomainEvents

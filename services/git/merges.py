@@ -53,7 +53,7 @@ def merge_bead(ws: Workspace, cmd: MergeBead, *, swarms: SwarmStore, store: GitS
     """Land the attempt's commit on the workflow branch, or answer ``conflict`` having changed nothing."""
     check_identifier("worker", cmd.worker)
     swarm = swarms.load(ws.record.id)
-    attempt = find_attempt(ws, swarm, worker=cmd.worker, bead_id=cmd.bead_id, attempt=cmd.attempt)
+    attempt = find_attempt(ws, swarm, swarms=swarms, worker=cmd.worker, bead_id=cmd.bead_id, attempt=cmd.attempt)
     if attempt.merged is not None:
         return _answer(ws, attempt, attempt.merged)
     if not attempt.committed:

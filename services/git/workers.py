@@ -105,10 +105,12 @@ def _open_worker(ws: Workspace, swarm: SwarmRecord, name: str) -> WorkerRecord:
     return worker
 
 
-def find_attempt(ws: Workspace, swarm: SwarmRecord, *, worker: str, bead_id: str, attempt: int) -> AttemptRecord:
-    """The recorded attempt, or ``not_found``; ``conflict`` when another worker owns it."""
+def find_attempt(ws: Workspace, swarm: SwarmRecord, *, swarms: SwarmStore, worker: str, bead_id: str,
+                 attempt: int) -> AttemptRecord:
+    """The recorded attempt (ended ones from the attempt log), or ``not_found``; ``conflict`` when another worker
+    owns it."""
     check_identifier("bead_id", bead_id)
-    record = swarm.attempts.get(attempt_key(bead_id, attempt))
+    record = swarms.attempt(swarm, attempt_key(bead_id, attempt))
     if record is None:
         raise fail(
             ErrorCode.NOT_FOUND,
@@ -262,14 +264,15 @@ def begin_bead(ws: Workspace, cmd: BeginBead, *, swarms: SwarmStore, identity: I
     worker = _open_worker(ws, swarm, cmd.worker)
     check_identifier("bead_id", cmd.bead_id)
     key = attempt_key(cmd.bead_id, cmd.attempt)
-    attempt = swarm.attempts.get(key)
+    attempt = swarms.attempt(swarm, key)
     if attempt is None:
         attempt = AttemptRecord(
             bead_id=cmd.bead_id, attempt=cmd.attempt, worker=worker.name, base_commit=ws.workflow_head().decode()
         )
         swarm.attempts[key] = attempt
     else:
-        attempt = find_attempt(ws, swarm, worker=worker.name, bead_id=cmd.bead_id, attempt=cmd.attempt)
+        attempt = find_attempt(ws, swarm, swarms=swarms, worker=worker.name, bead_id=cmd.bead_id,
+                               attempt=cmd.attempt)
         if attempt.ready:
             return _begun(ws, worker, attempt)  # a repeat: the worktree may hold work by now, keep it
     worker.current = key
@@ -326,7 +329,7 @@ def commit_bead(ws: Workspace, cmd: CommitBead, *, swarms: SwarmStore, identity:
     """Commit the worker's worktree as ``feat(<bead_id>): <summary>`` on the worker branch (nothing: no commit)."""
     swarm = swarms.load(ws.record.id)
     worker = _open_worker(ws, swarm, cmd.worker)
-    attempt = find_attempt(ws, swarm, worker=worker.name, bead_id=cmd.bead_id, attempt=cmd.attempt)
+    attempt = find_attempt(ws, swarm, swarms=swarms, worker=worker.name, bead_id=cmd.bead_id, attempt=cmd.attempt)
     key = attempt_key(cmd.bead_id, cmd.attempt)
     wws = worker_workspace(ws, worker)
     if attempt.committed:

@@ -63,7 +63,7 @@ def test_a_commands_copy_leaves_the_kept_session_as_it_was() -> None:
 
 def test_the_view_made_again_for_what_changed_equals_the_view_made_from_scratch() -> None:
     for session, steps in _histories():
-        made: Made = []
+        made = Made()
         for step in steps:
             session = session.copy_for_change()
             step(session)

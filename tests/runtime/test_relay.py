@@ -106,3 +106,18 @@ async def test_a_fresh_store_on_an_old_stream_is_not_taken_for_duplicates(nc, tm
     ids_b = _record(second, 3)
     await EventRelay(app=second, nc=nc, to_contract=to_contract).publish_pending()
     assert await _published_ids(nc, ids_a + ids_b) == ids_a + ids_b
+
+
+async def test_rounds_of_publishing_leave_no_subscription_behind(nc, tmp_path):
+    # Each round acknowledged through a JetStream context of its own left that context's ack inbox subscribed
+    # for good: a long loop session's relay held thousands, in its process and in the NATS server.
+    app = _app(tmp_path / "events.sqlite")
+    relay = EventRelay(app=app, nc=nc, to_contract=to_contract, batch=1)
+    ids = _record(app, 1)
+    await relay.publish_pending()
+    after_first = len(nc._subs)
+    for _ in range(10):
+        ids += _record(app, 1)
+        assert await relay.publish_pending() == 1
+    assert len(nc._subs) == after_first
+    assert await _published_ids(nc, ids) == ids

@@ -117,7 +117,7 @@ class LoopBook:
 
     def _remember(self, session: LoopSession) -> LoopView:
         # The iterations' views are made again only for the iterations that changed (``view_of``).
-        view = view_of(session, self._made.setdefault(str(session.id), []))
+        view = view_of(session, self._made.setdefault(str(session.id), Made()))
         self.views[view.id] = view
         if session.settled:
             self.kept.put("loop", view.id, session.version, _SHAPE, view)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 import msgspec
@@ -52,39 +54,70 @@ def _iteration_view(session_id: str, it: Iteration) -> IterationView:
         cost_usd=it.cost_usd, started_at=_time(it.started_at), ended_at=_time(it.ended_at))
 
 
-Made = list[tuple[Iteration, IterationView, ProgressEntry | None]]
-"""Each iteration of a session with its wire view and progress line, as :func:`view_of` last made them."""
+class Made:
+    """What :func:`view_of` last made for one session: each iteration it was made from with its wire view and
+    progress line, and running counts, so that a view made again after an event costs what changed, not the
+    session's length (a session of a thousand iterations is made again several times per iteration)."""
+
+    def __init__(self) -> None:
+        self.iterations: list[Iteration] = []
+        self.views: list[IterationView] = []
+        self.entries: list[ProgressEntry | None] = []
+        self.progress: list[ProgressEntry] = []
+        """The progress lines of ``entries`` that are not None, in order."""
+        self.progress_before: list[int] = [0]
+        """Index i: how many of ``progress`` belong to the iterations before the i-th (one more item than those)."""
+        self.commits_before: list[int] = [0]
+        """Index i: how many iterations before the i-th have a commit."""
+
+    def update(self, session_id: str, iterations: list[Iteration]) -> None:
+        """Bring what was made up to ``iterations``: from the first one that is not the object a view was made from
+        on (an event replaces the iteration it changes), reusing the views of those that still are."""
+        old = self.iterations
+        same = min(len(old), len(iterations))
+        # The first index whose iteration was replaced, found without a Python-level step per iteration.
+        first = next(compress(count(), map(is_not, iterations, old)), same)
+        kept_views, kept_entries = self.views[first:], self.entries[first:]
+        del self.views[first:], self.entries[first:], self.progress[self.progress_before[first]:]
+        del self.progress_before[first + 1:], self.commits_before[first + 1:]
+        for offset, it in enumerate(iterations[first:]):
+            index = first + offset
+            if index < len(old) and old[index] is it:
+                view, entry = kept_views[offset], kept_entries[offset]
+            else:
+                view = _iteration_view(session_id, it)
+                entry = progress_entry(it) if it.over and it.signal is not None else None
+            self.views.append(view)
+            self.entries.append(entry)
+            if entry is not None:
+                self.progress.append(entry)
+            self.progress_before.append(len(self.progress))
+            self.commits_before.append(self.commits_before[-1] + (it.commit_hash is not None))
+        self.iterations = list(iterations)
 
 
 def view_of(session: LoopSession, made: Made | None = None) -> LoopView:
     """The session's wire view. ``made``: what an earlier call made for the same session, reused for every iteration
     that is still the same object (an event replaces the iteration it changes) and brought up to date in place, so
-    that a session's thousandth iteration does not rebuild the views of the 999 before it."""
+    that a session's thousandth iteration does not rebuild the views of the 999 before it, nor walk them."""
     sid = str(session.id)
-    made = [] if made is None else made
-    del made[len(session.iterations):]
-    for index, it in enumerate(session.iterations):
-        if index < len(made) and made[index][0] is it:
-            continue
-        entry = progress_entry(it) if it.over and it.signal is not None else None
-        mine = (it, _iteration_view(sid, it), entry)
-        if index < len(made):
-            made[index] = mine
-        else:
-            made.append(mine)
-    progress = [entry for _, _, entry in made if entry is not None]
+    made = Made() if made is None else made
+    made.update(sid, session.iterations)
+    progress = list(made.progress)
     return LoopView(
         id=sid, project_name=session.project_name, project_path=session.project_path, goal=session.goal,
         max_iterations=session.max_iterations, current_iteration=len(session.iterations), status=session.status,
-        last_signal=session.last_signal, progress_log=progress, anchor_turn_id=session.anchor_turn_id,
-        branch_name=session.branch_name, created_by=session.created_by, total_commits=session.total_commits,
-        total_tokens_used=session.total_tokens_used, total_cost_usd=round(session.total_cost_usd, 6),
+        # The last progress line is the last ended iteration with a signal: ``LoopSession.last_signal``.
+        last_signal=progress[-1].signal if progress else None, progress_log=progress,
+        anchor_turn_id=session.anchor_turn_id, branch_name=session.branch_name, created_by=session.created_by,
+        total_commits=made.commits_before[-1], total_tokens_used=session.total_tokens_used,
+        total_cost_usd=round(session.total_cost_usd, 6),
         context_strategy=session.context_strategy, notify=list(session.notify),
         created_at=datetime.fromisoformat(session.created_at), updated_at=datetime.fromisoformat(session.updated_at),
         status_reason=session.status_reason, pause_requested=session.pause_requested,
         worktree_path=session.branch.worktree_path if session.branch and not session.worktree_removed else None,
         max_tokens=session.max_tokens, max_cost_usd=session.max_cost_usd,
-        iterations=[view for _, view, _ in made], iterations_total=len(made),
+        iterations=list(made.views), iterations_total=len(made.views),
         base_commit=session.branch.base_commit if session.branch else None,
         forked_from=session.forked_from, forked_at_iteration=session.forked_at_iteration)
 

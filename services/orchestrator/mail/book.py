@@ -75,9 +75,12 @@ class MailBook:
     book: Book[Mailbox] = field(init=False)
 
     def __post_init__(self) -> None:
-        # An epic's mailbox is opened by the first command that records something in it.
+        # An epic's mailbox is opened by the first command that records something in it. Its latest state is kept
+        # between commands (``latest.py``): the swarm driver posts a report per bead, and rebuilding the mailbox of
+        # an epic of hundreds of beads for each (its snapshot and the events after it) grew with the epic.
         self.book = Book(app=self.app, writer=self.writer, kind=Mailbox, noun="mailbox of epic", id_field="epic_id",
-                         aggregate_id=mailbox_id_for, canonical=_epic, absent=lambda e: Mailbox(epic_id=e), log=log)
+                         aggregate_id=mailbox_id_for, canonical=_epic, absent=lambda e: Mailbox(epic_id=e),
+                         keep=1024, inline_reads=self.writer.inline, log=log)
 
     async def find(self, epic_id: str) -> Mailbox | None:
         return await self.book.find(epic_id)

@@ -117,7 +117,18 @@ class Mailbox(Aggregate):
     @event("MessagesDelivered")
     def _delivered(self, *, agent: str, message_ids: list[str], session_id: str | None, at: str) -> None:
         for message_id in message_ids:
-            self.messages[message_id].delivered_to.append(agent)
+            # Replaced, not changed in place: a kept mailbox shares its messages with the copies commands change.
+            message = self.messages[message_id]
+            self.messages[message_id] = msgspec.structs.replace(message, delivered_to=[*message.delivered_to, agent])
+
+    def copy_for_change(self) -> Mailbox:
+        """A copy a command may change while this one stays as it is (``latest.py``): its dicts, not the messages,
+        which the events replace rather than change. A pickled copy of every message, per post, grew with the epic
+        (the swarm driver posts a report per bead)."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update({name: value.copy() if type(value) in (list, dict) else value
+                              for name, value in self.__dict__.items()})
+        return twin
 
     # --- queries -----------------------------------------------------------------------------------------
 
