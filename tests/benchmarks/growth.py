@@ -10,12 +10,14 @@ smallest (goal: at most 1.25), and within the largest size the ratio of its last
 first step of each run is reported apart (``first_step_ms``) and left out of the rest: it pays one-time costs
 (the indexer loading its embedder, the first request of each process).
 
-- **loop**: one loop session of N iterations (a file written, then CONTINUE; the last COMPLETE), the
+- **loop**: one loop session of N iterations (a new file written, then CONTINUE; the last COMPLETE), the
   ``loop_max_iterations_limit`` setting raised for the run. A step is an iteration: its wall time (the previous
   iteration's end, or the session's creation, to its end as recorded) minus its two model calls, each counted at
   the scripted model's own request time (the median of direct calls). Beside it, the CPU seconds each service
   process spent per iteration, in the first and the last tenth of the run (sampled from ``/proc`` while the
   session runs), which shows which process grows, and each process's peak memory (``VmHWM``) at the end.
+- **loop_same_file**: the same, each iteration rewriting one file: the history grows as in ``loop``, the worktree
+  does not (in ``loop`` the git service's checks of the worktree, a ``stat`` of every tracked file, grow with it).
 - **workflow**: one workflow (the demo's stages, auto-approved over the gateway) whose plan is a chain of N pulses,
   each writing one file then completing. A step is a pulse: the time between the recorded ends of two pulses
   (``pulse:completed``'s ``occurred_at``; the first from its start) minus its three model calls. CPU and memory by
@@ -168,8 +170,8 @@ def cpu_per_iteration(samples: list[tuple[int, dict[str, float]]], total: int) -
     return {"first_tenth": between(0, tenth), "last_tenth": between(total - tenth, total)}
 
 
-def loop_size(tmp: Path, iterations: int) -> dict[str, Any]:
-    with ScriptedModelServer(scenario(iterations)) as model:
+def loop_size(tmp: Path, iterations: int, files: str = "new") -> dict[str, Any]:
+    with ScriptedModelServer(scenario(iterations, files=files)) as model:
         system = LocalSystem(tmp / "data", model.base_url, services=LOOP_SERVICES,
                              extra_env={"AUTARCH_LOOP_MAX_ITERATIONS_LIMIT": str(max(iterations, 200)),
                                         "AUTARCH_LOOP_ITERATION_TIMEOUT": "600"})
@@ -193,7 +195,7 @@ def loop_size(tmp: Path, iterations: int) -> dict[str, Any]:
     first, steps = (steps[0], steps[1:]) if len(steps) > 1 else (None, steps)
     parts = deciles(steps) if steps else []
     return {
-        "iterations": iterations, "first_step_ms": round(first, 1) if first is not None else None,
+        "iterations": iterations, "files": files, "first_step_ms": round(first, 1) if first is not None else None,
         "status": summary.status, "commits": summary.total_commits, "wall_s": round(wall, 1),
         "model_request_ms": round(model_ms, 3),
         "step_ms_median": round(statistics.median(steps), 1) if steps else None,
@@ -204,9 +206,13 @@ def loop_size(tmp: Path, iterations: int) -> dict[str, Any]:
     }
 
 
-def loop_curve(tmp: Path, sizes: list[int]) -> dict[str, Any]:
-    return curve("loop", "one session of {n} iterations", sizes, lambda n: loop_size(tmp / f"loop{n}", n),
-                 size_key="iterations")
+def loop_curve(tmp: Path, sizes: list[int], files: str = "new") -> dict[str, Any]:
+    """``files="new"``: each iteration adds a file, so the worktree the git service checks every iteration grows
+    with the session (as a loop building something does); ``"same"``: each rewrites one file, so only the history
+    grows. The two apart tell a cost of the history from a cost of the work's size."""
+    what = "one session of {n} iterations" + (", each rewriting the same file" if files == "same" else "")
+    return curve("loop" if files == "new" else "loop_same_file", what, sizes,
+                 lambda n: loop_size(tmp / f"loop{n}-{files}", n, files), size_key="iterations")
 
 
 def curve(name: str, what: str, sizes: list[int], run: Any, *, size_key: str) -> dict[str, Any]:
@@ -324,7 +330,8 @@ def workflow_curve(tmp: Path, sizes: list[int]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--curves", default="loop,workflow",
-                        help="comma-separated: loop, workflow, swarm, agent_session, sse_fanout, event_store")
+                        help="comma-separated: loop, loop_same_file, workflow, swarm, agent_session, sse_fanout, "
+                             "event_store")
     parser.add_argument("--loop-sizes", default="10,100,1000")
     parser.add_argument("--workflow-sizes", default="2,20,200")
     parser.add_argument("--swarm-sizes", default="6,30,300")
@@ -336,6 +343,8 @@ def main() -> None:
         tmp = Path(tmp_dir)
         if "loop" in curves:
             figures["loop"] = loop_curve(tmp, [int(s) for s in args.loop_sizes.split(",")])
+        if "loop_same_file" in curves:
+            figures["loop_same_file"] = loop_curve(tmp, [int(s) for s in args.loop_sizes.split(",")], "same")
         if "workflow" in curves:
             figures["workflow"] = workflow_curve(tmp, [int(s) for s in args.workflow_sizes.split(",")])
         if "swarm" in curves:

@@ -48,12 +48,15 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-def scenario(iterations: int) -> dict[str, Any]:
+def scenario(iterations: int, *, files: str = "new") -> dict[str, Any]:
+    """Each iteration writes ``bench/step{n}.py`` (``files="new"``: the worktree grows a file an iteration) or
+    rewrites ``bench/step.py`` (``"same"``: the history grows, the worktree does not), then signals."""
     scripts = {}
     for n in range(1, iterations + 1):
         signal = "COMPLETE" if n == iterations else "CONTINUE"
         write = {"type": "tool_use", "name": "write_file",
-                 "input": {"reason": "Write this iteration's step", "path": f"bench/step{n}.py",
+                 "input": {"reason": "Write this iteration's step",
+                           "path": f"bench/step{n}.py" if files == "new" else "bench/step.py",
                            "content": f"STEP = {n}\n"}}
         scripts[f"loop:bench.i{n}"] = [{"content": [write]}, f"feat(bench): step {n}\n<signal>{signal}</signal>"]
     return {"files": FILES, "scripts": scripts}
