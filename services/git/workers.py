@@ -277,7 +277,9 @@ def begin_bead(ws: Workspace, cmd: BeginBead, *, swarms: SwarmStore, identity: I
             return _begun(ws, worker, attempt)  # a repeat: the worktree may hold work by now, keep it
     worker.current = key
     swarms.save(swarm)  # the base is journaled before the branch moves
-    _reset_worker(worker_workspace(ws, worker), worker, attempt.base_commit.encode(), identity)
+    # .pulse/ is left as it is: the coordination files there (a standalone run's STATE.md, the handoffs) outlive a
+    # bead, and a worker's next bead is where they are read.
+    _reset_worker(_without_coordination(worker_workspace(ws, worker)), worker, attempt.base_commit.encode(), identity)
     attempt.ready = True
     swarms.save(swarm)
     return _begun(ws, worker, attempt)

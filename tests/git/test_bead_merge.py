@@ -25,6 +25,7 @@ from autarch.contracts.bead_git import (
     WorkerClosed,
     WorkerWorktree,
     WorkflowWorktreeSynced,
+    WriteWorkerFiles,
 )
 from autarch.contracts.git import (
     CreateWorkflowBranch,
@@ -280,6 +281,23 @@ def test_begin_bead_discards_leftovers_and_starts_from_the_current_tip(engine: G
     (w1 / "src/app.py").write_text("attempt two\n")
     assert begin(engine, "w1", "b1", attempt=2) == again
     assert (w1 / "src/app.py").read_text() == "attempt two\n"
+
+
+def test_the_next_bead_keeps_the_coordination_files_written_for_the_worker(engine: GitEngine, repo: Path):
+    """A standalone run's STATE.md (and a handoff) is written between beads, for the next bead to read: the begin of
+    that bead resets the worktree around it, not through it."""
+    w1 = open_worker(engine, "w1")
+    begin(engine, "w1", "b1")
+    (w1 / "src/app.py").write_text("done\n")
+    commit(engine, "w1", "b1", "one")
+    merge(engine, "w1", "b1")
+    engine.write_worker_files(WriteWorkerFiles(workflow_id="wf1", worker="w1",
+                                               files={".pulse/STATE.md": "# state\n- b1: one\n"}))
+    (w1 / "scratch.txt").write_text("leftover\n")
+    begin(engine, "w1", "b2")
+    assert (w1 / ".pulse/STATE.md").read_text() == "# state\n- b1: one\n"
+    assert not (w1 / "scratch.txt").exists()
+    assert (w1 / "src/app.py").read_text() == "done\n"
 
 
 def test_a_commit_without_changes(engine: GitEngine, repo: Path):
