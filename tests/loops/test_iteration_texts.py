@@ -36,17 +36,29 @@ async def _run(orch: Started, sid: str, iterations: int) -> None:
                             at=AT)
     await orch.loops.book.save(sid, session)
     for n in range(1, iterations + 1):
-        await orch.loops.change(sid, lambda s, n=n: s.start_iteration(
-            task_content=_prompt(n), pulse_worktree="/wt/i", base_commit="c",
-            anchor=Anchor(strategy="temporal", turn_id="t", slice_turn_ids=[f"s{n}a", f"s{n}b"]), context_tokens=10))
+        def start(s: LoopSession, n: int = n) -> object:
+            return s.start_iteration(task_content=_prompt(n), pulse_worktree="/wt/i", base_commit="c",
+                                     anchor=Anchor(strategy="temporal", turn_id="t",
+                                                   slice_turn_ids=[f"s{n}a", f"s{n}b"]),
+                                     context_tokens=10)
+
+        def note(s: LoopSession, n: int = n) -> object:
+            return s.take_note(agent_session_id="a", note=f"n{n}", key=f"k{n}")
+
+        def turn(s: LoopSession, n: int = n) -> object:
+            return s.record_turn(n, turn_id=f"t{n}", ending="complete", signal="CONTINUE", signal_source="explicit",
+                                 reason=None, output_summary=f"step {n}", output_full=_output(n),
+                                 commit_subject="feat: x", commit_body="body " * 50, anchor_hint_next=None,
+                                 anchor_hint_reason=None, tokens_used=1, cost_usd=0.0)
+
+        def end(s: LoopSession, n: int = n) -> None:
+            s.end_iteration(n, commit_hash=f"h{n}", files_changed=[], no_progress_limit=0)
+
+        await orch.loops.change(sid, start)
         if n % 4 == 0:  # a note among an iteration's events
-            await orch.loops.change(sid, lambda s, n=n: s.take_note(agent_session_id="a", note=f"n{n}", key=f"k{n}"))
-        await orch.loops.change(sid, lambda s, n=n: s.record_turn(
-            n, turn_id=f"t{n}", ending="complete", signal="CONTINUE", signal_source="explicit", reason=None,
-            output_summary=f"step {n}", output_full=_output(n), commit_subject="feat: x", commit_body="body " * 50,
-            anchor_hint_next=None, anchor_hint_reason=None, tokens_used=1, cost_usd=0.0))
-        await orch.loops.change(sid, lambda s, n=n: s.end_iteration(n, commit_hash=f"h{n}", files_changed=[],
-                                                                    no_progress_limit=0))
+            await orch.loops.change(sid, note)
+        await orch.loops.change(sid, turn)
+        await orch.loops.change(sid, end)
 
 
 def _whole(it: IterationView) -> bool:
