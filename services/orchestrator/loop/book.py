@@ -30,6 +30,7 @@ from autarch.contracts.git import (
     WorkflowBranchView,
 )
 from autarch.contracts.loops import (
+    ITERATIONS_PER_VIEW,
     AbortLoop,
     ForkLoop,
     GetLoop,
@@ -54,7 +55,7 @@ from ..kept_views import KeptViews, view_shape
 from ..writer import BatchedWriter
 from .forks import forked_history, loop_fork_point
 from .model import LoopSession
-from .views import Made, page_of, summary_of, view_of
+from .views import Made, dropped_in, iteration_texts, page_of, summary_of, view_of, with_texts
 
 __all__ = ["LoopBook", "register_loops"]
 
@@ -137,6 +138,21 @@ class LoopBook:
         """Run ``command`` on the session under its lock and save what it recorded; (session, its result)."""
         return await self.book.change(session_id, command)
 
+    async def page(self, view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW, *,
+                   session: LoopSession | None = None) -> LoopView:
+        """The reply of ``view``'s page (``page_of``) as it reads with every iteration's texts: those the state no
+        longer holds (``LoopSession.texts_kept``; none on the default page) are read from the events of the page's
+        iterations, with the session's state (kept, or its snapshot and later events) to find them."""
+        reply = page_of(view, first, limit)
+        dropped = dropped_in(reply)
+        if not dropped:
+            return reply
+        if session is None:
+            session = await self.read(view.id)
+        texts = (iteration_texts(self.app, session, dropped) if self.writer.inline
+                 else await asyncio.to_thread(iteration_texts, self.app, session, dropped))
+        return with_texts(reply, texts)
+
     # --- verbs ---------------------------------------------------------------------------------------
 
     async def start_loop(self, cmd: StartLoop) -> LoopView:
@@ -155,7 +171,7 @@ class LoopBook:
                         cmd.project_path, cmd.goal, cmd.max_iterations):
                     raise ServiceFailure.conflict(f"loop session {cmd.session_id} already exists with other fields",
                                                   session_id=cmd.session_id)
-                return page_of(existing)
+                return await self.page(existing)
             if cmd.anchor_turn_id is not None:
                 await self._check_anchor(cmd.anchor_turn_id, cmd.project_path)
             branch_name = cmd.branch_name or f"autarch/loop-{cmd.session_id[:8]}"
@@ -189,7 +205,7 @@ class LoopBook:
                 if (existing.forked_from, existing.forked_at_iteration) != (forked_from, cmd.at_iteration):
                     raise ServiceFailure.conflict(f"loop session {key} already exists and is not this fork",
                                                   session_id=key)
-                return page_of(existing)
+                return await self.page(existing)
             point = await asyncio.to_thread(loop_fork_point, self.app, cmd)
             repo = await self._git("register_repository",
                                    RegisterRepository(path=point.project_path, base_branch=point.base_branch),
@@ -209,7 +225,7 @@ class LoopBook:
                          script=cmd.script if cmd.script is not None else point.script,
                          closed=[it.number for it in fork.iterations if not it.session_closed], at=_now())
             await self.book.save(key, fork)
-        return page_of(self.views[key])
+        return await self.page(self.views[key])
 
     async def _check_anchor(self, turn_id: str, project_path: str) -> None:
         try:
@@ -254,7 +270,7 @@ class LoopBook:
         view = self.views.get(query.session_id)
         if view is None:
             raise ServiceFailure.not_found(f"no loop session {query.session_id}", session_id=query.session_id)
-        return page_of(view, query.iterations_from, query.iterations_limit)
+        return await self.page(view, query.iterations_from, query.iterations_limit)
 
     async def list_loops(self, query: ListLoops) -> LoopList:
         items = [summary_of(v) for v in self.views.values() if query.status is None or v.status == query.status]
@@ -262,11 +278,11 @@ class LoopBook:
 
     async def pause_loop(self, cmd: PauseLoop) -> LoopView:
         session, _ = await self.change(cmd.session_id, LoopSession.request_pause)
-        return page_of(view_of(session))
+        return await self.page(view_of(session), session=session)
 
     async def resume_loop(self, cmd: ResumeLoop) -> LoopView:
         session, _ = await self.change(cmd.session_id, lambda s: s.resume(cmd.message))
-        return page_of(view_of(session))
+        return await self.page(view_of(session), session=session)
 
 
 
@@ -281,7 +297,8 @@ def register_loops(service: TypedService, book: LoopBook, abort: Abort | None = 
     async def abort_loop(cmd: AbortLoop) -> LoopView:
         if abort is None:
             raise ServiceFailure(ErrorCode.UNAVAILABLE, "this orchestrator does not drive loop sessions")
-        return page_of(view_of(await abort(cmd.session_id, cmd.reason, cmd.blocked_at)))
+        session = await abort(cmd.session_id, cmd.reason, cmd.blocked_at)
+        return await book.page(view_of(session), session=session)
 
     service.endpoint("start_loop", StartLoop, book.start_loop)
     service.endpoint("get_loop", GetLoop, book.get_loop)

@@ -18,6 +18,7 @@ from eventsourcing.domain import Aggregate, event
 
 from autarch.contracts.loops import (
     FINISHED_STATUSES,
+    ITERATIONS_PER_VIEW,
     AnchorStrategy,
     ContextStrategy,
     CreatedBy,
@@ -110,6 +111,12 @@ class Iteration(msgspec.Struct, kw_only=True):
     files_changed: list[str] = []
     ended_at: str | None = None
     session_closed: bool = False
+    started_version: int = 0
+    """The version of the event that started it: where its texts are read once it no longer holds them."""
+    texts_dropped: bool = False
+    """Its large texts (``task_content``, ``output_full``, ``commit_body``, the slice's turn ids) are no longer held:
+    :attr:`LoopSession.texts_kept` later iterations started after it. A view reads them from its events
+    (``views.iteration_texts``)."""
 
     @property
     def id(self) -> str:
@@ -127,6 +134,11 @@ class LoopSession(Aggregate):
     """For a fork (``forks.py``): the session whose history up to iteration ``forked_at_iteration`` this one's
     history starts with."""
     forked_at_iteration: int | None = None
+    texts_kept: ClassVar[int] = ITERATIONS_PER_VIEW
+    """How many of the latest iterations keep their large texts in the state (issue 34): an older one keeps a small
+    record, so a session of thousands of iterations is not held (nor snapshotted) with every prompt and output. The
+    default page of a view (the latest ``ITERATIONS_PER_VIEW``) is made from the state alone; nothing decides on the
+    texts of an ended iteration."""
 
     if TYPE_CHECKING:
         # The event classes the @event decorators below create when the class is built (mypy cannot see them).
@@ -136,6 +148,7 @@ class LoopSession(Aggregate):
         Resumed: ClassVar[type[Any]]
         Started: ClassVar[type[Any]]
         StatusChanged: ClassVar[type[Any]]
+        TurnRecorded: ClassVar[type[Any]]
 
     @staticmethod
     def create_id(session_id: str, **_: object) -> UUID:
@@ -199,7 +212,15 @@ class LoopSession(Aggregate):
         self.iterations.append(Iteration(
             number=number, status="dispatched", task_content=task_content, agent_session_id=agent_session_id,
             pulse_id=pulse_id, pulse_worktree=pulse_worktree, base_commit=base_commit,
-            anchor=msgspec.convert(anchor, Anchor), context_tokens=context_tokens, started_at=at))
+            anchor=msgspec.convert(anchor, Anchor), context_tokens=context_tokens, started_at=at,
+            started_version=self.version + 1))  # the event is applied before the version is counted
+        old = number - self.texts_kept
+        if old >= 1 and not self.iterations[old - 1].texts_dropped:
+            # Only the iteration in flight and the latest before it are read whole; this one is over (one runs at
+            # a time), its texts stay in its events.
+            dropped = self.iterations[old - 1]
+            self._change(old, task_content="", output_full=None, commit_body="", texts_dropped=True,
+                         anchor=msgspec.structs.replace(dropped.anchor, slice_turn_ids=[]))  # as ``views._dropped``
         if self.status == "pending":
             self.status = "running"  # the first iteration starts: the session is no longer waiting for it
         self.resume_message = None

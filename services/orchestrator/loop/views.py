@@ -32,9 +32,10 @@ from autarch.contracts.loops import (
     ProgressEntry,
 )
 
-from .model import Iteration, LoopSession, progress_entry
+from .model import Anchor, Iteration, LoopSession, progress_entry
 
-__all__ = ["Made", "loop_to_contract", "page_of", "summary_of", "view_of"]
+__all__ = ["Made", "dropped_in", "iteration_texts", "loop_to_contract", "page_of", "summary_of", "view_of",
+           "with_texts"]
 
 
 def _time(value: str | None) -> datetime | None:
@@ -52,6 +53,12 @@ def _iteration_view(session_id: str, it: Iteration) -> IterationView:
         slice_turn_ids=list(a.slice_turn_ids), node_count=a.node_count, anchor_hint_next=it.anchor_hint_next,
         anchor_hint_reason=it.anchor_hint_reason, context_tokens=it.context_tokens, tokens_used=it.tokens_used,
         cost_usd=it.cost_usd, started_at=_time(it.started_at), ended_at=_time(it.ended_at))
+
+
+def _dropped(it: Iteration) -> Iteration:
+    """``it`` as it is once its texts are dropped (``LoopSession._iteration_started``)."""
+    return msgspec.structs.replace(it, task_content="", output_full=None, commit_body="", texts_dropped=True,
+                                   anchor=msgspec.structs.replace(it.anchor, slice_turn_ids=[]))
 
 
 class Made:
@@ -84,6 +91,10 @@ class Made:
             index = first + offset
             if index < len(old) and old[index] is it:
                 view, entry = kept_views[offset], kept_entries[offset]
+            elif index < len(old) and it.texts_dropped and _dropped(old[index]) == it:
+                # Only its texts were dropped (``LoopSession.texts_kept``): its view without them, its line as it was.
+                view, entry = msgspec.structs.replace(kept_views[offset], task_content="", output_full=None,
+                                                      slice_turn_ids=[]), kept_entries[offset]
             else:
                 view = _iteration_view(session_id, it)
                 entry = progress_entry(it) if it.over and it.signal is not None else None
@@ -130,6 +141,50 @@ def page_of(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PE
     if start == 0 and total <= limit:
         return view
     return msgspec.structs.replace(view, iterations=view.iterations[start:start + limit])
+
+
+def dropped_in(page: LoopView) -> list[int]:
+    """The iterations of ``page`` whose large texts the state no longer holds (``LoopSession.texts_kept``): all but
+    the latest ``texts_kept`` of the session."""
+    last_dropped = page.iterations_total - LoopSession.texts_kept
+    return [it.iteration_number for it in page.iterations if it.iteration_number <= last_dropped]
+
+
+Texts = dict[int, tuple[str, list[str], str | None]]
+"""Iteration number → (its prompt, its slice's turn ids, its full output) as its events recorded them."""
+
+
+def iteration_texts(app: Any, session: LoopSession, numbers: list[int]) -> Texts:
+    """The large texts of iterations ``numbers`` (blocking): read from the session's events of those iterations only,
+    from the one that started the first to the last one before the iteration after the last (an iteration's events
+    are one run of versions, but for a note or a status change among them), so a page costs its own events."""
+    if not numbers:
+        return {}
+    wanted = set(numbers)
+    low = session.iteration(min(numbers)).started_version
+    after = max(numbers) + 1
+    high = session.iteration(after).started_version - 1 if after <= len(session.iterations) else session.version
+    texts: Texts = {}
+    outputs: dict[int, str | None] = {}
+    for e in app.events.get(session.id, gt=low - 1, lte=high):
+        number = getattr(e, "number", None)
+        if number not in wanted:
+            continue
+        if isinstance(e, LoopSession.IterationStarted):
+            texts[number] = (e.task_content, list(msgspec.convert(e.anchor, Anchor).slice_turn_ids), None)
+        elif isinstance(e, LoopSession.TurnRecorded):
+            outputs[number] = e.output_full  # the last one recorded is the state's, as in a replay
+    return {n: (task, turn_ids, outputs.get(n)) for n, (task, turn_ids, _) in texts.items()}
+
+
+def with_texts(page: LoopView, texts: Texts) -> LoopView:
+    """``page`` with the texts of its iterations in ``texts`` put back: the reply a state holding them all makes."""
+    if not texts:
+        return page
+    iterations = [it if it.iteration_number not in texts else msgspec.structs.replace(
+        it, task_content=texts[it.iteration_number][0], slice_turn_ids=texts[it.iteration_number][1],
+        output_full=texts[it.iteration_number][2]) for it in page.iterations]
+    return msgspec.structs.replace(page, iterations=iterations)
 
 
 def summary_of(view: LoopView) -> LoopSummary:
