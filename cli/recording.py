@@ -22,6 +22,7 @@ import hashlib
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -290,8 +291,20 @@ def files_at(repo: Path | str, commit: str) -> dict[str, str] | None:
     return files
 
 
+SETTLE = 30.0
+"""Seconds a session still running its turn is waited for before it is read as it is."""
+
+
 def _session(client: GatewayClient, session_id: str, step: str) -> dict[str, Any]:
-    return {**client.get(f"/api/sessions/{session_id}", replies="true"), "step": step}
+    """The session whole, once its turn has ended: a run's last event can come before its last session settles (the
+    review's ``complete_review`` finishes the workflow while the runner is still recording that call's result), and
+    a session read then would show the call without its result."""
+    deadline = time.monotonic() + SETTLE
+    while True:
+        session = client.get(f"/api/sessions/{session_id}", replies="true")
+        if session.get("status") != "running" or time.monotonic() >= deadline:
+            return {**session, "step": step}
+        time.sleep(0.05)
 
 
 def _run(kind: str, run_id: str, *, repo: str, start_commit: str, branch: str | None, status: str,

@@ -2,19 +2,18 @@
 
     python tests/benchmarks/sse_floor.py --nats nats://127.0.0.1:4222 --port 8123
 
-A reference for the ``sse_fanout`` curve, not a gateway: it answers every connection at once (no
-authentication, no routes, no catch-up, no back-pressure, no keep-alive), follows the whole event stream with one
-ordered consumer and the live deltas with one subscription, and writes the messages to every connected socket in
-one tight loop of ``transport.write``, on one asyncio loop. It gathers them over the gateway's window (the same
-constants of :mod:`autarch.gateway.fanout`: 20 µs a connection, at most 20 ms) and joins and frames them once, as
-the gateway does: written one by one as they come, a thousand clients of a busy workflow (125 messages a second)
-are 125,000 writes a second, more than two cores can make, and the floor falls seconds behind (p50 4.4 s at a
-thousand clients). With no window but the loop's own turn, p50 fell to 11 ms and p99 rose to 138 ms, against
-31 and 77 ms with it (one run each, load ~2). Whatever it costs per event at N clients is the price of N socket
-writes (and of the clients' kernel receiving them on the same cores), which no Python gateway built on asyncio
-can go below. The bytes on
-the wire are the gateway's (``id:``, ``event:``, ``data:`` and the ``: connected`` comment), so the benchmark's
-clients read both alike. :mod:`sse_fanout` runs it beside ``autarch up`` with ``--reference floor``.
+A reference for the ``sse_fanout`` curve, not a gateway: it answers every connection at once (no authentication, no
+routes, no catch-up, no back-pressure, no keep-alive), follows the whole event stream with one ordered consumer and
+the live deltas with one subscription, and writes the messages to every connected socket in one tight loop of
+``transport.write``, on one asyncio loop. It gathers them over the gateway's window (the same constants of
+:mod:`autarch.gateway.fanout`: 20 µs a connection, at least 1 ms, at most 20 ms) and joins and frames them once, as
+the gateway does: written one by one as they come, a thousand clients of a busy workflow (125 messages a second) are
+125,000 writes a second, more than two cores can make, and the floor falls seconds behind (p50 4.4 s at a thousand
+clients). With no window but the loop's own turn, p50 fell to 11 ms and p99 rose to 138 ms, against 31 and 77 ms
+with it (one run each, load ~2). Whatever it costs per event at N clients is the price of N socket writes (and of
+the clients' kernel receiving them on the same cores), which no Python gateway built on asyncio can go below. The
+bytes on the wire are the gateway's (``id:``, ``event:``, ``data:`` and the ``: connected`` comment), so the
+benchmark's clients read both alike. :mod:`sse_fanout` runs it beside ``autarch up`` with ``--reference floor``.
 """
 
 from __future__ import annotations
@@ -62,13 +61,13 @@ class Window:
 
 
 def send_all(body: bytes) -> None:
-    from autarch.gateway.fanout import WAKE_WINDOW_MAX, WAKE_WINDOW_PER_MEMBER
+    from autarch.gateway.fanout import WAKE_WINDOW_MAX, WAKE_WINDOW_MIN, WAKE_WINDOW_PER_MEMBER
 
     Window.bodies.append(body)
     if Window.handle is None:
         loop = asyncio.get_running_loop()
-        window = min(WAKE_WINDOW_MAX, len(Clients.live) * WAKE_WINDOW_PER_MEMBER)
-        Window.handle = loop.call_later(window, flush) if window >= 0.001 else loop.call_soon(flush)
+        window = max(WAKE_WINDOW_MIN, min(WAKE_WINDOW_MAX, len(Clients.live) * WAKE_WINDOW_PER_MEMBER))
+        Window.handle = loop.call_later(window, flush)
 
 
 def flush() -> None:
