@@ -300,6 +300,23 @@ def test_the_next_bead_keeps_the_coordination_files_written_for_the_worker(engin
     assert (w1 / "src/app.py").read_text() == "done\n"
 
 
+def test_a_pulse_dir_the_agent_made_a_link_is_neither_followed_by_the_next_bead_nor_written_through(
+        engine: GitEngine, repo: Path, tmp_path: Path):
+    """``.pulse/`` outlives a bead, so an agent may leave a link there pointing out of the worktree: the next bead's
+    reset leaves what it points at alone, and the service's next write replaces the link instead of following it."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "STATE.md").write_text("not the worktree's\n")
+    w1 = open_worker(engine, "w1")
+    begin(engine, "w1", "b1")
+    (w1 / ".pulse").symlink_to(outside, target_is_directory=True)
+    begin(engine, "w1", "b2")
+    assert (outside / "STATE.md").read_text() == "not the worktree's\n"
+    engine.write_worker_files(WriteWorkerFiles(workflow_id="wf1", worker="w1", files={".pulse/STATE.md": "ours\n"}))
+    assert (outside / "STATE.md").read_text() == "not the worktree's\n"
+    assert not (w1 / ".pulse").is_symlink() and (w1 / ".pulse/STATE.md").read_text() == "ours\n"
+
+
 def test_a_commit_without_changes(engine: GitEngine, repo: Path):
     worktree = open_worker(engine, "w1")
     begin(engine, "w1", "b1")
