@@ -126,7 +126,13 @@ def reset_worktree(
         written += 1
     checksum = write_index(index_path, entries, unchanged_from=snapshot.index)
     if changes:
-        TREE_CACHE.forget(index_path)
+        # The index now holds the target's trees: the snapshot's with the changed leaves replaced, built in time
+        # proportional to the change (a worker reset to a tip that moved by one bead rebuilt every tree after).
+        target = update_trees(trees, {path: theirs for path, _ours, theirs in changes})
+        if target.root == target_tree:
+            TREE_CACHE.remember(index_path, checksum, target)
+        else:
+            TREE_CACHE.forget(index_path)
     else:
         TREE_CACHE.remember(index_path, checksum, trees)  # the index now holds exactly these trees
     return ResetResult(written=written, removed=removed, index_checksum=checksum)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from dulwich.diff_tree import tree_changes
 from dulwich.graph import can_fast_forward
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import Commit, Tree
@@ -35,15 +34,12 @@ from .loose import LooseObjectWriter
 from .refs import RefConflict, move_branch, read_branch
 from .store import GitStore
 from .swarm_records import AttemptRecord, MergeJournal, MergeOutcome, SwarmStore
-from .trees import MODE_TREE
+from .trees import MODE_TREE, STORED_TREES, Leaf, diff_stored, serialise_tree
 from .workers import check_identifier, find_attempt, worker_branch_name
 from .workspace import Workspace, fail
 from .worktrees import head_branch
 
 __all__ = ["apply_changes", "merge_bead", "sync_checkout", "sync_workflow_worktree"]
-
-HexLeaf = tuple[int, bytes]
-"""(mode, hex id) of a tree entry."""
 
 _MAX_RETRIES = 10
 """Recomputations when the workflow branch moves under a merge (only a writer outside the lock can)."""
@@ -164,11 +160,11 @@ def _plan(ws: Workspace, attempt: AttemptRecord, tip: bytes, identity: Identity)
             landed_since=since,
         )
     writer = LooseObjectWriter(objects.path)  # type: ignore[attr-defined]  # a DiskObjectStore
-    tree = apply_changes(objects, writer, commit_tree_id(objects, tip), changes)
+    tree = apply_changes(objects, writer, _raw(commit_tree_id(objects, tip)), changes)
     original = objects[oid(commit)]
     assert isinstance(original, Commit)
     merged = Commit()
-    merged.tree = tree or _empty_tree(writer)
+    merged.tree = tree.hex().encode() if tree is not None else _empty_tree(writer)
     merged.parents = [oid(tip)]
     merged.author = original.author
     merged.author_time = original.author_time
@@ -181,30 +177,23 @@ def _plan(ws: Workspace, attempt: AttemptRecord, tip: bytes, identity: Identity)
     return MergeJournal(commit=merged.id.decode(), old_tip=tip.decode(), fast_forward=False)
 
 
-def _changes(store: BaseObjectStore, old: bytes, new: bytes) -> Iterable[tuple[bytes, HexLeaf | None]]:
-    """(path, new leaf or None) for each leaf differing between two stored trees; deletions first."""
-    deleted: list[tuple[bytes, HexLeaf | None]] = []
-    added: list[tuple[bytes, HexLeaf | None]] = []
-    # Without a rename detector, changes are adds, modifies and deletes; a type change is a delete and an add.
-    for change in tree_changes(store, oid(old), oid(new)):
-        if change.type == "delete":
-            assert change.old is not None and change.old.path is not None
-            deleted.append((change.old.path, None))
-        else:
-            assert change.new is not None and change.new.path is not None
-            assert change.new.mode is not None and change.new.sha is not None
-            added.append((change.new.path, (change.new.mode, change.new.sha)))
+def _raw(hex_id: bytes) -> bytes:
+    return bytes.fromhex(hex_id.decode())
+
+
+def _changes(store: BaseObjectStore, old: bytes, new: bytes) -> list[tuple[bytes, Leaf | None]]:
+    """(path, new leaf or None) for each leaf differing between two stored trees (hex ids); deletions first."""
+    deleted: list[tuple[bytes, Leaf | None]] = []
+    added: list[tuple[bytes, Leaf | None]] = []
+    # Without a rename detector, changes are adds, modifies and deletes; a type change is the new leaf.
+    for path, _before, after in diff_stored(store, _raw(old), _raw(new)):
+        (deleted if after is None else added).append((path, after))
     return [*deleted, *added]
 
 
-def bead_changes(store: BaseObjectStore, base_tree: bytes, commit_tree: bytes) -> dict[bytes, HexLeaf | None]:
-    """What the bead's commit changed: path → new (mode, hex id), or None where it deleted the path."""
-    changes: dict[bytes, HexLeaf | None] = {}
-    for path, leaf in _changes(store, base_tree, commit_tree):
-        # A type change is reported as a deletion and an addition of the same path: the addition wins.
-        if leaf is not None or path not in changes:
-            changes[path] = leaf
-    return changes
+def bead_changes(store: BaseObjectStore, base_tree: bytes, commit_tree: bytes) -> dict[bytes, Leaf | None]:
+    """What the bead's commit changed: path → new (mode, raw id), or None where it deleted the path."""
+    return dict(_changes(store, base_tree, commit_tree))
 
 
 def _parents(path: bytes) -> Iterable[bytes]:
@@ -225,18 +214,15 @@ def conflicting_paths(bead: Iterable[bytes], landed: set[bytes]) -> set[bytes]:
 
 
 def apply_changes(
-    store: BaseObjectStore, writer: LooseObjectWriter, tree_id: bytes | None, changes: dict[bytes, HexLeaf | None]
+    store: BaseObjectStore, writer: LooseObjectWriter, tree_id: bytes | None, changes: dict[bytes, Leaf | None]
 ) -> bytes | None:
-    """Store the tree ``tree_id`` (hex; None: empty) with ``changes`` applied; None when it ends up empty.
+    """Store the tree ``tree_id`` (raw id; None: empty) with ``changes`` applied; its raw id, or None when it ends
+    up empty.
 
     Only the trees on changed paths are read and written.
     """
-    listing: dict[bytes, HexLeaf] = {}
-    if tree_id is not None:
-        tree = store[oid(tree_id)]
-        assert isinstance(tree, Tree)
-        listing = {name: (mode, sha) for name, mode, sha in tree.iteritems()}
-    nested: dict[bytes, dict[bytes, HexLeaf | None]] = {}
+    listing: dict[bytes, Leaf] = dict(STORED_TREES.listing(store, tree_id)) if tree_id is not None else {}
+    nested: dict[bytes, dict[bytes, Leaf | None]] = {}
     for path, leaf in changes.items():
         name, slash, rest = path.partition(b"/")
         if slash:
@@ -255,11 +241,10 @@ def apply_changes(
             del listing[name]  # git stores no empty trees
     if not listing:
         return None
-    result = Tree()
-    for name, (mode, sha) in listing.items():
-        result.add(name, mode, oid(sha))
-    writer.add(b"tree", result.as_raw_string(), bytes.fromhex(result.id.decode()))
-    return result.id
+    body, tree = serialise_tree(listing)
+    writer.add(b"tree", body, tree)
+    STORED_TREES.prime(writer.root, tree, listing)
+    return tree
 
 
 def _empty_tree(writer: LooseObjectWriter) -> bytes:

@@ -34,6 +34,9 @@ MAX_DEPTH = 500
 # Special files git refuses as symbolic links (a link would make git read them from outside the tree).
 _NO_LINKS = (b".gitmodules", b".gitattributes", b".gitignore", b".mailmap")
 
+_MAYBE_GIT = frozenset(b".gG")
+"""First bytes of every name :func:`untrackable` refuses without a link (``.git``, ``git~1``, in any case)."""
+
 _NS = 1_000_000_000
 _U32 = 0xFFFFFFFF
 
@@ -171,7 +174,9 @@ class _Scan:
         with listing:
             for item in listing:
                 name = item.name
-                if name == b".git" or untrackable(name):
+                # Only a name starting "." or "g"/"G" can fold to .git or git~1: one byte test spares the
+                # call for nearly every file.
+                if name[0] in _MAYBE_GIT and untrackable(name):
                     continue  # the worktree's link file, a nested repository's directory, or .GIT and kin
                 path = prefix + name
                 entry = old_get(path)

@@ -9,7 +9,9 @@ only the stored trees on those 50 paths.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -23,12 +25,16 @@ __all__ = [
     "MODE_GITLINK",
     "MODE_SYMLINK",
     "MODE_TREE",
+    "STORED_TREES",
     "TREE_CACHE",
     "Leaf",
+    "StoredTrees",
     "TreeCache",
     "TreeSet",
     "build_trees",
+    "diff_stored",
     "diff_trees",
+    "serialise_tree",
     "update_trees",
     "write_trees",
 ]
@@ -95,7 +101,13 @@ def build_trees(leaves: Mapping[bytes, Leaf]) -> TreeSet:
     return TreeSet(ids=ids, raw=raw, listing=listing)
 
 
-def _serialise(children: dict[bytes, Leaf]) -> bytes:
+def serialise_tree(children: Mapping[bytes, Leaf]) -> tuple[bytes, bytes]:
+    """The body of the tree listing ``children`` and its raw id."""
+    body = _serialise(children)
+    return body, hashlib.sha1(b"tree %d\0" % len(body) + body).digest()
+
+
+def _serialise(children: Mapping[bytes, Leaf]) -> bytes:
     # git orders entries by name, a subtree's name compared as if it ended with "/".
     return b"".join(
         _MODE_BYTES[mode] + b" " + name + b"\0" + sha
@@ -109,6 +121,7 @@ def write_trees(writer: LooseObjectWriter, trees: TreeSet, directories: Iterable
     """Store the trees of ``directories`` (those that differ from a stored tree, see :func:`diff_trees`)."""
     for directory in directories:
         writer.add(b"tree", trees.raw[directory], trees.ids[directory])
+        STORED_TREES.prime(writer.root, trees.ids[directory], trees.listing[directory])
 
 
 def diff_trees(
@@ -132,13 +145,35 @@ def diff_trees(
     yield from _diff_dir(store, trees, b"", trees.ids[b""], stored, differing, known)
 
 
-def _stored_listing(store: BaseObjectStore, tree_id: bytes | None) -> dict[bytes, Leaf]:
+def _stored_listing(store: BaseObjectStore, tree_id: bytes | None) -> Mapping[bytes, Leaf]:
     if tree_id is None:
         return {}
-    tree = store[oid(tree_id.hex().encode())]
-    if not isinstance(tree, Tree):
-        raise ValueError(f"{tree_id.hex()} is not a tree")
-    return {name: (mode, bytes.fromhex(sha.decode())) for name, mode, sha in tree.iteritems()}
+    return STORED_TREES.listing(store, tree_id)
+
+
+def diff_stored(
+    store: BaseObjectStore, old: bytes | None, new: bytes | None, prefix: bytes = b""
+) -> Iterator[tuple[bytes, Leaf | None, Leaf | None]]:
+    """Yield ``(path, old leaf, new leaf)`` for each leaf that differs between two stored trees (raw ids, None:
+    empty), ordered by path within each directory. Subtrees with equal ids are skipped; a path that is a file on
+    one side and a directory on the other yields the file's change and each leaf under the directory."""
+    if old == new:
+        return
+    before, after = _stored_listing(store, old), _stored_listing(store, new)
+    for name in sorted(before.keys() | after.keys()):
+        mine, other = before.get(name), after.get(name)
+        if mine == other:
+            continue
+        path = prefix + name
+        mine_tree = mine is not None and mine[0] == MODE_TREE
+        other_tree = other is not None and other[0] == MODE_TREE
+        if mine_tree or other_tree:
+            yield from diff_stored(store, mine[1] if mine and mine_tree else None,
+                                   other[1] if other and other_tree else None, path + b"/")
+        leaf_mine = mine if not mine_tree else None
+        leaf_other = other if not other_tree else None
+        if leaf_mine != leaf_other:
+            yield path, leaf_mine, leaf_other
 
 
 def _diff_dir(
@@ -154,7 +189,8 @@ def _diff_dir(
         return
     if differing is not None and ours_id is not None:
         differing.add(directory)
-    ours = trees.listing.get(directory, {}) if ours_id is not None else {}
+    ours: Mapping[bytes, Leaf] = trees.listing.get(directory, {}) if ours_id is not None else {}
+    theirs: Mapping[bytes, Leaf]
     if known is not None and theirs_id is not None and known.ids.get(directory) == theirs_id:
         theirs = known.listing[directory]
     else:
@@ -262,3 +298,68 @@ class TreeCache:
 
 TREE_CACHE = TreeCache()
 """Process-wide: operations on different repositories run in parallel threads."""
+
+
+class StoredTrees:
+    """Listings of stored trees, by object store and tree id, most recently used kept.
+
+    A tree's id names its content, so a listing read once stays right for as long as the store holds the object
+    (and a repository never drops a tree a ref or a recorded commit reaches). Every bead of a swarm diffs and
+    rewrites the trees of the same few directories: read from the store, a directory of 3,000 files cost ~2 ms
+    (inflate and parse) at each read, several times per bead. Listings are shared: a caller never changes one.
+    Bounded by the entries held (``max_entries``), not the trees, so a few huge directories cannot hold much.
+    """
+
+    def __init__(self, max_entries: int = 50_000) -> None:
+        self.max_entries = max_entries
+        self._items: OrderedDict[tuple[str, bytes], Mapping[bytes, Leaf]] = OrderedDict()
+        self._entries = 0
+        self._lock = threading.Lock()
+
+    def listing(self, store: BaseObjectStore, tree_id: bytes) -> Mapping[bytes, Leaf]:
+        """The listing of the stored tree ``tree_id`` (raw id); ``ValueError`` when that object is not a tree."""
+        path = getattr(store, "path", None)
+        key = (_path_key(path), tree_id) if path is not None else None  # a store in memory is not kept
+        if key is not None:
+            with self._lock:
+                hit = self._items.get(key)
+                if hit is not None:
+                    self._items.move_to_end(key)
+                    return hit
+        tree = store[oid(tree_id.hex().encode())]
+        if not isinstance(tree, Tree):
+            raise ValueError(f"{tree_id.hex()} is not a tree")
+        listing = {name: (mode, bytes.fromhex(sha.decode())) for name, mode, sha in tree.iteritems()}
+        if key is not None:
+            self._keep(key, listing)
+        return listing
+
+    def prime(self, store_path: str | os.PathLike[str], tree_id: bytes, listing: Mapping[bytes, Leaf]) -> None:
+        """Remember the listing of a tree this process just stored (its id computed from that listing)."""
+        self._keep((_path_key(store_path), tree_id), listing)
+
+    def _keep(self, key: tuple[str, bytes], listing: Mapping[bytes, Leaf]) -> None:
+        size = len(listing) + 1
+        if size > self.max_entries:
+            return
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return
+            self._items[key] = listing
+            self._entries += size
+            while self._entries > self.max_entries:
+                _, dropped = self._items.popitem(last=False)
+                self._entries -= len(dropped) + 1
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def _path_key(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
+    # The objects directory: the same id in two repositories is the same tree, but only one may hold it.
+    return os.path.normpath(os.fsdecode(path))
+
+
+STORED_TREES = StoredTrees()
+"""Process-wide, as ``TREE_CACHE``."""
