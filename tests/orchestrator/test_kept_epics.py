@@ -21,6 +21,14 @@ def _steps() -> tuple[Swarm, list[Any]]:
         lambda s: s.begun(held["b"], "base1"),
         lambda s: s.reopen(held["b"], "merge conflict"),
         lambda s: held.update(c=s.claim("c", "w-one")),
+        lambda s: s.begun(s.attempts[("c", 1)], "base2"),
+        lambda s: s.leased(s.attempts[("c", 1)], ["c.py"]),
+        lambda s: s.session_opened(s.attempts[("c", 1)], "turn-c"),
+        # A scope granted (the lease's patterns and the request change) and one refused (the request changes).
+        lambda s: s.request_scope("w-one", "r1", ["c2.py"], "c needs its helper"),
+        lambda s: s.widen(s.attempts[("c", 1)], "r1", ["c2.py"]),
+        lambda s: s.request_scope("w-one", "r2", ["x.py"], "and x"),
+        lambda s: s.refuse_scope(s.attempts[("c", 1)], "r2", "held by another bead", ["w-two"]),
         lambda s: s.stop("the user stopped the swarm"),
     ]
     return swarm, [*steps, *more]

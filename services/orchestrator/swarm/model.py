@@ -417,15 +417,18 @@ class Swarm(Aggregate):
         bead.updated_at = at
         lease = self.leases.get(a.worker)
         if lease is not None and (lease.bead_id, lease.attempt) == (bead_id, attempt):
-            lease.patterns = [*lease.patterns, *(p for p in added if p not in lease.patterns)]
-        request = self._scope_request(a, request_id)
+            # Replaced, not changed in place: a command's copy of the epic shares the record with the kept epic
+            # (``copy_for_change`` copies the dict of leases, not each lease).
+            self.leases[a.worker] = msgspec.structs.replace(
+                lease, patterns=[*lease.patterns, *(p for p in added if p not in lease.patterns)])
+        request = self._own_scope_request(a, request_id)
         request.granted = True
         request.added = list(added)
 
     @event("ScopeRefused")
     def _scope_refused(self, *, bead_id: str, attempt: int, request_id: str, reason: str, held_by: list[str],
                        at: str) -> None:
-        request = self._scope_request(self.attempts[(bead_id, attempt)], request_id)
+        request = self._own_scope_request(self.attempts[(bead_id, attempt)], request_id)
         request.granted = False
         request.reason = reason
         request.held_by = list(held_by)
@@ -433,6 +436,15 @@ class Swarm(Aggregate):
     @staticmethod
     def _scope_request(a: Attempt, request_id: str) -> ScopeRequest:
         return next(r for r in a.scope_requests if r.request_id == request_id)
+
+    @staticmethod
+    def _own_scope_request(a: Attempt, request_id: str) -> ScopeRequest:
+        """The request ``request_id`` of ``a``, to change: a copy put in its place in a new list. A command's copy of
+        an attempt is shallow, and shares its list of requests, and the requests, with the kept epic."""
+        found = Swarm._scope_request(a, request_id)
+        copy = msgspec.structs.replace(found)
+        a.scope_requests = [copy if r is found else r for r in a.scope_requests]
+        return copy
 
     @event("SessionOpened")
     def _session_opened(self, *, bead_id: str, attempt: int, kickoff_turn_id: str | None) -> None:
