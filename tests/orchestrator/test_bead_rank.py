@@ -162,3 +162,25 @@ def test_nothing_ready_is_an_empty_list() -> None:
 
 def test_levels_of_the_graph() -> None:
     assert BlocksGraph([*diamond(), bead("e", "d")]).levels() == {"a": 0, "b": 1, "c": 1, "d": 2, "e": 3}
+
+
+def test_closed_beads_given_by_id_rank_as_closed_beads_given_whole() -> None:
+    # The orchestrator ranks with the views of the beads not closed and the ids of the closed ones: every ranking,
+    # score and critical path must be the one the whole epic gives.
+    import random
+
+    rng = random.Random(34)
+    statuses = ["open", "open", "open", "closed", "closed", "in_progress", "bounced"]
+    for _ in range(300):
+        ids = [f"b{k}" for k in range(rng.randint(1, 14))]
+        beads = [
+            bead(b, *rng.sample(ids[:i] + ["ghost"], k=min(i + 1, rng.randint(0, 3))), status=rng.choice(statuses),
+                 priority=rng.randint(0, 4), age=rng.choice([None, 0.0, 5.0, 60.0]),
+                 kind=rng.choice(["blocks", "blocks", "related"]))
+            for i, b in enumerate(ids)
+        ]
+        whole = rank_ready(beads, now=NOW)
+        live = [b for b in beads if b.status != "closed"]
+        closed = [b.id for b in beads if b.status == "closed"]
+        assert rank_ready(live, now=NOW, closed=closed, epic_id=EPIC) == whole
+        assert ready_ids(live, closed=closed) == ready_ids(beads)

@@ -188,14 +188,22 @@ class SwarmBook:
 
 
 def ranked(swarm: Swarm) -> ReadyList:
-    """The swarm's ready beads ranked by impact (``bead_rank``); staleness counts from when each became ready."""
+    """The swarm's ready beads ranked by impact (``bead_rank``); staleness counts from when each became ready.
+
+    The closed beads go by id only: a view of each (some microseconds) at every step of the driver made the ranking
+    of a wide epic cost more the more beads it had closed (21 ms a step once 3,000 were)."""
     views = []
+    closed = []
     for b in swarm.beads.values():
+        if b.status == "closed":
+            closed.append(b.id)
+            continue
         view = bead_view(b, swarm.workflow_id)
         if b.ready_since:
             view.updated_at = datetime.fromisoformat(b.ready_since)
         views.append(view)
-    return rank_ready(views, now=datetime.now(UTC))
+    return rank_ready(views, now=datetime.now(UTC), closed=closed,
+                      epic_id=swarm.workflow_id if swarm.beads else None)
 
 
 def _next_user_id(swarm: Swarm) -> str:

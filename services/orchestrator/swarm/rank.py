@@ -12,7 +12,7 @@ the indexer's extra brings.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -118,11 +118,13 @@ class BlocksGraph:
         return depth
 
 
-def ready_ids(beads: Iterable[_Bead]) -> list[str]:
-    """Open beads whose every ``blocks`` dependency is closed (a dependency on an unknown bead blocks)."""
+def ready_ids(beads: Iterable[_Bead], *, closed: Collection[str] = ()) -> list[str]:
+    """Open beads whose every ``blocks`` dependency is closed (a dependency on an unknown bead blocks).
+
+    ``closed``: ids of closed beads left out of ``beads`` (they count as closed beads given in it would)."""
     beads = list(beads)
-    closed = {b.id for b in beads if b.status == "closed"}
-    return sorted(b.id for b in beads if b.status == "open" and not _open_blockers(b, closed))
+    done = {b.id for b in beads if b.status == "closed"} | set(closed)
+    return sorted(b.id for b in beads if b.status == "open" and not _open_blockers(b, done))
 
 
 def critical_path(beads: Iterable[_Bead]) -> list[str]:
@@ -149,25 +151,29 @@ def critical_path(beads: Iterable[_Bead]) -> list[str]:
     return best[end]
 
 
-def rank_ready(beads: list[BeadView], *, now: datetime, epic_id: str | None = None) -> ReadyList:
+def rank_ready(beads: list[BeadView], *, now: datetime, epic_id: str | None = None,
+               closed: Collection[str] = ()) -> ReadyList:
     """The ready beads, highest impact first (ties: priority, then id), with the critical path.
 
     Args:
-        beads: every bead of the epic (closed ones too: they are what makes others ready).
+        beads: every bead of the epic (closed ones too: they are what makes others ready), or every bead not
+            closed with the ids of the closed ones in ``closed``: the same answer, without a view of each bead the
+            epic ever closed.
         now: the time staleness is measured at.
         epic_id: the reply's ``epic_id``; default the beads' own (empty when there are none).
+        closed: the ids of closed beads not in ``beads``.
 
     Staleness counts from ``updated_at`` (else ``created_at``; the orchestrator puts the time a bead became
     ready there) and is relative to the stalest ready bead; a bead with neither stamp counts as fresh.
     """
     epic = epic_id if epic_id is not None else (beads[0].epic_id if beads else "")
-    ready = ready_ids(beads)
+    ready = ready_ids(beads, closed=closed)
     path = critical_path(beads)
     if not ready:
         return ReadyList(epic_id=epic, ready=[], critical_path=path)
     g = BlocksGraph(beads)
     by_id = {b.id: b for b in beads}
-    closed = {b.id for b in beads if b.status == "closed"}
+    done = {b.id for b in beads if b.status == "closed"} | set(closed)
     pagerank = {g.name(n): s for n, s in rx.pagerank(g.graph).items()}
     top_rank = max(pagerank.values(), default=0.0)
     # Undirected: a ready bead waits on nothing live, so it has no out-edge and can lie on no directed path;
@@ -181,7 +187,7 @@ def rank_ready(beads: list[BeadView], *, now: datetime, epic_id: str | None = No
     # Who is held back by exactly one bead: each open bead whose only not-closed blocker that is.
     sole_blocker: dict[str, list[str]] = {}
     for b in beads:
-        remaining = _open_blockers(b, closed)
+        remaining = _open_blockers(b, done)
         if b.status == "open" and len(remaining) == 1:
             sole_blocker.setdefault(remaining.pop(), []).append(b.id)
     ranked = []
