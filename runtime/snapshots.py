@@ -140,8 +140,10 @@ _OWN = ("_id", "_version", "_pending_events")
 
 
 def encode_state(aggregate: Aggregate) -> dict[str, Any]:
-    """The aggregate's state (its attributes but its id, version and pending events) as tagged JSON values."""
-    return {name: _encode(value) for name, value in vars(aggregate).items() if name not in _OWN}
+    """The aggregate's state (its attributes but its id, version and pending events, and those its class names in
+    ``transient_attributes``: bookkeeping of this process, not state) as tagged JSON values."""
+    skip = _OWN + tuple(getattr(type(aggregate), "transient_attributes", ()))
+    return {name: _encode(value) for name, value in vars(aggregate).items() if name not in skip}
 
 
 def decode_state(state: dict[str, Any]) -> dict[str, Any]:

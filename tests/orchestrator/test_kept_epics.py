@@ -38,12 +38,34 @@ def test_a_commands_copy_leaves_the_kept_epic_as_it_was() -> None:
     kept, steps = _steps()
     kept.collect_events()
     for step in steps:
-        before = pickle.dumps(kept.__dict__)
         copy = kept.copy_for_change()
+        before = pickle.dumps(kept.__dict__)
         step(copy)
         assert pickle.dumps(kept.__dict__) == before, f"a step changed the kept epic: {step.__code__.co_names}"
         copy.collect_events()
         kept = copy
+
+
+def test_a_commands_copy_shares_what_its_events_do_not_change() -> None:
+    # Copying every bead and attempt for each command made a command cost more the more beads the epic had closed.
+    kept, steps = _steps()
+    for step in steps[:-1]:
+        step(kept)
+    kept.collect_events()
+    copy = kept.copy_for_change()
+    untouched = [key for key in kept.beads if key != "c"]
+    assert untouched and all(copy.beads[key] is kept.beads[key] for key in untouched)
+    assert all(copy.attempts[key] is kept.attempts[key] for key in kept.attempts)
+    copy.stop("the user stopped the swarm")  # reopens c's attempt: only c and its attempt are copied
+    assert copy.beads["c"] is not kept.beads["c"] and copy.beads["c"].status == "open"
+    assert kept.beads["c"].status == "in_progress"
+    assert all(copy.beads[key] is kept.beads[key] for key in untouched)
+    assert copy.attempts[("c", 1)] is not kept.attempts[("c", 1)] and kept.attempts[("c", 1)].ended is None
+    # The bookkeeping of what a copy owns is never part of a snapshot.
+    from autarch.runtime.snapshots import encode_state
+    from autarch.services.orchestrator.swarm.model import OWNED
+
+    assert OWNED in vars(copy) and OWNED not in encode_state(copy)
 
 
 def test_a_chain_of_copies_ends_as_the_replay_of_its_events_on_one_epic() -> None:

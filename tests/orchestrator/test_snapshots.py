@@ -75,7 +75,8 @@ def _app(env: dict[str, str], every: int = 10**6) -> WorkflowApplication:
 
 def state(aggregate: Aggregate) -> dict[str, Any]:
     """Everything an aggregate holds (its id, version and times included), to compare two rebuilds."""
-    return {k: v for k, v in vars(aggregate).items() if k != "_pending_events"}
+    transient = getattr(type(aggregate), "transient_attributes", ())  # this process's bookkeeping, not state
+    return {k: v for k, v in vars(aggregate).items() if k != "_pending_events" and k not in transient}
 
 
 # --- a history of each aggregate, saved one command at a time --------------------------------------------------

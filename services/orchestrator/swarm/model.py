@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -71,6 +71,13 @@ def attempt_session_id(workflow_id: str, bead_id: str, attempt: int, generation:
     the fresh sessions handoffs started for the same attempt."""
     suffix = f":g{generation}" if generation else ""
     return str(uuid.uuid5(_ATTEMPTS, f"{workflow_id}:{bead_id}:{attempt}{suffix}"))
+
+
+_T = TypeVar("_T")
+
+OWNED = "_owned_ids"
+"""The attribute naming the beads and attempts (by ``id``) a :class:`Swarm` copied for itself since it was last
+copied; one of its ``transient_attributes``, so it is never written into a snapshot."""
 
 
 class SwarmError(Refusal):
@@ -253,6 +260,8 @@ def _bead(data: dict[str, Any]) -> Bead:
 class Swarm(Aggregate):
     """A workflow's epic: beads, workers, attempts, leases."""
 
+    transient_attributes: ClassVar[tuple[str, ...]] = (OWNED,)
+
     if TYPE_CHECKING:
         # The event classes the @event decorators below create when the class is built (mypy cannot see them).
         BeadAdded: ClassVar[type[Any]]
@@ -312,7 +321,7 @@ class Swarm(Aggregate):
     @event("BeadAdded")
     def _bead_added(self, *, bead: dict[str, Any], at: str) -> None:
         b = _bead(bead)
-        self.beads[b.id] = b
+        self.beads[b.id] = self._owned(b)
         self._refresh_ready(at)
 
     @event("BeadEdited")
@@ -325,19 +334,19 @@ class Swarm(Aggregate):
         if updated.status == "bounced" and not missing_fields(updated):
             updated.status = "open"
             updated.bounce_reason = None
-        self.beads[bead_id] = updated
+        self.beads[bead_id] = self._owned(updated)
         self._refresh_ready(at)
 
     @event("DependencyAdded")
     def _dependency_added(self, *, bead_id: str, depends_on: str, type: DependencyType, at: str) -> None:
-        bead = self.beads[bead_id]
+        bead = self._bead_w(bead_id)
         bead.dependencies = [*bead.dependencies, Dependency(bead_id=depends_on, type=type)]
         bead.updated_at = at
         self._refresh_ready(at)
 
     @event("BeadBounced")
     def _bead_bounced(self, *, bead_id: str, reason: str, missing: list[str], at: str) -> None:
-        bead = self.beads[bead_id]
+        bead = self._bead_w(bead_id)
         bead.status = "bounced"
         bead.bounce_reason = reason
         bead.assignee = None
@@ -345,7 +354,7 @@ class Swarm(Aggregate):
 
     @event("BeadClosedByHand")
     def _closed_by_hand(self, *, bead_id: str, reason: str, at: str) -> None:
-        bead = self.beads[bead_id]
+        bead = self._bead_w(bead_id)
         bead.status = "closed"
         bead.close_reason = reason
         bead.updated_at = at
@@ -365,7 +374,7 @@ class Swarm(Aggregate):
 
     @event("BeadClaimed")
     def _bead_claimed(self, *, bead_id: str, worker: str, attempt: int, session_id: str, at: str) -> None:
-        bead = self.beads[bead_id]
+        bead = self._bead_w(bead_id)
         bead.status = "in_progress"
         bead.assignee = worker
         bead.attempt = attempt
@@ -374,17 +383,17 @@ class Swarm(Aggregate):
         w.status = "working"
         w.bead_id = bead_id
         w.attempt = attempt
-        self.attempts[(bead_id, attempt)] = Attempt(bead_id=bead_id, number=attempt, worker=worker,
-                                                    session_id=session_id, claimed_at=at)
+        self.attempts[(bead_id, attempt)] = self._owned(Attempt(bead_id=bead_id, number=attempt, worker=worker,
+                                                    session_id=session_id, claimed_at=at))
 
     @event("AttemptBegun")
     def _attempt_begun(self, *, bead_id: str, attempt: int, base_commit: str) -> None:
-        self.attempts[(bead_id, attempt)].base_commit = base_commit
+        self._attempt_w(bead_id, attempt).base_commit = base_commit
 
     @event("LeasesGranted")
     def _leases_granted(self, *, worker: str, bead_id: str, attempt: int, patterns: list[str], mode: LeaseMode,
                         at: str) -> None:
-        self.attempts[(bead_id, attempt)].leased = True
+        self._attempt_w(bead_id, attempt).leased = True
         self.leases[worker] = LeaseRecord(holder=worker, patterns=list(patterns), bead_id=bead_id, attempt=attempt,
                                           mode=mode)
 
@@ -392,27 +401,27 @@ class Swarm(Aggregate):
     def _lease_conflicted(self, *, worker: str, bead_id: str, attempt: int, files: list[str], held_by: list[str],
                           at: str) -> None:
         # The attempt never started work: the bead is ready again and the worker waits for a release.
-        bead = self.beads[bead_id]
+        bead = self._bead_w(bead_id)
         bead.conflicts = [*bead.conflicts, ConflictRecord(kind="lease", attempt=attempt, files=list(files),
                                                           holder=", ".join(held_by),
                                                           at=datetime.fromisoformat(at))]
         self._end_attempt(bead_id, attempt, "reopened", f"files leased by {', '.join(held_by)}", at,
                           worker_status="waiting")
-        self.attempts[(bead_id, attempt)].leases_released = True
-        self.attempts[(bead_id, attempt)].session_closed = True
+        self._attempt_w(bead_id, attempt).leases_released = True
+        self._attempt_w(bead_id, attempt).session_closed = True
 
     @event("ScopeRequested")
     def _scope_requested(self, *, bead_id: str, attempt: int, worker: str, request_id: str, paths: list[str],
                          why: str, at: str) -> None:
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         a.scope_requests = [*a.scope_requests, ScopeRequest(request_id=request_id, worker=worker, paths=list(paths),
                                                             why=why, at=at)]
 
     @event("BeadWidened")
     def _bead_widened(self, *, bead_id: str, attempt: int, request_id: str, added: list[str], at: str) -> None:
         # The paths join the bead's files (a later attempt has them from its claim) and the worker's lease record.
-        a = self.attempts[(bead_id, attempt)]
-        bead = self.beads[bead_id]
+        a = self._attempt_w(bead_id, attempt)
+        bead = self._bead_w(bead_id)
         bead.files = [*bead.files, *(p for p in added if p not in bead.files)]
         bead.updated_at = at
         lease = self.leases.get(a.worker)
@@ -428,7 +437,7 @@ class Swarm(Aggregate):
     @event("ScopeRefused")
     def _scope_refused(self, *, bead_id: str, attempt: int, request_id: str, reason: str, held_by: list[str],
                        at: str) -> None:
-        request = self._own_scope_request(self.attempts[(bead_id, attempt)], request_id)
+        request = self._own_scope_request(self._attempt_w(bead_id, attempt), request_id)
         request.granted = False
         request.reason = reason
         request.held_by = list(held_by)
@@ -448,7 +457,7 @@ class Swarm(Aggregate):
 
     @event("SessionOpened")
     def _session_opened(self, *, bead_id: str, attempt: int, kickoff_turn_id: str | None) -> None:
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         a.session_started = True
         a.kickoff_turn_id = kickoff_turn_id
 
@@ -456,7 +465,7 @@ class Swarm(Aggregate):
     def _turn_handled(self, *, turn_id: str, bead_id: str, attempt: int, outcome: str, summary: str | None,
                       nudge: str | None) -> None:
         self.seen.add(turn_id)
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         if summary is not None:
             a.summary = summary
         if nudge is not None:
@@ -465,7 +474,7 @@ class Swarm(Aggregate):
 
     @event("EvidenceRecorded")
     def _evidence_recorded(self, *, bead_id: str, attempt: int, evidence: dict[str, Any]) -> None:
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         a.evidence = msgspec.convert(evidence, VerificationEvidence)
         a.verified = a.evidence.passed
 
@@ -473,7 +482,7 @@ class Swarm(Aggregate):
     def _handed_off(self, *, turn_id: str, bead_id: str, attempt: int, owner_file: str,
                     handoff: dict[str, Any]) -> None:
         self.seen.add(turn_id)
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         a.stale_sessions = [*a.stale_sessions, a.session_id]
         if self.mode == "swarm":
             # The seed's worker mode: the session that wrote the handoff notifies the coordinator itself.
@@ -496,39 +505,39 @@ class Swarm(Aggregate):
 
     @event("HandoffMailAsked")
     def _handoff_mail_asked(self, *, bead_id: str, attempt: int, session_id: str) -> None:
-        self.attempts[(bead_id, attempt)].handoff_mail_asked = True
+        self._attempt_w(bead_id, attempt).handoff_mail_asked = True
 
     @event("HandoffMailTurnEnded")
     def _handoff_mail_turn_ended(self, *, bead_id: str, attempt: int, session_id: str, turn_id: str,
                                  outcome: str) -> None:
         self.seen.add(turn_id)
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         if a.handoff_mail == session_id:
             a.handoff_mail = None
 
     @event("StaleSessionClosed")
     def _stale_session_closed(self, *, bead_id: str, attempt: int, session_id: str) -> None:
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         if a.handoff_mail == session_id:
             a.handoff_mail = None
         a.stale_sessions = [s for s in a.stale_sessions if s != session_id]
 
     @event("MessageDelivered")
     def _message_delivered(self, *, bead_id: str, attempt: int) -> None:
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         a.pending_message = None
         a.message_count += 1
 
     @event("BeadCommitted")
     def _bead_committed(self, *, bead_id: str, attempt: int, commit: str | None, files: list[str], at: str) -> None:
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         a.committed = True
         a.commit = commit
         a.files_changed = list(files)
 
     @event("BeadMerged")
     def _bead_merged(self, *, bead_id: str, attempt: int, commit: str | None, reason: str, at: str) -> None:
-        bead = self.beads[bead_id]
+        bead = self._bead_w(bead_id)
         bead.status = "closed"
         bead.commit = commit
         bead.close_reason = reason
@@ -542,7 +551,7 @@ class Swarm(Aggregate):
     @event("BeadReopened")
     def _bead_reopened(self, *, bead_id: str, attempt: int, reason: str, conflict: dict[str, Any] | None,
                        at: str) -> None:
-        bead = self.beads[bead_id]
+        bead = self._bead_w(bead_id)
         if conflict is not None:
             bead.conflicts = [*bead.conflicts, msgspec.convert(conflict, ConflictRecord)]
         self._end_attempt(bead_id, attempt, "reopened", reason, at)
@@ -550,20 +559,20 @@ class Swarm(Aggregate):
     @event("BeadStopped")
     def _bead_stopped(self, *, bead_id: str, attempt: int, reason: str, at: str) -> None:
         # A reopen the user caused: its own event, so the reopens recorded before stops existed keep their shape.
-        self.attempts[(bead_id, attempt)].stopped = True
+        self._attempt_w(bead_id, attempt).stopped = True
         self._end_attempt(bead_id, attempt, "reopened", reason, at)
 
     @event("LeasesReleased")
     def _leases_released(self, *, worker: str, bead_id: str, attempt: int, reason: str, patterns: list[str],
                          at: str) -> None:
-        self.attempts[(bead_id, attempt)].leases_released = True
+        self._attempt_w(bead_id, attempt).leases_released = True
         lease = self.leases.get(worker)
         if lease is not None and (lease.bead_id, lease.attempt) == (bead_id, attempt):
             del self.leases[worker]
 
     @event("SessionClosed")
     def _session_closed(self, *, bead_id: str, attempt: int) -> None:
-        self.attempts[(bead_id, attempt)].session_closed = True
+        self._attempt_w(bead_id, attempt).session_closed = True
 
     @event("Finished")
     def _finished(self, *, at: str) -> None:
@@ -573,11 +582,12 @@ class Swarm(Aggregate):
 
     def _end_attempt(self, bead_id: str, attempt: int, end: AttemptEnd, reason: str, at: str, *,
                      worker_status: WorkerStatus = "idle") -> None:
-        a = self.attempts[(bead_id, attempt)]
+        a = self._attempt_w(bead_id, attempt)
         a.ended = end
         a.end_reason = reason
         bead = self.beads[bead_id]
         if end == "reopened" and bead.status == "in_progress" and bead.attempt == attempt:
+            bead = self._bead_w(bead_id)
             bead.status = "open"
             bead.assignee = None
             bead.updated_at = at
@@ -592,21 +602,49 @@ class Swarm(Aggregate):
         for bead in self.beads.values():
             if bead.status == "open" and self.is_ready(bead.id):
                 if bead.ready_since is None:
-                    bead.ready_since = at
-            elif bead.status != "in_progress":
-                bead.ready_since = None
+                    self._bead_w(bead.id).ready_since = at
+            elif bead.status != "in_progress" and bead.ready_since is not None:
+                self._bead_w(bead.id).ready_since = None
+
+    # --- copy on write ------------------------------------------------------------------------------------------
+
+    def _bead_w(self, bead_id: str) -> Bead:
+        """The bead ``bead_id``, to change: this aggregate's own copy, made at its first change since the last
+        :meth:`copy_for_change` (until then the kept epic and this copy share it). Only the events change beads,
+        and only through this: a reference taken before an event may be the shared, unchanged one."""
+        bead = self.beads[bead_id]
+        if id(bead) not in self._own():
+            bead = self.beads[bead_id] = self._owned(msgspec.structs.replace(bead))
+        return bead
+
+    def _attempt_w(self, bead_id: str, number: int) -> Attempt:
+        """As :meth:`_bead_w`, for the attempt ``number`` of ``bead_id``."""
+        attempt = self.attempts[(bead_id, number)]
+        if id(attempt) not in self._own():
+            attempt = self.attempts[(bead_id, number)] = self._owned(msgspec.structs.replace(attempt))
+        return attempt
+
+    def _own(self) -> set[int]:
+        # Not state: kept out of snapshots (``transient_attributes``); an aggregate without it (rebuilt from events
+        # or from a snapshot) owns nothing yet, and copies each bead or attempt once, at its first change.
+        own: set[int] | None = self.__dict__.get(OWNED)
+        if own is None:
+            own = self.__dict__[OWNED] = set()
+        return own
+
+    def _owned(self, item: _T) -> _T:
+        self._own().add(id(item))
+        return item
 
     def copy_for_change(self) -> Swarm:
-        """A copy a command may change while this one stays as it is (``latest.py``): its lists, dicts and sets, and
-        a shallow copy of each bead, attempt and worker, which the events change in place (the lists inside them
-        are replaced by the events, never changed in place, but a worker's ``beads_closed``, copied here too).
-        Some microseconds for an epic of 300 beads, where rebuilding it from its snapshot and the events after it
-        for every command cost the orchestrator more per bead late in the epic than all the rest of its work."""
+        """A copy a command may change while this one stays as it is (``latest.py``): its lists, dicts and sets,
+        and each worker; the beads and attempts are shared until an event changes one (:meth:`_bead_w` and
+        :meth:`_attempt_w` copy it then). Copying every bead and attempt for each command grew with the epic:
+        7 to 19 ms a command once 3,000 beads had closed. Neither side owns a shared one afterwards."""
+        self.__dict__.pop(OWNED, None)
         twin = object.__new__(type(self))
         twin.__dict__.update({name: value.copy() if type(value) in (list, dict, set) else value
                               for name, value in self.__dict__.items()})
-        twin.beads = {key: msgspec.structs.replace(bead) for key, bead in self.beads.items()}
-        twin.attempts = {key: msgspec.structs.replace(a) for key, a in self.attempts.items()}
         twin.workers = {key: msgspec.structs.replace(w, beads_closed=list(w.beads_closed))
                         for key, w in self.workers.items()}
         return twin
@@ -773,6 +811,7 @@ class Swarm(Aggregate):
                                                  "widen", worker=worker)
         self._scope_requested(bead_id=a.bead_id, attempt=a.number, worker=worker, request_id=request_id,
                               paths=list(paths), why=why, at=_now())
+        a = self.attempts[(a.bead_id, a.number)]  # the event changed this epic's own copy of it
         return a, self._scope_request(a, request_id)
 
     def widen(self, a: Attempt, request_id: str, added: list[str]) -> None:
@@ -842,7 +881,7 @@ class Swarm(Aggregate):
         stopped = [a for a in self.open_attempts() if not (a.verified or a.committed)]
         for a in stopped:
             self._bead_stopped(bead_id=a.bead_id, attempt=a.number, reason=f"stopped: {reason}", at=_now())
-        return stopped
+        return [self.attempts[(a.bead_id, a.number)] for a in stopped]  # as the events left them
 
     def bounce(self, bead_id: str, reason: str, missing: list[str] | None = None) -> None:
         bead = self.bead(bead_id)
