@@ -9,11 +9,13 @@ An attempt whose merge outcome is recorded changes no more: it is moved out of t
 ``<workflow id>.attempts``, one JSON line per attempt, appended once (as ended pulses are, ``store.py``), so
 the record every bead verb reads and writes several times holds the attempts in flight, not every bead the
 epic ever ran (with 300 beads, its reads and rewrites were a tenth of the git service's time). Appended before
-the record is replaced, an ended attempt is never lost to a crash; one found in both is read from the record.
+the record is replaced, an ended attempt is never lost to a crash; one found in both is read from the record. A
+process indexes the log where each attempt's line is, reading only what was appended since it last looked.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -100,6 +102,8 @@ class SwarmStore:
         self._attempt_decoder = msgspec.json.Decoder(AttemptRecord)
         self._logged: dict[str, set[str]] = {}
         """Workflow → the ended attempts this process appended to its log (each is appended once)."""
+        self._index: dict[str, _LogIndex] = {}
+        """Workflow → where each attempt's last line is in its log, as far as this process has read it."""
 
     def load(self, workflow_id: str) -> SwarmRecord:
         """The workflow's swarm record (an empty one when it has none yet), with the attempts not ended."""
@@ -109,26 +113,40 @@ class SwarmStore:
             return SwarmRecord(workflow_id=workflow_id)
 
     def attempt(self, record: SwarmRecord, key: str) -> AttemptRecord | None:
-        """The attempt ``key`` of the record's workflow: the record's own, else the ended one in the log, else None."""
+        """The attempt ``key`` of the record's workflow: the record's own, else the ended one in the log, else None.
+
+        The log is read once per process and then only where it grew (another instance of the service may have
+        appended): reading all of it for each new bead made every bead verb cost more the more beads had landed.
+        """
         found = record.attempts.get(key)
         if found is not None:
             return found
-        try:
-            data = self._log(record.workflow_id).read_bytes()
-        except FileNotFoundError:
+        where = self._indexed(record.workflow_id).lines.get(key)
+        if where is None:
             return None
-        bead_id = key.rpartition("#")[0]
-        if b'"bead_id":' + _encoder.encode(bead_id) not in data:
-            return None  # the common case (a new attempt), told without decoding the log
-        last = None
-        for line in data.splitlines():
-            try:
-                attempt = self._attempt_decoder.decode(line)
-            except msgspec.DecodeError:
-                continue  # a line cut short by a crash mid-append: that attempt is still in its record
-            if attempt_key(attempt.bead_id, attempt.attempt) == key:
-                last = attempt  # appended again after a crash: the last is the one
-        return last
+        start, end = where
+        try:
+            with open(self._log(record.workflow_id), "rb") as f:
+                f.seek(start)
+                return self._attempt_decoder.decode(f.read(end - start))
+        except (FileNotFoundError, msgspec.DecodeError):
+            return None
+
+    def _indexed(self, workflow_id: str) -> _LogIndex:
+        """The index of the workflow's log, brought up to what the file holds now."""
+        path = self._log(workflow_id)
+        index = self._index.get(workflow_id)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if index is None or index.inode != st.st_ino or st.st_size < index.size:
+                    index = self._index[workflow_id] = _LogIndex(inode=st.st_ino)  # new, or not the file it was
+                if st.st_size > index.size:
+                    f.seek(index.size)
+                    index.add(f.read(st.st_size - index.size), self._attempt_decoder)
+        except FileNotFoundError:
+            index = self._index[workflow_id] = _LogIndex(inode=-1)
+        return index
 
     def save(self, record: SwarmRecord) -> None:
         """Replace the workflow's record; its ended attempts are appended to its attempt log instead (``record``
@@ -138,8 +156,10 @@ class SwarmStore:
             logged = self._logged.setdefault(record.workflow_id, set())
             new = [key for key in done if key not in logged]
             if new:
-                with open(self._log(record.workflow_id), "ab") as f:
-                    f.write(b"".join(_encoder.encode(done[key]) + b"\n" for key in new))
+                with open(self._log(record.workflow_id), "ab+") as f:
+                    # A line a crash cut short is ended first, so that the next is a line of its own.
+                    lead = b"\n" if f.tell() > 0 and os.pread(f.fileno(), 1, f.tell() - 1) != b"\n" else b""
+                    f.write(lead + b"".join(_encoder.encode(done[key]) + b"\n" for key in new))
                 logged.update(new)
             record = msgspec.structs.replace(
                 record, attempts={k: a for k, a in record.attempts.items() if k not in done})
@@ -147,3 +167,30 @@ class SwarmStore:
 
     def _log(self, workflow_id: str) -> Path:
         return self.root / f"{workflow_id}.attempts"
+
+
+class _LogIndex:
+    """Attempt key → (start, end) of its last complete line in one attempt log, read up to ``size`` bytes."""
+
+    def __init__(self, inode: int) -> None:
+        self.inode = inode
+        self.size = 0
+        self.lines: dict[str, tuple[int, int]] = {}
+
+    def add(self, data: bytes, decoder: msgspec.json.Decoder[AttemptRecord]) -> None:
+        """Index the complete lines of ``data``, the log's bytes from ``size`` on; a last line without its newline
+        (an append under way, or cut short by a crash) is left for a later read."""
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                break
+            try:
+                attempt = decoder.decode(data[start:end])
+            except msgspec.DecodeError:
+                pass  # a line cut short by a crash, ended by the next append: that attempt is still in its record
+            else:
+                # Appended again after a crash: the last is the one.
+                self.lines[attempt_key(attempt.bead_id, attempt.attempt)] = (self.size + start, self.size + end)
+            start = end + 1
+        self.size += start

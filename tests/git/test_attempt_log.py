@@ -58,3 +58,41 @@ def test_an_attempt_in_both_the_log_and_the_record_is_the_records(tmp_path: Path
     (tmp_path / "wf1.attempts").write_bytes((tmp_path / "wf1.attempts").read_bytes() + b'{"bead_id":"b1","att')
     assert store.attempt(store.load("wf1"), attempt_key("b1", 1)) == done  # a line cut short is skipped
     assert store.attempt(store.load("wf1"), attempt_key("b2", 1)) is None
+
+
+def _ended(bead: str, commit: str) -> AttemptRecord:
+    return AttemptRecord(bead_id=bead, attempt=1, worker="w1", base_commit="a" * 40, ready=True, committed=True,
+                         commit=commit * 40, merged=MergeOutcome(status="merged", commit=commit * 40))
+
+
+def _end(store: SwarmStore, attempt: AttemptRecord) -> None:
+    record = store.load("wf1")
+    record.attempts[attempt_key(attempt.bead_id, attempt.attempt)] = attempt
+    store.save(record)
+
+
+def test_the_log_is_read_where_it_grew_also_by_another_instance(tmp_path: Path):
+    one, other = SwarmStore(tmp_path), SwarmStore(tmp_path)
+    _end(one, _ended("b1", "1"))
+    assert one.attempt(one.load("wf1"), attempt_key("b1", 1)) == _ended("b1", "1")
+    _end(other, _ended("b2", "2"))  # appended by another instance of the service
+    assert one.attempt(one.load("wf1"), attempt_key("b2", 1)) == _ended("b2", "2")
+    assert one.attempt(one.load("wf1"), attempt_key("b1", 1)) == _ended("b1", "1")
+    # A log replaced by another file (a workflow removed and one of the same id made) is read anew.
+    (tmp_path / "wf1.attempts").unlink()
+    _end(SwarmStore(tmp_path), _ended("b3", "3"))
+    assert one.attempt(one.load("wf1"), attempt_key("b1", 1)) is None
+    assert one.attempt(one.load("wf1"), attempt_key("b3", 1)) == _ended("b3", "3")
+
+
+def test_an_attempt_appended_after_a_line_cut_short_is_still_found(tmp_path: Path):
+    store = SwarmStore(tmp_path)
+    _end(store, _ended("b1", "1"))
+    log = tmp_path / "wf1.attempts"
+    log.write_bytes(log.read_bytes() + b'{"bead_id":"b2","att')  # a crash mid-append: b2 is still in its record
+    restarted = SwarmStore(tmp_path)
+    _end(restarted, _ended("b3", "3"))
+    for reader in (restarted, SwarmStore(tmp_path)):
+        assert reader.attempt(reader.load("wf1"), attempt_key("b3", 1)) == _ended("b3", "3")
+        assert reader.attempt(reader.load("wf1"), attempt_key("b1", 1)) == _ended("b1", "1")
+        assert reader.attempt(reader.load("wf1"), attempt_key("b2", 1)) is None
