@@ -18,7 +18,7 @@ from autarch.contracts.agents import COMPLETION_REJECTED, Baseline, TurnOutcome,
 from autarch.contracts.beads import VerificationEvidence, WorkerDiscipline
 from autarch.contracts.tool_catalog import Role
 
-__all__ = ["GivenMail", "Reply", "Session", "ToolCall", "Turn", "add_usage", "run_started"]
+__all__ = ["GivenMail", "Memo", "Reply", "Session", "ToolCall", "Turn", "add_usage", "run_started"]
 
 
 def add_usage(total: TurnUsage, usage: TurnUsage) -> None:
@@ -33,6 +33,29 @@ def run_started(started: Any) -> str | None:
     """The run a recorded ``Session.Started`` names: ``run_id``, or ``workflow_id`` in one recorded before issue 33
     (which has no ``run_id``)."""
     return getattr(started, "run_id", None) or getattr(started, "workflow_id", None)
+
+
+class Memo:
+    """One value derived from a session's compacted turns, kept between model requests with the key it was made
+    for (the digest: ``compaction.session_digest``).
+
+    Not the session's state: the session clears it whenever an event changes a compacted turn (:meth:`Session._turn`),
+    and it compares equal to any other memo, so two sessions with the same events are equal whatever either holds.
+    """
+
+    __slots__ = ("key", "value")
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.value: Any = None
+
+    def clear(self) -> None:
+        self.key = self.value = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Memo)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, and equal to every other memo
 
 
 class ToolCall(msgspec.Struct, kw_only=True):
@@ -166,6 +189,9 @@ class Session(Aggregate):
         self.compacted_through = -1
         self.digest_tokens: int | None = None
         """The digest's budget the last ``Compacted`` recorded (None: recorded before digests had one)."""
+        self.digest_memo = Memo()
+        """The digest of the compacted turns, made once per compaction rather than at every request (it walks every
+        compacted turn): see ``compaction.session_digest``."""
         self.closed_reason: str | None = None
         self.usage = TurnUsage()
         self.cost_usd = 0.0
@@ -297,9 +323,14 @@ class Session(Aggregate):
     # --- queries ---------------------------------------------------------------------------------------
 
     def _turn(self, turn_id: str) -> Turn:
+        """The turn an event changes (every event on a turn finds it here)."""
         # Turns are appended in order and the running one is nearly always the last.
         for turn in reversed(self.turns):
             if turn.turn_id == turn_id:
+                if turn.index <= self.compacted_through:
+                    # A compacted turn has ended and nothing records on it again; were something to, the digest
+                    # made of it is made anew rather than sent stale.
+                    self.digest_memo.clear()
                 return turn
         raise KeyError(f"no turn {turn_id} in session {self.id}")
 
