@@ -7,6 +7,7 @@ everything a restarted runner needs to carry a turn on is in them, and nothing e
 
 from __future__ import annotations
 
+import bisect
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
@@ -198,6 +199,11 @@ class Session(Aggregate):
         self.completion_rejections = 0
         self.mail_received: set[str] = set()
         """Ids of the coordination messages this session has been given (each only once)."""
+        self.message_turns: dict[str, str] = {}
+        """``send_message``'s ``message_id`` → the turn it opened (the first one: a repeat is answered with it)."""
+        self._notes: list[tuple[tuple[int, int], str]] = []
+        """The notes :meth:`session_notes` lists, each under (turn index, the call's place in its turn), in that
+        order: kept as the calls complete rather than gathered from every turn at each message."""
 
     # --- turns -----------------------------------------------------------------------------------------
 
@@ -207,6 +213,8 @@ class Session(Aggregate):
         """A user message opens a turn; ``notes`` is what is injected into it (stage notes and this session's)."""
         if stage_notes is not None:
             self.stage_notes = list(stage_notes)
+        if message_id is not None:
+            self.message_turns.setdefault(message_id, turn_id)
         self.turns.append(
             Turn(turn_id=turn_id, index=index, text=text, notes=list(notes), message_id=message_id,
                  started_at=at)
@@ -275,8 +283,11 @@ class Session(Aggregate):
     def complete_tool(self, *, turn_id: str, tool_use_id: str, name: str, output: str, is_error: bool,
                       duration_ms: float, replayed: bool) -> None:
         """A tool call's result, exactly as the model will be given it."""
-        call = self._turn(turn_id).calls[tool_use_id]
+        turn = self._turn(turn_id)
+        call = turn.calls[tool_use_id]
         call.output, call.is_error, call.duration_ms, call.replayed = output, is_error, duration_ms, replayed
+        if call.name == "take_note":
+            self._note_taken(turn, call)
         d = self.discipline
         if (d is not None and d.bead_file and name == "read_file" and not is_error and isinstance(call.input, dict)
                 and str(call.input.get("path", "")).removeprefix("./") == d.bead_file.removeprefix("./")):
@@ -346,15 +357,19 @@ class Session(Aggregate):
         return self.closed_reason is not None
 
     def session_notes(self) -> list[str]:
-        """Notes this session took with ``take_note`` (successful calls only), in order."""
-        notes = []
-        for turn in self.turns:
-            for call in turn.calls.values():
-                if call.name == "take_note" and call.done and not call.is_error and isinstance(call.input, dict):
-                    note = call.input.get("note")
-                    if isinstance(note, str) and note.strip():
-                        notes.append(note)
-        return notes
+        """Notes this session took with ``take_note`` (successful calls only), in the order of the turns and, within
+        a turn, of the calls."""
+        return [note for _, note in self._notes]
+
+    def _note_taken(self, turn: Turn, call: ToolCall) -> None:
+        """A ``take_note`` call got its result: its note is listed, in its place, if the call succeeded."""
+        place = (turn.index, list(turn.calls).index(call.tool_use_id))
+        at = bisect.bisect_left(self._notes, place, key=lambda entry: entry[0])
+        if at < len(self._notes) and self._notes[at][0] == place:
+            del self._notes[at]  # a result recorded again replaces the first
+        note = call.input.get("note") if isinstance(call.input, dict) else None
+        if call.done and not call.is_error and isinstance(note, str) and note.strip():
+            self._notes.insert(at, (place, note))
 
     def last_context_tokens(self) -> int:
         """Context size of the most recent model request (0 before the first)."""

@@ -353,10 +353,9 @@ class AgentRunner:
         sid = command.session_id
         async with self._lock(sid):
             session = await self._held(sid)
-            if command.message_id is not None:
-                for turn in session.turns:
-                    if turn.message_id == command.message_id:
-                        return TurnAccepted(session_id=sid, turn_id=turn.turn_id, created=False)
+            repeated = session.message_turns.get(command.message_id) if command.message_id is not None else None
+            if repeated is not None:
+                return TurnAccepted(session_id=sid, turn_id=repeated, created=False)
             if session.closed:
                 raise ServiceFailure.conflict(f"session {sid} is closed ({session.closed_reason})", session_id=sid)
             running = session.current_turn

@@ -321,6 +321,59 @@ def test_a_kept_digest_is_made_again_when_a_compacted_turn_changes():
     assert digest != before[0]["content"][0]["text"]
 
 
+def _notes_in_every_turn(session: Session) -> list[str]:
+    """The session's notes as they were gathered from every turn at each message (what ``session_notes`` keeps)."""
+    notes = []
+    for turn in session.turns:
+        for call in turn.calls.values():
+            if call.name == "take_note" and call.done and not call.is_error and isinstance(call.input, dict):
+                note = call.input.get("note")
+                if isinstance(note, str) and note.strip():
+                    notes.append(note)
+    return notes
+
+
+def test_the_notes_kept_as_calls_complete_are_the_notes_of_every_turn_in_order(tmp_path):
+    session = _session()
+    first = _turn(session, "Look around.")
+    _reply(session, first, _use("a", "take_note", reason="r", note="one"),
+           _use("b", "take_note", reason="r", note="two"), _use("c", "take_note", reason="r", note="  "),
+           _use("d", "take_note", reason="r"))
+    _result(session, first, "b", "take_note", '{"success":true}')  # out of order: listed after "one" all the same
+    _result(session, first, "a", "take_note", '{"success":true}')
+    _result(session, first, "c", "take_note", '{"success":true}')  # a blank note is no note
+    _result(session, first, "d", "take_note", '{"success":true}')  # nor is a call without one
+    _end(session, first, {"kind": "end_turn", "detail": ""})
+    second = _turn(session, "More.")
+    _reply(session, second, _use("e", "take_note", reason="r", note="three"), _use("f", "take_note", reason="r",
+                                                                                 note="four"))
+    _result(session, second, "e", "take_note", '{"error":"no orchestrator"}', is_error=True)
+    _result(session, second, "f", "take_note", '{"success":true}')
+    assert session.session_notes() == _notes_in_every_turn(session) == ["one", "two", "four"]
+    # A result recorded again replaces the first, either way.
+    _result(session, second, "e", "take_note", '{"success":true}')
+    _result(session, first, "a", "take_note", '{"error":"lost"}', is_error=True)
+    assert session.session_notes() == _notes_in_every_turn(session) == ["two", "three", "four"]
+
+    env = {"PERSISTENCE_MODULE": SQLITE_MODULE, "SQLITE_DBNAME": str(tmp_path / "e.sqlite"), SYNCHRONOUS_ENV: "NORMAL"}
+    app = SessionApplication(env=env)
+    app.save(session)
+    again = app.get_session(str(session.id))
+    assert again.session_notes() == session.session_notes() and again == session
+    app.close()
+
+
+def test_a_message_id_names_the_first_turn_it_opened():
+    session = _session()
+    turns = []
+    for n, message_id in enumerate(["m1", None, "m2", "m1"]):
+        turn_id = str(uuid.uuid4())
+        session.start_turn(turn_id=turn_id, index=n, text="hi", notes=[], message_id=message_id, stage_notes=None,
+                           at=datetime.now(UTC))
+        turns.append(turn_id)
+    assert session.message_turns == {"m1": turns[0], "m2": turns[2]}
+
+
 def test_a_digest_recorded_without_a_budget_lists_every_turn_as_it_did():
     session = _session()
     _discussion(session, 3)
