@@ -198,7 +198,9 @@ class AgentRunner:
                 # Its turn task is still finishing, or a command is deciding on it: dropped at a later save.
                 continue
             del self._settled[old]
-            self.sessions.pop(old, None)
+            dropped = self.sessions.pop(old, None)
+            if dropped is not None:
+                self.known[old] = summary_of(dropped)  # what list_sessions shows of it from now on
             excess -= 1
 
     def saved(self, session: Session) -> None:

@@ -9,7 +9,14 @@ import uuid
 from pathlib import Path
 
 from autarch.contracts import subjects
-from autarch.contracts.agents import SendMessage, SessionStopped, StopSession, TurnAccepted
+from autarch.contracts.agents import (
+    ListSessions,
+    SendMessage,
+    SessionList,
+    SessionStopped,
+    StopSession,
+    TurnAccepted,
+)
 from autarch.runtime.requests import request
 from autarch.services.agent_runner.service import HELD_SETTLED, open_runner
 
@@ -37,6 +44,10 @@ async def test_settled_sessions_held_live_stay_within_the_bound_and_a_dropped_on
         assert set(runner.sessions) <= {ids[-1], ids[-2]}
         gc.collect()
         assert len(runner._locks) == 0  # no lock is kept for a session nobody is deciding on
+        listed = await request(nc, subjects.request(RUNNER, "list_sessions"), ListSessions(run_id=workflow_id),
+                               SessionList)
+        assert [(s.session_id, s.status, s.turns) for s in listed.items] == [
+            (sid, "closed" if n % 2 else "idle", 1) for n, sid in enumerate(ids)]
 
         # A dropped session: read from its events when named, its next turn runs on its whole history.
         dropped = ids[0]
