@@ -38,6 +38,7 @@ __all__ = [
     "elision_point",
     "estimate_tokens",
     "is_elidable",
+    "session_digest",
 ]
 
 _KICKOFF_CHARS = 8_000
@@ -236,3 +237,22 @@ def build_digest(session: Session, *, through: int, budget_tokens: int | None = 
         used += len(line) + 1
     rest = turns[: len(turns) - len(kept)]
     return "\n".join([head, *([_count_line(rest)] if rest else []), *reversed(kept)])
+
+
+def session_digest(session: Session) -> str:
+    """:func:`build_digest` of the turns ``session`` has compacted, within its recorded budget: made once per
+    compaction and kept in ``session.digest_memo``, not made again for every request.
+
+    Making it walks every compacted turn (the count line tallies all those too old to list), so a 2,000-turn
+    discussion spent 2.4 ms of each request on a text that changes only when the session compacts again (some 40
+    turns later in the growth benchmark). The memo's key is what the text is made from besides the turns (how far
+    they are compacted, the budget); the compacted turns themselves do not change once compacted, and the session
+    clears the memo if an event changes one all the same (``Session._turn``).
+    """
+    key = (session.compacted_through, session.digest_tokens)
+    memo = session.digest_memo
+    if memo.key != key:
+        memo.value = build_digest(session, through=session.compacted_through, budget_tokens=session.digest_tokens)
+        memo.key = key
+    text: str = memo.value
+    return text

@@ -7,6 +7,7 @@ everything a restarted runner needs to carry a turn on is in them, and nothing e
 
 from __future__ import annotations
 
+import bisect
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 from uuid import UUID
@@ -18,7 +19,7 @@ from autarch.contracts.agents import COMPLETION_REJECTED, Baseline, TurnOutcome,
 from autarch.contracts.beads import VerificationEvidence, WorkerDiscipline
 from autarch.contracts.tool_catalog import Role
 
-__all__ = ["GivenMail", "Reply", "Session", "ToolCall", "Turn", "add_usage", "run_started"]
+__all__ = ["GivenMail", "Memo", "Reply", "Session", "ToolCall", "Turn", "add_usage", "run_started"]
 
 
 def add_usage(total: TurnUsage, usage: TurnUsage) -> None:
@@ -33,6 +34,29 @@ def run_started(started: Any) -> str | None:
     """The run a recorded ``Session.Started`` names: ``run_id``, or ``workflow_id`` in one recorded before issue 33
     (which has no ``run_id``)."""
     return getattr(started, "run_id", None) or getattr(started, "workflow_id", None)
+
+
+class Memo:
+    """One value derived from a session's compacted turns, kept between model requests with the key it was made
+    for (the digest: ``compaction.session_digest``).
+
+    Not the session's state: the session clears it whenever an event changes a compacted turn (:meth:`Session._turn`),
+    and it compares equal to any other memo, so two sessions with the same events are equal whatever either holds.
+    """
+
+    __slots__ = ("key", "value")
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.value: Any = None
+
+    def clear(self) -> None:
+        self.key = self.value = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Memo)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, and equal to every other memo
 
 
 class ToolCall(msgspec.Struct, kw_only=True):
@@ -166,12 +190,20 @@ class Session(Aggregate):
         self.compacted_through = -1
         self.digest_tokens: int | None = None
         """The digest's budget the last ``Compacted`` recorded (None: recorded before digests had one)."""
+        self.digest_memo = Memo()
+        """The digest of the compacted turns, made once per compaction rather than at every request (it walks every
+        compacted turn): see ``compaction.session_digest``."""
         self.closed_reason: str | None = None
         self.usage = TurnUsage()
         self.cost_usd = 0.0
         self.completion_rejections = 0
         self.mail_received: set[str] = set()
         """Ids of the coordination messages this session has been given (each only once)."""
+        self.message_turns: dict[str, str] = {}
+        """``send_message``'s ``message_id`` → the turn it opened (the first one: a repeat is answered with it)."""
+        self._notes: list[tuple[tuple[int, int], str]] = []
+        """The notes :meth:`session_notes` lists, each under (turn index, the call's place in its turn), in that
+        order: kept as the calls complete rather than gathered from every turn at each message."""
 
     # --- turns -----------------------------------------------------------------------------------------
 
@@ -181,6 +213,8 @@ class Session(Aggregate):
         """A user message opens a turn; ``notes`` is what is injected into it (stage notes and this session's)."""
         if stage_notes is not None:
             self.stage_notes = list(stage_notes)
+        if message_id is not None:
+            self.message_turns.setdefault(message_id, turn_id)
         self.turns.append(
             Turn(turn_id=turn_id, index=index, text=text, notes=list(notes), message_id=message_id,
                  started_at=at)
@@ -249,8 +283,11 @@ class Session(Aggregate):
     def complete_tool(self, *, turn_id: str, tool_use_id: str, name: str, output: str, is_error: bool,
                       duration_ms: float, replayed: bool) -> None:
         """A tool call's result, exactly as the model will be given it."""
-        call = self._turn(turn_id).calls[tool_use_id]
+        turn = self._turn(turn_id)
+        call = turn.calls[tool_use_id]
         call.output, call.is_error, call.duration_ms, call.replayed = output, is_error, duration_ms, replayed
+        if call.name == "take_note":
+            self._note_taken(turn, call)
         d = self.discipline
         if (d is not None and d.bead_file and name == "read_file" and not is_error and isinstance(call.input, dict)
                 and str(call.input.get("path", "")).removeprefix("./") == d.bead_file.removeprefix("./")):
@@ -297,9 +334,14 @@ class Session(Aggregate):
     # --- queries ---------------------------------------------------------------------------------------
 
     def _turn(self, turn_id: str) -> Turn:
+        """The turn an event changes (every event on a turn finds it here)."""
         # Turns are appended in order and the running one is nearly always the last.
         for turn in reversed(self.turns):
             if turn.turn_id == turn_id:
+                if turn.index <= self.compacted_through:
+                    # A compacted turn has ended and nothing records on it again; were something to, the digest
+                    # made of it is made anew rather than sent stale.
+                    self.digest_memo.clear()
                 return turn
         raise KeyError(f"no turn {turn_id} in session {self.id}")
 
@@ -315,15 +357,19 @@ class Session(Aggregate):
         return self.closed_reason is not None
 
     def session_notes(self) -> list[str]:
-        """Notes this session took with ``take_note`` (successful calls only), in order."""
-        notes = []
-        for turn in self.turns:
-            for call in turn.calls.values():
-                if call.name == "take_note" and call.done and not call.is_error and isinstance(call.input, dict):
-                    note = call.input.get("note")
-                    if isinstance(note, str) and note.strip():
-                        notes.append(note)
-        return notes
+        """Notes this session took with ``take_note`` (successful calls only), in the order of the turns and, within
+        a turn, of the calls."""
+        return [note for _, note in self._notes]
+
+    def _note_taken(self, turn: Turn, call: ToolCall) -> None:
+        """A ``take_note`` call got its result: its note is listed, in its place, if the call succeeded."""
+        place = (turn.index, list(turn.calls).index(call.tool_use_id))
+        at = bisect.bisect_left(self._notes, place, key=lambda entry: entry[0])
+        if at < len(self._notes) and self._notes[at][0] == place:
+            del self._notes[at]  # a result recorded again replaces the first
+        note = call.input.get("note") if isinstance(call.input, dict) else None
+        if call.done and not call.is_error and isinstance(note, str) and note.strip():
+            self._notes.insert(at, (place, note))
 
     def last_context_tokens(self) -> int:
         """Context size of the most recent model request (0 before the first)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .compaction import build_digest, elided_result, is_elidable
+from .compaction import elided_result, is_elidable, session_digest
 from .domainmodel import Reply, Session, ToolCall, Turn
 
 __all__ = ["SUBMITTED", "build_messages", "notes_block"]
@@ -84,8 +84,7 @@ def build_messages(session: Session, *, current: Turn) -> list[dict[str, Any]]:
     first = session.compacted_through + 1
     leading: list[dict[str, Any]] = []
     if first > 0:
-        leading.append({"type": "text", "text": build_digest(session, through=session.compacted_through,
-                                                               budget_tokens=session.digest_tokens)})
+        leading.append({"type": "text", "text": session_digest(session)})
     for turn in session.turns[first : current.index + 1]:
         opening = [*carried, *leading]
         carried, leading = [], []

@@ -315,9 +315,13 @@ class TurnLoop:
                                  ending_id=None)
             self.deps.budget.add(session.run_id, usage, cost)
             return
-        history = without_red_runs(session.discipline, [c for t in session.turns for c in t.calls.values()])
         # A call cut short is not judged by the block rules: it is answered as cut (below).
         judged = [b for b in reply.content if reply.cut is None or b.get("id") != reply.cut]
+        # The block rules read the session's earlier calls only for a complete_pulse (its failure check): gathered
+        # at every reply, they cost each model call in proportion to every call the session ever made.
+        closing = any(b.get("type") == "tool_use" and b.get("name") == "complete_pulse" for b in judged)
+        history = (without_red_runs(session.discipline, [c for t in session.turns for c in t.calls.values()])
+                   if closing else [])
         verdict = classify(content=judged, agent=self.agent, history=history,
                            completion_rejections=session.completion_rejections, baselines=session.baselines)
         session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,

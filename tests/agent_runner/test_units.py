@@ -15,6 +15,7 @@ from autarch.contracts.tool_catalog import ROLES, Role
 from autarch.runtime.settings import Settings
 from autarch.runtime.sqlite_store import MODULE as SQLITE_MODULE
 from autarch.runtime.sqlite_store import SYNCHRONOUS_ENV
+from autarch.services.agent_runner import compaction
 from autarch.services.agent_runner.agents import AgentRegistry, parse_models
 from autarch.services.agent_runner.application import SessionApplication
 from autarch.services.agent_runner.blocks import classify
@@ -23,6 +24,7 @@ from autarch.services.agent_runner.compaction import (
     compaction_point,
     digest_budget,
     estimate_tokens,
+    session_digest,
 )
 from autarch.services.agent_runner.domainmodel import Session
 from autarch.services.agent_runner.model_client import _Accumulator
@@ -277,6 +279,99 @@ def test_a_long_discussion_keeps_its_digest_within_budget_and_never_outgrows_the
     again = app.get_session(str(session.id))
     assert build_messages(again, current=again.turns[-1]) == build_messages(session, current=session.turns[-1])
     app.close()
+
+
+def test_the_digest_is_made_once_per_compaction_and_is_the_digest_made_afresh(monkeypatch):
+    # Made at every request, the digest cost each turn time in proportion to every turn compacted before it.
+    made: list[int] = []
+
+    def counted(session: Session, *, through: int, budget_tokens: int | None = None) -> str:
+        made.append(through)
+        return build_digest(session, through=through, budget_tokens=budget_tokens)
+
+    monkeypatch.setattr(compaction, "build_digest", counted)
+    session = _session()
+    compactions: set[int] = set()
+
+    def check(s: Session) -> None:
+        if s.compacted_through >= 0:
+            compactions.add(s.compacted_through)
+            fresh = build_digest(s, through=s.compacted_through, budget_tokens=s.digest_tokens)
+            assert session_digest(s) == fresh
+
+    _discussion(session, 200, on_turn=check)
+    assert len(compactions) > 3
+    assert sorted(made) == sorted(compactions)  # one per compaction, however many requests each served
+
+
+def test_a_kept_digest_is_made_again_when_a_compacted_turn_changes():
+    session = _session()
+    _discussion(session, 60)
+    _turn(session, "Go on.")
+    assert session.compacted_through >= 0
+    before = build_messages(session, current=session.turns[-1])
+    old = session.turns[0]  # compacted, listed in the digest with how it ended
+    assert old.index <= session.compacted_through
+    session.complete_turn(turn_id=old.turn_id, outcome={"kind": "cancelled", "detail": "stopped"},
+                          at=datetime.now(UTC), text="", thoughts="", usage=msgspec.structs.asdict(TurnUsage()),
+                          cost_usd=0.0, tool_calls=0, model_calls=0)
+    after = build_messages(session, current=session.turns[-1])
+    digest = after[0]["content"][0]["text"]
+    assert digest == build_digest(session, through=session.compacted_through, budget_tokens=session.digest_tokens)
+    assert digest != before[0]["content"][0]["text"]
+
+
+def _notes_in_every_turn(session: Session) -> list[str]:
+    """The session's notes as they were gathered from every turn at each message (what ``session_notes`` keeps)."""
+    notes = []
+    for turn in session.turns:
+        for call in turn.calls.values():
+            if call.name == "take_note" and call.done and not call.is_error and isinstance(call.input, dict):
+                note = call.input.get("note")
+                if isinstance(note, str) and note.strip():
+                    notes.append(note)
+    return notes
+
+
+def test_the_notes_kept_as_calls_complete_are_the_notes_of_every_turn_in_order(tmp_path):
+    session = _session()
+    first = _turn(session, "Look around.")
+    _reply(session, first, _use("a", "take_note", reason="r", note="one"),
+           _use("b", "take_note", reason="r", note="two"), _use("c", "take_note", reason="r", note="  "),
+           _use("d", "take_note", reason="r"))
+    _result(session, first, "b", "take_note", '{"success":true}')  # out of order: listed after "one" all the same
+    _result(session, first, "a", "take_note", '{"success":true}')
+    _result(session, first, "c", "take_note", '{"success":true}')  # a blank note is no note
+    _result(session, first, "d", "take_note", '{"success":true}')  # nor is a call without one
+    _end(session, first, {"kind": "end_turn", "detail": ""})
+    second = _turn(session, "More.")
+    _reply(session, second, _use("e", "take_note", reason="r", note="three"), _use("f", "take_note", reason="r",
+                                                                                 note="four"))
+    _result(session, second, "e", "take_note", '{"error":"no orchestrator"}', is_error=True)
+    _result(session, second, "f", "take_note", '{"success":true}')
+    assert session.session_notes() == _notes_in_every_turn(session) == ["one", "two", "four"]
+    # A result recorded again replaces the first, either way.
+    _result(session, second, "e", "take_note", '{"success":true}')
+    _result(session, first, "a", "take_note", '{"error":"lost"}', is_error=True)
+    assert session.session_notes() == _notes_in_every_turn(session) == ["two", "three", "four"]
+
+    env = {"PERSISTENCE_MODULE": SQLITE_MODULE, "SQLITE_DBNAME": str(tmp_path / "e.sqlite"), SYNCHRONOUS_ENV: "NORMAL"}
+    app = SessionApplication(env=env)
+    app.save(session)
+    again = app.get_session(str(session.id))
+    assert again.session_notes() == session.session_notes() and again == session
+    app.close()
+
+
+def test_a_message_id_names_the_first_turn_it_opened():
+    session = _session()
+    turns = []
+    for n, message_id in enumerate(["m1", None, "m2", "m1"]):
+        turn_id = str(uuid.uuid4())
+        session.start_turn(turn_id=turn_id, index=n, text="hi", notes=[], message_id=message_id, stage_notes=None,
+                           at=datetime.now(UTC))
+        turns.append(turn_id)
+    assert session.message_turns == {"m1": turns[0], "m2": turns[2]}
 
 
 def test_a_digest_recorded_without_a_budget_lists_every_turn_as_it_did():

@@ -9,7 +9,12 @@ session runs on compacted requests most of its life. A step is a turn: from its 
 session's start) to its ``turn:completed`` received, minus its model call: that turn's own request replayed to the
 scripted model afterwards and timed (see :func:`replayed_model_ms`).
 Beside it, the CPU milliseconds each service process spent per turn in the first and the last tenth of the turns
-(sampled from ``/proc`` as each turn ends), and each process's peak memory.
+and over all of them (sampled from ``/proc`` as each turn ends), and each process's peak memory.
+
+A size of fewer than :data:`MIN_STEPS` turns runs as many sessions of that size as it takes to measure that many
+turns, one after another on the same system, each one's first turn (its kickoff) left out as the first session's is:
+the median of a 5-turn session's four turns moved by half from one run to the next on the shared 2-core machine, and
+with it the curve's ratio.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ __all__ = ["CONTEXT_WINDOW", "session_curve", "session_scenario"]
 SERVICES = ("tools", "agent_runner")
 CONTEXT_WINDOW = 30_000
 """Tokens: the discussion agent's system prompt and tools, then room for some 40 turns before compaction."""
+MIN_STEPS = 49
+"""Turns measured at least at each size (a size with fewer turns runs several sessions of its size)."""
 REPLY = " ".join(["The answer keeps its place in the conversation and says what the user asked for."] * 12)
 
 
@@ -165,11 +172,18 @@ def cpu_per_turn(samples: list[tuple[int, dict[str, float]]], total: int) -> dic
         return {name: round((last[1].get(name, 0) - first[1].get(name, 0)) * 1000 / (hi - lo), 1)
                 for name in first[1]}
 
-    return {"first_tenth": between(1, 1 + tenth) if total > 1 else {}, "last_tenth": between(total - tenth, total)}
+    return {"first_tenth": between(1, 1 + tenth) if total > 1 else {}, "last_tenth": between(total - tenth, total),
+            "all": between(1, total) if total > 1 else {}}
+
+
+def sessions_for(turns: int) -> int:
+    """How many sessions of ``turns`` turns measure at least :data:`MIN_STEPS` turns, each one's first left out."""
+    return 1 if turns >= MIN_STEPS + 1 or turns < 2 else -(-MIN_STEPS // (turns - 1))
 
 
 def session_size(tmp: Path, turns: int) -> dict[str, Any]:
-    with ScriptedModelServer(session_scenario(turns), keep_requests=turns + 10) as model:
+    sessions = sessions_for(turns)
+    with ScriptedModelServer(session_scenario(turns), keep_requests=sessions * turns + 10) as model:
         system = LocalSystem(tmp / "data", model.base_url, services=SERVICES,
                              extra_env={"AUTARCH_CONTEXT_WINDOW_TOKENS": str(CONTEXT_WINDOW)})
         system.start(timeout=120)
@@ -177,8 +191,16 @@ def session_size(tmp: Path, turns: int) -> dict[str, Any]:
             pids = processes(system)
             root = _git_repo(tmp / "repo")
             began = time.monotonic()
-            times, outcomes, samples, compacted = asyncio.run(
-                run_session(f"nats://127.0.0.1:{system.nats_port}", root, turns, pids))
+            times: list[float] = []
+            outcomes: list[str] = []
+            samples: list[tuple[int, dict[str, float]]] = []
+            for k in range(sessions):
+                got, ended, sampled, compacted = asyncio.run(
+                    run_session(f"nats://127.0.0.1:{system.nats_port}", root, turns, pids))
+                times += got
+                outcomes += ended
+                # One run of samples, a sample at each turn's end: the next session's start is this one's end.
+                samples += [(count + k * turns, cpu) for count, cpu in sampled[(1 if k else 0):]]
             wall = time.monotonic() - began
             memory = {name: peak_rss_mb(pid) for name, pid in pids.items()}
             replayed = replayed_model_ms(model, len(times))  # before the direct calls below join the log
@@ -187,13 +209,17 @@ def session_size(tmp: Path, turns: int) -> dict[str, Any]:
             system.stop()
     steps = ([t - m for t, m in zip(times, replayed, strict=True)] if replayed is not None
              else [t - model_ms for t in times])
-    first, steps = (steps[0], steps[1:]) if len(steps) > 1 else (None, steps)
+    first = steps[0] if len(steps) > 1 else None
+    if len(steps) > 1:  # each session's first turn (its kickoff, the first one's paying one-time costs) left out
+        steps = [step for n, step in enumerate(steps) if n % turns]
     parts = deciles(steps) if steps else []
     good = sum(1 for o in outcomes if o == "end_turn")
     return {
-        "turns": turns, "first_step_ms": round(first, 1) if first is not None else None,
-        "status": "complete" if good == turns else f"{turns - good} turns ended otherwise: {sorted(set(outcomes))}",
-        "commits": good, "wall_s": round(wall, 1), "model_request_ms": round(model_ms, 3),
+        "turns": turns, "sessions": sessions, "steps_measured": len(steps),
+        "first_step_ms": round(first, 1) if first is not None else None,
+        "status": ("complete" if good == len(outcomes) == sessions * turns
+                   else f"{sessions * turns - good} turns ended otherwise: {sorted(set(outcomes))}"),
+        "commits": good // sessions, "wall_s": round(wall, 1), "model_request_ms": round(model_ms, 3),
         "model_ms_per_turn": "each turn's own request, replayed" if replayed is not None else "the median above",
         "model_ms_replayed_first_last": ([round(statistics.median(replayed[:max(1, len(replayed) // 10)]), 2),
                                           round(statistics.median(replayed[-max(1, len(replayed) // 10):]), 2)]
