@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -167,14 +168,12 @@ def test_levels_of_the_graph() -> None:
 def test_closed_beads_given_by_id_rank_as_closed_beads_given_whole() -> None:
     # The orchestrator ranks with the views of the beads not closed and the ids of the closed ones: every ranking,
     # score and critical path must be the one the whole epic gives.
-    import random
-
     rng = random.Random(34)
     statuses = ["open", "open", "open", "closed", "closed", "in_progress", "bounced"]
     for _ in range(300):
         ids = [f"b{k}" for k in range(rng.randint(1, 14))]
         beads = [
-            bead(b, *rng.sample(ids[:i] + ["ghost"], k=min(i + 1, rng.randint(0, 3))), status=rng.choice(statuses),
+            bead(b, *rng.sample([*ids[:i], "ghost"], k=min(i + 1, rng.randint(0, 3))), status=rng.choice(statuses),
                  priority=rng.randint(0, 4), age=rng.choice([None, 0.0, 5.0, 60.0]),
                  kind=rng.choice(["blocks", "blocks", "related"]))
             for i, b in enumerate(ids)
