@@ -338,3 +338,17 @@ def test_a_diff_reusing_an_earlier_diffs_files_renders_what_a_fresh_one_does(tmp
         reused = tree_diff(store, revs[0], revs[2], reuse=kept)
         assert reused == tree_diff(store, revs[0], revs[2])
     assert b"+step 1\n" in reused[0] and b"+step 0" not in reused[0] and reused[1].files_changed >= 4
+
+
+def test_a_repository_reads_its_config_again_only_when_the_file_changed(tmp_path: Path):
+    from autarch.services.git.workspace import open_repository
+
+    repo_path = _repo_with_files(tmp_path / "r")
+    repo = open_repository(repo_path)
+    first = repo.get_config()
+    assert repo.get_config() is first  # unchanged: not parsed again
+    assert first.get_boolean((b"core",), b"filemode", True) is True
+    git(repo_path, "config", "core.fileMode", "false")  # changed under an open repository
+    changed = repo.get_config()
+    assert changed is not first and changed.get_boolean((b"core",), b"filemode", True) is False
+    repo.close()
