@@ -15,7 +15,9 @@ first step of each run is reported apart (``first_step_ms``) and left out of the
   iteration's end, or the session's creation, to its end as recorded) minus its two model calls, each counted at
   the scripted model's own request time (the median of direct calls). Beside it, the CPU seconds each service
   process spent per iteration, in the first and the last tenth of the run (sampled from ``/proc`` while the
-  session runs), which shows which process grows, and each process's peak memory (``VmHWM``) at the end.
+  session runs), which shows which process grows, and each process's peak memory (``VmHWM``) at the end; also
+  its peak and current memory as the session ended (``peak_rss_mb_session``, ``rss_mb_session_end``), before the
+  benchmark reads the session's events back from the stream, which costs nats-server memory of its own.
 - **loop_same_file**: the same, each iteration rewriting one file: the history grows as in ``loop``, the worktree
   does not (in ``loop`` the git service's checks of the worktree, a ``stat`` of every tracked file, grow with it).
 - **workflow**: one workflow (the demo's stages, auto-approved over the gateway) whose plan is a chain of N pulses,
@@ -108,10 +110,13 @@ def deciles(values: list[float]) -> list[float]:
     return [statistics.fmean(values[round(i * size): round((i + 1) * size)]) for i in range(parts)]
 
 
-async def run_loop(nats_url: str, repo: Path, iterations: int, pids: dict[str, int]
+async def run_loop(nats_url: str, repo: Path, iterations: int, pids: dict[str, int], at_end: dict[str, Any]
                    ) -> tuple[LoopView, LoopSummary, list[datetime], list[tuple[int, dict[str, float]]]]:
     """One session of ``iterations``: its first view, its last summary, when each iteration ended, and (iterations
-    ended, CPU seconds by process) samples."""
+    ended, CPU seconds by process) samples. ``at_end`` gets each process's peak and current memory as the session
+    ended, before this benchmark reads the session's events back (that read, of every message of the session
+    through one consumer, has nats-server load each of the stream's blocks: a cost of the benchmark, not of the
+    session)."""
     nc = await nats.connect(nats_url)
     samples: list[tuple[int, dict[str, float]]] = []
     try:
@@ -129,6 +134,8 @@ async def run_loop(nats_url: str, repo: Path, iterations: int, pids: dict[str, i
             if summary.status not in ("pending", "running"):
                 break
             await asyncio.sleep(0.25)
+        at_end["peak_rss_mb"] = {name: peak_rss_mb(pid) for name, pid in pids.items()}
+        at_end["rss_mb"] = {name: status_mb(pid, "VmRSS") for name, pid in pids.items()}
         ended = await iteration_ends(nc, view.id)
     finally:
         await nc.close()
@@ -180,8 +187,9 @@ def loop_size(tmp: Path, iterations: int, files: str = "new") -> dict[str, Any]:
             pids = processes(system)
             repo = make_repo(tmp / "repo")
             started = time.monotonic()
+            at_end: dict[str, Any] = {}
             view, summary, ends, samples = asyncio.run(
-                run_loop(f"nats://127.0.0.1:{system.nats_port}", repo, iterations, pids))
+                run_loop(f"nats://127.0.0.1:{system.nats_port}", repo, iterations, pids, at_end))
             wall = time.monotonic() - started
             model_ms = model_request_ms(model.base_url)
             memory = {name: peak_rss_mb(pid) for name, pid in pids.items()}
@@ -203,6 +211,8 @@ def loop_size(tmp: Path, iterations: int, files: str = "new") -> dict[str, Any]:
         "decile_ratio": round(parts[-1] / parts[0], 2) if parts else None,
         "cpu_ms_per_iteration": cpu_per_iteration(samples, len(steps)),
         "peak_rss_mb": memory,
+        "peak_rss_mb_session": at_end.get("peak_rss_mb"),
+        "rss_mb_session_end": at_end.get("rss_mb"),
     }
 
 
