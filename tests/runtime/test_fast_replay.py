@@ -27,7 +27,8 @@ def _app(tmp_path: Path) -> WorkflowApplication:
 
 
 def _state(aggregate: Any) -> Any:
-    return _canonical(vars(aggregate))
+    transient = getattr(type(aggregate), "transient_attributes", ())  # this process's bookkeeping, not state
+    return _canonical({k: v for k, v in vars(aggregate).items() if k not in transient})
 
 
 def _canonical(value: Any) -> Any:
