@@ -12,7 +12,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from dulwich.object_store import BaseObjectStore
@@ -159,17 +159,30 @@ def diff_stored(
     one side and a directory on the other yields the file's change and each leaf under the directory."""
     if old == new:
         return
-    before, after = _stored_listing(store, old), _stored_listing(store, new)
-    for name in sorted(before.keys() | after.keys()):
-        mine, other = before.get(name), after.get(name)
+    yield from _diff_listings(
+        _stored_listing(store, old), _stored_listing(store, new), prefix,
+        lambda path, mine, other: diff_stored(store, mine, other, path + b"/"))
+
+
+Descend = Callable[[bytes, "bytes | None", "bytes | None"], Iterator[tuple[bytes, Leaf | None, Leaf | None]]]
+"""How a diff goes into a subtree: (its path, its id on each side or None) → the changes below it."""
+
+
+def _diff_listings(
+    ours: Mapping[bytes, Leaf], theirs: Mapping[bytes, Leaf], prefix: bytes, descend: Descend
+) -> Iterator[tuple[bytes, Leaf | None, Leaf | None]]:
+    """The changes between two listings of one directory, in name order, going into differing subtrees."""
+    for name in sorted(ours.keys() | theirs.keys()):
+        mine, other = ours.get(name), theirs.get(name)
         if mine == other:
             continue
         path = prefix + name
         mine_tree = mine is not None and mine[0] == MODE_TREE
         other_tree = other is not None and other[0] == MODE_TREE
         if mine_tree or other_tree:
-            yield from diff_stored(store, mine[1] if mine and mine_tree else None,
-                                   other[1] if other and other_tree else None, path + b"/")
+            yield from descend(path, mine[1] if mine and mine_tree else None,
+                               other[1] if other and other_tree else None)
+        # A leaf on one side facing a tree (or nothing) on the other is a change of its own.
         leaf_mine = mine if not mine_tree else None
         leaf_other = other if not other_tree else None
         if leaf_mine != leaf_other:
@@ -195,24 +208,9 @@ def _diff_dir(
         theirs = known.listing[directory]
     else:
         theirs = _stored_listing(store, theirs_id)
-    prefix = directory + b"/" if directory else b""
-    for name in sorted(ours.keys() | theirs.keys()):
-        mine, other = ours.get(name), theirs.get(name)
-        if mine == other:
-            continue
-        path = prefix + name
-        mine_tree = mine is not None and mine[0] == MODE_TREE
-        other_tree = other is not None and other[0] == MODE_TREE
-        if mine_tree or other_tree:
-            yield from _diff_dir(
-                store, trees, path, mine[1] if mine and mine_tree else None, other[1] if other and other_tree else None,
-                differing, known
-            )
-        # A leaf on one side facing a tree (or nothing) on the other is a change of its own.
-        leaf_mine = mine if not mine_tree else None
-        leaf_other = other if not other_tree else None
-        if leaf_mine != leaf_other:
-            yield path, leaf_mine, leaf_other
+    yield from _diff_listings(
+        ours, theirs, directory + b"/" if directory else b"",
+        lambda path, mine, other: _diff_dir(store, trees, path, mine, other, differing, known))
 
 
 def update_trees(previous: TreeSet, changes: Mapping[bytes, Leaf | None]) -> TreeSet:
