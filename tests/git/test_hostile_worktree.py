@@ -104,6 +104,11 @@ def _nested_git_directory(wt: Path, outside: Path, _marker: Path) -> None:
     (wt / ".GIT" / "config").write_text("[core]\n\tfsmonitor = touch /tmp/x\n")
     (wt / "sub" / ".Git").mkdir(parents=True)
     (wt / "sub" / ".Git" / "HEAD").write_text("ref: refs/heads/main\n")
+    # Its short (8.3) name and a trailing dot, which Windows and NTFS read as ".git" too.
+    (wt / "GIT~1").mkdir()
+    (wt / "GIT~1" / "config").write_text("[core]\n\thooksPath = /tmp\n")
+    (wt / "sub" / ".git.").mkdir()
+    (wt / "sub" / ".git." / "HEAD").write_text("ref: refs/heads/main\n")
     (wt / "sub" / "kept.txt").write_text("kept\n")
 
 
@@ -176,7 +181,7 @@ CASES: dict[str, tuple[Hostile, set[bytes], set[bytes]]] = {
     "nested_git_directory": (
         _nested_git_directory,
         {b"sub/kept.txt"},
-        {b"vendor/lib/lib.py", b".GIT/config", b"sub/.Git/HEAD"},
+        {b"vendor/lib/lib.py", b".GIT/config", b"sub/.Git/HEAD", b"GIT~1/config", b"sub/.git./HEAD"},
     ),
     "rewritten_dot_git": (_rewritten_dot_git, set(), {b".git"}),
     "symlinked_dot_git": (_symlinked_dot_git, set(), {b".git", b".git/secret.txt"}),
