@@ -148,7 +148,7 @@ def _plan(ws: Workspace, attempt: AttemptRecord, tip: bytes, identity: Identity)
     objects = ws.objects
     base_tree = commit_tree_id(objects, base)
     changes = bead_changes(objects, base_tree, commit_tree_id(objects, commit))
-    landed = {path for path, _ in _changes(objects, base_tree, commit_tree_id(objects, tip))}
+    landed = set(bead_changes(objects, base_tree, commit_tree_id(objects, tip)))
     conflicting = conflicting_paths(changes, landed)
     if conflicting:
         walker = ws.repo.get_walker(include=[oid(tip)], exclude=[oid(base)], order=ORDER_TOPO)
@@ -181,19 +181,12 @@ def _raw(hex_id: bytes) -> bytes:
     return bytes.fromhex(hex_id.decode())
 
 
-def _changes(store: BaseObjectStore, old: bytes, new: bytes) -> list[tuple[bytes, Leaf | None]]:
-    """(path, new leaf or None) for each leaf differing between two stored trees (hex ids); deletions first."""
-    deleted: list[tuple[bytes, Leaf | None]] = []
-    added: list[tuple[bytes, Leaf | None]] = []
-    # Without a rename detector, changes are adds, modifies and deletes; a type change is the new leaf.
-    for path, _before, after in diff_stored(store, _raw(old), _raw(new)):
-        (deleted if after is None else added).append((path, after))
-    return [*deleted, *added]
-
-
 def bead_changes(store: BaseObjectStore, base_tree: bytes, commit_tree: bytes) -> dict[bytes, Leaf | None]:
-    """What the bead's commit changed: path → new (mode, raw id), or None where it deleted the path."""
-    return dict(_changes(store, base_tree, commit_tree))
+    """What changed between two stored trees (hex ids): path → new (mode, raw id), or None where it was deleted.
+
+    Without a rename detector, changes are adds, modifies and deletes; a path whose type changed has its new leaf.
+    """
+    return {path: after for path, _before, after in diff_stored(store, _raw(base_tree), _raw(commit_tree))}
 
 
 def _parents(path: bytes) -> Iterable[bytes]:
