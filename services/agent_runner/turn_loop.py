@@ -20,7 +20,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -317,12 +317,7 @@ class TurnLoop:
             return
         # A call cut short is not judged by the block rules: it is answered as cut (below).
         judged = [b for b in reply.content if reply.cut is None or b.get("id") != reply.cut]
-        # The block rules read the session's earlier calls only for a complete_pulse (its failure check): gathered
-        # at every reply, they cost each model call in proportion to every call the session ever made.
-        closing = any(b.get("type") == "tool_use" and b.get("name") == "complete_pulse" for b in judged)
-        history = (without_red_runs(session.discipline, [c for t in session.turns for c in t.calls.values()])
-                   if closing else [])
-        verdict = classify(content=judged, agent=self.agent, history=history,
+        verdict = classify(content=judged, agent=self.agent, history=_earlier_calls(session),
                            completion_rejections=session.completion_rejections, baselines=session.baselines)
         session.record_reply(turn_id=turn.turn_id, content=reply.content, stop_reason=reply.stop_reason,
                              usage=msgspec.structs.asdict(usage), cost_usd=cost, model=reply.model,
@@ -501,3 +496,10 @@ class TurnLoop:
         detail = (f"{self.stop_reason}: cancelled during {self._where}; {len(self.turn.replies)} model "
                   f"replies and {done} tool results were recorded before it")
         await self._complete({"kind": "cancelled", "detail": detail})
+
+
+def _earlier_calls(session: Session) -> Iterator[RecordedCall]:
+    """The session's earlier tool calls as the block rules judge them, gathered only if a rule reads them (the
+    ``complete_pulse`` failure check): gathered at every reply, they cost each model call in proportion to every
+    call the session ever made."""
+    yield from without_red_runs(session.discipline, [c for t in session.turns for c in t.calls.values()])
