@@ -123,7 +123,14 @@ def ready_ids(beads: Iterable[_Bead], *, closed: Collection[str] = ()) -> list[s
 
     ``closed``: ids of closed beads left out of ``beads`` (they count as closed beads given in it would)."""
     beads = list(beads)
-    done = {b.id for b in beads if b.status == "closed"} | set(closed)
+    return _ready_among(beads, _closed_ids(beads, closed))
+
+
+def _closed_ids(beads: Iterable[_Bead], closed: Collection[str]) -> set[str]:
+    return {b.id for b in beads if b.status == "closed"} | set(closed)
+
+
+def _ready_among(beads: list[_Bead], done: set[str]) -> list[str]:
     return sorted(b.id for b in beads if b.status == "open" and not _open_blockers(b, done))
 
 
@@ -167,13 +174,13 @@ def rank_ready(beads: list[BeadView], *, now: datetime, epic_id: str | None = No
     ready there) and is relative to the stalest ready bead; a bead with neither stamp counts as fresh.
     """
     epic = epic_id if epic_id is not None else (beads[0].epic_id if beads else "")
-    ready = ready_ids(beads, closed=closed)
+    done = _closed_ids(beads, closed)
+    ready = _ready_among(list(beads), done)
     path = critical_path(beads)
     if not ready:
         return ReadyList(epic_id=epic, ready=[], critical_path=path)
     g = BlocksGraph(beads)
     by_id = {b.id: b for b in beads}
-    done = {b.id for b in beads if b.status == "closed"} | set(closed)
     pagerank = {g.name(n): s for n, s in rx.pagerank(g.graph).items()}
     top_rank = max(pagerank.values(), default=0.0)
     # Undirected: a ready bead waits on nothing live, so it has no out-edge and can lie on no directed path;
