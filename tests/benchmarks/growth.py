@@ -3,6 +3,8 @@ Its last line is a JSON object of the figures.
 
     python tests/benchmarks/growth.py [--curves loop,workflow] [--loop-sizes 10,100,1000] [--workflow-sizes 2,20,200]
 
+Without ``--curves`` it runs every curve (:data:`ALL_CURVES`; about an hour on the 2-core machine).
+
 Each curve runs one piece of work at several sizes, each size on a fresh system (``autarch up`` on free ports and
 a fresh data directory, the scripted model in this process), and measures the platform's time per step with the
 model's time taken out. The figure of a curve is the ratio of the per-step time at its largest size to that at its
@@ -24,7 +26,8 @@ first step of each run is reported apart (``first_step_ms``) and left out of the
   each writing one file then completing. A step is a pulse: the time between the recorded ends of two pulses
   (``pulse:completed``'s ``occurred_at``; the first from its start) minus its three model calls. CPU and memory by
   process as for the loop.
-- **swarm**: one swarm epic of N independent beads, 4 workers (``growth_swarm.py`` says how it is measured).
+- **swarm**: one swarm epic of N independent beads, 4 workers; its figure is the platform's CPU per bead
+  (``growth_swarm.py`` says how it is measured, and why not the wall time between closes).
 - **agent_session**: one agent session of N turns, compaction on (``growth_session.py`` says how).
 - **sse_fanout** (``growth_sse.py``), **event_store** (``growth_events.py``): measured by modules of their own,
   each also a script; see their docstrings.
@@ -66,6 +69,7 @@ CURVES_ELSEWHERE = {"sse_fanout": sse_curve, "event_store": event_store_curve}
 
 LOOP_SERVICES = ("orchestrator", "tools", "git", "indexer", "agent_runner")
 GOAL_RATIO = 1.25
+ALL_CURVES = ("loop", "loop_same_file", "workflow", "swarm", "agent_session", "sse_fanout", "event_store")
 # A curve named here would be reported as not measured yet; every curve of issue 34 is measured now.
 PENDING: dict[str, str] = {}
 
@@ -339,13 +343,12 @@ def workflow_curve(tmp: Path, sizes: list[int]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--curves", default="loop,workflow",
-                        help="comma-separated: loop, loop_same_file, workflow, swarm, agent_session, sse_fanout, "
-                             "event_store")
+    parser.add_argument("--curves", default=",".join(ALL_CURVES),
+                        help="comma-separated, of: " + ", ".join(ALL_CURVES) + " (default: all)")
     parser.add_argument("--loop-sizes", default="10,100,1000")
     parser.add_argument("--workflow-sizes", default="2,20,200")
     parser.add_argument("--swarm-sizes", default="6,30,300")
-    parser.add_argument("--session-sizes", default="10,100,500")
+    parser.add_argument("--session-sizes", default="5,50,500")
     args = parser.parse_args()
     curves = [c.strip() for c in args.curves.split(",") if c.strip()]
     figures: dict[str, Any] = {}
