@@ -24,9 +24,9 @@ first step of each run is reported apart (``first_step_ms``) and left out of the
 - **loop_same_file**: the same, each iteration rewriting one file: the history grows as in ``loop``, the worktree
   does not (in ``loop`` the git service's checks of the worktree, a ``stat`` of every tracked file, grow with it).
 - **workflow**: one workflow (the demo's stages, auto-approved over the gateway) whose plan is a chain of N pulses,
-  each writing one file then completing. A step is a pulse: the time between the recorded ends of two pulses
-  (``pulse:completed``'s ``occurred_at``; the first from its start) minus its three model calls. CPU and memory by
-  process as for the loop.
+  each writing one file then completing (a size under :data:`MIN_STEPS` steps: several workflows, pooled). A step
+  is a pulse: the time between the recorded ends of two pulses (``pulse:completed``'s ``occurred_at``; the first
+  from its start) minus its three model calls. CPU and memory by process as for the loop.
 - **swarm**: one swarm epic of N independent beads, 4 workers; its figure is the platform's CPU per bead
   (``growth_swarm.py`` says how it is measured, and why not the wall time between closes).
 - **agent_session**: one agent session of N turns, compaction on (``growth_session.py`` says how).
@@ -304,53 +304,75 @@ def discussion_request_ms(base_url: str, samples: int = 50) -> float:
 
 
 def workflow_size(tmp: Path, pulses: int) -> dict[str, Any]:
+    """One workflow of ``pulses`` chained pulses; a size under :data:`MIN_STEPS` pulses runs as many workflows of it
+    as it takes to measure that many steps (at most 30), one after another on the same system: a workflow of 2
+    pulses has a single step (its first pulse, timed from its start, is reported apart)."""
     scenario = workflow_scenario(pulses)
-    ends: list[datetime] = []
-    first_start: list[datetime] = []
-
-    def on_event(event: Any, _received: float) -> None:
-        kind = event.get("type")
-        if kind == "pulse:started" and not first_start:
-            first_start.append(datetime.fromisoformat(event["occurred_at"]))
-        elif kind == "pulse:completed":
-            ends.append(datetime.fromisoformat(event["occurred_at"]))
+    steps: list[float] = []
+    firsts: list[float] = []
+    samples: list[tuple[int, dict[str, float]]] = []
+    pids: dict[str, int] = {}
 
     with ScriptedModelServer(scenario) as model:
         system = LocalSystem(tmp / "data", model.base_url, services=WORKFLOW_SERVICES)
         system.start(timeout=120)
         try:
-            pids = processes(system)
-            repo = tmp / "repo"
-            make_sample_repo(repo, scenario["files"])
+            pids.update(processes(system))
+            model_ms = discussion_request_ms(model.base_url)
             client = system.client(timeout=60)
             started = time.monotonic()
             before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            wid = create_workflow(client, repo)
-            outcome = drive(client, wid, timeout=600 + 20 * pulses, alive=system.alive, on_event=on_event)
+            workflows = 0
+            while True:
+                workflows += 1
+                ends: list[datetime] = []
+                first_start: list[datetime] = []
+                samples.clear()
+
+                def on_event(event: Any, _received: float, ends: list[datetime] = ends,
+                             first_start: list[datetime] = first_start) -> None:
+                    kind = event.get("type")
+                    if kind == "pulse:started" and not first_start:
+                        first_start.append(datetime.fromisoformat(event["occurred_at"]))
+                        samples.append((0, {k: v for k, v in ((n, cpu_seconds(p)) for n, p in pids.items())
+                                            if v is not None}))
+                    elif kind == "pulse:completed":
+                        ends.append(datetime.fromisoformat(event["occurred_at"]))
+                        samples.append((len(ends), {k: v for k, v in ((n, cpu_seconds(p)) for n, p in pids.items())
+                                                    if v is not None}))
+
+                repo = tmp / f"repo{workflows}"
+                make_sample_repo(repo, scenario["files"])
+                wid = create_workflow(client, repo)
+                outcome = drive(client, wid, timeout=600 + 20 * pulses, alive=system.alive, on_event=on_event)
+                own = []
+                previous = first_start[0] if first_start else None
+                for end in ends:
+                    if previous is not None:
+                        own.append((end - previous).total_seconds() * 1000 - 3 * model_ms)
+                    previous = end
+                if own:
+                    firsts.append(own[0])
+                steps.extend(own[1:])
+                if len(steps) >= MIN_STEPS or workflows >= 30 or outcome.status != "completed":
+                    break
             wall = time.monotonic() - started
             after = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            model_ms = discussion_request_ms(model.base_url)
             memory = {name: peak_rss_mb(pid) for name, pid in pids.items()}
         finally:
             system.stop()
-    steps = []
-    previous = first_start[0] if first_start else None
-    for end in ends:
-        if previous is not None:
-            steps.append((end - previous).total_seconds() * 1000 - 3 * model_ms)
-        previous = end
-    first, steps = (steps[0], steps[1:]) if len(steps) > 1 else (None, steps)
     parts = deciles(steps) if steps else []
     status = "complete" if outcome.status == "completed" else f"{outcome.status}: {outcome.message}"
     return {
-        "pulses": pulses, "first_step_ms": round(first, 1) if first is not None else None, "status": status,
-        "commits": len(ends), "wall_s": round(wall, 1),
+        "pulses": pulses, "first_step_ms": round(firsts[0], 1) if firsts else None, "status": status,
+        "workflows_pooled": workflows, "commits": len(ends), "wall_s": round(wall, 1),
         "model_request_ms": round(model_ms, 3),
         "step_ms_median": round(statistics.median(steps), 1) if steps else None,
         "step_ms_deciles": [round(d, 1) for d in parts],
         "decile_ratio": round(parts[-1] / parts[0], 2) if parts else None,
-        "cpu_ms_per_pulse": {name: round((after[name] - before[name]) * 1000 / max(1, pulses), 1)  # type: ignore[operator]  # the CPU figures are numbers
+        "cpu_ms_per_pulse": {name: round((after[name] - before[name]) * 1000 / max(1, pulses * workflows), 1)  # type: ignore[operator]  # the CPU figures are numbers
                              for name in pids if after.get(name) is not None and before.get(name) is not None},
+        "cpu_ms_per_pulse_tenths": cpu_per_iteration(samples, len(ends)),
         "peak_rss_mb": memory,
     }
 
