@@ -192,6 +192,17 @@ def record(app: WorkflowApplication, name: str) -> tuple[type[Aggregate], UUID]:
 
 @pytest.mark.parametrize("name", list(HISTORIES))
 def test_a_snapshot_at_every_version_and_the_events_after_it_equal_the_full_replay(store_env, name: str) -> None:
+    _resumes_at_every_version(store_env, name)
+
+
+def test_a_loop_session_past_the_iterations_it_holds_resumes_from_a_snapshot_at_every_version(
+        store_env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its first iterations are dropped (their progress lines, versions and counts kept) before and after a snapshot.
+    monkeypatch.setattr(LoopSession, "iterations_kept", 2)
+    _resumes_at_every_version(store_env, "loop")
+
+
+def _resumes_at_every_version(store_env: dict[str, str], name: str) -> None:
     app = _app(store_env)
     try:
         kind, aggregate_id = record(app, name)
