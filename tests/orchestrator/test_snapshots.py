@@ -12,6 +12,7 @@ import itertools
 import json
 import sqlite3
 import uuid
+from array import array
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -407,7 +408,7 @@ def test_the_snapshot_state_reads_back_to_equal_values_or_is_refused() -> None:
     values = {
         "plain": [1, 2.5, "s", None, True], "keys": {1: "one", (2, 3): {"x"}}, "tuple": (1, "a"),
         "frozen": frozenset({1}), "when": datetime(2026, 11, 25, 9, tzinfo=UTC), "id": uuid.uuid4(),
-        "money": Decimal("1.10"), "raw": b"\x00\xff", "colour": Colour.RED,
+        "money": Decimal("1.10"), "raw": b"\x00\xff", "colour": Colour.RED, "versions": array("q", [3, 2**40]),
         "nested": Outer(inner=Inner(at=datetime(2026, 1, 1, tzinfo=UTC), tags=("a",)), anything=Inner(
             at=datetime(2026, 1, 2, tzinfo=UTC))),
         "dict_like_a_tag": {"d": [1], "s": "x", "f": {}},
@@ -416,7 +417,7 @@ def test_the_snapshot_state_reads_back_to_equal_values_or_is_refused() -> None:
     encoded = json.loads(json.dumps(encode_state(holder)))
     back = decode_state(encoded)
     assert back == {k: v for k, v in vars(holder).items() if k not in ("_id", "_version", "_pending_events")}
-    assert type(back["nested"].anything) is Inner and type(back["tuple"]) is tuple
+    assert type(back["nested"].anything) is Inner and type(back["tuple"]) is tuple and type(back["versions"]) is array
     with pytest.raises(Unsnapshottable):
         encode_state(Holder({"odd": object()}))
 

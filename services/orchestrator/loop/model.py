@@ -9,6 +9,7 @@ a restarted orchestrator picks every session up where it was and never runs an i
 from __future__ import annotations
 
 import uuid
+from array import array
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from uuid import UUID
@@ -188,8 +189,9 @@ class LoopSession(Aggregate):
         """The latest :attr:`iterations_kept` iterations (the first is number ``iterations_dropped + 1``)."""
         self.iterations_dropped = 0
         """How many of the first iterations the state no longer holds the records of."""
-        self.started_versions: list[int] = []
-        """Index n - 1: the version of the event that started iteration n (where a page of old iterations is read)."""
+        self.started_versions = array("q")
+        """Index n - 1: the version of the event that started iteration n (where a page of old iterations is read):
+        8 bytes an iteration."""
         self.earlier_progress: list[ProgressEntry] = []
         """The progress lines of the iterations no longer held (all of them ended: one runs at a time)."""
         self.iterations_ended = 0
@@ -356,12 +358,12 @@ class LoopSession(Aggregate):
 
     def copy_for_change(self) -> LoopSession:
         """A copy a command may change while this one stays as it is (``latest.py``), at the cost of copying its
-        lists and dicts, not their items: every event replaces what it changes (an iteration, the branch) or
-        changes only those lists and dicts. A copy of everything would cost a session of a thousand iterations more
-        per command than its first iterations cost in all."""
+        lists, dicts and arrays, not their items: every event replaces what it changes (an iteration, the branch)
+        or changes only those lists, dicts and arrays. A copy of everything would cost a session of a thousand
+        iterations more per command than its first iterations cost in all."""
         copy = object.__new__(type(self))
-        copy.__dict__.update({name: value.copy() if type(value) in (list, dict) else value
-                              for name, value in self.__dict__.items()})
+        copy.__dict__.update({name: value.copy() if type(value) in (list, dict) else value[:] if type(value) is array
+                              else value for name, value in self.__dict__.items()})
         return copy
 
     # --- commands -----------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from datetime import datetime
 from itertools import compress, count
@@ -152,7 +153,7 @@ def older_iterations(app: Any, session: LoopSession, numbers: range) -> list[Ite
     scratch = object.__new__(type(session))
     scratch.__dict__.update(session.__dict__)
     scratch.__dict__.update(
-        iterations=[], iterations_dropped=numbers.start - 1, started_versions=[], earlier_progress=[], notes=[],
+        iterations=[], iterations_dropped=numbers.start - 1, started_versions=array("q"), earlier_progress=[], notes=[],
         seen={}, _pending_events=[], iterations_kept=len(numbers) + 1)  # holds every iteration of the page
     scratch.version = low - 1
     for e in app.events.get(session.id, gt=low - 1, lte=high):
