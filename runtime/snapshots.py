@@ -18,7 +18,7 @@ aggregate is rebuilt from all its events as before:
   rules). A snapshot taken by other code (an attribute added since, such as a new field on a loop session, or an
   event applied differently) is passed over for a full replay, which then takes a snapshot of today's shape.
 - **Exact**: the state is written as tagged JSON (msgspec structs by their class, tuples, sets, dicts with any keys,
-  datetimes, UUIDs, decimals, bytes, enums) and read back to equal values; a value of any other type means the
+  datetimes, UUIDs, decimals, bytes, arrays, enums) and read back to equal values; a value of any other type means the
   aggregate is not snapshotted at all (full replays, as before), never an approximation. Anything that goes wrong
   reading a snapshot (a class moved, a field made required) falls back to the full replay.
 """
@@ -31,6 +31,7 @@ import hashlib
 import inspect
 import logging
 import sys
+from array import array
 from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -94,6 +95,8 @@ def _encode(value: Any) -> Any:
         return {"dec": str(value)}
     if kind is bytes:
         return {"b": base64.b64encode(value).decode("ascii")}
+    if kind is array:
+        return {"arr": [value.typecode, value.tolist()]}
     raise Unsnapshottable(f"a {kind.__module__}.{kind.__qualname__} cannot be written into a snapshot")
 
 
@@ -132,6 +135,8 @@ def _decode(value: Any) -> Any:
         return Decimal(payload)
     if tag == "b":
         return base64.b64decode(payload)
+    if tag == "arr":
+        return array(payload[0], payload[1])
     raise ValueError(f"unknown snapshot tag {tag!r}")
 
 

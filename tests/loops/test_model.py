@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
 from autarch.contracts.loops import Signal
 from autarch.runtime.aggregates import project
-from autarch.services.orchestrator.loop.model import Anchor, LoopError, LoopSession
+from autarch.services.orchestrator.loop.model import Anchor, IterationEndKind, LoopError, LoopSession
 from autarch.services.orchestrator.loop.views import view_of
 
 
@@ -203,3 +204,34 @@ def test_a_git_step_that_fails_for_good_after_the_turn_ends_the_iteration_and_bl
     assert session.status == "blocked" and session.status_reason.endswith("disk full")
     session.resume(None)
     assert session.status == "running" and session.current_iteration().over
+
+
+def _breaker_outcome(steps: list[tuple[IterationEndKind, str | None, str | None]]) -> tuple[str, str | None, int]:
+    """Where a session of these iterations (ending, reason, commit) stops with the no-progress breaker at 5."""
+    session = new_session(max_iterations=100)
+    for ending, reason, commit in steps:
+        it = session.start_iteration(task_content="do it", pulse_worktree="/w", base_commit="b" * 40,
+                                     anchor=Anchor(strategy="none"), context_tokens=10)
+        session.record_turn(it.number, turn_id=f"t{it.number}", ending=ending, signal="CONTINUE",
+                            signal_source="explicit", reason=reason, output_summary="s", output_full="…",
+                            commit_subject="x", commit_body="", anchor_hint_next=None, anchor_hint_reason=None,
+                            tokens_used=1, cost_usd=0.0)
+        session.end_iteration(it.number, commit_hash=commit, files_changed=[], no_progress_limit=5)
+        if session.status != "running":
+            break
+    assert view_of(replayed(session)) == view_of(session)
+    return session.status, session.status_reason, session.iteration_count
+
+
+@pytest.mark.parametrize("steps", [
+    [("complete", None, "c1")] + [("complete", None, None)] * 6,
+    [("failed", "a", None)] * 2 + [("failed", "b", None)] * 6,
+    [("failed", "a", None), ("timeout", "a", "c1")] + [("failed", "a", None)] * 3 + [("complete", None, "c2")] * 2,
+    [("complete", None, "c1"), ("failed", "x", None)] * 4,
+    [("failed", "b", "c0")] + [("failed", "a", "c1")] * 6,
+])
+def test_the_breaker_counts_iterations_the_state_no_longer_holds(monkeypatch: pytest.MonkeyPatch, steps: Any):
+    # The breaker's limit (5) is beyond the iterations held (2): it trips where a state holding them all trips.
+    whole = _breaker_outcome(steps)
+    monkeypatch.setattr(LoopSession, "iterations_kept", 2)
+    assert _breaker_outcome(steps) == whole

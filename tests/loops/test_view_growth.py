@@ -47,4 +47,6 @@ def test_a_view_made_again_reads_only_the_iterations_that_changed(monkeypatch: p
     view = view_of(session, made)
     # Only the 301st iteration is looked at (the last signal and the totals are kept, not recounted).
     assert set(reads) == {301}
-    assert view.total_commits == 301 and view.last_signal == "CONTINUE" and len(view.iterations) == 301
+    assert view.total_commits == 301 and view.last_signal == "CONTINUE" and view.iterations_total == 301
+    # It holds the views of the latest iterations only (older pages are made from their events).
+    assert [it.iteration_number for it in view.iterations] == list(range(302 - model.LoopSession.iterations_kept, 302))

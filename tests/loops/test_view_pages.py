@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from autarch.contracts.loops import ITERATIONS_PER_VIEW
 from autarch.services.orchestrator.loop.model import LoopSession
 from autarch.services.orchestrator.loop.views import page_of, view_of
@@ -16,7 +18,11 @@ def _numbers(view: Any) -> list[int]:
     return [it.iteration_number for it in view.iterations]
 
 
-def test_a_long_sessions_view_carries_its_latest_iterations_and_pages_of_the_others() -> None:
+def test_a_long_sessions_view_carries_its_latest_iterations_and_pages_of_the_others(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The numbering of pages over a view that holds every iteration (a page of iterations older than those the state
+    # holds is made from their events: ``test_iteration_texts``).
+    monkeypatch.setattr(LoopSession, "iterations_kept", 1000)
     session, steps = loop_history(250)
     for step in steps:
         step(session)

@@ -12,6 +12,7 @@ import itertools
 import json
 import sqlite3
 import uuid
+from array import array
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -192,6 +193,17 @@ def record(app: WorkflowApplication, name: str) -> tuple[type[Aggregate], UUID]:
 
 @pytest.mark.parametrize("name", list(HISTORIES))
 def test_a_snapshot_at_every_version_and_the_events_after_it_equal_the_full_replay(store_env, name: str) -> None:
+    _resumes_at_every_version(store_env, name)
+
+
+def test_a_loop_session_past_the_iterations_it_holds_resumes_from_a_snapshot_at_every_version(
+        store_env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its first iterations are dropped (their progress lines, versions and counts kept) before and after a snapshot.
+    monkeypatch.setattr(LoopSession, "iterations_kept", 2)
+    _resumes_at_every_version(store_env, "loop")
+
+
+def _resumes_at_every_version(store_env: dict[str, str], name: str) -> None:
     app = _app(store_env)
     try:
         kind, aggregate_id = record(app, name)
@@ -396,7 +408,7 @@ def test_the_snapshot_state_reads_back_to_equal_values_or_is_refused() -> None:
     values = {
         "plain": [1, 2.5, "s", None, True], "keys": {1: "one", (2, 3): {"x"}}, "tuple": (1, "a"),
         "frozen": frozenset({1}), "when": datetime(2026, 11, 25, 9, tzinfo=UTC), "id": uuid.uuid4(),
-        "money": Decimal("1.10"), "raw": b"\x00\xff", "colour": Colour.RED,
+        "money": Decimal("1.10"), "raw": b"\x00\xff", "colour": Colour.RED, "versions": array("q", [3, 2**40]),
         "nested": Outer(inner=Inner(at=datetime(2026, 1, 1, tzinfo=UTC), tags=("a",)), anything=Inner(
             at=datetime(2026, 1, 2, tzinfo=UTC))),
         "dict_like_a_tag": {"d": [1], "s": "x", "f": {}},
@@ -405,7 +417,7 @@ def test_the_snapshot_state_reads_back_to_equal_values_or_is_refused() -> None:
     encoded = json.loads(json.dumps(encode_state(holder)))
     back = decode_state(encoded)
     assert back == {k: v for k, v in vars(holder).items() if k not in ("_id", "_version", "_pending_events")}
-    assert type(back["nested"].anything) is Inner and type(back["tuple"]) is tuple
+    assert type(back["nested"].anything) is Inner and type(back["tuple"]) is tuple and type(back["versions"]) is array
     with pytest.raises(Unsnapshottable):
         encode_state(Holder({"odd": object()}))
 

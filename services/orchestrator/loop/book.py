@@ -55,7 +55,7 @@ from ..kept_views import KeptViews, view_shape
 from ..writer import BatchedWriter
 from .forks import forked_history, loop_fork_point
 from .model import LoopSession
-from .views import Made, dropped_in, iteration_texts, page_of, summary_of, view_of, with_texts
+from .views import Made, older_in, older_iterations, page_of, summary_of, view_of
 
 __all__ = ["LoopBook", "register_loops"]
 
@@ -140,18 +140,18 @@ class LoopBook:
 
     async def page(self, view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW, *,
                    session: LoopSession | None = None) -> LoopView:
-        """The reply of ``view``'s page (``page_of``) as it reads with every iteration's texts: those the state no
-        longer holds (``LoopSession.texts_kept``; none on the default page) are read from the events of the page's
-        iterations, with the session's state (kept, or its snapshot and later events) to find them."""
+        """The reply of ``view``'s page (``page_of``) as a state holding every iteration makes it: the iterations
+        older than those the state holds (``LoopSession.iterations_kept``; none on the default page) are made from
+        their own events, with the session's state (kept, or its snapshot and later events) to find them."""
         reply = page_of(view, first, limit)
-        dropped = dropped_in(reply)
-        if not dropped:
+        older = older_in(view, first, limit)
+        if not older:
             return reply
         if session is None:
             session = await self.read(view.id)
-        texts = (iteration_texts(self.app, session, dropped) if self.writer.inline
-                 else await asyncio.to_thread(iteration_texts, self.app, session, dropped))
-        return with_texts(reply, texts)
+        made = (older_iterations(self.app, session, older) if self.writer.inline
+                else await asyncio.to_thread(older_iterations, self.app, session, older))
+        return msgspec.structs.replace(reply, iterations=made + reply.iterations)
 
     # --- verbs ---------------------------------------------------------------------------------------
 
@@ -223,7 +223,7 @@ class LoopBook:
                          branch={"branch": branch.branch, "worktree_path": branch.worktree_path,
                                  "base_commit": branch.base_commit, "repository_id": repo.repository_id},
                          script=cmd.script if cmd.script is not None else point.script,
-                         closed=[it.number for it in fork.iterations if not it.session_closed], at=_now())
+                         closed=[it.number for it in fork.iterations if not it.session_closed], at=_now())  # those held
             await self.book.save(key, fork)
         return await self.page(self.views[key])
 

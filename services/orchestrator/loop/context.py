@@ -60,7 +60,7 @@ def estimate_tokens(text: str) -> int:
 
 async def build_context(session: LoopSession, ask: Ask[Any]) -> IterationContext:
     """Resolve the anchor of the session's next iteration and write its prompt."""
-    number = len(session.iterations) + 1
+    number = session.iteration_count + 1
     anchor = Anchor(strategy="none")
     slice_: SliceView | None = None
     related: list[TurnHit] = []

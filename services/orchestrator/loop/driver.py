@@ -222,7 +222,7 @@ class LoopDriver:
 
     async def start_iteration(self, session_id: str) -> None:
         session = await self.book.read(session_id)
-        number = len(session.iterations) + 1
+        number = session.iteration_count + 1
         # The context (the turn memory) and the worktree (git) do not depend on each other: ask both at once.
         context, started = await asyncio.gather(
             build_context(session, self._ask_memory),
@@ -232,7 +232,7 @@ class LoopDriver:
             log.info("loop %s iteration %d: %s", session_id, number, context.memory_error)
 
         def record(s: LoopSession) -> None:
-            if len(s.iterations) + 1 != number or s.status not in ("pending", "running"):
+            if s.iteration_count + 1 != number or s.status not in ("pending", "running"):
                 return  # paused, aborted or already started meanwhile: the git pulse is picked up or ended later
             s.start_iteration(task_content=context.prompt, pulse_worktree=started.worktree_path,
                               base_commit=started.base_commit, anchor=context.anchor,

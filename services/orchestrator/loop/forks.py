@@ -45,7 +45,7 @@ def loop_fork_point(app: WorkflowApplication, command: ForkLoop) -> LoopForkPoin
         raise ServiceFailure.not_found(f"no loop session {command.forked_from}",
                                        session_id=command.forked_from) from None
     k = command.at_iteration
-    ended = sum(1 for it in latest.iterations if it.over)
+    ended = latest.iterations_ended
     if k > ended or k >= latest.max_iterations:
         why = (f"iteration {k} has not ended ({ended} ended)" if k > ended
                else f"iteration {k} is the session's last allowed one (max {latest.max_iterations}): nothing is "
@@ -53,20 +53,23 @@ def loop_fork_point(app: WorkflowApplication, command: ForkLoop) -> LoopForkPoin
         raise ServiceFailure(LoopErrorCode.ITERATION_OUT_OF_RANGE, f"cannot fork at iteration {k}: {why}",
                              {"at_iteration": k, "iterations_ended": ended})
     assert latest.branch is not None, "a session with ended iterations has its branch"
-    version = _version_ending(app, command.forked_from, k)
-    commits = [it.commit_hash for it in latest.iterations[:k] if it.commit_hash is not None]
-    return LoopForkPoint(version=version, start_commit=commits[-1] if commits else latest.branch.base_commit,
+    version, commit = _version_ending(app, command.forked_from, k)
+    return LoopForkPoint(version=version, start_commit=commit or latest.branch.base_commit,
                          base_commit=latest.branch.base_commit, project_path=latest.project_path,
                          base_branch=latest.base_branch, script=latest.script)
 
 
-def _version_ending(app: WorkflowApplication, session_id: str, number: int) -> int:
-    """The version of the event that ended iteration ``number`` (found by its topic, then its number)."""
+def _version_ending(app: WorkflowApplication, session_id: str, number: int) -> tuple[int, str | None]:
+    """The version of the event that ended iteration ``number`` (found by its topic, then its number), and the last
+    commit an iteration up to it recorded (read from the same events: the state holds only the latest iterations)."""
+    commit = None
     for stored in app.recorder.select_events(UUID(session_id)):
         if stored.topic.endswith(".IterationEnded"):
             event: Any = app.mapper.to_domain_event(stored)
+            if event.number <= number and event.commit_hash is not None:
+                commit = event.commit_hash
             if event.number == number:
-                return int(stored.originator_version)
+                return int(stored.originator_version), commit
     raise AssertionError(f"iteration {number} of {session_id} is over but no event ended it")
 
 

@@ -9,6 +9,7 @@ a restarted orchestrator picks every session up where it was and never runs an i
 from __future__ import annotations
 
 import uuid
+from array import array
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from uuid import UUID
@@ -112,11 +113,8 @@ class Iteration(msgspec.Struct, kw_only=True):
     ended_at: str | None = None
     session_closed: bool = False
     started_version: int = 0
-    """The version of the event that started it: where its texts are read once it no longer holds them."""
-    texts_dropped: bool = False
-    """Its large texts (``task_content``, ``output_full``, ``commit_body``, the slice's turn ids) are no longer held:
-    :attr:`LoopSession.texts_kept` later iterations started after it. A view reads them from its events
-    (``views.iteration_texts``)."""
+    """The version of the event that started it (``LoopSession.started_versions`` holds it once this record is
+    dropped)."""
 
     @property
     def id(self) -> str:
@@ -134,11 +132,14 @@ class LoopSession(Aggregate):
     """For a fork (``forks.py``): the session whose history up to iteration ``forked_at_iteration`` this one's
     history starts with."""
     forked_at_iteration: int | None = None
-    texts_kept: ClassVar[int] = ITERATIONS_PER_VIEW
-    """How many of the latest iterations keep their large texts in the state (issue 34): an older one keeps a small
-    record, so a session of thousands of iterations is not held (nor snapshotted) with every prompt and output. The
-    default page of a view (the latest ``ITERATIONS_PER_VIEW``) is made from the state alone; nothing decides on the
-    texts of an ended iteration."""
+    iterations_kept: ClassVar[int] = ITERATIONS_PER_VIEW
+    """How many of the latest iterations the state holds the records of (issue 34): an older one leaves its progress
+    line (every view carries the whole progress log), the version of the event that started it, and its part of the
+    counts the rules read (commits, ended iterations, the no-progress breaker's runs); the rest of it (prompt, output,
+    anchor, times) stays in its events, which a page of old iterations is made from (``views.older_iterations``). So a
+    session of thousands of iterations is not held, snapshotted nor kept as a view with every record. The default
+    page of a view (the latest ``ITERATIONS_PER_VIEW``) is made from the state alone; nothing decides on an older
+    iteration but through those counts. At least 2: the iteration in flight and the one before it are read whole."""
 
     if TYPE_CHECKING:
         # The event classes the @event decorators below create when the class is built (mypy cannot see them).
@@ -185,6 +186,20 @@ class LoopSession(Aggregate):
         """The person's message on resume: it goes into the next iteration's prompt, then is cleared."""
         self.branch: LoopBranch | None = None
         self.iterations: list[Iteration] = []
+        """The latest :attr:`iterations_kept` iterations (the first is number ``iterations_dropped + 1``)."""
+        self.iterations_dropped = 0
+        """How many of the first iterations the state no longer holds the records of."""
+        self.started_versions = array("q")
+        """Index n - 1: the version of the event that started iteration n (where a page of old iterations is read):
+        8 bytes an iteration."""
+        self.earlier_progress: list[ProgressEntry] = []
+        """The progress lines of the iterations no longer held (all of them ended: one runs at a time)."""
+        self.iterations_ended = 0
+        self.commits = 0
+        """How many iterations have a commit (``total_commits``)."""
+        self.dropped_runs: tuple[int, str | None, int] = (0, None, 0)
+        """The runs the iterations no longer held end with, for the no-progress breaker: how many of the last of them
+        failed (or timed out) with the same reason, that reason, and how many in a row committed nothing."""
         self.worktree_removed = False
         self.worktree_left: str | None = None
         """Why the session's worktree could not be removed when it ended (its repository is gone, or git refused for
@@ -209,18 +224,17 @@ class LoopSession(Aggregate):
     def _iteration_started(self, *, number: int, task_content: str, agent_session_id: str, pulse_id: str,
                            pulse_worktree: str, base_commit: str, anchor: dict[str, Any], context_tokens: int,
                            at: str) -> None:
+        version = self.version + 1  # the event is applied before the version is counted
+        self.started_versions.append(version)
         self.iterations.append(Iteration(
             number=number, status="dispatched", task_content=task_content, agent_session_id=agent_session_id,
             pulse_id=pulse_id, pulse_worktree=pulse_worktree, base_commit=base_commit,
             anchor=msgspec.convert(anchor, Anchor), context_tokens=context_tokens, started_at=at,
-            started_version=self.version + 1))  # the event is applied before the version is counted
-        old = number - self.texts_kept
-        if old >= 1 and not self.iterations[old - 1].texts_dropped:
+            started_version=version))
+        if len(self.iterations) > self.iterations_kept:
             # Only the iteration in flight and the latest before it are read whole; this one is over (one runs at
-            # a time), its texts stay in its events.
-            dropped = self.iterations[old - 1]
-            self._change(old, task_content="", output_full=None, commit_body="", texts_dropped=True,
-                         anchor=msgspec.structs.replace(dropped.anchor, slice_turn_ids=[]))  # as ``views._dropped``
+            # a time): what is left of it is its progress line and its part of the counts.
+            self._drop(self.iterations.pop(0))
         if self.status == "pending":
             self.status = "running"  # the first iteration starts: the session is no longer waiting for it
         self.resume_message = None
@@ -251,6 +265,10 @@ class LoopSession(Aggregate):
                          anchor_hint_next: str | None) -> None:
         # The event repeats the turn's outcome (signal, summary, …) for subscribers: ``loop:iteration_completed``.
         # ``reason``: the turn's, or why the session failed at this iteration's git step.
+        before = self._held(number)
+        if before is not None:
+            self.iterations_ended += not before.over
+            self.commits += (commit_hash is not None) - (before.commit_hash is not None)
         self._change(number, status=status, reason=reason, commit_hash=commit_hash, files_changed=list(files_changed),
                      ending=None, ended_at=at)
         self.updated_at = at
@@ -312,24 +330,47 @@ class LoopSession(Aggregate):
 
     def _change(self, number: int, **changes: Any) -> None:
         """Put iteration ``number`` with ``changes`` in its place. An iteration is replaced, never changed in place,
-        so a copy of the session (:meth:`copy_for_change`) shares every iteration a command does not change."""
-        self.iterations[number - 1] = msgspec.structs.replace(self.iterations[number - 1], **changes)
+        so a copy of the session (:meth:`copy_for_change`) shares every iteration a command does not change. An
+        iteration no longer held is not changed: what can come for it (its agent session closed late, a fork counting
+        it closed) is in no view nor rule."""
+        index = number - 1 - self.iterations_dropped
+        if index >= 0:
+            self.iterations[index] = msgspec.structs.replace(self.iterations[index], **changes)
+
+    def _held(self, number: int) -> Iteration | None:
+        index = number - 1 - self.iterations_dropped
+        return self.iterations[index] if 0 <= index < len(self.iterations) else None
+
+    def _drop(self, it: Iteration) -> None:
+        """Keep of the oldest held iteration, ``it``, what the views and rules read of it."""
+        self.iterations_dropped += 1
+        if it.over and it.signal is not None:
+            self.earlier_progress.append(progress_entry(it))
+        failures, reason, idle = self.dropped_runs
+        if it.status not in ("failed", "timeout"):
+            failures, reason = 0, None
+        elif failures and reason == it.reason:
+            failures += 1
+        else:
+            failures, reason = 1, it.reason
+        idle = idle + 1 if it.over and it.commit_hash is None else 0
+        self.dropped_runs = (failures, reason, idle)
 
     def copy_for_change(self) -> LoopSession:
         """A copy a command may change while this one stays as it is (``latest.py``), at the cost of copying its
-        lists and dicts, not their items: every event replaces what it changes (an iteration, the branch) or
-        changes only those lists and dicts. A copy of everything would cost a session of a thousand iterations more
-        per command than its first iterations cost in all."""
+        lists, dicts and arrays, not their items: every event replaces what it changes (an iteration, the branch)
+        or changes only those lists, dicts and arrays. A copy of everything would cost a session of a thousand
+        iterations more per command than its first iterations cost in all."""
         copy = object.__new__(type(self))
-        copy.__dict__.update({name: value.copy() if type(value) in (list, dict) else value
-                              for name, value in self.__dict__.items()})
+        copy.__dict__.update({name: value.copy() if type(value) in (list, dict) else value[:] if type(value) is array
+                              else value for name, value in self.__dict__.items()})
         return copy
 
     # --- commands -----------------------------------------------------------------------------------
 
     def start_iteration(self, *, task_content: str, pulse_worktree: str, base_commit: str, anchor: Anchor,
                         context_tokens: int) -> Iteration:
-        number = len(self.iterations) + 1
+        number = self.iteration_count + 1
         self._iteration_started(number=number, task_content=task_content,
                                 agent_session_id=iteration_session_id(str(self.id), number),
                                 pulse_id=f"i{number}", pulse_worktree=pulse_worktree, base_commit=base_commit,
@@ -384,13 +425,16 @@ class LoopSession(Aggregate):
         Beyond the seed: ``limit`` iterations in a row that committed nothing, or that ended with the same failure,
         mean the loop is spinning; a person should look before more tokens go into it.
         """
-        if limit <= 0 or len(self.iterations) < limit:
+        if limit <= 0 or self.iteration_count < limit:
             return None
         last = self.iterations[-limit:]
-        reasons = {it.reason for it in last}
-        if all(it.status in ("failed", "timeout") for it in last) and len(reasons) == 1:
+        earlier = limit - len(last)  # the run goes on into the iterations no longer held (``dropped_runs``)
+        failures, failure, idle = self.dropped_runs
+        reasons = {it.reason for it in last} | ({failure} if earlier else set())
+        if (all(it.status in ("failed", "timeout") for it in last) and failures >= earlier
+                and len(reasons) == 1):
             return f"no progress: {limit} iterations in a row ended with the same error: {reasons.pop()}"
-        if all(it.over and it.commit_hash is None for it in last):
+        if all(it.over and it.commit_hash is None for it in last) and idle >= earlier:
             return f"no progress: {limit} iterations in a row committed nothing"
         return None
 
@@ -473,9 +517,9 @@ class LoopSession(Aggregate):
     def abort(self, reason: str, *, blocked_at: int | None = None) -> Iteration | None:
         """Stop the session; the iteration still running (its turn is cancelled by the driver), if any.
         ``blocked_at``: only while the session is still blocked at that iteration (a Stop link's check)."""
-        if blocked_at is not None and (self.status != "blocked" or len(self.iterations) != blocked_at):
+        if blocked_at is not None and (self.status != "blocked" or self.iteration_count != blocked_at):
             raise LoopError(LoopErrorCode.CARD_MOVED_ON, f"the block this stops (at iteration {blocked_at}) is over: "
-                            f"the session is {self.status} at iteration {len(self.iterations)}",
+                            f"the session is {self.status} at iteration {self.iteration_count}",
                             status=self.status)
         self._check_open("abort")
         current = self.current_iteration()
@@ -489,8 +533,8 @@ class LoopSession(Aggregate):
         return running
 
     def _set_status(self, status: LoopStatus, reason: str | None) -> None:
-        self._status_changed(status=status, reason=reason, at=_now(), iteration_number=len(self.iterations),
-                             iterations=sum(1 for it in self.iterations if it.over), commits=self.total_commits)
+        self._status_changed(status=status, reason=reason, at=_now(), iteration_number=self.iteration_count,
+                             iterations=self.iterations_ended, commits=self.commits)
 
     def _check_open(self, what: str) -> None:
         if self.status in FINISHED_STATUSES:
@@ -499,8 +543,17 @@ class LoopSession(Aggregate):
 
     # --- queries ------------------------------------------------------------------------------------
 
+    @property
+    def iteration_count(self) -> int:
+        """How many iterations started (the number of the latest)."""
+        return self.iterations_dropped + len(self.iterations)
+
     def iteration(self, number: int) -> Iteration:
-        return self.iterations[number - 1]
+        """Iteration ``number``, one of the latest :attr:`iterations_kept` (an older one: ``IndexError``)."""
+        held = self._held(number)
+        if held is None:
+            raise IndexError(f"iteration {number} is not held (the latest {self.iterations_kept} are)")
+        return held
 
     def current_iteration(self) -> Iteration | None:
         return self.iterations[-1] if self.iterations else None
@@ -519,12 +572,12 @@ class LoopSession(Aggregate):
 
     @property
     def total_commits(self) -> int:
-        return sum(1 for it in self.iterations if it.commit_hash is not None)
+        return self.commits
 
     @property
     def last_signal(self) -> Signal | None:
-        signals = [it.signal for it in self.iterations if it.over and it.signal is not None]
-        return signals[-1] if signals else None
+        last = self.progress_log(last=1)
+        return last[0].signal if last else None
 
     def progress_log(self, last: int | None = None) -> list[ProgressEntry]:
         """What the ended iterations did; only the ``last`` of them when given (read from the end: a prompt shows a
@@ -535,7 +588,10 @@ class LoopSession(Aggregate):
                 break
             if it.over and it.signal is not None:
                 entries.append(progress_entry(it))
-        return entries[::-1]
+        entries.reverse()
+        earlier = self.earlier_progress
+        wanted = len(earlier) if last is None else min(len(earlier), max(0, last - len(entries)))
+        return earlier[len(earlier) - wanted:] + entries if wanted else entries
 
 
 def progress_entry(it: Iteration) -> ProgressEntry:

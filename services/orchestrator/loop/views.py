@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from datetime import datetime
 from itertools import compress, count
@@ -32,10 +33,10 @@ from autarch.contracts.loops import (
     ProgressEntry,
 )
 
-from .model import Anchor, Iteration, LoopSession, progress_entry
+from .model import Iteration, LoopSession, progress_entry
 
-__all__ = ["Made", "dropped_in", "iteration_texts", "loop_to_contract", "page_of", "summary_of", "view_of",
-           "with_texts"]
+__all__ = ["Made", "loop_to_contract", "older_in", "older_iterations", "page_numbers", "page_of", "summary_of",
+           "view_of"]
 
 
 def _time(value: str | None) -> datetime | None:
@@ -55,136 +56,110 @@ def _iteration_view(session_id: str, it: Iteration) -> IterationView:
         cost_usd=it.cost_usd, started_at=_time(it.started_at), ended_at=_time(it.ended_at))
 
 
-def _dropped(it: Iteration) -> Iteration:
-    """``it`` as it is once its texts are dropped (``LoopSession._iteration_started``)."""
-    return msgspec.structs.replace(it, task_content="", output_full=None, commit_body="", texts_dropped=True,
-                                   anchor=msgspec.structs.replace(it.anchor, slice_turn_ids=[]))
-
-
 class Made:
-    """What :func:`view_of` last made for one session: each iteration it was made from with its wire view and
-    progress line, and running counts, so that a view made again after an event costs what changed, not the
-    session's length (a session of a thousand iterations is made again several times per iteration)."""
+    """What :func:`view_of` last made for one session: each held iteration (``LoopSession.iterations_kept``) it was
+    made from with its wire view and progress line, so that a view made again after an event costs what changed, not
+    the session's length (a session of a thousand iterations is made again several times per iteration)."""
 
     def __init__(self) -> None:
+        self.first = 1
+        """The number of the first of ``iterations``."""
         self.iterations: list[Iteration] = []
         self.views: list[IterationView] = []
         self.entries: list[ProgressEntry | None] = []
-        self.progress: list[ProgressEntry] = []
-        """The progress lines of ``entries`` that are not None, in order."""
-        self.progress_before: list[int] = [0]
-        """Index i: how many of ``progress`` belong to the iterations before the i-th (one more item than those)."""
-        self.commits_before: list[int] = [0]
-        """Index i: how many iterations before the i-th have a commit."""
 
-    def update(self, session_id: str, iterations: list[Iteration]) -> None:
-        """Bring what was made up to ``iterations``: from the first one that is not the object a view was made from
-        on (an event replaces the iteration it changes), reusing the views of those that still are."""
-        old = self.iterations
+    def update(self, session_id: str, first: int, iterations: list[Iteration]) -> None:
+        """Bring what was made up to ``iterations`` (numbers ``first`` on): from the first one that is not the object
+        a view was made from on (an event replaces the iteration it changes), reusing the views of those that still
+        are."""
+        shift = first - self.first
+        if shift < 0:  # not the session it was made for (cannot happen): made again whole
+            shift = len(self.iterations)
+        old, views, entries = self.iterations[shift:], self.views[shift:], self.entries[shift:]
         same = min(len(old), len(iterations))
         # The first index whose iteration was replaced, found without a Python-level step per iteration.
-        first = next(compress(count(), map(is_not, iterations, old)), same)
-        kept_views, kept_entries = self.views[first:], self.entries[first:]
-        del self.views[first:], self.entries[first:], self.progress[self.progress_before[first]:]
-        del self.progress_before[first + 1:], self.commits_before[first + 1:]
-        for offset, it in enumerate(iterations[first:]):
-            index = first + offset
-            if index < len(old) and old[index] is it:
-                view, entry = kept_views[offset], kept_entries[offset]
-            elif index < len(old) and it.texts_dropped and _dropped(old[index]) == it:
-                # Only its texts were dropped (``LoopSession.texts_kept``): its view without them, its line as it was.
-                view, entry = msgspec.structs.replace(kept_views[offset], task_content="", output_full=None,
-                                                      slice_turn_ids=[]), kept_entries[offset]
-            else:
-                view = _iteration_view(session_id, it)
-                entry = progress_entry(it) if it.over and it.signal is not None else None
-            self.views.append(view)
-            self.entries.append(entry)
-            if entry is not None:
-                self.progress.append(entry)
-            self.progress_before.append(len(self.progress))
-            self.commits_before.append(self.commits_before[-1] + (it.commit_hash is not None))
-        self.iterations = list(iterations)
+        kept = next(compress(count(), map(is_not, iterations, old)), same)
+        del views[kept:], entries[kept:]
+        for it in iterations[kept:]:
+            views.append(_iteration_view(session_id, it))
+            entries.append(progress_entry(it) if it.over and it.signal is not None else None)
+        self.first, self.iterations, self.views, self.entries = first, list(iterations), views, entries
 
 
 def view_of(session: LoopSession, made: Made | None = None) -> LoopView:
-    """The session's wire view. ``made``: what an earlier call made for the same session, reused for every iteration
-    that is still the same object (an event replaces the iteration it changes) and brought up to date in place, so
-    that a session's thousandth iteration does not rebuild the views of the 999 before it, nor walk them."""
+    """The session's wire view, with the views of the iterations it holds (the latest ``iterations_kept``: a page of
+    older ones is made from their events, :func:`older_iterations`) and its whole progress log. ``made``: what an
+    earlier call made for the same session, reused for every iteration that is still the same object (an event
+    replaces the iteration it changes) and brought up to date in place, so that a session's thousandth iteration does
+    not rebuild the views of the iterations before it, nor walk them."""
     sid = str(session.id)
     made = Made() if made is None else made
-    made.update(sid, session.iterations)
-    progress = list(made.progress)
+    made.update(sid, session.iterations_dropped + 1, session.iterations)
+    progress = session.earlier_progress + [entry for entry in made.entries if entry is not None]
     return LoopView(
         id=sid, project_name=session.project_name, project_path=session.project_path, goal=session.goal,
-        max_iterations=session.max_iterations, current_iteration=len(session.iterations), status=session.status,
+        max_iterations=session.max_iterations, current_iteration=session.iteration_count, status=session.status,
         # The last progress line is the last ended iteration with a signal: ``LoopSession.last_signal``.
         last_signal=progress[-1].signal if progress else None, progress_log=progress,
         anchor_turn_id=session.anchor_turn_id, branch_name=session.branch_name, created_by=session.created_by,
-        total_commits=made.commits_before[-1], total_tokens_used=session.total_tokens_used,
+        total_commits=session.total_commits, total_tokens_used=session.total_tokens_used,
         total_cost_usd=round(session.total_cost_usd, 6),
         context_strategy=session.context_strategy, notify=list(session.notify),
         created_at=datetime.fromisoformat(session.created_at), updated_at=datetime.fromisoformat(session.updated_at),
         status_reason=session.status_reason, pause_requested=session.pause_requested,
         worktree_path=session.branch.worktree_path if session.branch and not session.worktree_removed else None,
         max_tokens=session.max_tokens, max_cost_usd=session.max_cost_usd,
-        iterations=list(made.views), iterations_total=len(made.views),
+        iterations=list(made.views), iterations_total=session.iteration_count,
         base_commit=session.branch.base_commit if session.branch else None,
         forked_from=session.forked_from, forked_at_iteration=session.forked_at_iteration)
 
 
-def page_of(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> LoopView:
-    """What a reply carries of ``view``: ``limit`` iterations from number ``first`` on, or the latest ``limit``.
-    Everything else (status, progress log, totals) is the whole session's."""
-    total = len(view.iterations)
+def page_numbers(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> range:
+    """The numbers of the iterations a reply carries: ``limit`` from number ``first`` on, or the latest ``limit``."""
+    total = view.iterations_total
     start = max(0, total - limit) if first is None else min(first - 1, total)
-    if start == 0 and total <= limit:
+    return range(start + 1, min(start + limit, total) + 1)
+
+
+def page_of(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> LoopView:
+    """What a reply carries of ``view``: ``limit`` iterations from number ``first`` on, or the latest ``limit``, of
+    those the view holds (the others, older: :func:`older_in`). Everything else (status, progress log, totals) is the
+    whole session's."""
+    numbers = page_numbers(view, first, limit)
+    held = view.iterations[0].iteration_number if view.iterations else view.iterations_total + 1
+    if held == 1 and len(numbers) == view.iterations_total:
         return view
-    return msgspec.structs.replace(view, iterations=view.iterations[start:start + limit])
+    low = max(numbers.start, held) - held
+    return msgspec.structs.replace(view, iterations=view.iterations[low:max(low, numbers.stop - held)])
 
 
-def dropped_in(page: LoopView) -> list[int]:
-    """The iterations of ``page`` whose large texts the state no longer holds (``LoopSession.texts_kept``): all but
-    the latest ``texts_kept`` of the session."""
-    last_dropped = page.iterations_total - LoopSession.texts_kept
-    return [it.iteration_number for it in page.iterations if it.iteration_number <= last_dropped]
+def older_in(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> range:
+    """The numbers of the page's iterations older than those ``view`` holds (made by :func:`older_iterations`)."""
+    numbers = page_numbers(view, first, limit)
+    held = view.iterations[0].iteration_number if view.iterations else view.iterations_total + 1
+    return range(numbers.start, max(numbers.start, min(numbers.stop, held)))
 
 
-Texts = dict[int, tuple[str, list[str], str | None]]
-"""Iteration number → (its prompt, its slice's turn ids, its full output) as its events recorded them."""
-
-
-def iteration_texts(app: Any, session: LoopSession, numbers: list[int]) -> Texts:
-    """The large texts of iterations ``numbers`` (blocking): read from the session's events of those iterations only,
-    from the one that started the first to the last one before the iteration after the last (an iteration's events
-    are one run of versions, but for a note or a status change among them), so a page costs its own events."""
+def older_iterations(app: Any, session: LoopSession, numbers: range) -> list[IterationView]:
+    """The views of iterations ``numbers``, which the state no longer holds (blocking), as a state holding them all
+    makes them: their events (from the one that started the first to the last one before the iteration after the
+    last: an iteration's events are one run of versions, but for a note or a status change among them) applied to a
+    scratch copy of the session that holds every iteration it starts. A page costs its own events."""
     if not numbers:
-        return {}
-    wanted = set(numbers)
-    low = session.iteration(min(numbers)).started_version
-    after = max(numbers) + 1
-    high = session.iteration(after).started_version - 1 if after <= len(session.iterations) else session.version
-    texts: Texts = {}
-    outputs: dict[int, str | None] = {}
+        return []
+    versions = session.started_versions
+    low = versions[numbers.start - 1]
+    high = versions[numbers.stop - 1] - 1 if numbers.stop <= len(versions) else session.version
+    scratch = object.__new__(type(session))
+    scratch.__dict__.update(session.__dict__)
+    scratch.__dict__.update(
+        iterations=[], iterations_dropped=numbers.start - 1, started_versions=array("q"), earlier_progress=[], notes=[],
+        seen={}, _pending_events=[], iterations_kept=len(numbers) + 1)  # holds every iteration of the page
+    scratch.version = low - 1
     for e in app.events.get(session.id, gt=low - 1, lte=high):
-        number = getattr(e, "number", None)
-        if number not in wanted:
-            continue
-        if isinstance(e, LoopSession.IterationStarted):
-            texts[number] = (e.task_content, list(msgspec.convert(e.anchor, Anchor).slice_turn_ids), None)
-        elif isinstance(e, LoopSession.TurnRecorded):
-            outputs[number] = e.output_full  # the last one recorded is the state's, as in a replay
-    return {n: (task, turn_ids, outputs.get(n)) for n, (task, turn_ids, _) in texts.items()}
-
-
-def with_texts(page: LoopView, texts: Texts) -> LoopView:
-    """``page`` with the texts of its iterations in ``texts`` put back: the reply a state holding them all makes."""
-    if not texts:
-        return page
-    iterations = [it if it.iteration_number not in texts else msgspec.structs.replace(
-        it, task_content=texts[it.iteration_number][0], slice_turn_ids=texts[it.iteration_number][1],
-        output_full=texts[it.iteration_number][2]) for it in page.iterations]
-    return msgspec.structs.replace(page, iterations=iterations)
+        e.mutate(scratch)
+    sid = str(session.id)
+    return [_iteration_view(sid, it) for it in scratch.iterations if it.number in numbers]
 
 
 def summary_of(view: LoopView) -> LoopSummary:
