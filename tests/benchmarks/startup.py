@@ -334,8 +334,8 @@ def _first_answer(system: LocalSystem, path: str, timeout: float = 600) -> float
 def start_up(data: Path, runs: int) -> dict[str, Any]:
     """``autarch up`` on ``data`` ``runs`` times: seconds to healthy, the lists' times, memory by process."""
     results: list[dict[str, Any]] = []
-    # The data dir was just written (1.2 GB at the defaults): without this, the stores' first sync at start-up waits
-    # for the disk to take all of it (a start of 75 s once, on the 2-core machine's disk, against 3-4 s).
+    # The data dir may have just been written (1.2 GB at the defaults): on the disk, not in the page cache's dirty
+    # pages, before a start is timed.
     os.sync()
     for _ in range(runs):
         # No model is called: nothing in the data dir is left to run.
