@@ -321,24 +321,37 @@ class Waker:
     def _flush(self) -> None:
         self._handle = None
         window, self._window = self._window, []
-        feeds: dict[RecordedFeed | DeltaFeed, None] = dict.fromkeys(feed for feed, _, _ in window)
-        follows: dict[Member, list[RecordedFeed | DeltaFeed]] = {}
-        for feed in feeds:
+        # Whatever is made per connection and window is made a thousand times a window: a list and tuples each
+        # (the feeds it follows, a key of them) set the cyclic collector off several times a window, and the older
+        # generations' collections that those set off in turn walk every connection's objects. So the feeds a
+        # connection follows are bits of an int, and its chunk is found by (bits, last event) in nested dicts:
+        # nothing made per connection that the collector tracks.
+        bits: dict[RecordedFeed | DeltaFeed, int] = {}
+        for feed, _, _ in window:
+            bits.setdefault(feed, len(bits))
+        follows: dict[Member, int] = {}
+        for feed, bit in bits.items():
+            flag = 1 << bit
             for member in feed.attached():
-                follows.setdefault(member, []).append(feed)
+                follows[member] = follows.get(member, 0) | flag
+        entries_of = [(1 << bits[feed], sequence, message) for feed, sequence, message in window]
         # Connections following the same feeds from the same last event get the same chunk: joined once.
-        chunks: dict[tuple[tuple[int, ...], int], Chunk | None] = {}
+        chunks: dict[int, dict[int, Chunk | None]] = {}
         for member, followed in follows.items():
-            key = (tuple(id(feed) for feed in followed), member.last)
-            if key in chunks:
-                chunk = chunks[key]
+            by_last = chunks.get(followed)
+            if by_last is None:
+                by_last = chunks[followed] = {}
+            last = member.last
+            if last in by_last:
+                chunk = by_last[last]
             else:
-                entries = [(sequence, message) for feed, sequence, message in window
-                           if feed in followed and (sequence == 0 or sequence > member.last)]
-                chunk = chunks[key] = Chunk(entries) if entries else None
+                entries = [(sequence, message) for flag, sequence, message in entries_of
+                           if followed & flag and (sequence == 0 or sequence > last)]
+                chunk = by_last[last] = Chunk(entries) if entries else None
             if chunk is not None and not member.take(chunk):
-                for feed in followed:
-                    feed.detach(member)
+                for feed, bit in bits.items():
+                    if followed >> bit & 1:
+                        feed.detach(member)
 
 
 class Fanout:

@@ -9,13 +9,16 @@ events the benchmark records straight into the stream at a steady rate, each fol
 figures are the gateway's rather than the services'. The curve's figure is the p99 of event → last client at the
 largest size over that at the smallest (goal ≤ 3), beside the p50s and the gateway's memory at each size. Beside
 it, unless ``--no-floor``, the same curve with the clients following :mod:`sse_floor` instead of the gateway (the
-least a Python server can do per event: a write per client per window), and the gateway's p99 over the floor's at
-the largest size.
+least a Python server can do per event: a write per client per window, on the gateway's event loop), and the
+gateway's p99 over the floor's at the largest size; and below both the kernel floor (:func:`sse_floor.kernel_floor`:
+one event's bytes sent to N loopback sockets by a plain loop of non-blocking ``send``, no event loop), the cost of a
+burst at each size.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import tempfile
@@ -25,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sse_fanout import fanout_curve  # type: ignore[import-not-found]  # a sibling script, found from this folder
+from sse_floor import kernel_floor  # type: ignore[import-not-found]  # a sibling script, found from this folder
 
 SIZES = (1, 10, 100, 1000)
 GOAL_RATIO = 3.0
@@ -47,12 +51,25 @@ def sse_curve(tmp: Path, *, sizes: tuple[int, ...] = SIZES, runs: int = 1, sourc
     figures = fanout_curve(tmp / "sse", sizes=sizes, source="synthetic", runs=runs, synthetic=source or SOURCE,
                            report=report)
     figures["ratio"] = figures["ratio_event_to_last_client_p99"]
+    # The loop uvicorn's "auto" (and the floor's) picks in this environment.
+    figures["event_loop"] = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     figures["goal"] = GOAL_RATIO
     if floor:
         print("  sse_fanout: the same clients and source, following the floor (sse_floor.py):", flush=True)
         below = fanout_curve(tmp / "sse-floor", sizes=sizes, source="synthetic", runs=runs,
                              synthetic=source or SOURCE, report=report, reference="floor")
         figures["floor"] = {"sizes": below["sizes"], "ratio": below["ratio_event_to_last_client_p99"]}
+        # One event as the gateway frames it (its deltas left out: a lower bound).
+        data = b"x" * int((source or SOURCE)["event_bytes"])
+        body = b"id: 1\r\nevent: workflow:note_taken\r\ndata: %s\r\n\r\n" % data
+        print("  sse_fanout: the kernel floor, one event's bytes to N loopback sockets by a plain send loop:",
+              flush=True)
+        figures["kernel_floor"] = []
+        for size in sizes:
+            row = kernel_floor(size, body)
+            figures["kernel_floor"].append(row)
+            print(f"  sse_fanout: {size:>5} sockets: a burst p50 {row['burst_p50_ms']} p99 {row['burst_p99_ms']} ms "
+                  f"({row['per_send_us']} µs a send)", flush=True)
         at_floor = below["sizes"][-1]["event_to_last_client_p99_ms"]
         if at_floor:
             figures["gateway_over_floor_p99_at_largest"] = round(

@@ -1,11 +1,11 @@
 """The floor of SSE fan-out on this machine (a script, not a test): the least a Python server can do per event.
 
-    python tests/benchmarks/sse_floor.py --nats nats://127.0.0.1:4222 --port 8123
+    python tests/benchmarks/sse_floor.py --nats nats://127.0.0.1:4222 --port 8123 [--loop auto|uvloop|asyncio]
 
 A reference for the ``sse_fanout`` curve, not a gateway: it answers every connection at once (no authentication, no
 routes, no catch-up, no back-pressure, no keep-alive), follows the whole event stream with one ordered consumer and
 the live deltas with one subscription, and writes the messages to every connected socket in one tight loop of
-``transport.write``, on one asyncio loop. It gathers them over the gateway's window (the same constants of
+``transport.write``, on one event loop. It gathers them over the gateway's window (the same constants of
 :mod:`autarch.gateway.fanout`: 20 µs a connection, at least 1 ms, at most 20 ms) and joins and frames them once, as
 the gateway does: written one by one as they come, a thousand clients of a busy workflow (125 messages a second) are
 125,000 writes a second, more than two cores can make, and the floor falls seconds behind (p50 4.4 s at a thousand
@@ -14,13 +14,23 @@ with it (one run each, load ~2). Whatever it costs per event at N clients is the
 the clients' kernel receiving them on the same cores), which no Python gateway built on asyncio can go below. The
 bytes on the wire are the gateway's (``id:``, ``event:``, ``data:`` and the ``: connected`` comment), so the
 benchmark's clients read both alike. :mod:`sse_fanout` runs it beside ``autarch up`` with ``--reference floor``.
+It runs on the event loop the gateway's server picks (``--loop auto``: uvloop when it is installed, as uvicorn does),
+so the two pay the same loop's price per write.
+
+Below it, :func:`kernel_floor`: what the kernel alone asks of one burst, a plain Python loop of non-blocking
+``socket.send`` of the same bytes to N connected loopback sockets, no event loop at all (the least any Python server
+pays per window, whatever it is built on).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
+import statistics
 import sys
+import time
+from collections.abc import Callable
 
 import nats
 from nats.aio.msg import Msg
@@ -102,12 +112,63 @@ async def serve(nats_url: str, port: int) -> None:
         await server.serve_forever()
 
 
+def loop_factory(loop: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``loop`` names (``auto``: uvloop when installed, as uvicorn's ``loop="auto"``); None:
+    asyncio's."""
+    if loop == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if loop == "uvloop":
+            raise
+        return None
+    return uvloop.new_event_loop
+
+
+def kernel_floor(size: int, body: bytes, *, bursts: int = 100) -> dict[str, float]:
+    """p50/p99 milliseconds of one burst: ``body`` (one window's chunk) sent once to each of ``size`` connected
+    loopback sockets, non-blocking, in a plain loop; the receiving ends are drained between bursts, untimed."""
+    with socket.create_server(("127.0.0.1", 0), backlog=4096) as server:
+        port = server.getsockname()[1]
+        clients, ends = [], []
+        try:
+            for _ in range(size):
+                clients.append(socket.create_connection(("127.0.0.1", port)))
+                end, _ = server.accept()
+                end.setblocking(False)
+                end.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                ends.append(end)
+            framed = chunk(body)
+            times = []
+            for _ in range(bursts):
+                started = time.perf_counter()
+                for end in ends:
+                    end.send(framed)
+                times.append((time.perf_counter() - started) * 1000)
+                for client in clients:
+                    client.recv(1 << 16)
+        finally:
+            for sock in clients + ends:
+                sock.close()
+    times.sort()
+    return {"clients": size, "burst_p50_ms": round(statistics.median(times), 3),
+            "burst_p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3),
+            "per_send_us": round(statistics.median(times) * 1000 / size, 2)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nats", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--loop", choices=("auto", "uvloop", "asyncio"), default="auto")
     args = parser.parse_args()
-    asyncio.run(serve(args.nats, args.port))
+    factory = loop_factory(args.loop)
+    if factory is None:
+        asyncio.run(serve(args.nats, args.port))
+    else:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(serve(args.nats, args.port))
     return 0
 
 
