@@ -414,7 +414,7 @@ def main() -> None:
         figures.setdefault(name, {"measured": False, "would_measure": what})
     for name, curve in figures.items():
         if curve.get("ratio") is not None:
-            print(f"{name}: largest/smallest per-step {curve['ratio']} (goal ≤ {GOAL_RATIO})")
+            print(f"{name}: largest/smallest per-step {curve['ratio']} (goal ≤ {curve.get('goal', GOAL_RATIO)})")
     print(json.dumps(figures))
 
 
