@@ -235,3 +235,20 @@ def test_the_breaker_counts_iterations_the_state_no_longer_holds(monkeypatch: py
     whole = _breaker_outcome(steps)
     monkeypatch.setattr(LoopSession, "iterations_kept", 2)
     assert _breaker_outcome(steps) == whole
+
+
+def test_a_commands_copy_leaves_the_kept_sessions_history_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The containers that grow with the history are shared with a command's copy until an event adds to one.
+    monkeypatch.setattr(LoopSession, "iterations_kept", 2)
+    kept = new_session(max_iterations=20)
+    for _ in range(4):
+        run_iteration(kept, "CONTINUE", "c" * 40)
+    kept.take_note(agent_session_id="a", note="first", key="k1")
+    kept.collect_events()
+    before = (list(kept.started_versions), list(kept.earlier_progress), list(kept.notes), dict(kept.seen))
+    copy = kept.copy_for_change()
+    run_iteration(copy, "CONTINUE", "d" * 40)
+    copy.take_note(agent_session_id="a", note="second", key="k2")
+    assert (list(kept.started_versions), list(kept.earlier_progress), list(kept.notes), dict(kept.seen)) == before
+    assert len(copy.started_versions) == 5 and len(copy.earlier_progress) == 3 and copy.notes == ["first", "second"]
+    assert view_of(copy).progress_log[:len(before[1])] == before[1] and view_of(kept).iterations_total == 4

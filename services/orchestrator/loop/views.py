@@ -33,7 +33,7 @@ from autarch.contracts.loops import (
     ProgressEntry,
 )
 
-from .model import Iteration, LoopSession, progress_entry
+from .model import SHARED, Iteration, LoopSession, progress_entry
 
 __all__ = ["Made", "loop_to_contract", "older_in", "older_iterations", "page_numbers", "page_of", "summary_of",
            "view_of"]
@@ -67,6 +67,10 @@ class Made:
         self.iterations: list[Iteration] = []
         self.views: list[IterationView] = []
         self.entries: list[ProgressEntry | None] = []
+        self.progress: list[ProgressEntry] = []
+        """The progress log last made, and what it was made of (the session's earlier lines, how many, the held
+        iterations' lines): a view made again while none of them changed shares it instead of joining them again."""
+        self.progress_of: tuple[list[ProgressEntry] | None, int, list[ProgressEntry]] = (None, 0, [])
 
     def update(self, session_id: str, first: int, iterations: list[Iteration]) -> None:
         """Bring what was made up to ``iterations`` (numbers ``first`` on): from the first one that is not the object
@@ -85,6 +89,16 @@ class Made:
             entries.append(progress_entry(it) if it.over and it.signal is not None else None)
         self.first, self.iterations, self.views, self.entries = first, list(iterations), views, entries
 
+    def progress_log(self, earlier: list[ProgressEntry]) -> list[ProgressEntry]:
+        """The whole progress log: ``earlier`` (the lines of the iterations no longer held), then the held ones'."""
+        held = [entry for entry in self.entries if entry is not None]
+        was, count_was, held_was = self.progress_of
+        if was is not earlier or count_was != len(earlier) or len(held) != len(held_was) or any(
+                map(is_not, held, held_was)):
+            self.progress = earlier + held
+            self.progress_of = (earlier, len(earlier), held)
+        return self.progress
+
 
 def view_of(session: LoopSession, made: Made | None = None) -> LoopView:
     """The session's wire view, with the views of the iterations it holds (the latest ``iterations_kept``: a page of
@@ -95,7 +109,7 @@ def view_of(session: LoopSession, made: Made | None = None) -> LoopView:
     sid = str(session.id)
     made = Made() if made is None else made
     made.update(sid, session.iterations_dropped + 1, session.iterations)
-    progress = session.earlier_progress + [entry for entry in made.entries if entry is not None]
+    progress = made.progress_log(session.earlier_progress)
     return LoopView(
         id=sid, project_name=session.project_name, project_path=session.project_path, goal=session.goal,
         max_iterations=session.max_iterations, current_iteration=session.iteration_count, status=session.status,
@@ -121,12 +135,17 @@ def page_numbers(view: LoopView, first: int | None = None, limit: int = ITERATIO
     return range(start + 1, min(start + limit, total) + 1)
 
 
+def _first_held(view: LoopView) -> int:
+    """The number of the first iteration ``view`` holds (one past the last when it holds none)."""
+    return view.iterations[0].iteration_number if view.iterations else view.iterations_total + 1
+
+
 def page_of(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> LoopView:
     """What a reply carries of ``view``: ``limit`` iterations from number ``first`` on, or the latest ``limit``, of
     those the view holds (the others, older: :func:`older_in`). Everything else (status, progress log, totals) is the
     whole session's."""
     numbers = page_numbers(view, first, limit)
-    held = view.iterations[0].iteration_number if view.iterations else view.iterations_total + 1
+    held = _first_held(view)
     if held == 1 and len(numbers) == view.iterations_total:
         return view
     low = max(numbers.start, held) - held
@@ -136,7 +155,7 @@ def page_of(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PE
 def older_in(view: LoopView, first: int | None = None, limit: int = ITERATIONS_PER_VIEW) -> range:
     """The numbers of the page's iterations older than those ``view`` holds (made by :func:`older_iterations`)."""
     numbers = page_numbers(view, first, limit)
-    held = view.iterations[0].iteration_number if view.iterations else view.iterations_total + 1
+    held = _first_held(view)
     return range(numbers.start, max(numbers.start, min(numbers.stop, held)))
 
 
@@ -155,6 +174,7 @@ def older_iterations(app: Any, session: LoopSession, numbers: range) -> list[Ite
     scratch.__dict__.update(
         iterations=[], iterations_dropped=numbers.start - 1, started_versions=array("q"), earlier_progress=[], notes=[],
         seen={}, _pending_events=[], iterations_kept=len(numbers) + 1)  # holds every iteration of the page
+    scratch.__dict__.pop(SHARED, None)  # its containers above are its own
     scratch.version = low - 1
     for e in app.events.get(session.id, gt=low - 1, lte=high):
         e.mutate(scratch)
