@@ -347,6 +347,9 @@ class GitSettings(CommonSettings, kw_only=True):
     git_max_file_bytes: int = 100 * 1024 * 1024
     """The largest worktree file a checkpoint or bead commit reads; a larger one fails it with ``file_too_large``
     (nothing committed) rather than holding gigabytes in memory."""
+    git_watch_worktrees: bool = True
+    """Watch worktrees with inotify so that a pulse following an undisturbed checkpoint starts without a scan of
+    every tracked file (Linux, local filesystems); off, every clean check scans."""
 
 
 class IndexerSettings(CommonSettings, kw_only=True):

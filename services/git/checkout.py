@@ -19,7 +19,7 @@ from dulwich.objects import Blob, Commit
 from autarch.runtime.worktree_files import remove_tree
 
 from .dulwich_ids import oid
-from .index_file import IndexEntry, entry_from_stat, read_index, write_index
+from .index_file import IndexContents, IndexEntry, entry_from_stat, read_index, write_index
 from .snapshots import DEFAULT_MAX_FILE_BYTES, Snapshot, leaves, scan_worktree
 from .trees import MODE_GITLINK, MODE_SYMLINK, TREE_CACHE, Leaf, TreeSet, build_trees, diff_trees, update_trees
 
@@ -79,11 +79,14 @@ def index_trees(index_path: Path, snapshot: Snapshot) -> TreeSet | None:
 
 
 def tracked_state(
-    root: Path, index_path: Path, *, filemode: bool = True, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    root: Path, index_path: Path, *, filemode: bool = True, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    index: IndexContents | None = None,
 ) -> tuple[Snapshot, TreeSet]:
-    """The tracked content of a worktree (``git add -u`` without writing) and its trees."""
+    """The tracked content of a worktree (``git add -u`` without writing) and its trees (``index``: the index
+    file as the caller just read it)."""
     snapshot = scan_worktree(
-        root, read_index(index_path), include_untracked=False, filemode=filemode, max_file_bytes=max_file_bytes
+        root, index or read_index(index_path), include_untracked=False, filemode=filemode,
+        max_file_bytes=max_file_bytes,
     )
     return snapshot, snapshot_trees(index_path, snapshot)
 

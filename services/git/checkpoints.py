@@ -40,6 +40,7 @@ from .refs import delete_branch, move_branch, pulse_branch_name, read_branch
 from .snapshots import Snapshot, leaves, scan_worktree
 from .store import GitStore, PendingOperation, PulseRecord
 from .trees import TreeSet, build_trees, diff_trees, write_trees
+from .watch import Mark, WorktreeWatch
 from .workspace import Workspace, fail
 from .worktrees import set_head
 
@@ -103,9 +104,13 @@ def store_commit(ws: Workspace, commit: Commit) -> None:
 
 
 def checkpoint_pulse(
-    ws: Workspace, cmd: CheckpointPulse, *, store: GitStore, identity: Identity, faults: FaultInjector
+    ws: Workspace, cmd: CheckpointPulse, *, store: GitStore, identity: Identity, faults: FaultInjector,
+    watch: WorktreeWatch | None = None,
 ) -> PulseCheckpointed:
-    """Commit the worktree as the pulse's checkpoint and fast-forward the workflow branch to it."""
+    """Commit the worktree as the pulse's checkpoint and fast-forward the workflow branch to it.
+
+    With ``watch``, a checkpoint that nothing disturbed proves the worktree quiet for the next clean check
+    (:mod:`.watch`)."""
     record = ws.record
     done = record.pulses.get(cmd.pulse_id) or store.ended_pulse(record.id, cmd.pulse_id)  # a retry's
     if done is not None and done.state == "succeeded":
@@ -123,6 +128,7 @@ def checkpoint_pulse(
             workflow_head=head.decode(),
             pulse_base=pulse.base_commit,
         )
+    mark = watch.mark(ws.worktree) if watch is not None else None
     current = snapshot_all(ws)
     tree, paths = store_snapshot(ws, current, base)
     if not paths and cmd.skip_if_unchanged:
@@ -132,7 +138,8 @@ def checkpoint_pulse(
                                           files_changed=0)
         store.save_workflow(record)
         faults.step_done("commit")
-        _finish_recovery(ws, store=store, identity=identity, faults=faults, current=current)
+        checksum = _finish_recovery(ws, store=store, identity=identity, faults=faults, current=current)
+        _settle(watch, mark, current[0], checksum)
         return _unchanged(ws, record.pulses[pulse.id])
     commit = make_commit(
         tree=tree,
@@ -151,8 +158,24 @@ def checkpoint_pulse(
     )
     store.save_workflow(record)
     faults.step_done("commit")
-    _finish_checkpoint(ws, store=store, identity=identity, faults=faults, current=current)
+    checksum = _finish_checkpoint(ws, store=store, identity=identity, faults=faults, current=current)
+    _settle(watch, mark, current[0], checksum)
     return _checkpointed(ws, record.pulses[pulse.id])
+
+
+def _settle(watch: WorktreeWatch | None, mark: Mark | None, snapshot: Snapshot, index_checksum: bytes) -> None:
+    """Tell ``watch`` the checkpoint is over, with the directories its index has files in (those the scan
+    started from, and those of the paths it added)."""
+    if watch is None or mark is None:
+        return
+    dirs = snapshot.tracked_dirs
+    for path in snapshot.changed:
+        if path in snapshot.entries:
+            directory = path.rpartition(b"/")[0]
+            while directory and directory not in dirs:
+                dirs.add(directory)
+                directory = directory.rpartition(b"/")[0]
+    watch.settle(mark, dirs, index_checksum)
 
 
 def recovery_checkpoint(
@@ -208,7 +231,8 @@ def finish_pending(ws: Workspace, *, store: GitStore, identity: Identity, faults
 
 def _finish_checkpoint(
     ws: Workspace, *, store: GitStore, identity: Identity, faults: FaultInjector, current: Current | None
-) -> None:
+) -> bytes:
+    """Finish the journaled checkpoint; return the checksum of the index it leaves."""
     record = ws.record
     pending = record.pending
     assert pending is not None and pending.commit is not None
@@ -255,7 +279,7 @@ def _finish_checkpoint(
     if read_branch(ws.repo, pulse_ref) == commit:
         delete_branch(ws.repo, pulse_ref, expected=commit)
     faults.step_done("delete_branch")
-    reset_worktree(
+    reset = reset_worktree(
         ws.worktree, ws.index_path, ws.objects, commit_tree_id(ws.objects, commit), current=current,
         filemode=ws.filemode,
     )  # fmt: skip
@@ -268,11 +292,13 @@ def _finish_checkpoint(
     record.worktree_commit = pending.commit
     record.pending = None
     store.save_workflow(record)
+    return reset.index_checksum
 
 
 def _finish_recovery(
     ws: Workspace, *, store: GitStore, identity: Identity, faults: FaultInjector, current: Current | None
-) -> None:
+) -> bytes:
+    """Finish the journaled recovery; return the checksum of the index it leaves."""
     record = ws.record
     pending = record.pending
     assert pending is not None
@@ -296,7 +322,7 @@ def _finish_recovery(
     head = ws.workflow_head()
     if current is None and pending.commit is not None:
         current = _state_including(ws, pending.commit.encode())
-    reset_worktree(
+    reset = reset_worktree(
         ws.worktree, ws.index_path, ws.objects, commit_tree_id(ws.objects, head), current=current,
         filemode=ws.filemode,
     )  # fmt: skip
@@ -310,6 +336,7 @@ def _finish_recovery(
     record.worktree_commit = head.decode()
     record.pending = None
     store.save_workflow(record)
+    return reset.index_checksum
 
 
 def _state_including(ws: Workspace, commit: bytes) -> Current:

@@ -64,10 +64,11 @@ from autarch.contracts.git import (
 from autarch.runtime.worktree_files import remove_tree
 
 from . import checkpoints, merges, workers
-from .checkout import commit_tree_id, reset_worktree, tracked_state
+from .checkout import commit_tree_id, index_trees, reset_worktree, tracked_state
 from .commits import Identity
 from .dulwich_ids import oid, ref_name
 from .faults import FaultInjector
+from .index_file import read_index
 from .refs import (
     BranchNameError,
     branch_ref,
@@ -83,6 +84,7 @@ from .snapshots import DEFAULT_MAX_FILE_BYTES, Snapshot
 from .store import ArtifactStore, GitStore, PulseRecord, RepositoryRecord, WorkflowRecord
 from .swarm_records import SwarmStore
 from .trees import MODE_SYMLINK, TreeSet, diff_trees
+from .watch import WorktreeWatch
 from .workspace import Workspace, fail, open_repository
 from .worktrees import admin_dir, break_stale_locks, create_worktree_links, linked_worktrees, remove_worktree, set_head
 
@@ -134,6 +136,7 @@ class GitEngine:
         identity: Identity | None = None,
         faults: FaultInjector | None = None,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        watch_worktrees: bool = True,
     ):
         self.data_dir = data_dir
         self.max_file_bytes = max_file_bytes
@@ -143,6 +146,11 @@ class GitEngine:
         self.worktrees_root = data_dir / "worktrees"
         self.identity = identity or Identity()
         self.faults = faults or FaultInjector()
+        self.watch = WorktreeWatch(enabled=watch_worktrees)
+
+    def close(self) -> None:
+        """Give up the worktree watches (the service is stopping)."""
+        self.watch.close()
 
     # --- lookups (no lock needed: these fields never change) -------------------------------------
 
@@ -453,6 +461,18 @@ class GitEngine:
             files = self._changes(ws, state, ws.record.worktree_commit)
         return TrackedChanges(run_id=query.run_id, clean=not files, files=files)
 
+    def _tracked_since_checkpoint(self, ws: Workspace) -> tuple[Snapshot, TreeSet]:
+        """The worktree's tracked state: the index's own when the watch proves nothing touched the worktree
+        since the checkpoint that wrote it (:mod:`.watch`), else from a scan."""
+        index = read_index(ws.index_path)
+        if not index.conflicted and self.watch.unchanged(ws.worktree, index.checksum):
+            snapshot = Snapshot(entries=dict(index.entries), index=index)
+            trees = index_trees(ws.index_path, snapshot)
+            if trees is not None:
+                return snapshot, trees
+        return tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode, max_file_bytes=ws.max_file_bytes,
+                             index=index)
+
     def _require_clean(self, ws: Workspace, state: tuple[Snapshot, TreeSet], head: bytes) -> None:
         """Clean: the tracked files match the last checkout, or the workflow head (a reset cut short)."""
         assert ws.record.worktree_commit is not None
@@ -500,8 +520,7 @@ class GitEngine:
                     branch=name,
                     existing=clash.decode(),
                 )
-            state = tracked_state(ws.worktree, ws.index_path, filemode=ws.filemode,
-                                          max_file_bytes=ws.max_file_bytes)
+            state = self._tracked_since_checkpoint(ws)
             self._require_clean(ws, state, head)
             head_tree = commit_tree_id(ws.objects, head)
             if state[1].root != head_tree:
@@ -538,7 +557,8 @@ class GitEngine:
 
     def checkpoint_pulse(self, cmd: CheckpointPulse) -> PulseCheckpointed:
         with self._open(cmd.run_id) as ws:
-            return checkpoints.checkpoint_pulse(ws, cmd, store=self.store, identity=self.identity, faults=self.faults)
+            return checkpoints.checkpoint_pulse(ws, cmd, store=self.store, identity=self.identity, faults=self.faults,
+                                                watch=self.watch)
 
     def recovery_checkpoint(self, cmd: RecoveryCheckpoint) -> RecoveryCheckpointed:
         with self._open(cmd.run_id) as ws:
@@ -567,6 +587,7 @@ class GitEngine:
                 if record.active_pulse is not None:
                     record.pulses[record.active_pulse].state = "discarded"
                     record.active_pulse = None
+                self.watch.forget(ws.worktree)
                 removed = remove_worktree(ws.repo, worktree_id=record.worktree_id, path=ws.worktree)
                 record.state = "removed"
                 self.store.save_workflow(record)

@@ -80,8 +80,10 @@ class GitService:
         faults: FaultInjector | None = None,
         max_workers: int = 8,
         max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        watch_worktrees: bool = True,
     ) -> None:
-        self.engine = GitEngine(data_dir=data_dir, identity=identity, faults=faults, max_file_bytes=max_file_bytes)
+        self.engine = GitEngine(data_dir=data_dir, identity=identity, faults=faults, max_file_bytes=max_file_bytes,
+                                watch_worktrees=watch_worktrees)
         self.locks = RepositoryLocks(self.engine.store.lock_path, max_workers=max_workers)
         self.micro = TypedService(nc, name="git", description="branches, worktrees, checkpoints and diffs")
         engine = self.engine
@@ -163,6 +165,7 @@ class GitService:
     async def stop(self) -> None:
         await self.micro.stop()
         await asyncio.to_thread(self.locks.close)
+        self.engine.close()
 
 
 async def start(nc: Client, settings: GitSettings) -> Callable[[], Awaitable[None]]:
@@ -174,6 +177,7 @@ async def start(nc: Client, settings: GitSettings) -> Callable[[], Awaitable[Non
         identity=identity_from_settings(settings),
         faults=FaultInjector.from_env(),
         max_file_bytes=settings.git_max_file_bytes,
+        watch_worktrees=settings.git_watch_worktrees,
     )
     await service.start()
     return service.stop

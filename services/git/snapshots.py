@@ -58,6 +58,8 @@ class Snapshot:
     """Some entry's stat data changed: the index on disk is stale even if no content did."""
     index: IndexContents | None = None
     """The index the snapshot was taken against (its unchanged entries are written back as read)."""
+    tracked_dirs: set[bytes] = field(default_factory=set)
+    """The directories (worktree-relative, the top left out) that held a file of ``index``."""
 
 
 def blob_id(data: bytes) -> bytes:
@@ -156,6 +158,7 @@ class _Scan:
             while directory and directory not in self.tracked_dirs:
                 self.tracked_dirs.add(directory)
                 directory = directory.rpartition(b"/")[0]
+        self.snapshot.tracked_dirs = self.tracked_dirs
 
     def walk(self, prefix: bytes, pending: list[bytes]) -> None:
         try:

@@ -1,0 +1,327 @@
+"""Whether anything touched a worktree's tracked directories since the git service last scanned it (inotify).
+
+A pulse starts with a clean check, a ``stat`` of every tracked file, so that a user's edit between pulses is
+refused (``dirty_worktree``) instead of landing in the agent's commit. In a loop that check follows the previous
+iteration's checkpoint scan by a few milliseconds, and both cost time in proportion to the worktree: a loop that
+adds a file each iteration paid for two scans of a growing tree per iteration. This module lets the check trust
+the checkpoint's scan when the kernel reported nothing since it began.
+
+The proof, per worktree:
+
+1. before the checkpoint's scan, :meth:`WorktreeWatch.mark` reads every queued event (the agent's, from the
+   pulse) and notes the worktree's event count;
+2. after the checkpoint has written its index, :meth:`WorktreeWatch.settle` reads them again. The worktree is
+   *quiet* when no event came for it in between and every directory holding a tracked file was watched before
+   the scan began; directories not yet watched get a watch then, and quiet waits for the next checkpoint;
+3. the next clean check asks :meth:`WorktreeWatch.unchanged`: quiet, still no event, and the index on disk is the
+   one the checkpoint wrote. Then the tracked content is the index's, and no file is ``stat``'ed.
+
+The watch is only ever a reason to skip a scan, never a record of what changed: a checkpoint always scans the
+whole worktree, so nothing an agent writes is committed or left out on the word of an event. Any doubt means a
+scan: a queue overflow (every worktree), a watch the kernel refused (no room, not a directory), a directory
+removed or moved, a worktree with more directories than :data:`MAX_DIRS`. Events name no path here: only the
+watch they came from counts, so no name an agent chose is read.
+
+What inotify does not report is no worse than the scan's own window: a write through a hard link made from
+outside the watched directories, or through a writable ``mmap`` after its file was closed, by a process still
+running at the check. Agent commands cannot (their PID namespace ends every process with the command); for a
+user, such an edit would land in the next commit as an edit made during the pulse does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import struct
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = ["LOCAL_FILESYSTEMS", "MAX_DIRS", "MAX_WORKTREES", "Mark", "WorktreeWatch"]
+
+log = logging.getLogger(__name__)
+
+MAX_DIRS = 20_000
+"""Directories watched per worktree at most: past it the worktree is scanned each time (its watches would crowd
+out other worktrees' within ``fs.inotify.max_user_watches``)."""
+MAX_WORKTREES = 64
+"""Worktrees watched at once; the one used least recently gives its watches up first."""
+
+_IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE = 0x002, 0x004, 0x008
+_IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x040, 0x080, 0x100, 0x200
+_IN_DELETE_SELF, _IN_MOVE_SELF = 0x400, 0x800
+_IN_Q_OVERFLOW, _IN_IGNORED = 0x4000, 0x8000
+_IN_ONLYDIR, _IN_DONT_FOLLOW = 0x01000000, 0x02000000
+_IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+# Everything that can change what a tracked file holds, its mode or stat data, or which files a directory has.
+_MASK = (_IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
+         | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR | _IN_DONT_FOLLOW)
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
+_MAX_READS = 64
+"""Reads of 64 KiB (some 2,000 events each) one drain makes at most."""
+
+LOCAL_FILESYSTEMS = frozenset({
+    0xEF53,      # ext2, ext3, ext4
+    0x58465342,  # xfs
+    0x9123683E,  # btrfs
+    0x2FC12FC1,  # zfs
+    0xF2F52010,  # f2fs
+    0xCA451A4E,  # bcachefs
+    0x01021994,  # tmpfs
+    0x858458F6,  # ramfs
+    0x794C7630,  # overlayfs (containers)
+})
+"""Filesystems (``statfs`` magic numbers) whose every change passes through this kernel. On NFS, SMB, 9p or a
+FUSE mount another machine or a user-space server can change a file without an inotify event here: worktrees
+there are scanned each time."""
+
+
+@dataclass(eq=False)  # held in lists by identity
+class _Worktree:
+    root: bytes
+    watches: dict[bytes, int] = field(default_factory=dict)
+    """Directory (worktree-relative, ``b""`` for the top) → its watch descriptor."""
+    events: int = 0
+    """Events seen for this worktree (any of its watches), or doubts counted as one."""
+    quiet_at: int | None = None
+    """``events`` when a checkpoint proved the worktree quiet; ``None`` while nothing is proved."""
+    index_checksum: bytes = b""
+    """The checksum of the index that checkpoint left."""
+    unwatchable: bool = False
+    """Too many directories, or the kernel refused a watch: always scanned."""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """Where a checkpoint's scan began: the worktree and its event count then."""
+
+    root: bytes
+    events: int
+
+
+class _Inotify:
+    """The three system calls, through libc (no binding in the standard library)."""
+
+    def __init__(self) -> None:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        self._add = libc.inotify_add_watch
+        self._add.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
+        self._rm = libc.inotify_rm_watch
+        self._rm.argtypes = (ctypes.c_int, ctypes.c_int)
+        self._statfs = libc.statfs
+        self._statfs.argtypes = (ctypes.c_char_p, ctypes.c_void_p)
+        fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.fd: int = fd
+
+    def add(self, path: bytes) -> int:
+        wd = self._add(self.fd, path, _MASK)
+        if wd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code))
+        return int(wd)
+
+    def filesystem(self, path: bytes) -> int | None:
+        """The ``f_type`` of the filesystem holding ``path`` (the first field of ``struct statfs``)."""
+        buffer = ctypes.create_string_buffer(512)  # struct statfs is 120 bytes on 64-bit Linux
+        if self._statfs(path, buffer) != 0:
+            return None
+        return ctypes.c_ulong.from_buffer(buffer).value & 0xFFFFFFFF
+
+    def remove(self, wd: int) -> None:
+        self._rm(self.fd, wd)  # EINVAL when the kernel dropped it already: nothing to do
+
+    def read(self) -> bytes:
+        try:
+            return os.read(self.fd, 65536)
+        except BlockingIOError:
+            return b""
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class WorktreeWatch:
+    """The git service's watches on the worktrees it checkpoints (one inotify instance for all of them)."""
+
+    def __init__(self, *, enabled: bool = True, max_dirs: int = MAX_DIRS, max_worktrees: int = MAX_WORKTREES) -> None:
+        self.max_dirs = max_dirs
+        self.max_worktrees = max_worktrees
+        self._lock = threading.Lock()  # the service runs operations of different repositories in threads
+        self._worktrees: OrderedDict[bytes, _Worktree] = OrderedDict()
+        # A descriptor names an inode: two worktrees' paths can reach the same directory (a link on the way to one
+        # of them), and then the kernel hands both the same descriptor. Each holder counts its events, and the
+        # watch is removed when the last one lets go.
+        self._by_wd: dict[int, list[tuple[_Worktree, bytes]]] = {}
+        self._inotify: _Inotify | None = None
+        if enabled and sys.platform.startswith("linux"):
+            try:
+                self._inotify = _Inotify()
+            except OSError as exc:
+                log.info("no inotify (%s): every clean check scans the worktree", exc)
+
+    @property
+    def available(self) -> bool:
+        return self._inotify is not None
+
+    def mark(self, root: str | os.PathLike[str]) -> Mark | None:
+        """Note where a checkpoint's scan of ``root`` begins (``None`` when nothing is watched here)."""
+        if self._inotify is None:
+            return None
+        key = os.fsencode(root)
+        with self._lock:
+            self._drain()
+            tree = self._worktrees.get(key)
+            if tree is None:
+                tree = self._worktrees[key] = _Worktree(root=key)
+                kind = self._inotify.filesystem(key)
+                if kind not in LOCAL_FILESYSTEMS:
+                    tree.unwatchable = True
+                    log.info("%s is on a filesystem inotify may not see every change of (f_type %s): its clean "
+                             "checks scan it", os.fsdecode(key), hex(kind) if kind is not None else "unknown")
+                self._evict()
+            self._worktrees.move_to_end(key)
+            tree.quiet_at = None  # whatever the checkpoint does now, the old proof is spent
+            return Mark(root=key, events=tree.events)
+
+    def settle(self, mark: Mark | None, tracked_dirs: Iterable[bytes], index_checksum: bytes) -> bool:
+        """After the checkpoint wrote ``index_checksum``: quiet if nothing came since ``mark`` and every one of
+        ``tracked_dirs`` (worktree-relative, the top implied) was watched before it; returns whether it is."""
+        if mark is None or self._inotify is None:
+            return False
+        with self._lock:
+            self._drain()
+            tree = self._worktrees.get(mark.root)
+            if tree is None or tree.unwatchable:
+                return False
+            missing = [d for d in (b"", *tracked_dirs) if d not in tree.watches]
+            if len(tree.watches) + len(missing) > self.max_dirs:
+                self._unwatch(tree, unwatchable=True)
+                return False
+            for directory in missing:
+                if not self._watch(tree, directory):
+                    return False
+            if missing or tree.events != mark.events:
+                return False  # the new watches make the next checkpoint's proof possible
+            tree.quiet_at = tree.events
+            tree.index_checksum = index_checksum
+            return True
+
+    def unchanged(self, root: str | os.PathLike[str], index_checksum: bytes) -> bool:
+        """Nothing touched ``root``'s tracked directories since a quiet checkpoint, whose index is still
+        ``index_checksum``."""
+        if self._inotify is None:
+            return False
+        key = os.fsencode(root)
+        with self._lock:
+            self._drain()
+            tree = self._worktrees.get(key)
+            return (tree is not None and tree.quiet_at is not None and tree.quiet_at == tree.events
+                    and tree.index_checksum == index_checksum)
+
+    def forget(self, root: str | os.PathLike[str]) -> None:
+        """Give up the watches of a worktree (removed, or about to be)."""
+        if self._inotify is None:
+            return
+        with self._lock:
+            tree = self._worktrees.pop(os.fsencode(root), None)
+            if tree is not None:
+                self._unwatch(tree)
+
+    def watched(self, root: str | os.PathLike[str]) -> int:
+        """How many directories of ``root`` are watched (for tests and the benchmark's report)."""
+        with self._lock:
+            tree = self._worktrees.get(os.fsencode(root))
+            return len(tree.watches) if tree is not None else 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._inotify is not None:
+                self._inotify.close()
+                self._inotify = None
+            self._worktrees.clear()
+            self._by_wd.clear()
+
+    # --- under the lock ---------------------------------------------------------------------------------------
+
+    def _watch(self, tree: _Worktree, directory: bytes) -> bool:
+        assert self._inotify is not None
+        path = tree.root + b"/" + directory if directory else tree.root
+        try:
+            wd = self._inotify.add(path)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                log.warning("inotify has no room for another watch (fs.inotify.max_user_watches): %s is scanned "
+                            "at every clean check", os.fsdecode(tree.root))
+            # ENOENT, ENOTDIR (a link or a file where a tracked directory was): the next scan finds out what
+            # happened there, and no proof holds until then.
+            tree.events += 1
+            if exc.errno == errno.ENOSPC:
+                self._unwatch(tree, unwatchable=True)
+            return False
+        previous = tree.watches.get(directory)
+        if previous is not None and previous != wd:
+            self._release(tree, directory, previous)
+        holders = self._by_wd.setdefault(wd, [])
+        if (tree, directory) not in holders:
+            holders.append((tree, directory))
+        tree.watches[directory] = wd
+        return True
+
+    def _release(self, tree: _Worktree, directory: bytes, wd: int) -> None:
+        assert self._inotify is not None
+        holders = [h for h in self._by_wd.get(wd, ()) if not (h[0] is tree and h[1] == directory)]
+        if holders:
+            self._by_wd[wd] = holders
+        else:
+            self._by_wd.pop(wd, None)
+            self._inotify.remove(wd)
+
+    def _unwatch(self, tree: _Worktree, *, unwatchable: bool = False) -> None:
+        assert self._inotify is not None
+        for directory, wd in list(tree.watches.items()):
+            self._release(tree, directory, wd)
+        tree.watches.clear()
+        tree.quiet_at = None
+        tree.unwatchable = tree.unwatchable or unwatchable
+
+    def _evict(self) -> None:
+        while len(self._worktrees) > self.max_worktrees:
+            _key, tree = self._worktrees.popitem(last=False)
+            self._unwatch(tree)
+
+    def _drain(self) -> None:
+        assert self._inotify is not None
+        unpack = _EVENT.unpack_from
+        for _ in range(_MAX_READS):
+            data = self._inotify.read()
+            if not data:
+                return
+            offset = 0
+            while offset < len(data):
+                wd, mask, _cookie, length = unpack(data, offset)
+                offset += _EVENT.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    for tree in self._worktrees.values():
+                        tree.events += 1  # events were lost: no worktree's proof holds
+                    continue
+                holders = self._by_wd.get(wd)
+                if holders is None:
+                    continue
+                for tree, _directory in holders:
+                    tree.events += 1
+                if mask & _IN_IGNORED:  # the directory is gone: watched again when it holds tracked files again
+                    del self._by_wd[wd]
+                    for tree, directory in holders:
+                        if tree.watches.get(directory) == wd:
+                            del tree.watches[directory]
+        # Events still arrive faster than they are read (agents of other worktrees writing): stop reading, and let
+        # no worktree's proof stand on events not read yet.
+        for tree in self._worktrees.values():
+            tree.events += 1

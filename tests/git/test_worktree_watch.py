@@ -1,0 +1,235 @@
+"""The clean check before a pulse trusts the last checkpoint's scan only while inotify saw nothing since.
+
+Each test drives the git engine in process on a real repository: pulses that each write a file and checkpoint,
+then something done to the worktree between two pulses, then the next ``start_pulse``. A user's edit must be
+refused as it is without the watch; a worktree nobody touched must start without a scan.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from autarch.contracts.git import CheckpointPulse, CreateWorkflowBranch, RegisterRepository, RemoveWorktree, StartPulse
+from autarch.runtime.errors import ServiceFailure
+from autarch.services.git import checkout
+from autarch.services.git.commits import Identity
+from autarch.services.git.engine import GitEngine
+from autarch.services.git.index_file import read_index
+from autarch.services.git.watch import WorktreeWatch
+
+from .gitcli import git
+
+pytestmark = pytest.mark.skipif(not WorktreeWatch().available, reason="no inotify on this system")
+
+
+class Loop:
+    """A workflow worktree driven pulse by pulse, counting the scans of its tracked files."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        repo = tmp_path / "project"
+        (repo / "src").mkdir(parents=True)
+        git(repo, "init", "-q", "-b", "main")
+        (repo / "src" / "app.py").write_text("def main():\n    return 1\n")
+        (repo / "README.md").write_text("# Demo\n")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "initial")
+        self.engine = GitEngine(data_dir=tmp_path / "data", identity=Identity())
+        registered = self.engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
+        view = self.engine.create_workflow_branch(
+            CreateWorkflowBranch(run_id="wf", repository_id=registered.repository_id, branch="autarch/wf"))
+        self.worktree = Path(view.worktree_path)
+        self.number = 0
+        self.scans = 0
+        scan = checkout.scan_worktree
+
+        def counted(*args: object, **kwargs: object) -> object:
+            self.scans += 1
+            return scan(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(checkout, "scan_worktree", counted)
+
+    def start(self) -> None:
+        self.number += 1
+        self.engine.start_pulse(StartPulse(run_id="wf", pulse_id=f"p{self.number}"))
+
+    def checkpoint(self, write: Callable[[Path], object] | None = None) -> None:
+        (write or (lambda root: (root / "src" / f"step{self.number}.py").write_text(f"STEP = {self.number}\n")))(
+            self.worktree)
+        self.engine.checkpoint_pulse(CheckpointPulse(run_id="wf", pulse_id=f"p{self.number}",
+                                                     summary=f"feat: step {self.number}"))
+
+    def pulses(self, count: int) -> None:
+        for _ in range(count):
+            self.start()
+            self.checkpoint()
+
+    def scans_of_next_start(self) -> int:
+        before = self.scans
+        self.start()
+        return self.scans - before
+
+    def quiet(self) -> bool:
+        with self.engine.open_workspace("wf") as ws:
+            return self.engine.watch.unchanged(ws.worktree, read_index(ws.index_path).checksum)
+
+
+@pytest.fixture
+def loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Loop]:
+    made = Loop(tmp_path, monkeypatch)
+    yield made
+    made.engine.close()
+
+
+def test_a_pulse_after_an_undisturbed_checkpoint_starts_without_a_scan(loop: Loop):
+    loop.pulses(2)  # the first checkpoint sets the watches up; the second one proves the worktree quiet
+    for _ in range(5):
+        assert loop.scans_of_next_start() == 0
+        loop.checkpoint()
+    assert git(loop.worktree, "status", "--porcelain") == ""
+    assert len(git(loop.worktree, "log", "--oneline").splitlines()) == 1 + 2 + 5
+
+
+def test_a_new_directory_is_watched_from_the_next_checkpoint(loop: Loop):
+    loop.pulses(2)
+    loop.start()
+
+    def new_directory(root: Path) -> None:
+        (root / "lib" / "deep").mkdir(parents=True)
+        (root / "lib" / "deep" / "mod.py").write_text("X = 1\n")
+
+    loop.checkpoint(new_directory)
+    assert loop.scans_of_next_start() == 1  # lib/deep was not watched while the checkpoint scanned it
+    loop.checkpoint()
+    assert loop.scans_of_next_start() == 0
+    (loop.worktree / "lib" / "deep" / "mod.py").write_text("X = 2  # the user's\n")
+    loop.checkpoint(lambda root: None)
+    assert git(loop.worktree, "show", "--stat", "--format=", "HEAD").strip().startswith("lib/deep/mod.py")
+
+
+def _link_dir(root: Path) -> None:
+    shutil.rmtree(root / "src")
+    (root / "src").symlink_to("/etc")
+
+
+def _link_file(root: Path) -> None:
+    (root / "README.md").unlink()
+    (root / "README.md").symlink_to("src/app.py")
+
+
+def _replace(root: Path) -> None:
+    (root / "new").write_text("other\n")
+    os.replace(root / "new", root / "src" / "app.py")
+
+
+EDITS: dict[str, Callable[[Path], object]] = {
+    "content": lambda root: (root / "src" / "app.py").write_text("def main():\n    return 2\n"),
+    "same size": lambda root: (root / "src" / "app.py").write_text("def main():\n    return 9\n"),
+    "mode": lambda root: (root / "src" / "app.py").chmod(0o755),
+    "removed": lambda root: (root / "README.md").unlink(),
+    "directory moved": lambda root: (root / "src").rename(root / "source"),
+    "directory made a link": _link_dir,
+    "file made a link": _link_file,
+    "replaced by rename": _replace,
+}
+
+
+@pytest.mark.parametrize("edit", EDITS.values(), ids=EDITS.keys())
+def test_a_user_edit_between_pulses_is_still_refused(loop: Loop, edit: Callable[[Path], object]):
+    loop.pulses(3)
+    edit(loop.worktree)
+    with pytest.raises(ServiceFailure) as caught:
+        loop.start()
+    assert caught.value.code == "dirty_worktree"
+
+
+def test_an_edit_the_user_takes_back_is_not_refused(loop: Loop):
+    loop.pulses(3)
+    app = loop.worktree / "src" / "app.py"
+    original = app.read_text()
+    app.write_text("changed\n")
+    app.write_text(original)
+    assert loop.scans_of_next_start() == 1  # the events forced the scan, which found the content unchanged
+
+
+def test_an_index_rewritten_by_git_means_a_scan(loop: Loop):
+    loop.pulses(3)
+    (loop.worktree / "README.md").write_text("# staged by the user\n")
+    git(loop.worktree, "add", "README.md")
+    with pytest.raises(ServiceFailure) as caught:
+        loop.start()
+    assert caught.value.code == "dirty_worktree"
+
+
+def test_a_lost_event_means_a_scan(loop: Loop):
+    loop.pulses(3)
+    assert loop.quiet()
+    # More events than the kernel queues (fs.inotify.max_queued_events, 16,384 by default): it drops the rest and
+    # says so, and no worktree's proof holds after that.
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    scratch = loop.worktree / "src" / "scratch.txt"
+    for i in range(limit // 2 + 100):
+        scratch.write_text(str(i))
+        scratch.unlink()
+    assert not loop.quiet()
+    assert loop.scans_of_next_start() == 1
+
+
+def test_a_removed_worktree_gives_its_watches_up(loop: Loop):
+    loop.pulses(2)
+    assert loop.engine.watch.watched(loop.worktree) == 2  # the top and src/
+    loop.start()
+    loop.checkpoint()
+    loop.engine.remove_worktree(RemoveWorktree(run_id="wf"))
+    assert loop.engine.watch.watched(loop.worktree) == 0
+
+
+def test_without_inotify_every_clean_check_scans(loop: Loop, monkeypatch: pytest.MonkeyPatch):
+    loop.engine.watch.close()
+    loop.pulses(3)
+    assert loop.scans_of_next_start() == 1
+    loop.checkpoint()
+    (loop.worktree / "src" / "app.py").write_text("edited\n")
+    with pytest.raises(ServiceFailure) as caught:
+        loop.start()
+    assert caught.value.code == "dirty_worktree"
+
+
+def test_a_watch_shared_by_two_worktrees_stays_until_both_let_go(tmp_path: Path):
+    watch = WorktreeWatch()
+    try:
+        top = tmp_path / "shared"
+        (top / "d").mkdir(parents=True)
+        (tmp_path / "other").mkdir()
+        # A link on the way to a directory (never its last step, which a watch refuses to follow): the kernel
+        # has one watch per inode, so both worktrees hold the same descriptor.
+        (tmp_path / "other" / "x").symlink_to(top)
+        first, second = watch.mark(top), watch.mark(tmp_path / "other")
+        watch.settle(first, {b"d"}, b"x")
+        watch.settle(second, {b"x/d"}, b"y")
+        first, second = watch.mark(top), watch.mark(tmp_path / "other")
+        assert watch.settle(first, {b"d"}, b"x") and watch.settle(second, {b"x/d"}, b"y")
+        watch.forget(tmp_path / "other")
+        (top / "d" / "f").write_text("x")
+        assert not watch.unchanged(top, b"x")  # the first worktree's watch on d/ still reports
+    finally:
+        watch.close()
+
+
+def test_too_many_directories_are_not_watched(tmp_path: Path):
+    watch = WorktreeWatch(max_dirs=3)
+    try:
+        for name in "abcd":
+            (tmp_path / name).mkdir()
+        mark = watch.mark(tmp_path)
+        assert not watch.settle(mark, {b"a", b"b", b"c", b"d"}, b"x")
+        mark = watch.mark(tmp_path)
+        assert not watch.settle(mark, {b"a", b"b", b"c", b"d"}, b"x")
+        assert watch.watched(tmp_path) == 0
+        assert not watch.unchanged(tmp_path, b"x")
+    finally:
+        watch.close()
