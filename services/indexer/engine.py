@@ -35,6 +35,7 @@ from autarch.runtime.git_admin import own_git_dir
 from autarch.runtime.settings import IndexerSettings
 from autarch.runtime.worktree_files import read_regular
 
+from .blas import one_blas_thread
 from .chunking import EMBEDDING_TEXT_VERSION, Chunk, chunk_file
 from .embeddings import Embedder, load_embedder
 from .errors import IndexerError
@@ -182,6 +183,9 @@ class Indexer:
     _stat_caches: dict[str, StatCache] = field(default_factory=dict)
     _locks: defaultdict[tuple[str, str], threading.Lock] = field(default_factory=lambda: defaultdict(threading.Lock))
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        one_blas_thread()  # its searches multiply a matrix of every chunk's vector (blas.py)
 
     @classmethod
     def from_settings(cls, settings: IndexerSettings) -> Indexer:

@@ -20,6 +20,7 @@ import numpy as np
 
 from autarch.contracts.turns import SliceView, TurnHit, TurnRecord
 
+from .blas import one_blas_thread
 from .embeddings import Embedder
 from .fusion import reciprocal_rank_fusion
 from .lexical import bm25_scores, query_terms, term_frequencies, top_rows
@@ -106,6 +107,7 @@ class TurnMemory:
     """Every recorded turn, per project; thread-safe (the service calls it from worker threads)."""
 
     def __init__(self, path: Path, embedder: Embedder) -> None:
+        one_blas_thread()  # a search multiplies the matrix of every turn's vector (blas.py)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.embedder = embedder
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)

@@ -85,6 +85,29 @@ def test_a_slice_grows_around_the_anchor_within_the_budget(memory):
     assert memory.slice("nope", 100) is None
 
 
+def test_the_turn_memory_holds_numpy_to_one_blas_thread(tmp_path):
+    import subprocess
+    import sys
+
+    # In a process of its own: the limit is per process, and this one may have set it already.
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from autarch.services.indexer.turn_memory import TurnMemory\n"
+        "class Flat:\n"
+        "    dim = 8\n"
+        "    def embed(self, texts, kind='document'):\n"
+        "        import numpy as np\n"
+        "        return np.ones((len(texts), 8), dtype=np.float32)\n"
+        "TurnMemory(Path(sys.argv[1]), Flat()).close()\n"
+        "print(sorted({i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "turns.sqlite")], capture_output=True,
+                         text=True, check=True, env={"OPENBLAS_NUM_THREADS": "2", "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "[1]"
+
+
 def test_turns_survive_a_restart(tmp_path, embedder):
     first = TurnMemory(tmp_path / "turns.sqlite", embedder)
     first.record([turn(i, t) for i, t in enumerate(TEXTS)])
