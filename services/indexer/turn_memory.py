@@ -8,9 +8,11 @@ reciprocal rank, as code search does), and the slice of conversation around an a
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import sqlite3
 import threading
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,23 +55,53 @@ def _text_of(turn: TurnRecord) -> str:
     return f"{turn.user_text}\n{turn.text}"
 
 
+class _Rows:
+    """A float32 matrix that grows by doubling: adding a row costs the same at 30,000 rows as at 30."""
+
+    def __init__(self, width: int) -> None:
+        self._data = np.zeros((16, width), dtype=np.float32)
+        self.size = 0
+
+    def extend(self, rows: np.ndarray) -> None:
+        needed = self.size + len(rows)
+        if needed > len(self._data):
+            grown = np.zeros((max(needed, 2 * len(self._data)), self._data.shape[1]), dtype=np.float32)
+            grown[: self.size] = self._data[: self.size]
+            self._data = grown
+        self._data[self.size : needed] = rows
+        self.size = needed
+
+    def view(self) -> np.ndarray:
+        # Rows past ``size`` are only ever written by a later extend, so the view stays what it was when taken.
+        return self._data[: self.size]
+
+
 @dataclass
 class _Project:
-    """One project's turns in memory: records, a vector matrix and BM25 postings over the same rows."""
+    """One project's turns in memory: records, a vector matrix and BM25 postings over the same rows.
+
+    Everything a turn adds is appended in place (no structure is copied or rebuilt per turn), and a query copies
+    only the postings of its own terms: a loop's thousandth iteration records and asks as fast as its first.
+    """
 
     dim: int
     turns: list[TurnRecord] = field(default_factory=list)
     rows: dict[str, int] = field(default_factory=dict)
-    vectors: np.ndarray = field(init=False)
-    lengths: list[int] = field(default_factory=list)
-    postings: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
-    sessions: dict[str, list[int]] = field(default_factory=dict)
+    _vectors: _Rows = field(init=False)
+    _lengths: array = field(default_factory=lambda: array("f"))
+    postings: dict[str, tuple[array, array]] = field(default_factory=dict)
+    """Term → (rows, term frequencies), 4 bytes an entry (a list held an int object per entry)."""
+    sessions: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
+    """Session → (its turns' indexes, ascending; their rows, in the same order)."""
     latest: TurnRecord | None = None
     """The turn with the greatest (occurred_at, index): kept as turns come, so asking costs nothing."""
-    _arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
-        self.vectors = np.zeros((0, self.dim), dtype=np.float32)
+        self._vectors = _Rows(self.dim)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self._vectors.view()
 
     def add(self, turn: TurnRecord, vector: np.ndarray) -> None:
         self.add_many([turn], vector[None, :])
@@ -79,28 +111,39 @@ class _Project:
             self.latest = turn
 
     def add_many(self, turns: list[TurnRecord], vectors: np.ndarray) -> None:
-        # One vstack for a batch (a restart loads thousands of turns).
         start = len(self.turns)
-        vectors = vectors.astype(np.float32, copy=False)
-        self.vectors = np.vstack([self.vectors, vectors]) if len(self.vectors) else vectors.copy()
+        self._vectors.extend(vectors.astype(np.float32, copy=False))
         for offset, turn in enumerate(turns):
             row = start + offset
             self.turns.append(turn)
             self.rows[turn.turn_id] = row
             terms: Counter[str] = term_frequencies(_text_of(turn))
-            self.lengths.append(sum(terms.values()))
+            self._lengths.append(sum(terms.values()))
             for term, tf in terms.items():
-                rows, tfs = self.postings.setdefault(term, ([], []))
-                rows.append(row)
-                tfs.append(tf)
-            self.sessions.setdefault(turn.session_id, []).append(row)
+                posting = self.postings.get(term)
+                if posting is None:
+                    posting = self.postings[term] = (array("i"), array("i"))
+                posting[0].append(row)
+                posting[1].append(tf)
+            indexes, rows = self.sessions.setdefault(turn.session_id, ([], []))
+            # A session's turns come in order: appended at the end, bisected only when one comes late.
+            at = len(indexes) if not indexes or indexes[-1] <= turn.index else bisect.bisect_right(indexes, turn.index)
+            indexes.insert(at, turn.index)
+            rows.insert(at, row)
             self._note_latest(turn)
-        self._arrays = None
 
-    def lengths_array(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._arrays is None:
-            self._arrays = (np.asarray(self.lengths, dtype=np.float32), np.ones(len(self.lengths), dtype=bool))
-        return self._arrays
+    def lengths_array(self) -> np.ndarray:
+        return np.frombuffer(self._lengths, dtype=np.float32).copy()
+
+    def term_postings(self, terms: list[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Copies of the postings of ``terms`` (a copy: the arrays keep growing once the lock is let go)."""
+        found = []
+        for term in terms:
+            posting = self.postings.get(term)
+            if posting is not None:
+                found.append((np.frombuffer(posting[0], dtype=np.int32).copy(),
+                              np.frombuffer(posting[1], dtype=np.int32).copy()))
+        return found
 
 
 class TurnMemory:
@@ -190,16 +233,16 @@ class TurnMemory:
             memory = self._projects.get(project_path)
             if memory is None or not memory.turns:
                 return []
-            vectors, postings = memory.vectors, memory.postings
-            lengths, in_scope = memory.lengths_array()
-            terms = [postings[t] for t in query_terms(query) if t in postings]
+            vectors = memory.vectors
+            lengths = memory.lengths_array()
+            terms = memory.term_postings(query_terms(query))
             turns = memory.turns
         query_vector = self._query_vector(query)
         dense_scores = vectors @ query_vector
         # Only turns that are like the query at all (cosine > 0) are dense candidates: in a small memory the
         # whole project would otherwise be "ranked", and an unrelated turn's last place still adds to its fusion.
         dense_ranked = top_rows(dense_scores, _CANDIDATES)
-        lexical = bm25_scores(((np.asarray(r), np.asarray(f)) for r, f in terms), lengths=lengths, in_scope=in_scope)
+        lexical = bm25_scores(terms, lengths=lengths, in_scope=np.ones(len(lengths), dtype=bool))
         lexical_ranked = top_rows(lexical, _CANDIDATES)
         fused = reciprocal_rank_fusion([dense_ranked, lexical_ranked], weights=_FUSION_WEIGHTS)[:limit]
         # Ranked by the fusion; the score is the cosine similarity to the query (clamped to 0..1), which means
@@ -227,30 +270,32 @@ class TurnMemory:
             if project is None:
                 return None
             memory = self._projects[project]
-            anchor = memory.turns[memory.rows[turn_id]]
-            conversation = sorted((memory.turns[r] for r in memory.sessions[anchor.session_id]), key=lambda t: t.index)
-        position = next(i for i, t in enumerate(conversation) if t.turn_id == turn_id)
-        chosen = [position]
-        spent = conversation[position].tokens
-        # Grow outwards one turn at a time, before then after; a side stops at the first turn that does not fit,
-        # so the slice stays one contiguous stretch of the conversation.
-        before, after = position - 1, position + 1
-        while before >= 0 or after < len(conversation):
-            if before >= 0:
-                if spent + conversation[before].tokens <= token_budget:
-                    spent += conversation[before].tokens
-                    chosen.append(before)
-                    before -= 1
-                else:
-                    before = -1
-            if after < len(conversation):
-                if spent + conversation[after].tokens <= token_budget:
-                    spent += conversation[after].tokens
-                    chosen.append(after)
-                    after += 1
-                else:
-                    after = len(conversation)
-        picked = [conversation[i] for i in sorted(set(chosen))]
+            turns = memory.turns
+            anchor = turns[memory.rows[turn_id]]
+            indexes, rows = memory.sessions[anchor.session_id]
+            position = bisect.bisect_left(indexes, anchor.index)
+            while turns[rows[position]].turn_id != turn_id:  # turns of one index: few, if any
+                position += 1
+            spent = anchor.tokens
+            # Grow outwards one turn at a time, before then after; a side stops at the first turn that does not
+            # fit, so the slice stays one contiguous stretch of the conversation. Only the turns looked at are
+            # read: the slice costs the same in a session of 30,000 turns as in one of 30.
+            first = last = position
+            before_open, after_open = True, True
+            while before_open or after_open:
+                if before_open:
+                    if first > 0 and spent + turns[rows[first - 1]].tokens <= token_budget:
+                        first -= 1
+                        spent += turns[rows[first]].tokens
+                    else:
+                        before_open = False
+                if after_open:
+                    if last + 1 < len(rows) and spent + turns[rows[last + 1]].tokens <= token_budget:
+                        last += 1
+                        spent += turns[rows[last]].tokens
+                    else:
+                        after_open = False
+            picked = [turns[rows[i]] for i in range(first, last + 1)]
         ids = [t.turn_id for t in picked]
         digest = hashlib.sha256(f"{turn_id}|{token_budget}|{','.join(ids)}".encode()).hexdigest()[:24]
         return SliceView(slice_id=f"slice-{digest}", anchor_turn_id=turn_id, turn_ids=ids, node_count=len(picked),

@@ -85,6 +85,69 @@ def test_a_slice_grows_around_the_anchor_within_the_budget(memory):
     assert memory.slice("nope", 100) is None
 
 
+def _reference_slice(turns: list[TurnRecord], turn_id: str, budget: int) -> list[str]:
+    """The slice rule written out plainly: the anchor's session sorted by index, grown before then after."""
+    anchor = next(t for t in turns if t.turn_id == turn_id)
+    conversation = sorted((t for t in turns if t.session_id == anchor.session_id), key=lambda t: t.index)
+    position = next(i for i, t in enumerate(conversation) if t.turn_id == turn_id)
+    first = last = position
+    spent = anchor.tokens
+    before = after = True
+    while before or after:
+        if before:
+            if first > 0 and spent + conversation[first - 1].tokens <= budget:
+                first -= 1
+                spent += conversation[first].tokens
+            else:
+                before = False
+        if after:
+            if last + 1 < len(conversation) and spent + conversation[last + 1].tokens <= budget:
+                last += 1
+                spent += conversation[last].tokens
+            else:
+                after = False
+    return [t.turn_id for t in conversation[first:last + 1]]
+
+
+def test_slices_of_a_long_session_whose_turns_came_out_of_order(memory, tmp_path, embedder):
+    import random
+
+    rng = random.Random(5)
+    # A loop's session of 400 turns, some recorded late (a retried iteration), two sessions interleaved, and
+    # repeated indexes (a resumed conversation): the slice is the same stretch a sort of the session gives.
+    numbers = list(range(400))
+    for _ in range(40):
+        i, j = rng.randrange(400), rng.randrange(400)
+        numbers[i], numbers[j] = numbers[j], numbers[i]
+    turns = [TurnRecord(turn_id=f"t{n}", session_id="loop" if n % 3 else "other", project_path=PROJECT,
+                        index=n // 2, user_text=f"iteration {n}", text=f"did step {n}",
+                        occurred_at=T0 + timedelta(seconds=n), tokens=rng.randrange(20, 200))
+             for n in numbers]
+    for batch in range(0, len(turns), 7):
+        memory.record(turns[batch:batch + 7])
+    for turn_id in ("t0", "t1", "t2", "t199", "t200", "t398", "t399", *(f"t{rng.randrange(400)}" for _ in range(30))):
+        for budget in (10, 150, 600, 5000, 100_000):
+            assert memory.slice(turn_id, budget).turn_ids == _reference_slice(turns, turn_id, budget), (turn_id, budget)
+    memory.close()
+    again = TurnMemory(tmp_path / "turns.sqlite", embedder)  # loaded back in one batch, in recorded order
+    try:
+        for turn_id in ("t5", "t250", "t399"):
+            assert again.slice(turn_id, 600).turn_ids == _reference_slice(turns, turn_id, 600)
+    finally:
+        again.close()
+
+
+def test_a_search_sees_the_turns_recorded_after_it_and_not_before(memory):
+    memory.record([turn(i, t) for i, t in enumerate(TEXTS)])
+    assert memory.search(PROJECT, "stripe webhooks", limit=1)[0].turn_id == "t0"
+    # The postings grow in place: a later turn sharing the query's words is found, and ranks by the same rule.
+    for n in range(5, 60):
+        memory.record([turn(n, f"unrelated work number {n} on the admin pages")])
+    memory.record([turn(60, "Stripe webhooks retried with idempotency keys; the checkout confirms once.")])
+    ids = [h.turn_id for h in memory.search(PROJECT, "stripe webhooks", limit=2)]
+    assert set(ids) == {"t0", "t60"}
+
+
 def test_the_turn_memory_holds_numpy_to_one_blas_thread(tmp_path):
     import subprocess
     import sys
