@@ -38,6 +38,7 @@ import os
 import struct
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -144,7 +145,9 @@ class _Inotify:
             return b""
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class WorktreeWatch:
@@ -159,28 +162,41 @@ class WorktreeWatch:
         # of them), and then the kernel hands both the same descriptor. Each holder counts its events, and the
         # watch is removed when the last one lets go.
         self._by_wd: dict[int, list[tuple[_Worktree, bytes]]] = {}
+        # Made at the first checkpoint, not here: an engine that never checkpoints (a command-line call, a test)
+        # holds no inotify instance (``fs.inotify.max_user_instances`` is 128 per user by default).
         self._inotify: _Inotify | None = None
-        if enabled and sys.platform.startswith("linux"):
-            try:
-                self._inotify = _Inotify()
-            except OSError as exc:
-                log.info("no inotify (%s): every clean check scans the worktree", exc)
+        self._enabled = enabled and sys.platform.startswith("linux")
 
     @property
     def available(self) -> bool:
-        return self._inotify is not None
+        """Whether this process can watch (inotify made, or makeable)."""
+        with self._lock:
+            return self._ready() is not None
+
+    def _ready(self) -> _Inotify | None:
+        if self._inotify is None and self._enabled:
+            try:
+                made = _Inotify()
+            except OSError as exc:
+                self._enabled = False
+                log.info("no inotify (%s): every clean check scans the worktree", exc)
+                return None
+            weakref.finalize(self, made.close)  # an engine dropped without close() gives its instance back
+            self._inotify = made
+        return self._inotify
 
     def mark(self, root: str | os.PathLike[str]) -> Mark | None:
         """Note where a checkpoint's scan of ``root`` begins (``None`` when nothing is watched here)."""
-        if self._inotify is None:
-            return None
         key = os.fsencode(root)
         with self._lock:
+            inotify = self._ready()
+            if inotify is None:
+                return None
             self._drain()
             tree = self._worktrees.get(key)
             if tree is None:
                 tree = self._worktrees[key] = _Worktree(root=key)
-                kind = self._inotify.filesystem(key)
+                kind = inotify.filesystem(key)
                 if kind not in LOCAL_FILESYSTEMS:
                     tree.unwatchable = True
                     log.info("%s is on a filesystem inotify may not see every change of (f_type %s): its clean "
@@ -193,9 +209,11 @@ class WorktreeWatch:
     def settle(self, mark: Mark | None, tracked_dirs: Iterable[bytes], index_checksum: bytes) -> bool:
         """After the checkpoint wrote ``index_checksum``: quiet if nothing came since ``mark`` and every one of
         ``tracked_dirs`` (worktree-relative, the top implied) was watched before it; returns whether it is."""
-        if mark is None or self._inotify is None:
+        if mark is None:
             return False
         with self._lock:
+            if self._inotify is None:
+                return False
             self._drain()
             tree = self._worktrees.get(mark.root)
             if tree is None or tree.unwatchable:
@@ -216,10 +234,10 @@ class WorktreeWatch:
     def unchanged(self, root: str | os.PathLike[str], index_checksum: bytes) -> bool:
         """Nothing touched ``root``'s tracked directories since a quiet checkpoint, whose index is still
         ``index_checksum``."""
-        if self._inotify is None:
-            return False
         key = os.fsencode(root)
         with self._lock:
+            if self._inotify is None:
+                return False
             self._drain()
             tree = self._worktrees.get(key)
             return (tree is not None and tree.quiet_at is not None and tree.quiet_at == tree.events
@@ -227,9 +245,9 @@ class WorktreeWatch:
 
     def forget(self, root: str | os.PathLike[str]) -> None:
         """Give up the watches of a worktree (removed, or about to be)."""
-        if self._inotify is None:
-            return
         with self._lock:
+            if self._inotify is None:
+                return
             tree = self._worktrees.pop(os.fsencode(root), None)
             if tree is not None:
                 self._unwatch(tree)
@@ -242,6 +260,7 @@ class WorktreeWatch:
 
     def close(self) -> None:
         with self._lock:
+            self._enabled = False
             if self._inotify is not None:
                 self._inotify.close()
                 self._inotify = None
