@@ -223,7 +223,10 @@ def test_a_session_with_notify_targets_has_its_events_on_the_stream(http: httpx.
                     break
         except httpx.ReadTimeout:
             pass
-    assert seen[:2] == ["loop:started", "loop:iteration_started"] and "loop:blocked" in seen, seen
+    # The loop's own events in their order; the agent runner's (session:, turn:) come from another process and
+    # may reach the stream before the orchestrator's relay publishes iteration_started.
+    loop_events = [name for name in seen if name.startswith("loop:")]
+    assert loop_events[:2] == ["loop:started", "loop:iteration_started"] and loop_events[-1] == "loop:blocked", seen
 
 
 def _args(system: System) -> Any:
