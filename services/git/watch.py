@@ -35,6 +35,7 @@ import ctypes.util
 import errno
 import logging
 import os
+import stat
 import struct
 import sys
 import threading
@@ -222,8 +223,9 @@ class WorktreeWatch:
             if len(tree.watches) + len(missing) > self.max_dirs:
                 self._unwatch(tree, unwatchable=True)
                 return False
-            for directory in missing:
-                if not self._watch(tree, directory):
+            for directory in missing:  # each one tried: one refused watch holds none of the others back
+                self._watch(tree, directory)
+                if tree.unwatchable:
                     return False
             if missing or tree.events != mark.events:
                 return False  # the new watches make the next checkpoint's proof possible
@@ -273,6 +275,7 @@ class WorktreeWatch:
         assert self._inotify is not None
         path = tree.root + b"/" + directory if directory else tree.root
         try:
+            _check_real_directories(tree.root, directory)
             wd = self._inotify.add(path)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
@@ -344,3 +347,16 @@ class WorktreeWatch:
         # no worktree's proof stand on events not read yet.
         for tree in self._worktrees.values():
             tree.events += 1
+
+
+def _check_real_directories(root: bytes, directory: bytes) -> None:
+    """Raise ``NotADirectoryError`` unless every step of ``directory`` under ``root`` is a directory, not a link.
+
+    The watch itself refuses a link only at the last step (``IN_DONT_FOLLOW``): an agent's ``src`` made a link to
+    a directory outside, with a ``deep`` in it, would otherwise have this process watch that outside ``deep`` as
+    the worktree's ``src/deep``."""
+    probe = root
+    for part in directory.split(b"/")[:-1] if directory else ():
+        probe += b"/" + part
+        if not stat.S_ISDIR(os.lstat(probe).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, "a step of a tracked directory is not a directory", probe)

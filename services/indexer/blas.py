@@ -11,23 +11,15 @@ does not spin (``embeddings.py``).
 
 from __future__ import annotations
 
-import threading
+import functools
 
 __all__ = ["one_blas_thread"]
 
-_done = threading.Event()
-_lock = threading.Lock()
 
-
+@functools.cache  # once per process: the limit is the process's
 def one_blas_thread() -> None:
-    """Limit the BLAS libraries loaded in this process (numpy's) to one thread; once per process."""
-    if _done.is_set():
-        return
-    with _lock:
-        if _done.is_set():
-            return
-        import numpy  # noqa: F401  # loads the BLAS library that the limit applies to
-        from threadpoolctl import threadpool_limits
+    """Limit the BLAS libraries loaded in this process (numpy's) to one thread."""
+    import numpy  # noqa: F401  # loads the BLAS library that the limit applies to
+    from threadpoolctl import threadpool_limits
 
-        threadpool_limits(limits=1, user_api="blas")
-        _done.set()
+    threadpool_limits(limits=1, user_api="blas")

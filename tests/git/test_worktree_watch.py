@@ -147,6 +147,34 @@ def test_a_user_edit_between_pulses_is_still_refused(loop: Loop, edit: Callable[
     assert caught.value.code == "dirty_worktree"
 
 
+def test_an_agents_link_never_makes_the_service_watch_outside_the_worktree(loop: Loop, tmp_path: Path):
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    loop.start()
+
+    def tracked_deep_directory(root: Path) -> None:
+        (root / "src" / "deep").mkdir()
+        (root / "src" / "deep" / "mod.py").write_text("X = 1\n")
+
+    loop.checkpoint(tracked_deep_directory)
+    loop.pulses(1)  # src/deep is watched now
+    loop.start()
+
+    def swap_for_a_link(root: Path) -> None:
+        # The agent's pulse: src (holding the tracked src/deep) becomes a link to a directory outside that has a
+        # deep of its own. The watch of the real src/deep went with it; watched again by its path, it would be
+        # the outside one.
+        shutil.rmtree(root / "src")
+        (root / "src").symlink_to(outside)
+
+    loop.checkpoint(swap_for_a_link)
+    loop.pulses(2)
+    assert loop.scans_of_next_start() == 0
+    loop.checkpoint(lambda root: None)
+    (outside / "deep" / "elsewhere.txt").write_text("not the worktree's\n")
+    assert loop.scans_of_next_start() == 0  # nothing outside the worktree counts as its event
+
+
 def test_an_edit_the_user_takes_back_is_not_refused(loop: Loop):
     loop.pulses(3)
     app = loop.worktree / "src" / "app.py"
@@ -204,16 +232,15 @@ def test_a_watch_shared_by_two_worktrees_stays_until_both_let_go(tmp_path: Path)
     try:
         top = tmp_path / "shared"
         (top / "d").mkdir(parents=True)
-        (tmp_path / "other").mkdir()
-        # A link on the way to a directory (never its last step, which a watch refuses to follow): the kernel
-        # has one watch per inode, so both worktrees hold the same descriptor.
-        (tmp_path / "other" / "x").symlink_to(top)
-        first, second = watch.mark(top), watch.mark(tmp_path / "other")
+        # One worktree's directory is the top of another (a worktree nested in one): the kernel has one watch per
+        # inode, so both hold the same descriptor.
+        nested = top / "d"
+        first, second = watch.mark(top), watch.mark(nested)
         watch.settle(first, {b"d"}, b"x")
-        watch.settle(second, {b"x/d"}, b"y")
-        first, second = watch.mark(top), watch.mark(tmp_path / "other")
-        assert watch.settle(first, {b"d"}, b"x") and watch.settle(second, {b"x/d"}, b"y")
-        watch.forget(tmp_path / "other")
+        watch.settle(second, set(), b"y")
+        first, second = watch.mark(top), watch.mark(nested)
+        assert watch.settle(first, {b"d"}, b"x") and watch.settle(second, set(), b"y")
+        watch.forget(nested)
         (top / "d" / "f").write_text("x")
         assert not watch.unchanged(top, b"x")  # the first worktree's watch on d/ still reports
     finally:
