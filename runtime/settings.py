@@ -349,7 +349,8 @@ class GitSettings(CommonSettings, kw_only=True):
     (nothing committed) rather than holding gigabytes in memory."""
     git_watch_worktrees: bool = True
     """Watch worktrees with inotify so that a pulse following an undisturbed checkpoint starts without a scan of
-    every tracked file (Linux, local filesystems); off, every clean check scans."""
+    every tracked file, and a checkpoint lists only the directories something happened in (Linux, local
+    filesystems); off, every clean check and checkpoint scans every file."""
 
 
 class IndexerSettings(CommonSettings, kw_only=True):

@@ -34,7 +34,7 @@ from .checkout import commit_tree_id, index_trees, reset_worktree, snapshot_tree
 from .commits import Identity, checkpoint_message, make_commit, recovery_message
 from .dulwich_ids import oid
 from .faults import FaultInjector
-from .index_file import IndexEntry, read_index
+from .index_file import IndexContents, IndexEntry, read_index
 from .loose import LooseObjectWriter
 from .refs import delete_branch, move_branch, pulse_branch_name, read_branch
 from .snapshots import Snapshot, leaves, scan_worktree
@@ -60,16 +60,22 @@ def _is_ancestor(ws: Workspace, ancestor: bytes, descendant: bytes) -> bool:
     return ancestor == descendant or can_fast_forward(ws.repo, oid(ancestor), oid(descendant))
 
 
-def snapshot_all(ws: Workspace) -> Current:
-    """The worktree as ``git add -A`` would stage it (ignored files out), with the changed blobs kept."""
+def snapshot_all(ws: Workspace, *, index: IndexContents | None = None, watch: WorktreeWatch | None = None,
+                 mark: Mark | None = None) -> Current:
+    """The worktree as ``git add -A`` would stage it (ignored files out), with the changed blobs kept.
+
+    With ``watch`` and its ``mark``, every directory is watched before it is listed, and only those the mark does
+    not prove quiet are listed."""
     snapshot = scan_worktree(
         ws.worktree,
-        read_index(ws.index_path),
+        index or read_index(ws.index_path),
         include_untracked=True,
         is_ignored=ws.ignore_check(),
         keep_blobs=True,
         filemode=ws.filemode,
         max_file_bytes=ws.max_file_bytes,
+        since=mark.since if mark is not None else None,
+        enter=(lambda directory, inode: watch.enter(mark, directory, inode)) if watch and mark else None,
     )
     return snapshot, snapshot_trees(ws.index_path, snapshot)
 
@@ -128,8 +134,10 @@ def checkpoint_pulse(
             workflow_head=head.decode(),
             pulse_base=pulse.base_commit,
         )
-    mark = watch.mark(ws.worktree) if watch is not None else None
-    current = snapshot_all(ws)
+    index = read_index(ws.index_path)
+    rules = ws.ignore_rules_stamp() if watch is not None else None
+    mark = watch.mark(ws.worktree, index.checksum, rules) if watch is not None else None
+    current = snapshot_all(ws, index=index, watch=watch, mark=mark)
     tree, paths = store_snapshot(ws, current, base)
     if not paths and cmd.skip_if_unchanged:
         # Nothing to keep: discard the pulse as a recovery with no commit does (same journaled steps).
@@ -139,7 +147,7 @@ def checkpoint_pulse(
         store.save_workflow(record)
         faults.step_done("commit")
         checksum = _finish_recovery(ws, store=store, identity=identity, faults=faults, current=current)
-        _settle(watch, mark, current[0], checksum)
+        _settle(watch, mark, current[0], checksum, rules)
         return _unchanged(ws, record.pulses[pulse.id])
     commit = make_commit(
         tree=tree,
@@ -159,23 +167,24 @@ def checkpoint_pulse(
     store.save_workflow(record)
     faults.step_done("commit")
     checksum = _finish_checkpoint(ws, store=store, identity=identity, faults=faults, current=current)
-    _settle(watch, mark, current[0], checksum)
+    _settle(watch, mark, current[0], checksum, rules)
     return _checkpointed(ws, record.pulses[pulse.id])
 
 
-def _settle(watch: WorktreeWatch | None, mark: Mark | None, snapshot: Snapshot, index_checksum: bytes) -> None:
+def _settle(watch: WorktreeWatch | None, mark: Mark | None, snapshot: Snapshot, index_checksum: bytes,
+            rules: object) -> None:
     """Tell ``watch`` the checkpoint is over, with the directories its index has files in (those the scan
-    started from, and those of the paths it added)."""
+    started from, and those of the paths it added), and what the next checkpoint's scan may rely on."""
     if watch is None or mark is None:
         return
-    dirs = snapshot.tracked_dirs
+    dirs = snapshot.entered
     for path in snapshot.changed:
         if path in snapshot.entries:
             directory = path.rpartition(b"/")[0]
             while directory and directory not in dirs:
                 dirs.add(directory)
                 directory = directory.rpartition(b"/")[0]
-    watch.settle(mark, dirs, index_checksum)
+    watch.settle(mark, dirs, index_checksum, complete=snapshot.complete, rules=rules, sweep=snapshot.sweep_next)
 
 
 def recovery_checkpoint(

@@ -5,25 +5,36 @@ not racily clean) is taken as unchanged without reading it, anything else is has
 directories holding tracked files are always entered; an untracked directory is skipped when
 ignored, so ``node_modules`` costs one ignore check. Nothing is written: the caller decides
 what to store.
+
+Given what the worktree watch proves (:class:`Since`, from :mod:`.watch`), the walk lists only
+the directories something happened in, as git's ``core.fsmonitor`` does: a directory no event
+came for has the files and entries the index says, and a directory moved in its place has
+another inode and is listed whole. Each such scan also re-checks the stat data of
+:data:`SWEEP_FILES` files of quiet directories in turn, and any tracked file with a second hard
+link (which could be written without an event here) makes the next checkpoint list everything.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import stat as stat_mod
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from autarch.contracts.git import GitErrorCode
+from autarch.runtime.ignore import GIT_IGNORE_FILES
 from autarch.runtime.worktree_files import FileTooLarge, NotRegularFile, read_regular
 
 from .index_file import EXT_SKIP_WORKTREE, IndexContents, IndexEntry, entry_from_stat
 from .trees import MODE_GITLINK, MODE_SYMLINK, Leaf
 from .workspace import fail
 
-__all__ = ["DEFAULT_MAX_FILE_BYTES", "Snapshot", "blob_id", "leaves", "scan_worktree", "untrackable"]
+__all__ = ["DEFAULT_MAX_FILE_BYTES", "SWEEP_FILES", "Since", "Snapshot", "blob_id", "leaves", "scan_worktree",
+           "untrackable"]
 
 DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024
 """The largest file a snapshot reads (``git_max_file_bytes``): a bigger one is ``file_too_large``."""
@@ -40,8 +51,38 @@ _MAYBE_GIT = frozenset(b".gG")
 _NS = 1_000_000_000
 _U32 = 0xFFFFFFFF
 
+SWEEP_FILES = 128
+"""Files of quiet directories whose stat data a watched scan checks anyway, in turn through the index: a write
+inotify cannot see (through a hard link made from an unwatched directory) is committed within
+``files / SWEEP_FILES`` checkpoints, at a cost that does not grow with the worktree."""
+
+_IGNORE_FILES = frozenset(os.fsencode(name) for name in GIT_IGNORE_FILES)
+
 IgnoreCheck = Callable[[str], bool]
 """Whether a worktree-relative path (``dir/`` for directories) is ignored."""
+EnterHook = Callable[[bytes, int], None]
+"""Called with a directory (worktree-relative, ``b""`` the top) and its inode just before it is listed."""
+
+# How a directory waiting in the walk is treated.
+_LIST, _LIST_ALL, _DESCEND = 0, 1, 2
+"""List it (its subdirectories judged by the watch's proof); list it and everything below it; only pass
+through it to the directories below it that must be listed."""
+
+
+@dataclass(frozen=True)
+class Since:
+    """What the worktree watch proves since the index a scan compares against was written."""
+
+    quiet: Mapping[bytes, int]
+    """Directory (worktree-relative, ``b""`` the top) → its inode: no file in it changed, no entry came or went."""
+    dirty: frozenset[bytes] = frozenset()
+    """Directories an event came for: listed, tracked or not."""
+    sweep_from: int = 0
+    """The index position where this scan's re-check of files in quiet directories starts."""
+
+
+class _RulesChanged(Exception):
+    """A ``.gitignore`` changed: which untracked files count may have changed anywhere, so everything is listed."""
 
 
 @dataclass
@@ -60,6 +101,17 @@ class Snapshot:
     """The index the snapshot was taken against (its unchanged entries are written back as read)."""
     tracked_dirs: set[bytes] = field(default_factory=set)
     """The directories (worktree-relative, the top left out) that held a file of ``index``."""
+    entered: set[bytes] = field(default_factory=set)
+    """The directories (the top left out) a full scan would enter now: the ones to watch."""
+    listed: int = 0
+    """Directories the walk listed."""
+    partial: bool = False
+    """Only the directories the watch did not prove quiet were listed (:class:`Since`)."""
+    complete: bool = True
+    """Every change to what this scan saw makes an inotify event in a directory it listed: no tracked file has a
+    second hard link, and no nested repository was left unlisted (a watched next scan may be partial)."""
+    sweep_next: int = 0
+    """Where the next partial scan's re-check starts."""
 
 
 def blob_id(data: bytes) -> bytes:
@@ -93,6 +145,8 @@ def scan_worktree(
     keep_blobs: bool = False,
     filemode: bool = True,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    since: Since | None = None,
+    enter: EnterHook | None = None,
 ) -> Snapshot:
     """Compare the files under ``root`` with ``index`` and return the resulting snapshot.
 
@@ -104,24 +158,33 @@ def scan_worktree(
         keep_blobs: Keep the content of changed files so the caller can store them.
         filemode: Honour the executable bit (``core.fileMode``).
         max_file_bytes: A file to hash that is larger fails the scan with ``file_too_large``.
+        since: What the worktree watch proves since ``index`` was written: list only what it does not.
+        enter: Called before each directory is listed (the watch watches it first).
 
     Links are recorded as links (their target is never read), FIFOs, sockets and devices are left out, and
     nothing is opened but with ``O_NOFOLLOW | O_NONBLOCK`` (``runtime.worktree_files``).
     """
-    scan = _Scan(
-        root=os.fsencode(root),
-        index=index,
-        include_untracked=include_untracked,
-        is_ignored=is_ignored or (lambda _path: False),
-        keep_blobs=keep_blobs,
-        filemode=filemode,
-        max_file_bytes=max_file_bytes,
-    )
-    # Directories waiting to be listed: a loop, not recursion, so no nesting depth exhausts the stack.
-    pending = [b""]
-    while pending:
-        scan.walk(pending.pop(), pending)
-    return scan.finish()
+
+    def run(proof: Since | None) -> Snapshot:
+        scan = _Scan(
+            root=os.fsencode(root),
+            index=index,
+            include_untracked=include_untracked,
+            is_ignored=is_ignored or (lambda _path: False),
+            keep_blobs=keep_blobs,
+            filemode=filemode,
+            max_file_bytes=max_file_bytes,
+            since=proof,
+            enter=enter,
+        )
+        return scan.run()
+
+    if since is not None:
+        try:
+            return run(since)
+        except _RulesChanged:
+            pass  # listed whole below
+    return run(None)
 
 
 class _Scan:
@@ -135,8 +198,12 @@ class _Scan:
         keep_blobs: bool,
         filemode: bool,
         max_file_bytes: int,
+        since: Since | None,
+        enter: EnterHook | None,
     ) -> None:
         self.root = root
+        self.since = since
+        self.enter = enter
         self.max_file_bytes = max_file_bytes
         self.old = index.entries
         self.racy_after = index.mtime
@@ -149,9 +216,10 @@ class _Scan:
         self.snapshot = Snapshot(entries=self.entries, index=index)
         # Unmerged paths count as changed: their worktree file is the resolution.
         self.unmerged = index.conflicted
-        # Each file's directory first (a set comprehension over 10,000 paths), then the ancestors of
-        # the few distinct directories.
-        parents = {path.rpartition(b"/")[0] for path in self.old}
+        # Each file's directory first (counted in C over 10,000 paths), then the ancestors of the few distinct
+        # directories.
+        self.files_in = Counter(path.rpartition(b"/")[0] for path in self.old)
+        parents = set(self.files_in)
         parents.update(path.rpartition(b"/")[0] for path in index.conflicted)
         self.tracked_dirs: set[bytes] = set()
         for directory in parents:
@@ -159,11 +227,172 @@ class _Scan:
                 self.tracked_dirs.add(directory)
                 directory = directory.rpartition(b"/")[0]
         self.snapshot.tracked_dirs = self.tracked_dirs
+        self.pending: list[tuple[bytes, int, int]] = []
+        """Directories waiting: (path, inode, how). A loop, not recursion, so no nesting exhausts the stack."""
+        self.listed_dirs: dict[bytes, int] = {}
+        """Directory listed → how many files of the index it still held."""
+        self.lost: list[bytes] = []
+        """Tracked directories a partial walk found gone or replaced by a non-directory (everything below them
+        with them)."""
+        self.must: set[bytes] = set()
+        """Directories a partial walk lists."""
+        self.visit: set[bytes] = set()
+        self.below: dict[bytes, list[bytes]] = {}
+        """Directory → those below it a partial walk must reach through it."""
+        self.tracked_below: dict[bytes, list[bytes]] = {}
+        """Directory → the tracked directories in it (a partial walk's listing must find each, or lose its files)."""
+        if since is not None:
+            for directory in self.tracked_dirs:
+                self.tracked_below.setdefault(directory.rpartition(b"/")[0], []).append(directory)
 
-    def walk(self, prefix: bytes, pending: list[bytes]) -> None:
+    def run(self) -> Snapshot:
         try:
-            listing = os.scandir(self.root + b"/" + prefix if prefix else self.root)
+            root_inode = os.lstat(self.root).st_ino
+        except OSError:
+            root_inode = 0  # the listing finds out
+
+        if self.since is None:
+            self.pending.append((b"", root_inode, _LIST_ALL))
+        else:
+            self._plan(self.since)
+            self.snapshot.partial = True
+            quiet_root = self.since.quiet.get(b"")
+            if quiet_root is not None and quiet_root != root_inode:
+                self.pending.append((b"", root_inode, _LIST_ALL))
+            elif quiet_root is None or b"" in self.must:
+                self.pending.append((b"", root_inode, _LIST))
+            elif b"" in self.visit:
+                self.pending.append((b"", root_inode, _DESCEND))
+        pending = self.pending
+        while pending:
+            path, inode, how = pending.pop()
+            if how == _DESCEND:
+                self._descend(path, how)
+            else:
+                self.walk(path, inode, how)
+        return self.finish()
+
+    def _plan(self, since: Since) -> None:
+        """The directories a partial walk lists (not proved quiet, or a re-checked file there differs) and those it
+        passes through to reach them."""
+        quiet = since.quiet
+        must = {d for d in itertools.chain((b"",), self.tracked_dirs, since.dirty) if d not in quiet}
+        must.update(self._sweep(since.sweep_from, must))
+        self.must = must
+        visit = self.visit
+        for directory in must:
+            while directory not in visit:
+                visit.add(directory)
+                if not directory:
+                    break
+                parent = directory.rpartition(b"/")[0]
+                self.below.setdefault(parent, []).append(directory)
+                directory = parent
+
+    def _sweep(self, start: int, listed: set[bytes]) -> set[bytes]:
+        """Check the stat data of up to :data:`SWEEP_FILES` files of quiet directories from ``start``; return the
+        directories of those that differ from the index (or have a second hard link)."""
+        old = self.old
+        count = min(SWEEP_FILES, len(old))
+        if not count:
+            return set()
+        start %= len(old)
+        paths = list(itertools.islice(old, start, start + count))
+        if len(paths) < count:
+            paths.extend(itertools.islice(old, count - len(paths)))
+        self.snapshot.sweep_next = (start + count) % len(old)
+        differ: set[bytes] = set()
+        for path in paths:
+            directory = path.rpartition(b"/")[0]
+            entry = old[path]
+            if directory in listed or entry.ext_flags or entry.mode == MODE_GITLINK:
+                continue
+            try:
+                # Every step of the path is a quiet directory: no entry of it came, went or was replaced.
+                st = os.lstat(self.root + b"/" + path)
+            except OSError:
+                differ.add(directory)
+                continue
+            if st.st_nlink != 1 or not self._unchanged(entry, st):
+                differ.add(directory)
+        return differ
+
+    def _unchanged(self, entry: IndexEntry, st: os.stat_result) -> bool:
+        mode = self._mode(st, entry)
+        racy_s, racy_ns = self.racy_after
+        return (
+            mode == entry.mode
+            and entry.size == st.st_size & _U32
+            and entry.mtime_s == (st.st_mtime_ns // _NS) & _U32
+            and entry.mtime_ns == st.st_mtime_ns % _NS
+            and entry.ctime_s == (st.st_ctime_ns // _NS) & _U32
+            and entry.ctime_ns == st.st_ctime_ns % _NS
+            and entry.ino == st.st_ino & _U32
+            and (entry.mtime_s < racy_s or (entry.mtime_s == racy_s and entry.mtime_ns < racy_ns))
+        )
+
+    def _descend(self, path: bytes, how: int) -> None:
+        """Pass through quiet ``path`` (its entries are the index's) to the directories below it that must be
+        listed: each judged as the listing of ``path`` would judge it."""
+        for child in self.below.get(path, ()):
+            abs_path = self.root + b"/" + child
+            try:
+                st = os.lstat(abs_path)
+            except OSError:
+                self.lost.append(child)
+                continue
+            if not stat_mod.S_ISDIR(st.st_mode):
+                self.lost.append(child)
+                continue
+            self._subdir(child, abs_path, st.st_ino, how)
+
+    def _subdir(self, path: bytes, abs_path: bytes, inode: int, parent_how: int) -> None:
+        """A directory found in a listing (or passed through to): walk it if ``git add -A`` would."""
+        entry = self.old.get(path)
+        if entry is not None and entry.mode == MODE_GITLINK:
+            self.seen.add(path)  # a submodule: its recorded commit is kept as is
+            return
+        if path.count(b"/") >= MAX_DEPTH:
+            raise fail(
+                GitErrorCode.PATH_TOO_DEEP,
+                f"{_shown(path)[:200]}… nests more than {MAX_DEPTH} directories: remove or ignore it",
+                path=_shown(path)[:1000],
+                limit=MAX_DEPTH,
+            )
+        if path not in self.tracked_dirs:
+            if not self.include_untracked or self.is_ignored(os.fsdecode(path) + "/"):
+                return
+            if os.path.lexists(abs_path + b"/.git"):
+                # An embedded repository: git add -A would refuse it too (without --force). Its .git going
+                # away is no event in any directory watched here.
+                self.snapshot.complete = False
+                return
+        self._push(path, inode, parent_how)
+
+    def _push(self, path: bytes, inode: int, parent_how: int) -> None:
+        if self.since is None or parent_how == _LIST_ALL:
+            self.pending.append((path, inode, _LIST_ALL))
+            return
+        quiet = self.since.quiet.get(path)
+        if quiet is None:
+            self.pending.append((path, inode, _LIST))
+        elif quiet != inode:
+            self.pending.append((path, inode, _LIST_ALL))  # another directory moved in: nothing below it is known
+        elif path in self.must:
+            self.pending.append((path, inode, _LIST))  # quiet, but a file there differs from the index
+        elif path in self.visit:
+            self.pending.append((path, inode, _DESCEND))
+        # else: quiet, and nothing below it to list: its files are the index's
+
+    def walk(self, directory: bytes, inode: int, how: int) -> None:
+        if self.enter is not None:
+            self.enter(directory, inode)
+        prefix = directory + b"/" if directory else b""
+        try:
+            listing = os.scandir(self.root + b"/" + directory if directory else self.root)
         except (FileNotFoundError, NotADirectoryError):
+            if self.since is not None:
+                self.lost.append(directory)
             return
         except OSError as exc:
             # git add would skip the directory with a warning, and its tracked files would look deleted.
@@ -174,6 +403,10 @@ class _Scan:
         seen_add = self.seen.add
         racy_s, racy_ns = self.racy_after
         filemode = self.filemode
+        partial = self.since is not None
+        snapshot = self.snapshot
+        tracked_here = 0
+        subdirs: list[bytes] = []
         with listing:
             for item in listing:
                 name = item.name
@@ -185,20 +418,13 @@ class _Scan:
                 entry = old_get(path)
                 if item.is_dir(follow_symlinks=False):
                     if entry is not None and entry.mode == MODE_GITLINK:
-                        seen_add(path)  # a submodule: its recorded commit is kept as is
-                    elif path.count(b"/") >= MAX_DEPTH:
-                        raise fail(
-                            GitErrorCode.PATH_TOO_DEEP,
-                            f"{_shown(path)[:200]}… nests more than {MAX_DEPTH} directories: remove or ignore it",
-                            path=_shown(path)[:1000],
-                            limit=MAX_DEPTH,
-                        )
-                    elif path in self.tracked_dirs:
-                        pending.append(path + b"/")
-                    elif self.include_untracked:
-                        self._walk_untracked_dir(path, item.path, pending)
+                        tracked_here += 1
+                    subdirs.append(path)
+                    self._subdir(path, item.path, item.inode(), how)
                     continue
                 if entry is None:
+                    if partial and name in _IGNORE_FILES:
+                        raise _RulesChanged
                     if name in _NO_LINKS and item.is_symlink():
                         continue  # git refuses a linked .gitmodules, .gitattributes, .gitignore
                     if path in self.unmerged or (
@@ -207,6 +433,7 @@ class _Scan:
                         self._add(path, item, None)
                     continue
                 seen_add(path)
+                tracked_here += 1
                 if name in _NO_LINKS and item.is_symlink():
                     continue  # a tracked .gitignore & co. replaced by a link: left as is, never followed
                 # One unpacking instead of a named-field lookup per comparison (a third of the cost).
@@ -217,6 +444,9 @@ class _Scan:
                     self._add(path, item, entry)  # intent-to-add: nothing staged yet
                     continue
                 st = item.stat(follow_symlinks=False)
+                if st.st_nlink != 1:
+                    # Written through its other name, it changes with no event in this directory.
+                    snapshot.complete = False
                 st_mode = st.st_mode
                 if filemode and st_mode & 0o170000 == 0o100000:
                     mode = 0o100755 if st_mode & 0o100 else 0o100644
@@ -241,13 +471,12 @@ class _Scan:
                 ):
                     continue
                 self._add(path, item, entry, st=st, mode=mode)
-
-    def _walk_untracked_dir(self, path: bytes, abs_path: bytes, pending: list[bytes]) -> None:
-        if self.is_ignored(os.fsdecode(path) + "/"):
-            return
-        if os.path.lexists(abs_path + b"/.git"):
-            return  # an embedded repository: git add -A would refuse it too (without --force)
-        pending.append(path + b"/")
+        self.listed_dirs[directory] = tracked_here
+        snapshot.listed += 1
+        if partial and (tracked := self.tracked_below.get(directory)):
+            # A tracked directory no longer here (removed, moved, made a file or a link): nothing below it is.
+            found = set(subdirs)
+            self.lost.extend(child for child in tracked if child not in found)
 
     def _mode(self, st: os.stat_result, entry: IndexEntry | None) -> int | None:
         if stat_mod.S_ISLNK(st.st_mode):
@@ -297,19 +526,44 @@ class _Scan:
         if entry is not None and entry.sha == sha and entry.mode == mode and not entry.ext_flags:
             self.snapshot.refreshed = True
             return
+        if self.since is not None and path.rpartition(b"/")[2] in _IGNORE_FILES:
+            raise _RulesChanged
         self.snapshot.changed.add(path)
         if self.keep_blobs:
             self.snapshot.blobs[sha] = data
 
     def finish(self) -> Snapshot:
-        if len(self.seen) != len(self.old) or not self.seen.issuperset(self.old):
-            for path, entry in self.old.items():
-                if path in self.seen or entry.ext_flags & EXT_SKIP_WORKTREE:
-                    continue
-                if entry.mode == MODE_GITLINK:
-                    continue  # an uninitialised submodule keeps its recorded commit
-                del self.entries[path]
-                self.snapshot.changed.add(path)
+        entered = self.snapshot.entered
+        entered.update(self.listed_dirs)
+        if self.since is not None:
+            lost = tuple(d + b"/" if d else b"" for d in self.lost)
+            entered.update(d for d in self.tracked_dirs if not (d + b"/").startswith(lost))
+        entered.discard(b"")
+        return self._deleted()
+
+    def _deleted(self) -> Snapshot:
+        """Take out the index's files the walk found gone."""
+        if self.since is None:
+            if len(self.seen) == len(self.old) and self.seen.issuperset(self.old):
+                return self.snapshot
+            gone: Callable[[bytes], bool] = lambda _path: True  # noqa: E731 - every file of the index was listed
+        else:
+            # A partial walk saw the files of the directories it listed, nothing else: only there, and below a
+            # directory it found gone, can a file of the index be missing. Counting tells whether one is.
+            files_in = self.files_in
+            if not self.lost and all(files_in.get(d, 0) == held for d, held in self.listed_dirs.items()):
+                return self.snapshot
+            listed, lost = self.listed_dirs, tuple(d + b"/" if d else b"" for d in self.lost)
+            gone = lambda path: path.rpartition(b"/")[0] in listed or path.startswith(lost)  # noqa: E731
+        for path, entry in self.old.items():
+            if path in self.seen or entry.ext_flags & EXT_SKIP_WORKTREE or not gone(path):
+                continue
+            if entry.mode == MODE_GITLINK:
+                continue  # an uninitialised submodule keeps its recorded commit
+            if self.since is not None and path.rpartition(b"/")[2] in _IGNORE_FILES:
+                raise _RulesChanged
+            del self.entries[path]
+            self.snapshot.changed.add(path)
         return self.snapshot
 
 

@@ -1,31 +1,37 @@
-"""Whether anything touched a worktree's tracked directories since the git service last scanned it (inotify).
+"""What touched a worktree's directories since the git service last scanned it (inotify).
 
 A pulse starts with a clean check, a ``stat`` of every tracked file, so that a user's edit between pulses is
-refused (``dirty_worktree``) instead of landing in the agent's commit. In a loop that check follows the previous
-iteration's checkpoint scan by a few milliseconds, and both cost time in proportion to the worktree: a loop that
-adds a file each iteration paid for two scans of a growing tree per iteration. This module lets the check trust
-the checkpoint's scan when the kernel reported nothing since it began.
+refused (``dirty_worktree``) instead of landing in the agent's commit; a checkpoint then scans every file as
+``git add -A`` does. Both cost time in proportion to the worktree: a loop that adds a file each iteration paid for
+two scans of a growing tree per iteration. This module lets both rely on the last checkpoint's scan for every
+directory the kernel reported nothing in, as git's ``core.fsmonitor`` does.
 
 The proof, per worktree:
 
 1. before the checkpoint's scan, :meth:`WorktreeWatch.mark` reads every queued event (the agent's, from the
-   pulse) and notes the worktree's event count;
-2. after the checkpoint has written its index, :meth:`WorktreeWatch.settle` reads them again. The worktree is
-   *quiet* when no event came for it in between and every directory holding a tracked file was watched before
-   the scan began; directories not yet watched get a watch then, and quiet waits for the next checkpoint;
-3. the next clean check asks :meth:`WorktreeWatch.unchanged`: quiet, still no event, and the index on disk is the
-   one the checkpoint wrote. Then the tracked content is the index's, and no file is ``stat``'ed.
+   pulse) and notes the worktree's event count, and which directories the events came for;
+2. the scan calls :meth:`WorktreeWatch.enter` before it lists a directory, so every directory is watched before
+   its listing is taken and a change the listing missed is an event;
+3. after the checkpoint has written its index, :meth:`WorktreeWatch.settle` reads the events again. The worktree
+   is *quiet* when none came for it in between, and every directory holding a tracked file is watched;
+4. the next clean check asks :meth:`WorktreeWatch.unchanged`: quiet, still no event, and the index on disk is the
+   one the checkpoint wrote. Then the tracked content is the index's, and no file is ``stat``'ed;
+5. the next checkpoint's mark carries, when that checkpoint was quiet and *complete* (no tracked file with a second
+   hard link, no nested repository left unlisted) and the ignore rules from outside the worktree are as they were,
+   which directories are quiet since (:class:`~.snapshots.Since`). The scan lists only the others.
 
-The watch is only ever a reason to skip a scan, never a record of what changed: a checkpoint always scans the
-whole worktree, so nothing an agent writes is committed or left out on the word of an event. Any doubt means a
-scan: a queue overflow (every worktree), a watch the kernel refused (no room, not a directory), a directory
-removed or moved, a worktree with more directories than :data:`MAX_DIRS`. Events name no path here: only the
-watch they came from counts, so no name an agent chose is read.
+Any doubt means listing more: a queue overflow (every worktree), a watch the kernel refused (no room, not a
+directory), a worktree with more directories than :data:`MAX_DIRS`, a changed ``.gitignore``. A directory
+removed or moved away takes its watch, and those of every directory below it, with it: its path is watched again
+when a scan lists it, and a directory found at a quiet path with another inode than the watched one is listed
+whole. Events name no path here: only the watch they came from counts, so no name an agent chose is read.
 
-What inotify does not report is no worse than the scan's own window: a write through a hard link made from
-outside the watched directories, or through a writable ``mmap`` after its file was closed, by a process still
-running at the check. Agent commands cannot (their PID namespace ends every process with the command); for a
-user, such an edit would land in the next commit as an edit made during the pulse does.
+What inotify does not report: a write through a hard link from a directory not watched (an ignored one, or
+outside the worktree), or through a writable ``mmap`` after its file was closed by a process still running. The
+scan re-checks the stat data of a few files of quiet directories each time (:data:`~.snapshots.SWEEP_FILES`, in
+turn), and a tracked file found with a second link makes every later checkpoint list everything while it has one.
+Agent commands cannot keep a process running between pulses (their PID namespace ends every process with the
+command).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from .snapshots import Since
 
 __all__ = ["LOCAL_FILESYSTEMS", "MAX_DIRS", "MAX_WORKTREES", "Mark", "WorktreeWatch"]
 
@@ -88,22 +96,36 @@ class _Worktree:
     root: bytes
     watches: dict[bytes, int] = field(default_factory=dict)
     """Directory (worktree-relative, ``b""`` for the top) → its watch descriptor."""
+    inodes: dict[bytes, int] = field(default_factory=dict)
+    """Directory → the inode its watch was put on (a directory moved in its place is another)."""
     events: int = 0
     """Events seen for this worktree (any of its watches), or doubts counted as one."""
+    dirty: set[bytes] = field(default_factory=set)
+    """Directories an event came for since the last mark."""
     quiet_at: int | None = None
-    """``events`` when a checkpoint proved the worktree quiet; ``None`` while nothing is proved."""
+    """``events`` when a checkpoint proved the worktree quiet; ``None`` while nothing is proved, and from the
+    first event nobody can tell the directory of (a lost event, a refused watch)."""
     index_checksum: bytes = b""
     """The checksum of the index that checkpoint left."""
+    complete: bool = False
+    """That checkpoint listed or proved quiet every directory a full scan enters (no hard-linked file, no nested
+    repository): the next checkpoint may list only the directories events came for."""
+    rules: object = None
+    """The ignore rules from outside the worktree as that checkpoint read them."""
+    sweep: int = 0
+    """Where the next checkpoint's re-check of files in quiet directories starts (an index position)."""
     unwatchable: bool = False
     """Too many directories, or the kernel refused a watch: always scanned."""
 
 
 @dataclass(frozen=True)
 class Mark:
-    """Where a checkpoint's scan began: the worktree and its event count then."""
+    """Where a checkpoint's scan began: the worktree and its event count then, and what the watch proves about
+    the worktree since the index the scan starts from (``None``: nothing, list every directory)."""
 
     root: bytes
     events: int
+    since: Since | None = None
 
 
 class _Inotify:
@@ -186,8 +208,12 @@ class WorktreeWatch:
             self._inotify = made
         return self._inotify
 
-    def mark(self, root: str | os.PathLike[str]) -> Mark | None:
-        """Note where a checkpoint's scan of ``root`` begins (``None`` when nothing is watched here)."""
+    def mark(self, root: str | os.PathLike[str], index_checksum: bytes = b"", rules: object = None) -> Mark | None:
+        """Note where a checkpoint's scan of ``root`` begins (``None`` when nothing is watched here).
+
+        When the last checkpoint proved the worktree quiet and complete, its index is still ``index_checksum`` and
+        the ignore rules from outside the worktree are still ``rules``, the mark carries which directories are
+        unchanged since (:class:`~.snapshots.Since`)."""
         key = os.fsencode(root)
         with self._lock:
             inotify = self._ready()
@@ -204,12 +230,37 @@ class WorktreeWatch:
                              "checks scan it", os.fsdecode(key), hex(kind) if kind is not None else "unknown")
                 self._evict()
             self._worktrees.move_to_end(key)
+            since = None
+            if (tree.quiet_at is not None and tree.complete and not tree.unwatchable
+                    and tree.index_checksum == index_checksum and tree.rules == rules):
+                dirty = tree.dirty
+                since = Since(quiet={d: ino for d, ino in tree.inodes.items() if d not in dirty},
+                              dirty=frozenset(dirty), sweep_from=tree.sweep)
             tree.quiet_at = None  # whatever the checkpoint does now, the old proof is spent
-            return Mark(root=key, events=tree.events)
+            tree.dirty = set()
+            return Mark(root=key, events=tree.events, since=since)
 
-    def settle(self, mark: Mark | None, tracked_dirs: Iterable[bytes], index_checksum: bytes) -> bool:
+    def enter(self, mark: Mark | None, directory: bytes, inode: int) -> None:
+        """The scan is about to list ``directory`` (inode ``inode``): watch it first, so that any change the listing
+        does not see is an event."""
+        if mark is None:
+            return
+        with self._lock:
+            tree = self._worktrees.get(mark.root)
+            if self._inotify is None or tree is None or tree.unwatchable:
+                return
+            if directory in tree.watches and tree.inodes.get(directory) == inode:
+                return
+            if len(tree.watches) >= self.max_dirs:
+                self._unwatch(tree, unwatchable=True)
+                return
+            self._watch(tree, directory)
+
+    def settle(self, mark: Mark | None, tracked_dirs: Iterable[bytes], index_checksum: bytes, *,
+               complete: bool = False, rules: object = None, sweep: int = 0) -> bool:
         """After the checkpoint wrote ``index_checksum``: quiet if nothing came since ``mark`` and every one of
-        ``tracked_dirs`` (worktree-relative, the top implied) was watched before it; returns whether it is."""
+        ``tracked_dirs`` (worktree-relative, the top implied) was watched before it was listed; returns whether it
+        is. ``complete``, ``rules`` and ``sweep`` are kept for the next checkpoint's mark."""
         if mark is None:
             return False
         with self._lock:
@@ -230,7 +281,11 @@ class WorktreeWatch:
             if missing or tree.events != mark.events:
                 return False  # the new watches make the next checkpoint's proof possible
             tree.quiet_at = tree.events
+            tree.dirty = set()
             tree.index_checksum = index_checksum
+            tree.complete = complete
+            tree.rules = rules
+            tree.sweep = sweep
             return True
 
     def unchanged(self, root: str | os.PathLike[str], index_checksum: bytes) -> bool:
@@ -275,7 +330,7 @@ class WorktreeWatch:
         assert self._inotify is not None
         path = tree.root + b"/" + directory if directory else tree.root
         try:
-            _check_real_directories(tree.root, directory)
+            inode = _real_directory(tree.root, directory)
             wd = self._inotify.add(path)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
@@ -284,6 +339,7 @@ class WorktreeWatch:
             # ENOENT, ENOTDIR (a link or a file where a tracked directory was): the next scan finds out what
             # happened there, and no proof holds until then.
             tree.events += 1
+            tree.quiet_at = None
             if exc.errno == errno.ENOSPC:
                 self._unwatch(tree, unwatchable=True)
             return False
@@ -294,22 +350,38 @@ class WorktreeWatch:
         if (tree, directory) not in holders:
             holders.append((tree, directory))
         tree.watches[directory] = wd
+        tree.inodes[directory] = inode
         return True
 
-    def _release(self, tree: _Worktree, directory: bytes, wd: int) -> None:
+    def _release(self, tree: _Worktree, directory: bytes, wd: int, *, gone: bool = False) -> None:
+        """Let go of ``tree``'s watch on ``directory``; the kernel's is removed with its last holder (``gone``:
+        the kernel removed it already, and may hand its number out again)."""
         assert self._inotify is not None
         holders = [h for h in self._by_wd.get(wd, ()) if not (h[0] is tree and h[1] == directory)]
         if holders:
             self._by_wd[wd] = holders
         else:
             self._by_wd.pop(wd, None)
-            self._inotify.remove(wd)
+            if not gone:
+                self._inotify.remove(wd)
+
+    def _drop(self, tree: _Worktree, directory: bytes, *, gone: int | None) -> None:
+        """``directory`` was removed or moved: its watch, and those of the directories below it (they moved with
+        it, and their paths now name other directories or none), no longer say anything about those paths."""
+        below = directory + b"/" if directory else b""
+        for path, wd in list(tree.watches.items()):
+            if path == directory or path.startswith(below):
+                del tree.watches[path]
+                tree.inodes.pop(path, None)
+                tree.dirty.add(path)
+                self._release(tree, path, wd, gone=wd == gone)
 
     def _unwatch(self, tree: _Worktree, *, unwatchable: bool = False) -> None:
         assert self._inotify is not None
         for directory, wd in list(tree.watches.items()):
             self._release(tree, directory, wd)
         tree.watches.clear()
+        tree.inodes.clear()
         tree.quiet_at = None
         tree.unwatchable = tree.unwatchable or unwatchable
 
@@ -332,31 +404,38 @@ class WorktreeWatch:
                 if mask & _IN_Q_OVERFLOW:
                     for tree in self._worktrees.values():
                         tree.events += 1  # events were lost: no worktree's proof holds
+                        tree.quiet_at = None
                     continue
                 holders = self._by_wd.get(wd)
                 if holders is None:
                     continue
-                for tree, _directory in holders:
+                for tree, directory in holders:
                     tree.events += 1
-                if mask & _IN_IGNORED:  # the directory is gone: watched again when it holds tracked files again
-                    del self._by_wd[wd]
-                    for tree, directory in holders:
+                    tree.dirty.add(directory)
+                if mask & (_IN_IGNORED | _IN_MOVE_SELF):
+                    # Gone (its watch with it), or moved: watched again when a scan lists that path again.
+                    for tree, directory in list(holders):
                         if tree.watches.get(directory) == wd:
-                            del tree.watches[directory]
+                            self._drop(tree, directory, gone=wd if mask & _IN_IGNORED else None)
         # Events still arrive faster than they are read (agents of other worktrees writing): stop reading, and let
         # no worktree's proof stand on events not read yet.
         for tree in self._worktrees.values():
             tree.events += 1
+            tree.quiet_at = None
 
 
-def _check_real_directories(root: bytes, directory: bytes) -> None:
-    """Raise ``NotADirectoryError`` unless every step of ``directory`` under ``root`` is a directory, not a link.
+def _real_directory(root: bytes, directory: bytes) -> int:
+    """The inode of ``directory`` under ``root``; ``NotADirectoryError`` unless every step of it is a directory,
+    not a link.
 
     The watch itself refuses a link only at the last step (``IN_DONT_FOLLOW``): an agent's ``src`` made a link to
     a directory outside, with a ``deep`` in it, would otherwise have this process watch that outside ``deep`` as
     the worktree's ``src/deep``."""
     probe = root
-    for part in directory.split(b"/")[:-1] if directory else ():
+    st = os.lstat(probe)
+    for part in directory.split(b"/") if directory else ():
         probe += b"/" + part
-        if not stat.S_ISDIR(os.lstat(probe).st_mode):
+        st = os.lstat(probe)
+        if not stat.S_ISDIR(st.st_mode):
             raise NotADirectoryError(errno.ENOTDIR, "a step of a tracked directory is not a directory", probe)
+    return st.st_ino

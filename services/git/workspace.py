@@ -150,14 +150,36 @@ class Workspace:
         commit picks up is what ``git add -A`` would. A path ending in ``/`` names a directory;
         a path below an ignored directory is ignored.
         """
-        config = self.repo.get_config_stack()
-        ignorecase = config.get_boolean((b"core",), b"ignorecase", False)
+        ignorecase, sources = self._ignore_sources
         base = []
-        for path in (
-            default_user_ignore_filter_path(config),
-            os.path.join(self.repo.commondir(), "info", "exclude"),
-        ):
-            rules = read_ignore_file(os.path.expanduser(path), ignorecase=ignorecase, follow=True)
+        for path in sources:
+            rules = read_ignore_file(path, ignorecase=ignorecase, follow=True)
             if rules is not None:
                 base.append(rules)
         return Ignorer(str(self.worktree), files=GIT_IGNORE_FILES, base=base, ignorecase=ignorecase)
+
+    def ignore_rules_stamp(self) -> tuple[object, ...]:
+        """What the ignore rules from outside the worktree are read from, as it stands now (the settings, and
+        each file's inode, size and times): equal stamps mean equal rules, so a scan listing only the
+        directories that changed judges untracked files as the last one did."""
+        ignorecase, sources = self._ignore_sources
+        stamps: list[object] = [ignorecase]
+        for path in sources:
+            try:
+                st = os.stat(path)
+            except OSError:
+                stamps.append((path, None))
+                continue
+            stamps.append((path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        return tuple(stamps)
+
+    @cached_property
+    def _ignore_sources(self) -> tuple[bool, tuple[str, ...]]:
+        """``core.ignorecase``, and the ignore files outside the worktree (``core.excludesFile``, ``info/exclude``)."""
+        config = self.repo.get_config_stack()
+        ignorecase = config.get_boolean((b"core",), b"ignorecase", False)
+        sources = (
+            os.path.expanduser(default_user_ignore_filter_path(config)),
+            os.path.join(self.repo.commondir(), "info", "exclude"),
+        )
+        return ignorecase, sources

@@ -14,68 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from autarch.contracts.git import CheckpointPulse, CreateWorkflowBranch, RegisterRepository, RemoveWorktree, StartPulse
+from autarch.contracts.git import RemoveWorktree
 from autarch.runtime.errors import ServiceFailure
-from autarch.services.git import checkout
-from autarch.services.git.commits import Identity
-from autarch.services.git.engine import GitEngine
-from autarch.services.git.index_file import read_index
 from autarch.services.git.watch import WorktreeWatch
 
 from .gitcli import git
+from .watched_loop import Loop
 
 pytestmark = pytest.mark.skipif(not WorktreeWatch().available, reason="no inotify on this system")
-
-
-class Loop:
-    """A workflow worktree driven pulse by pulse, counting the scans of its tracked files."""
-
-    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        repo = tmp_path / "project"
-        (repo / "src").mkdir(parents=True)
-        git(repo, "init", "-q", "-b", "main")
-        (repo / "src" / "app.py").write_text("def main():\n    return 1\n")
-        (repo / "README.md").write_text("# Demo\n")
-        git(repo, "add", "-A")
-        git(repo, "commit", "-q", "-m", "initial")
-        self.engine = GitEngine(data_dir=tmp_path / "data", identity=Identity())
-        registered = self.engine.register_repository(RegisterRepository(path=str(repo), base_branch="main"))
-        view = self.engine.create_workflow_branch(
-            CreateWorkflowBranch(run_id="wf", repository_id=registered.repository_id, branch="autarch/wf"))
-        self.worktree = Path(view.worktree_path)
-        self.number = 0
-        self.scans = 0
-        scan = checkout.scan_worktree
-
-        def counted(*args: object, **kwargs: object) -> object:
-            self.scans += 1
-            return scan(*args, **kwargs)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(checkout, "scan_worktree", counted)
-
-    def start(self) -> None:
-        self.number += 1
-        self.engine.start_pulse(StartPulse(run_id="wf", pulse_id=f"p{self.number}"))
-
-    def checkpoint(self, write: Callable[[Path], object] | None = None) -> None:
-        (write or (lambda root: (root / "src" / f"step{self.number}.py").write_text(f"STEP = {self.number}\n")))(
-            self.worktree)
-        self.engine.checkpoint_pulse(CheckpointPulse(run_id="wf", pulse_id=f"p{self.number}",
-                                                     summary=f"feat: step {self.number}"))
-
-    def pulses(self, count: int) -> None:
-        for _ in range(count):
-            self.start()
-            self.checkpoint()
-
-    def scans_of_next_start(self) -> int:
-        before = self.scans
-        self.start()
-        return self.scans - before
-
-    def quiet(self) -> bool:
-        with self.engine.open_workspace("wf") as ws:
-            return self.engine.watch.unchanged(ws.worktree, read_index(ws.index_path).checksum)
 
 
 @pytest.fixture
@@ -94,7 +40,7 @@ def test_a_pulse_after_an_undisturbed_checkpoint_starts_without_a_scan(loop: Loo
     assert len(git(loop.worktree, "log", "--oneline").splitlines()) == 1 + 2 + 5
 
 
-def test_a_new_directory_is_watched_from_the_next_checkpoint(loop: Loop):
+def test_a_new_directory_is_watched_before_the_checkpoint_lists_it(loop: Loop):
     loop.pulses(2)
     loop.start()
 
@@ -103,7 +49,7 @@ def test_a_new_directory_is_watched_from_the_next_checkpoint(loop: Loop):
         (root / "lib" / "deep" / "mod.py").write_text("X = 1\n")
 
     loop.checkpoint(new_directory)
-    assert loop.scans_of_next_start() == 1  # lib/deep was not watched while the checkpoint scanned it
+    assert loop.scans_of_next_start() == 0  # lib and lib/deep were watched before the checkpoint listed them
     loop.checkpoint()
     assert loop.scans_of_next_start() == 0
     (loop.worktree / "lib" / "deep" / "mod.py").write_text("X = 2  # the user's\n")
