@@ -349,7 +349,7 @@ class GitSettings(CommonSettings, kw_only=True):
     (nothing committed) rather than holding gigabytes in memory."""
     git_watch_worktrees: bool = True
     """Watch worktrees with inotify so that a pulse following an undisturbed checkpoint starts without a scan of
-    every tracked file, and a checkpoint lists only the directories something happened in (Linux, local
+    every tracked file, and a checkpoint looks only at the files something happened to (Linux, local
     filesystems); off, every clean check and checkpoint scans every file."""
 
 

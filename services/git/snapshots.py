@@ -21,9 +21,10 @@ import itertools
 import os
 import stat as stat_mod
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from autarch.contracts.git import GitErrorCode
 from autarch.runtime.ignore import GIT_IGNORE_FILES
@@ -51,7 +52,7 @@ _MAYBE_GIT = frozenset(b".gG")
 _NS = 1_000_000_000
 _U32 = 0xFFFFFFFF
 
-SWEEP_FILES = 128
+SWEEP_FILES = 64
 """Files of quiet directories whose stat data a watched scan checks anyway, in turn through the index: a write
 inotify cannot see (through a hard link made from an unwatched directory) is committed within
 ``files / SWEEP_FILES`` checkpoints, at a cost that does not grow with the worktree."""
@@ -76,9 +77,46 @@ class Since:
     quiet: Mapping[bytes, int]
     """Directory (worktree-relative, ``b""`` the top) → its inode: no file in it changed, no entry came or went."""
     dirty: frozenset[bytes] = frozenset()
-    """Directories an event came for: listed, tracked or not."""
+    """Directories an event came for that named no entry (or too many): listed whole, tracked or not."""
+    named: Mapping[bytes, frozenset[bytes]] = field(default_factory=dict)
+    """Directory → the names of its entries events came for (created, written, removed, renamed): only those are
+    looked at there; the directory is in ``quiet`` otherwise."""
     sweep_from: int = 0
     """The index position where this scan's re-check of files in quiet directories starts."""
+
+
+class _Item(Protocol):
+    """What the walk needs of a directory entry: an ``os.DirEntry``, or an :class:`_Entry` made by ``lstat``."""
+
+    @property
+    def name(self) -> bytes: ...
+    @property
+    def path(self) -> bytes: ...
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool: ...
+    def is_symlink(self) -> bool: ...
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result: ...
+    def inode(self) -> int: ...
+
+
+class _Entry:
+    """One named entry of a directory, as ``lstat`` found it (links are never followed: it is ``lstat``)."""
+
+    __slots__ = ("_st", "name", "path")
+
+    def __init__(self, name: bytes, path: bytes, st: os.stat_result) -> None:
+        self.name, self.path, self._st = name, path, st
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        return stat_mod.S_ISDIR(self._st.st_mode)
+
+    def is_symlink(self) -> bool:
+        return stat_mod.S_ISLNK(self._st.st_mode)
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        return self._st
+
+    def inode(self) -> int:
+        return self._st.st_ino
 
 
 class _RulesChanged(Exception):
@@ -105,6 +143,8 @@ class Snapshot:
     """The directories (the top left out) a full scan would enter now: the ones to watch."""
     listed: int = 0
     """Directories the walk listed."""
+    looked_up: int = 0
+    """Entries a partial walk looked at by the name an event gave (in directories it did not list)."""
     partial: bool = False
     """Only the directories the watch did not prove quiet were listed (:class:`Since`)."""
     complete: bool = True
@@ -236,6 +276,10 @@ class _Scan:
         with them)."""
         self.must: set[bytes] = set()
         """Directories a partial walk lists."""
+        self.named: dict[bytes, frozenset[bytes]] = {}
+        """Directory → the entries a partial walk looks at there (it lists nothing else of it)."""
+        self.gone: list[bytes] = []
+        """Named entries no longer there: out of the index (and everything below, for a directory)."""
         self.visit: set[bytes] = set()
         self.below: dict[bytes, list[bytes]] = {}
         """Directory → those below it a partial walk must reach through it."""
@@ -267,6 +311,8 @@ class _Scan:
         while pending:
             path, inode, how = pending.pop()
             if how == _DESCEND:
+                if (names := self.named.get(path)) is not None:
+                    self._named(path, names, how)
                 self._descend(path, how)
             else:
                 self.walk(path, inode, how)
@@ -279,8 +325,9 @@ class _Scan:
         must = {d for d in itertools.chain((b"",), self.tracked_dirs, since.dirty) if d not in quiet}
         must.update(self._sweep(since.sweep_from, must))
         self.must = must
+        self.named = {d: names for d, names in since.named.items() if d not in must}
         visit = self.visit
-        for directory in must:
+        for directory in itertools.chain(must, self.named):
             while directory not in visit:
                 visit.add(directory)
                 if not directory:
@@ -332,9 +379,12 @@ class _Scan:
         )
 
     def _descend(self, path: bytes, how: int) -> None:
-        """Pass through quiet ``path`` (its entries are the index's) to the directories below it that must be
-        listed: each judged as the listing of ``path`` would judge it."""
+        """Pass through quiet ``path`` (its entries are the index's, but for any named ones, looked at already) to
+        the directories below it that must be listed: each judged as the listing of ``path`` would judge it."""
+        named = self.named.get(path, frozenset())
         for child in self.below.get(path, ()):
+            if child.rpartition(b"/")[2] in named:
+                continue
             abs_path = self.root + b"/" + child
             try:
                 st = os.lstat(abs_path)
@@ -397,6 +447,36 @@ class _Scan:
         except OSError as exc:
             # git add would skip the directory with a warning, and its tracked files would look deleted.
             raise _unreadable(prefix, exc) from None
+        with listing:
+            subdirs = self._list(prefix, listing, how)
+        self.snapshot.listed += 1
+        if self.since is not None and (tracked := self.tracked_below.get(directory)):
+            # A tracked directory no longer here (removed, moved, made a file or a link): nothing below it is.
+            found = set(subdirs)
+            self.lost.extend(child for child in tracked if child not in found)
+
+    def _named(self, directory: bytes, names: frozenset[bytes], how: int) -> None:
+        """Only ``names`` changed in ``directory`` (the events named them): look at those entries alone."""
+        prefix = directory + b"/" if directory else b""
+        base = self.root + b"/" + prefix
+        items: list[_Entry] = []
+        self.snapshot.looked_up += len(names)
+        for name in sorted(names):
+            try:
+                items.append(_Entry(name, base + name, os.lstat(base + name)))
+            except (FileNotFoundError, NotADirectoryError):
+                self.gone.append(prefix + name)  # removed or renamed away: out of the index, with what is below
+            except OSError as exc:
+                raise _unreadable(prefix + name, exc) from None
+        found = set(self._list(prefix, items, how, whole=False))
+        # A tracked directory named here that is no longer one (made a file or a link): nothing below it is here.
+        self.lost.extend(prefix + item.name for item in items
+                         if prefix + item.name in self.tracked_dirs and prefix + item.name not in found)
+        self.lost.extend(path for path in self.gone if path in self.tracked_dirs)
+
+    def _list(self, prefix: bytes, listing: Iterable[_Item], how: int, *, whole: bool = True) -> list[bytes]:
+        """Compare the entries of the directory ``prefix`` with the index; return the subdirectories found
+        (``whole``: ``listing`` is all of the directory's entries)."""
         # The hot loop of a checkpoint (one pass per tracked file): locals, no helper calls
         # for the common case of an unchanged regular file.
         old_get = self.old.get
@@ -407,76 +487,72 @@ class _Scan:
         snapshot = self.snapshot
         tracked_here = 0
         subdirs: list[bytes] = []
-        with listing:
-            for item in listing:
-                name = item.name
-                # Only a name starting "." or "g"/"G" can fold to .git or git~1: one byte test spares the
-                # call for nearly every file.
-                if name[0] in _MAYBE_GIT and untrackable(name):
-                    continue  # the worktree's link file, a nested repository's directory, or .GIT and kin
-                path = prefix + name
-                entry = old_get(path)
-                if item.is_dir(follow_symlinks=False):
-                    if entry is not None and entry.mode == MODE_GITLINK:
-                        tracked_here += 1
-                    subdirs.append(path)
-                    self._subdir(path, item.path, item.inode(), how)
-                    continue
-                if entry is None:
-                    if partial and name in _IGNORE_FILES:
-                        raise _RulesChanged
-                    if name in _NO_LINKS and item.is_symlink():
-                        continue  # git refuses a linked .gitmodules, .gitattributes, .gitignore
-                    if path in self.unmerged or (
-                        self.include_untracked and not self.is_ignored(os.fsdecode(path))
-                    ):
-                        self._add(path, item, None)
-                    continue
-                seen_add(path)
-                tracked_here += 1
+        for item in listing:
+            name = item.name
+            # Only a name starting "." or "g"/"G" can fold to .git or git~1: one byte test spares the
+            # call for nearly every file.
+            if name[0] in _MAYBE_GIT and untrackable(name):
+                continue  # the worktree's link file, a nested repository's directory, or .GIT and kin
+            path = prefix + name
+            entry = old_get(path)
+            if item.is_dir(follow_symlinks=False):
+                if entry is not None and entry.mode == MODE_GITLINK:
+                    tracked_here += 1
+                subdirs.append(path)
+                self._subdir(path, item.path, item.inode(), how)
+                continue
+            if entry is None:
+                if partial and name in _IGNORE_FILES:
+                    raise _RulesChanged
                 if name in _NO_LINKS and item.is_symlink():
-                    continue  # a tracked .gitignore & co. replaced by a link: left as is, never followed
-                # One unpacking instead of a named-field lookup per comparison (a third of the cost).
-                e_cs, e_cn, e_ms, e_mn, _dev, e_ino, e_mode, _uid, _gid, e_size, _sha, e_ext = entry
-                if e_ext:
-                    if e_ext & EXT_SKIP_WORKTREE:
-                        continue
-                    self._add(path, item, entry)  # intent-to-add: nothing staged yet
-                    continue
-                st = item.stat(follow_symlinks=False)
-                if st.st_nlink != 1:
-                    # Written through its other name, it changes with no event in this directory.
-                    snapshot.complete = False
-                st_mode = st.st_mode
-                if filemode and st_mode & 0o170000 == 0o100000:
-                    mode = 0o100755 if st_mode & 0o100 else 0o100644
-                else:
-                    mode = self._mode(st, entry)  # type: ignore[assignment]  # None: handled just below
-                    if mode is None:
-                        continue  # no longer a file git can track; left as is
-                # Cheapest and most telling comparisons first; scalars only (no tuples to build).
-                mtime_ns = st.st_mtime_ns
-                ctime_ns = st.st_ctime_ns
-                if (
-                    e_size == st.st_size & _U32
-                    and e_mn == mtime_ns % _NS
-                    and e_mode == mode
-                    and e_ms == (mtime_ns // _NS) & _U32
-                    and e_cn == ctime_ns % _NS
-                    and e_cs == (ctime_ns // _NS) & _U32
-                    and e_ino == st.st_ino & _U32
-                    # Racily clean: written in the same clock tick as the index, the stat data
-                    # cannot tell a later same-size write apart, so the content is checked.
-                    and (e_ms < racy_s or (e_ms == racy_s and e_mn < racy_ns))
+                    continue  # git refuses a linked .gitmodules, .gitattributes, .gitignore
+                if path in self.unmerged or (
+                    self.include_untracked and not self.is_ignored(os.fsdecode(path))
                 ):
+                    self._add(path, item, None)
+                continue
+            seen_add(path)
+            tracked_here += 1
+            if name in _NO_LINKS and item.is_symlink():
+                continue  # a tracked .gitignore & co. replaced by a link: left as is, never followed
+            # One unpacking instead of a named-field lookup per comparison (a third of the cost).
+            e_cs, e_cn, e_ms, e_mn, _dev, e_ino, e_mode, _uid, _gid, e_size, _sha, e_ext = entry
+            if e_ext:
+                if e_ext & EXT_SKIP_WORKTREE:
                     continue
-                self._add(path, item, entry, st=st, mode=mode)
-        self.listed_dirs[directory] = tracked_here
-        snapshot.listed += 1
-        if partial and (tracked := self.tracked_below.get(directory)):
-            # A tracked directory no longer here (removed, moved, made a file or a link): nothing below it is.
-            found = set(subdirs)
-            self.lost.extend(child for child in tracked if child not in found)
+                self._add(path, item, entry)  # intent-to-add: nothing staged yet
+                continue
+            st = item.stat(follow_symlinks=False)
+            if st.st_nlink != 1:
+                # Written through its other name, it changes with no event in this directory.
+                snapshot.complete = False
+            st_mode = st.st_mode
+            if filemode and st_mode & 0o170000 == 0o100000:
+                mode = 0o100755 if st_mode & 0o100 else 0o100644
+            else:
+                mode = self._mode(st, entry)  # type: ignore[assignment]  # None: handled just below
+                if mode is None:
+                    continue  # no longer a file git can track; left as is
+            # Cheapest and most telling comparisons first; scalars only (no tuples to build).
+            mtime_ns = st.st_mtime_ns
+            ctime_ns = st.st_ctime_ns
+            if (
+                e_size == st.st_size & _U32
+                and e_mn == mtime_ns % _NS
+                and e_mode == mode
+                and e_ms == (mtime_ns // _NS) & _U32
+                and e_cn == ctime_ns % _NS
+                and e_cs == (ctime_ns // _NS) & _U32
+                and e_ino == st.st_ino & _U32
+                # Racily clean: written in the same clock tick as the index, the stat data
+                # cannot tell a later same-size write apart, so the content is checked.
+                and (e_ms < racy_s or (e_ms == racy_s and e_mn < racy_ns))
+            ):
+                continue
+            self._add(path, item, entry, st=st, mode=mode)
+        if whole:
+            self.listed_dirs[prefix[:-1]] = tracked_here
+        return subdirs
 
     def _mode(self, st: os.stat_result, entry: IndexEntry | None) -> int | None:
         if stat_mod.S_ISLNK(st.st_mode):
@@ -490,7 +566,7 @@ class _Scan:
     def _add(
         self,
         path: bytes,
-        item: os.DirEntry[bytes],
+        item: _Item,
         entry: IndexEntry | None,
         *,
         st: os.stat_result | None = None,
@@ -550,6 +626,11 @@ class _Scan:
         else:
             # A partial walk saw the files of the directories it listed, nothing else: only there, and below a
             # directory it found gone, can a file of the index be missing. Counting tells whether one is.
+            for path in self.gone:
+                entry = self.old.get(path)
+                if (entry is not None and path not in self.seen and not entry.ext_flags & EXT_SKIP_WORKTREE
+                        and entry.mode != MODE_GITLINK):
+                    self._delete(path)
             files_in = self.files_in
             if not self.lost and all(files_in.get(d, 0) == held for d, held in self.listed_dirs.items()):
                 return self.snapshot
@@ -560,11 +641,14 @@ class _Scan:
                 continue
             if entry.mode == MODE_GITLINK:
                 continue  # an uninitialised submodule keeps its recorded commit
-            if self.since is not None and path.rpartition(b"/")[2] in _IGNORE_FILES:
-                raise _RulesChanged
-            del self.entries[path]
-            self.snapshot.changed.add(path)
+            self._delete(path)
         return self.snapshot
+
+    def _delete(self, path: bytes) -> None:
+        if self.since is not None and path.rpartition(b"/")[2] in _IGNORE_FILES:
+            raise _RulesChanged
+        if self.entries.pop(path, None) is not None:
+            self.snapshot.changed.add(path)
 
 
 def _shown(path: bytes) -> str:

@@ -9,7 +9,7 @@ directory the kernel reported nothing in, as git's ``core.fsmonitor`` does.
 The proof, per worktree:
 
 1. before the checkpoint's scan, :meth:`WorktreeWatch.mark` reads every queued event (the agent's, from the
-   pulse) and notes the worktree's event count, and which directories the events came for;
+   pulse) and notes the worktree's event count, the directories the events came for and the entries they named;
 2. the scan calls :meth:`WorktreeWatch.enter` before it lists a directory, so every directory is watched before
    its listing is taken and a change the listing missed is an event;
 3. after the checkpoint has written its index, :meth:`WorktreeWatch.settle` reads the events again. The worktree
@@ -18,13 +18,17 @@ The proof, per worktree:
    one the checkpoint wrote. Then the tracked content is the index's, and no file is ``stat``'ed;
 5. the next checkpoint's mark carries, when that checkpoint was quiet and *complete* (no tracked file with a second
    hard link, no nested repository left unlisted) and the ignore rules from outside the worktree are as they were,
-   which directories are quiet since (:class:`~.snapshots.Since`). The scan lists only the others.
+   which directories are quiet since and which entries events named in the others (:class:`~.snapshots.Since`).
+   The scan looks only at those entries, and lists whole only a directory an event without a name came for (its
+   own attributes, or more than :data:`MAX_NAMES` names).
 
 Any doubt means listing more: a queue overflow (every worktree), a watch the kernel refused (no room, not a
-directory), a worktree with more directories than :data:`MAX_DIRS`, a changed ``.gitignore``. A directory
-removed or moved away takes its watch, and those of every directory below it, with it: its path is watched again
-when a scan lists it, and a directory found at a quiet path with another inode than the watched one is listed
-whole. Events name no path here: only the watch they came from counts, so no name an agent chose is read.
+directory), a worktree with more directories than :data:`MAX_DIRS`, an event naming a ``.gitignore``. A
+directory removed or moved away takes its watch, and those of every directory below it, with it: its path is
+watched again when a scan lists it, and a directory found at a quiet path with another inode than the watched one
+is listed whole. A name from an event is only ever an entry of its watch's directory to ``lstat`` (the kernel
+sends no ``/``, ``.`` or ``..``; such a name would list the directory whole): no path is built from anything else
+an agent chose.
 
 What inotify does not report: a write through a hard link from a directory not watched (an ignored one, or
 outside the worktree), or through a writable ``mmap`` after its file was closed by a process still running. The
@@ -50,6 +54,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from autarch.runtime.ignore import GIT_IGNORE_FILES
+
 from .snapshots import Since
 
 __all__ = ["LOCAL_FILESYSTEMS", "MAX_DIRS", "MAX_WORKTREES", "Mark", "WorktreeWatch"]
@@ -61,6 +67,9 @@ MAX_DIRS = 20_000
 out other worktrees' within ``fs.inotify.max_user_watches``)."""
 MAX_WORKTREES = 64
 """Worktrees watched at once; the one used least recently gives its watches up first."""
+MAX_NAMES = 1_000
+"""Entries of one directory events may name before the next checkpoint lists that directory whole instead."""
+_IGNORE_FILES = frozenset(os.fsencode(name) for name in GIT_IGNORE_FILES)
 
 _IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE = 0x002, 0x004, 0x008
 _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x040, 0x080, 0x100, 0x200
@@ -101,7 +110,11 @@ class _Worktree:
     events: int = 0
     """Events seen for this worktree (any of its watches), or doubts counted as one."""
     dirty: set[bytes] = field(default_factory=set)
-    """Directories an event came for since the last mark."""
+    """Directories an event naming no entry (or too many) came for since the last mark."""
+    named: dict[bytes, set[bytes]] = field(default_factory=dict)
+    """Directory → the entries events named there since the last mark."""
+    rules_touched: bool = False
+    """An event since the last mark named a ``.gitignore``: what is ignored may have changed anywhere below it."""
     quiet_at: int | None = None
     """``events`` when a checkpoint proved the worktree quiet; ``None`` while nothing is proved, and from the
     first event nobody can tell the directory of (a lost event, a refused watch)."""
@@ -231,13 +244,16 @@ class WorktreeWatch:
                 self._evict()
             self._worktrees.move_to_end(key)
             since = None
-            if (tree.quiet_at is not None and tree.complete and not tree.unwatchable
+            if (tree.quiet_at is not None and tree.complete and not tree.unwatchable and not tree.rules_touched
                     and tree.index_checksum == index_checksum and tree.rules == rules):
                 dirty = tree.dirty
                 since = Since(quiet={d: ino for d, ino in tree.inodes.items() if d not in dirty},
-                              dirty=frozenset(dirty), sweep_from=tree.sweep)
+                              dirty=frozenset(dirty), sweep_from=tree.sweep,
+                              named={d: frozenset(names) for d, names in tree.named.items() if d not in dirty})
             tree.quiet_at = None  # whatever the checkpoint does now, the old proof is spent
             tree.dirty = set()
+            tree.named = {}
+            tree.rules_touched = False
             return Mark(root=key, events=tree.events, since=since)
 
     def enter(self, mark: Mark | None, directory: bytes, inode: int) -> None:
@@ -282,6 +298,7 @@ class WorktreeWatch:
                 return False  # the new watches make the next checkpoint's proof possible
             tree.quiet_at = tree.events
             tree.dirty = set()
+            tree.named = {}
             tree.index_checksum = index_checksum
             tree.complete = complete
             tree.rules = rules
@@ -400,7 +417,11 @@ class WorktreeWatch:
             offset = 0
             while offset < len(data):
                 wd, mask, _cookie, length = unpack(data, offset)
-                offset += _EVENT.size + length
+                start = offset + _EVENT.size
+                offset = start + length
+                # The entry's name, NUL-padded; the kernel never sends "/", "." or "..". It only ever says which
+                # entry of this watch's directory to look at.
+                name = data[start:offset].rstrip(b"\0") if length else b""
                 if mask & _IN_Q_OVERFLOW:
                     for tree in self._worktrees.values():
                         tree.events += 1  # events were lost: no worktree's proof holds
@@ -411,7 +432,17 @@ class WorktreeWatch:
                     continue
                 for tree, directory in holders:
                     tree.events += 1
-                    tree.dirty.add(directory)
+                    if name in _IGNORE_FILES:
+                        tree.rules_touched = True
+                    if not name or b"/" in name or name in (b".", b"..") or directory in tree.dirty:
+                        tree.dirty.add(directory)
+                        tree.named.pop(directory, None)
+                        continue
+                    names = tree.named.setdefault(directory, set())
+                    names.add(name)
+                    if len(names) > MAX_NAMES:
+                        tree.dirty.add(directory)
+                        del tree.named[directory]
                 if mask & (_IN_IGNORED | _IN_MOVE_SELF):
                     # Gone (its watch with it), or moved: watched again when a scan lists that path again.
                     for tree, directory in list(holders):

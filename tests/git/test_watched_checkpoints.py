@@ -49,11 +49,12 @@ def pulse(loop: Loop, work: Callable[[Path], object]) -> None:
     assert uncommitted(loop) == ""
 
 
-def test_a_loops_checkpoint_lists_only_the_directory_it_wrote_in(loop: Loop):
+def test_a_loops_checkpoint_looks_only_at_the_file_it_wrote(loop: Loop):
     for _ in range(4):
         pulse(loop, lambda root: (root / "src" / f"step{loop.number}.py").write_text(f"STEP = {loop.number}\n"))
         assert loop.last_scan.partial
-        assert loop.last_scan.listed == 1  # src/ (the top and nothing else passed through)
+        # No directory listed: the new file's name came with its event, and src/ was passed through to it.
+        assert (loop.last_scan.listed, loop.last_scan.looked_up) == (0, 1)
     assert len(git(loop.worktree, "log", "--oneline").splitlines()) == 1 + 2 + 4
     assert git(loop.worktree, "show", "--name-only", "--format=", "HEAD") == "src/step6.py"
 
@@ -155,6 +156,20 @@ def test_a_new_gitignore_that_ignores_itself_still_lists_everything(loop: Loop):
     pulse(loop, lambda root: (root / "src" / "pkg6" / ".gitignore").write_text(".gitignore\n!sub/trace.log\n"))
     assert not loop.last_scan.partial
     assert git(loop.worktree, "show", "--name-only", "--format=", "HEAD") == "src/pkg6/sub/trace.log"
+
+
+def test_an_untracked_gitignore_removed_lists_everything(loop: Loop):
+    def ignore_tmp(root: Path) -> None:
+        (root / "src" / "pkg6" / ".gitignore").write_text(".gitignore\n*.tmp\n")
+        (root / "src" / "pkg6" / "sub" / "x.tmp").write_text("ignored while that file is there\n")
+
+    pulse(loop, ignore_tmp)
+    pulse(loop, lambda root: None)
+    assert loop.last_scan.partial
+    # Nothing the index knows goes, and the directory holding x.tmp sees no event; the rule ignoring it does.
+    pulse(loop, lambda root: (root / "src" / "pkg6" / ".gitignore").unlink())
+    assert not loop.last_scan.partial
+    assert git(loop.worktree, "show", "--name-only", "--format=", "HEAD") == "src/pkg6/sub/x.tmp"
 
 
 def test_changed_ignore_rules_outside_the_worktree_list_everything(loop: Loop):
