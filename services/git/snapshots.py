@@ -119,8 +119,10 @@ class _Entry:
         return self._st.st_ino
 
 
-class _RulesChanged(Exception):
-    """A ``.gitignore`` changed: which untracked files count may have changed anywhere, so everything is listed."""
+class _ListEverything(Exception):
+    """What a partial walk found means it cannot rely on the watch's proof: a ``.gitignore`` changed (which
+    untracked files count may have changed anywhere), or a file has a second hard link (written through one name,
+    the other changed with no event in its directory). Everything is listed."""
 
 
 @dataclass
@@ -222,7 +224,7 @@ def scan_worktree(
     if since is not None:
         try:
             return run(since)
-        except _RulesChanged:
+        except _ListEverything:
             pass  # listed whole below
     return run(None)
 
@@ -503,7 +505,7 @@ class _Scan:
                 continue
             if entry is None:
                 if partial and name in _IGNORE_FILES:
-                    raise _RulesChanged
+                    raise _ListEverything
                 if name in _NO_LINKS and item.is_symlink():
                     continue  # git refuses a linked .gitmodules, .gitattributes, .gitignore
                 if path in self.unmerged or (
@@ -577,6 +579,10 @@ class _Scan:
             mode = self._mode(st, entry)
             if mode is None:
                 return
+            if st.st_nlink != 1:  # a new file that is a second name of another (tracked ones are checked above)
+                if self.since is not None:
+                    raise _ListEverything
+                self.snapshot.complete = False
         assert mode is not None
         try:
             if mode == MODE_SYMLINK:
@@ -603,7 +609,7 @@ class _Scan:
             self.snapshot.refreshed = True
             return
         if self.since is not None and path.rpartition(b"/")[2] in _IGNORE_FILES:
-            raise _RulesChanged
+            raise _ListEverything
         self.snapshot.changed.add(path)
         if self.keep_blobs:
             self.snapshot.blobs[sha] = data
@@ -646,7 +652,7 @@ class _Scan:
 
     def _delete(self, path: bytes) -> None:
         if self.since is not None and path.rpartition(b"/")[2] in _IGNORE_FILES:
-            raise _RulesChanged
+            raise _ListEverything
         if self.entries.pop(path, None) is not None:
             self.snapshot.changed.add(path)
 

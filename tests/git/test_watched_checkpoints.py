@@ -202,6 +202,17 @@ def test_a_write_through_a_hard_link_from_an_unwatched_directory_is_committed(lo
     assert loop.last_scan.partial
 
 
+def test_a_second_name_made_in_a_watched_directory_lists_everything_at_once(loop: Loop):
+    def link_and_write(root: Path) -> None:
+        os.link(root / "src" / "pkg6" / "mod1.py", root / "src" / "pkg1" / "alias.py")
+        (root / "src" / "pkg1" / "alias.py").write_text("VALUE = 'both names'\n")  # no event in src/pkg6
+
+    pulse(loop, link_and_write)
+    assert not loop.last_scan.partial  # the partial walk found the second link and started over
+    assert git(loop.worktree, "show", "--name-only", "--format=", "HEAD").splitlines() == [
+        "src/pkg1/alias.py", "src/pkg6/mod1.py"]
+
+
 def test_the_recheck_of_quiet_files_finds_a_change_no_event_reported(loop: Loop,
                                                                       monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(snapshots, "SWEEP_FILES", 4)
@@ -259,7 +270,7 @@ def test_random_agent_work_is_committed_as_git_add_would(loop: Loop, tmp_path: P
         for _ in range(rng.randint(1, 3)):
             kind = rng.choice(["new", "new", "edit", "edit", "remove", "mkdir", "rmtree", "rename", "replace",
                                "chmod", "ignored", "symlink", "file to dir",
-                               *(["gitignore", "hard link"] if everything else [])])
+                               *(["gitignore", "hard link", "second name"] if everything else [])])
             here = rng.choice(dirs(root))
             existing = files(root)
             if kind == "new":
@@ -304,6 +315,10 @@ def test_random_agent_work_is_committed_as_git_add_would(loop: Loop, tmp_path: P
                 name.write_text(f"THROUGH = {rng.randrange(10**6)}\n")
                 if rng.random() < 0.5:
                     name.unlink()
+            elif kind == "second name" and existing:
+                alias = here / f"a{rng.randrange(10**6)}.py"
+                os.link(rng.choice(existing), alias)
+                alias.write_text(f"ALIAS = {rng.randrange(10**6)}\n")
 
     partial = 0
     for _ in range(40):
