@@ -281,7 +281,7 @@ class _Scan:
         self.named: dict[bytes, frozenset[bytes]] = {}
         """Directory → the entries a partial walk looks at there (it lists nothing else of it)."""
         self.gone: list[bytes] = []
-        """Named entries no longer there: out of the index (and everything below, for a directory)."""
+        """Files of the index named, and no longer files there: out of the index."""
         self.visit: set[bytes] = set()
         self.below: dict[bytes, list[bytes]] = {}
         """Directory → those below it a partial walk must reach through it."""
@@ -467,14 +467,17 @@ class _Scan:
             try:
                 items.append(_Entry(name, base + name, os.lstat(base + name)))
             except (FileNotFoundError, NotADirectoryError):
-                self.gone.append(prefix + name)  # removed or renamed away: out of the index, with what is below
+                pass  # removed or renamed away: out of the index below
             except OSError as exc:
                 raise _unreadable(prefix + name, exc) from None
         found = set(self._list(prefix, items, how, whole=False))
-        # A tracked directory named here that is no longer one (made a file or a link): nothing below it is here.
-        self.lost.extend(prefix + item.name for item in items
-                         if prefix + item.name in self.tracked_dirs and prefix + item.name not in found)
-        self.lost.extend(path for path in self.gone if path in self.tracked_dirs)
+        for name in names:
+            path = prefix + name
+            if path in self.tracked_dirs:
+                if path not in found:  # gone, or made a file or a link: nothing below it is here
+                    self.lost.append(path)
+            elif path in self.old and path not in self.seen:  # gone, or made a directory
+                self.gone.append(path)
 
     def _list(self, prefix: bytes, listing: Iterable[_Item], how: int, *, whole: bool = True) -> list[bytes]:
         """Compare the entries of the directory ``prefix`` with the index; return the subdirectories found

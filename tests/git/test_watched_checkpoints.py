@@ -115,6 +115,16 @@ def test_what_an_agent_does_is_committed_from_a_partial_scan(loop: Loop, tmp_pat
         assert loop.last_scan.partial
 
 
+@pytest.mark.parametrize("work", AGENT_WORK.values(), ids=AGENT_WORK.keys())
+def test_what_an_agent_does_is_committed_from_its_events_alone(loop: Loop, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               work: Callable[[Path, Path], object]):
+    """The same with no re-check of quiet files: the events' names must say everything that changed."""
+    monkeypatch.setattr(snapshots, "SWEEP_FILES", 0)
+    pulse(loop, lambda root: work(root, tmp_path / "away"))
+    assert loop.last_scan.partial
+
+
 def test_a_directory_made_empty_then_filled_is_committed(loop: Loop):
     pulse(loop, lambda root: (root / "empty" / "inner").mkdir(parents=True))
     pulse(loop, lambda root: (root / "empty" / "inner" / "late.py").write_text("LATE = 1\n"))
