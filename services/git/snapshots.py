@@ -8,10 +8,11 @@ what to store.
 
 Given what the worktree watch proves (:class:`Since`, from :mod:`.watch`), the walk lists only
 the directories something happened in, as git's ``core.fsmonitor`` does: a directory no event
-came for has the files and entries the index says, and a directory moved in its place has
-another inode and is listed whole. Each such scan also re-checks the stat data of
-:data:`SWEEP_FILES` files of quiet directories in turn, and any tracked file with a second hard
-link (which could be written without an event here) makes the next checkpoint list everything.
+came for has the files and entries the index says, an entry an event named is looked at alone,
+and a directory moved in its place has another inode and is listed whole. Each such scan also
+looks at :data:`SWEEP_FILES` more files of quiet directories in turn, and a file with a second
+hard link (which could be written without an event here) makes it start over and list
+everything.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ _NS = 1_000_000_000
 _U32 = 0xFFFFFFFF
 
 SWEEP_FILES = 64
-"""Files of quiet directories whose stat data a watched scan checks anyway, in turn through the index: a write
+"""Files of quiet directories a watched scan looks at anyway, in turn through the index: a write
 inotify cannot see (through a hard link made from an unwatched directory) is committed within
 ``files / SWEEP_FILES`` checkpoints, at a cost that does not grow with the worktree."""
 
@@ -277,7 +278,7 @@ class _Scan:
         """Tracked directories a partial walk found gone or replaced by a non-directory (everything below them
         with them)."""
         self.must: set[bytes] = set()
-        """Directories a partial walk lists."""
+        """Directories a partial walk lists (none of them quiet)."""
         self.named: dict[bytes, frozenset[bytes]] = {}
         """Directory → the entries a partial walk looks at there (it lists nothing else of it)."""
         self.gone: list[bytes] = []
@@ -305,7 +306,7 @@ class _Scan:
             quiet_root = self.since.quiet.get(b"")
             if quiet_root is not None and quiet_root != root_inode:
                 self.pending.append((b"", root_inode, _LIST_ALL))
-            elif quiet_root is None or b"" in self.must:
+            elif quiet_root is None:
                 self.pending.append((b"", root_inode, _LIST))
             elif b"" in self.visit:
                 self.pending.append((b"", root_inode, _DESCEND))
@@ -321,13 +322,16 @@ class _Scan:
         return self.finish()
 
     def _plan(self, since: Since) -> None:
-        """The directories a partial walk lists (not proved quiet, or a re-checked file there differs) and those it
-        passes through to reach them."""
+        """The directories a partial walk lists (not proved quiet), the entries it looks at by name (named by
+        events, or re-checked), and the directories it passes through to reach them."""
         quiet = since.quiet
         must = {d for d in itertools.chain((b"",), self.tracked_dirs, since.dirty) if d not in quiet}
-        must.update(self._sweep(since.sweep_from, must))
         self.must = must
         self.named = {d: names for d, names in since.named.items() if d not in must}
+        self.snapshot.looked_up = sum(map(len, self.named.values()))
+        # The re-check: a few more files of quiet directories, looked at as the named ones are.
+        for directory, names in self._sweep(since.sweep_from, must).items():
+            self.named[directory] = self.named.get(directory, frozenset()) | names
         visit = self.visit
         for directory in itertools.chain(must, self.named):
             while directory not in visit:
@@ -338,47 +342,24 @@ class _Scan:
                 self.below.setdefault(parent, []).append(directory)
                 directory = parent
 
-    def _sweep(self, start: int, listed: set[bytes]) -> set[bytes]:
-        """Check the stat data of up to :data:`SWEEP_FILES` files of quiet directories from ``start``; return the
-        directories of those that differ from the index (or have a second hard link)."""
+    def _sweep(self, start: int, listed: set[bytes]) -> dict[bytes, set[bytes]]:
+        """Up to :data:`SWEEP_FILES` files of the index from ``start`` whose directory is not listed anyway, by
+        directory: looked at by name as if an event had named them."""
         old = self.old
         count = min(SWEEP_FILES, len(old))
         if not count:
-            return set()
+            return {}
         start %= len(old)
         paths = list(itertools.islice(old, start, start + count))
         if len(paths) < count:
             paths.extend(itertools.islice(old, count - len(paths)))
         self.snapshot.sweep_next = (start + count) % len(old)
-        differ: set[bytes] = set()
+        names: dict[bytes, set[bytes]] = {}
         for path in paths:
-            directory = path.rpartition(b"/")[0]
-            entry = old[path]
-            if directory in listed or entry.ext_flags or entry.mode == MODE_GITLINK:
-                continue
-            try:
-                # Every step of the path is a quiet directory: no entry of it came, went or was replaced.
-                st = os.lstat(self.root + b"/" + path)
-            except OSError:
-                differ.add(directory)
-                continue
-            if st.st_nlink != 1 or not self._unchanged(entry, st):
-                differ.add(directory)
-        return differ
-
-    def _unchanged(self, entry: IndexEntry, st: os.stat_result) -> bool:
-        mode = self._mode(st, entry)
-        racy_s, racy_ns = self.racy_after
-        return (
-            mode == entry.mode
-            and entry.size == st.st_size & _U32
-            and entry.mtime_s == (st.st_mtime_ns // _NS) & _U32
-            and entry.mtime_ns == st.st_mtime_ns % _NS
-            and entry.ctime_s == (st.st_ctime_ns // _NS) & _U32
-            and entry.ctime_ns == st.st_ctime_ns % _NS
-            and entry.ino == st.st_ino & _U32
-            and (entry.mtime_s < racy_s or (entry.mtime_s == racy_s and entry.mtime_ns < racy_ns))
-        )
+            directory, _, name = path.rpartition(b"/")
+            if directory not in listed:
+                names.setdefault(directory, set()).add(name)
+        return names
 
     def _descend(self, path: bytes, how: int) -> None:
         """Pass through quiet ``path`` (its entries are the index's, but for any named ones, looked at already) to
@@ -430,8 +411,6 @@ class _Scan:
             self.pending.append((path, inode, _LIST))
         elif quiet != inode:
             self.pending.append((path, inode, _LIST_ALL))  # another directory moved in: nothing below it is known
-        elif path in self.must:
-            self.pending.append((path, inode, _LIST))  # quiet, but a file there differs from the index
         elif path in self.visit:
             self.pending.append((path, inode, _DESCEND))
         # else: quiet, and nothing below it to list: its files are the index's
@@ -462,7 +441,6 @@ class _Scan:
         prefix = directory + b"/" if directory else b""
         base = self.root + b"/" + prefix
         items: list[_Entry] = []
-        self.snapshot.looked_up += len(names)
         for name in sorted(names):
             try:
                 items.append(_Entry(name, base + name, os.lstat(base + name)))
@@ -530,6 +508,8 @@ class _Scan:
             st = item.stat(follow_symlinks=False)
             if st.st_nlink != 1:
                 # Written through its other name, it changes with no event in this directory.
+                if partial:
+                    raise _ListEverything
                 snapshot.complete = False
             st_mode = st.st_mode
             if filemode and st_mode & 0o170000 == 0o100000:
@@ -618,16 +598,16 @@ class _Scan:
             self.snapshot.blobs[sha] = data
 
     def finish(self) -> Snapshot:
+        lost = tuple(d + b"/" if d else b"" for d in self.lost)
         entered = self.snapshot.entered
         entered.update(self.listed_dirs)
         if self.since is not None:
-            lost = tuple(d + b"/" if d else b"" for d in self.lost)
             entered.update(d for d in self.tracked_dirs if not (d + b"/").startswith(lost))
         entered.discard(b"")
-        return self._deleted()
+        return self._deleted(lost)
 
-    def _deleted(self) -> Snapshot:
-        """Take out the index's files the walk found gone."""
+    def _deleted(self, lost: tuple[bytes, ...]) -> Snapshot:
+        """Take out the index's files the walk found gone (``lost``: the prefixes of directories found gone)."""
         if self.since is None:
             if len(self.seen) == len(self.old) and self.seen.issuperset(self.old):
                 return self.snapshot
@@ -643,7 +623,7 @@ class _Scan:
             files_in = self.files_in
             if not self.lost and all(files_in.get(d, 0) == held for d, held in self.listed_dirs.items()):
                 return self.snapshot
-            listed, lost = self.listed_dirs, tuple(d + b"/" if d else b"" for d in self.lost)
+            listed = self.listed_dirs
             gone = lambda path: path.rpartition(b"/")[0] in listed or path.startswith(lost)  # noqa: E731
         for path, entry in self.old.items():
             if path in self.seen or entry.ext_flags & EXT_SKIP_WORKTREE or not gone(path):

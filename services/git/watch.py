@@ -32,7 +32,7 @@ an agent chose.
 
 What inotify does not report: a write through a hard link from a directory not watched (an ignored one, or
 outside the worktree), or through a writable ``mmap`` after its file was closed by a process still running. The
-scan re-checks the stat data of a few files of quiet directories each time (:data:`~.snapshots.SWEEP_FILES`, in
+scan also looks at a few files of quiet directories each time (:data:`~.snapshots.SWEEP_FILES`, in
 turn), and a file found with a second link makes that checkpoint, and every later one while it has it, list
 everything.
 Agent commands cannot keep a process running between pulses (their PID namespace ends every process with the
